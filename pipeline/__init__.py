@@ -1,0 +1,1 @@
+"""Data pipeline: clip geometry, shards, DALI and torch loaders, augmentation spec."""

@@ -1,0 +1,67 @@
+"""Per-video frame archives: the hand-off from preprocessing to sharding.
+
+One uncompressed tar per video and stream, ``<root>/<stream>/<video_id>.tar``, holding the encoded frames
+``000000.jpg, 000001.jpg, …`` in order and, last, ``meta.json`` (``num_frames``, ``fps``, ``height``,
+``width``, ``stream``, ``encoding``, plus stage details). An archive exists under its final name only when
+complete (written under a temporary name, then renamed), so its presence means "this video is done".
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import tarfile
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from memdpc.atomic import atomic_path
+from memdpc.errors import UserError
+
+META = "meta.json"
+
+
+def archive_path(root: str | os.PathLike, stream: str, video_id: str) -> Path:
+    return Path(root) / stream / f"{video_id}.tar"
+
+
+def frame_name(i: int, ext: str = "jpg") -> str:
+    return f"{i:06d}.{ext}"
+
+
+def _add(tar: tarfile.TarFile, name: str, data: bytes) -> None:
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    info.mode = 0o644
+    tar.addfile(info, io.BytesIO(data))
+
+
+def write_archive(path: str | os.PathLike, frames: Iterable[bytes], meta: dict[str, Any], ext: str = "jpg") -> int:
+    """Write encoded frames (consumed as they come, so memory stays flat) and ``meta.json`` atomically.
+
+    Returns the number of frames written; ``meta['num_frames']`` is set to it.
+    """
+    with atomic_path(path) as tmp, tarfile.open(tmp, "w", format=tarfile.USTAR_FORMAT) as tar:
+        n = 0
+        for n, data in enumerate(frames, 1):
+            _add(tar, frame_name(n - 1, ext), data)
+        _add(tar, META, json.dumps({**meta, "num_frames": n}).encode())
+    return n
+
+
+def read_archive(path: str | os.PathLike) -> tuple[dict[str, Any], list[bytes]]:
+    """Read an archive: its metadata and the encoded frames in order. Corrupt or incomplete → UserError."""
+    path = Path(path)
+    try:
+        with tarfile.open(path, "r:") as tar:
+            members = {m.name: tar.extractfile(m).read() for m in tar if m.isfile()}
+    except (tarfile.TarError, OSError, EOFError) as e:
+        raise UserError(f"{path}: unreadable frame archive ({e})") from None
+    if META not in members:
+        raise UserError(f"{path}: frame archive has no {META} (incomplete or not a memdpc archive)")
+    meta = json.loads(members.pop(META))
+    frames = [members[k] for k in sorted(members)]
+    if len(frames) != meta.get("num_frames"):
+        raise UserError(f"{path}: {len(frames)} frames, but {META} says {meta.get('num_frames')}")
+    return meta, frames

@@ -1,0 +1,230 @@
+"""Dataset readers: a dataset root in its official layout → a list of :class:`VideoRecord`.
+
+Each reader checks what users get wrong (missing split files, unknown classes, listed videos that do not
+exist, duplicate ids, empty folders) and raises :class:`UserError` naming the file and line.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import statistics
+from collections.abc import Callable
+from pathlib import Path
+
+from memdpc.errors import UserError
+from memdpc.preprocess.video_index import VideoRecord, check_unique, video_id
+
+VIDEO_EXTS = (".avi", ".mp4", ".mkv", ".webm", ".mov", ".m4v", ".mpg", ".mpeg")
+
+
+def _first_existing(candidates: list[Path], what: str) -> Path:
+    for c in candidates:
+        if c.exists():
+            return c
+    raise UserError(f"{candidates[0]}: {what} not found")
+
+
+def _lines(path: Path) -> list[tuple[int, list[str]]]:
+    """Non-empty lines of a text file as (line number, whitespace-split fields)."""
+    out = []
+    for lineno, line in enumerate(path.read_text().splitlines(), 1):
+        if line.strip():
+            out.append((lineno, line.split()))
+    return out
+
+
+def _check_split(split: int) -> None:
+    if split not in (1, 2, 3):
+        raise UserError(f"split must be 1, 2 or 3, not {split}")
+
+
+def ucf101(root: Path, split: int = 1) -> list[VideoRecord]:
+    """UCF101: ``classInd.txt`` ("id name", 1-based), ``trainlist0N.txt``, ``testlist0N.txt``.
+
+    Split files are looked for in ``root/ucfTrainTestlist`` and then ``root``; videos in ``root/UCF-101``
+    and then ``root``.
+    """
+    _check_split(split)
+    lists = _first_existing([root / "ucfTrainTestlist", root], "split folder")
+    if not (lists / "classInd.txt").exists():
+        lists = root
+    videos = root / "UCF-101" if (root / "UCF-101").is_dir() else root
+    class_file = _first_existing([lists / "classInd.txt"], "classInd.txt")
+    classes: dict[str, int] = {}
+    for lineno, fields in _lines(class_file):
+        if len(fields) != 2 or not fields[0].isdigit():
+            raise UserError(f"{class_file}:{lineno}: expected 'id name', got {' '.join(fields)!r}")
+        classes[fields[1]] = int(fields[0]) - 1
+    records = []
+    for split_name, stem in (("train", "trainlist"), ("test", "testlist")):
+        split_file = lists / f"{stem}0{split}.txt"
+        if not split_file.exists():
+            raise UserError(f"{split_file}: split file not found")
+        for lineno, fields in _lines(split_file):
+            rel = fields[0]
+            cls = rel.split("/")[0]
+            if "/" not in rel or cls not in classes:
+                raise UserError(f"{split_file}:{lineno}: class '{cls}' is not in {class_file}")
+            path = videos / rel
+            if not path.is_file():
+                raise UserError(f"{split_file}:{lineno}: video {path} does not exist")
+            records.append(
+                VideoRecord(video_id(Path(rel).name), str(path.resolve()), classes[cls], cls, split_name)
+            )
+    return _finish(records, lists)
+
+
+def hmdb51(root: Path, split: int = 1) -> list[VideoRecord]:
+    """HMDB51: ``testTrainMulti_7030_splits/<class>_test_splitN.txt`` ("video 1|2|0": train/test/unused).
+
+    Videos are ``root/<class>/<video>``; class ids are the sorted class names, 0-based.
+    """
+    _check_split(split)
+    split_dir = _first_existing([root / "testTrainMulti_7030_splits", root / "splits"], "split folder")
+    split_files = sorted(split_dir.glob(f"*_test_split{split}.txt"))
+    if not split_files:
+        raise UserError(f"{split_dir}: no '*_test_split{split}.txt' split files")
+    names = sorted(f.name[: -len(f"_test_split{split}.txt")] for f in split_files)
+    classes = {name: i for i, name in enumerate(names)}
+    records = []
+    for f in split_files:
+        cls = f.name[: -len(f"_test_split{split}.txt")]
+        for lineno, fields in _lines(f):
+            if len(fields) != 2 or fields[1] not in ("0", "1", "2"):
+                raise UserError(f"{f}:{lineno}: expected 'video 0|1|2', got {' '.join(fields)!r}")
+            if fields[1] == "0":
+                continue
+            path = root / cls / fields[0]
+            if not path.is_file():
+                raise UserError(f"{f}:{lineno}: video {path} does not exist")
+            split_name = "train" if fields[1] == "1" else "test"
+            records.append(VideoRecord(video_id(fields[0]), str(path.resolve()), classes[cls], cls, split_name))
+    return _finish(records, split_dir)
+
+
+_K400_SPLITS = {"train": "train", "val": "val", "validate": "val", "validation": "val", "test": "test"}
+
+
+def kinetics400(root: Path, split: int = 1) -> list[VideoRecord]:
+    """Kinetics-400: the official CSVs (``label,youtube_id,time_start,time_end,split``) in ``root`` or
+    ``root/annotations``; files ``{youtube_id}_{start:06d}_{end:06d}.mp4`` under ``[split/]label/``.
+    """
+    ann = root / "annotations" if (root / "annotations").is_dir() else root
+    csvs = sorted(ann.glob("*.csv"))
+    if not csvs:
+        raise UserError(f"{ann}: no Kinetics annotation CSV files")
+    rows = []
+    for f in csvs:
+        with open(f, newline="") as fh:
+            reader = csv.DictReader(fh)
+            missing = {"label", "youtube_id", "time_start", "time_end", "split"} - set(reader.fieldnames or [])
+            if missing:
+                raise UserError(f"{f}:1: missing CSV columns {sorted(missing)}")
+            for lineno, row in enumerate(reader, 2):
+                rows.append((f, lineno, row))
+    labels = sorted({row["label"] for _, _, row in rows if row["label"]})
+    classes = {name: i for i, name in enumerate(labels)}
+    records = []
+    for f, lineno, row in rows:
+        split_name = _K400_SPLITS.get(row["split"])
+        if split_name is None:
+            raise UserError(f"{f}:{lineno}: unknown split '{row['split']}'")
+        if not row["label"]:  # the official test CSV has no labels
+            continue
+        try:
+            name = f"{row['youtube_id']}_{int(row['time_start']):06d}_{int(row['time_end']):06d}"
+        except ValueError:
+            raise UserError(f"{f}:{lineno}: time_start/time_end are not integers") from None
+        path = _k400_file(root, row["split"], row["label"], name)
+        if path is None:
+            raise UserError(f"{f}:{lineno}: video {name}.mp4 (class '{row['label']}') does not exist under {root}")
+        records.append(
+            VideoRecord(video_id(name), str(path.resolve()), classes[row["label"]], row["label"], split_name)
+        )
+    return _finish(records, ann)
+
+
+def _k400_file(root: Path, split: str, label: str, name: str) -> Path | None:
+    for folder in (label, label.replace(" ", "_")):
+        for base in (root / split, root / _K400_SPLITS[split], root):
+            for ext in VIDEO_EXTS:
+                p = base / folder / f"{name}{ext}"
+                if p.is_file():
+                    return p
+    return None
+
+
+def oops(root: Path, split: int = 1) -> list[VideoRecord]:
+    """Oops: ``annotations/transition_times.json`` (or ``root/transition_times.json``), mapping each video
+    name to its annotators' failure times ``t`` (seconds, -1 = not found) and its length ``len``.
+
+    Videos are ``root/{train,val}/<name>.mp4``. The failure time kept is the median of the valid ``t``;
+    videos with no valid time are skipped (the protocol of the Oops paper). Labels are -1: Oops labels are
+    per time step, derived from ``extra['t']`` at evaluation.
+    """
+    ann = _first_existing([root / "annotations" / "transition_times.json", root / "transition_times.json"],
+                          "transition_times.json")
+    try:
+        times = json.loads(ann.read_text())
+    except json.JSONDecodeError as e:
+        raise UserError(f"{ann}:{e.lineno}: not valid JSON ({e.msg})") from None
+    records = []
+    for split_name in ("train", "val"):
+        folder = root / split_name
+        if not folder.is_dir():
+            continue
+        for path in sorted(p for p in folder.iterdir() if p.suffix.lower() in VIDEO_EXTS):
+            entry = times.get(path.stem)
+            if entry is None:
+                continue
+            valid = [t for t in entry.get("t", []) if t >= 0]
+            if not valid:
+                continue
+            extra = {"t": statistics.median(valid), "t_all": entry.get("t", []), "len": entry.get("len")}
+            records.append(VideoRecord(video_id(path.name), str(path.resolve()), -1, "", split_name, extra=extra))
+    return _finish(records, root)
+
+
+def folder(root: Path, split: int = 1) -> list[VideoRecord]:
+    """Generic ``root/<class>/<video>``; with ``root/train`` and ``root/test`` (or ``val``) folders, those
+    are the splits, otherwise every video is ``train``. Class ids are the sorted class names, 0-based.
+    """
+    split_dirs = [s for s in ("train", "val", "test") if (root / s).is_dir()]
+    bases = [(root / s, s) for s in split_dirs] or [(root, "train")]
+    names = sorted({c.name for base, _ in bases for c in base.iterdir() if c.is_dir()}) if root.is_dir() else []
+    classes = {name: i for i, name in enumerate(names)}
+    records = []
+    for base, split_name in bases:
+        for cls in names:
+            for path in sorted((base / cls).glob("*")):
+                if path.suffix.lower() in VIDEO_EXTS:
+                    rid = video_id(f"{cls}/{path.name}".replace("/", "__"))
+                    records.append(VideoRecord(rid, str(path.resolve()), classes[cls], cls, split_name))
+    return _finish(records, root)
+
+
+def _finish(records: list[VideoRecord], source: Path) -> list[VideoRecord]:
+    if not records:
+        raise UserError(f"{source}: no videos found")
+    check_unique(records, source)
+    return records
+
+
+READERS: dict[str, Callable[[Path, int], list[VideoRecord]]] = {
+    "ucf101": ucf101,
+    "hmdb51": hmdb51,
+    "kinetics400": kinetics400,
+    "oops": oops,
+    "folder": folder,
+}
+
+
+def build_index(root: str | Path, layout: str, split: int = 1) -> list[VideoRecord]:
+    """Read the dataset at ``root`` in ``layout`` (one of :data:`READERS`) for the given split (1–3)."""
+    root = Path(root)
+    if not root.is_dir():
+        raise UserError(f"{root}: dataset root is not a folder")
+    if layout not in READERS:
+        raise UserError(f"unknown layout '{layout}' (choose from {', '.join(READERS)})")
+    return READERS[layout](root, split)

@@ -1,0 +1,187 @@
+"""The built-in example dataset: short videos whose class is a motion, in the UCF101 layout.
+
+Every video shows a textured object on a textured, slowly drifting background, plus a smaller distractor
+object with its own random motion. Textures and colours are drawn independently of the class, so
+appearance alone does not tell the class: the object's motion (direction, rotation, zoom, oscillation)
+does, which is what optical flow sees. Deterministic for a seed.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import cv2
+import numpy as np
+
+from memdpc.atomic import atomic_path
+from memdpc.errors import UserError
+
+CLASSES = (
+    "MoveRight",
+    "MoveLeft",
+    "MoveUp",
+    "MoveDown",
+    "RotateClockwise",
+    "RotateCounterClockwise",
+    "ZoomIn",
+    "ZoomOut",
+    "ShakeHorizontal",
+    "ShakeVertical",
+)
+CODECS = {"xvid": ("XVID", ".avi"), "mjpg": ("MJPG", ".avi"), "mp4v": ("mp4v", ".mp4")}
+
+
+@dataclass(frozen=True)
+class SyntheticConfig:
+    videos_per_class: int = 8
+    frames: int = 48
+    size: int = 64
+    fps: float = 25.0
+    num_classes: int = len(CLASSES)
+    codec: str = "xvid"
+    seed: int = 0
+
+    def validate(self) -> None:
+        if not 1 <= self.num_classes <= len(CLASSES):
+            raise UserError(f"--classes must be between 1 and {len(CLASSES)}, not {self.num_classes}")
+        if self.videos_per_class < 1 or self.frames < 2 or self.size < 16 or self.fps <= 0:
+            raise UserError("need --videos-per-class ≥ 1, --frames ≥ 2, --size ≥ 16 and --fps > 0")
+        if self.codec not in CODECS:
+            raise UserError(f"unknown codec '{self.codec}' (choose from {', '.join(CODECS)})")
+
+
+def texture(rng: np.random.Generator, h: int, w: int) -> np.ndarray:
+    """A random colour texture (H, W, 3) uint8: smoothed noise at a random scale, random tint and contrast."""
+    cell = int(rng.integers(2, 9))
+    noise = rng.random((h // cell + 2, w // cell + 2, 3)).astype(np.float32)
+    img = cv2.resize(noise, (w + 2 * cell, h + 2 * cell), interpolation=cv2.INTER_CUBIC)[cell:-cell, cell:-cell]
+    fine = rng.random((h, w, 1)).astype(np.float32)
+    img = 0.7 * img + 0.3 * fine
+    tint = rng.uniform(0.3, 1.0, 3).astype(np.float32)
+    img = (img - img.mean()) * rng.uniform(0.8, 1.6) + 0.5
+    return np.clip(img * tint * 255 + rng.uniform(0, 60), 0, 255).astype(np.uint8)
+
+
+def _object_pose(cls: str, t: int, rng_params: dict, size: int) -> tuple[float, float, float, float]:
+    """Centre x, y, angle (degrees) and scale of the main object at frame ``t`` for class ``cls``."""
+    cx, cy, v, period, amp = (rng_params[k] for k in ("cx", "cy", "speed", "period", "amp"))
+    span = size * 1.5  # wrap-around span for translations: exit one side, re-enter the other
+    angle, scale = rng_params["angle0"], 1.0
+    if cls.startswith("Move"):
+        dx, dy = {"MoveRight": (1, 0), "MoveLeft": (-1, 0), "MoveUp": (0, -1), "MoveDown": (0, 1)}[cls]
+        cx = (cx + dx * v * t + span / 2 - size / 2) % span - span / 2 + size / 2
+        cy = (cy + dy * v * t + span / 2 - size / 2) % span - span / 2 + size / 2
+    elif cls.startswith("Rotate"):
+        angle += (-1 if cls == "RotateClockwise" else 1) * rng_params["omega"] * t
+    elif cls.startswith("Zoom"):
+        phase = (t * rng_params["zoom_rate"]) % 1.0  # zoom cycles between 0.6 and 1.4
+        scale = 0.6 + 0.8 * (phase if cls == "ZoomIn" else 1 - phase)
+    else:
+        offset = amp * math.sin(2 * math.pi * t / period)
+        cx, cy = (cx + offset, cy) if cls == "ShakeHorizontal" else (cx, cy + offset)
+    return cx, cy, angle, scale
+
+
+def _paste(frame: np.ndarray, obj: np.ndarray, mask: np.ndarray, cx: float, cy: float, angle: float,
+           scale: float) -> None:
+    """Warp ``obj`` (with alpha ``mask``) to centre (cx, cy), rotated and scaled, and blend it into frame."""
+    h, w = obj.shape[:2]
+    m = cv2.getRotationMatrix2D((w / 2, h / 2), angle, scale)
+    m[:, 2] += (cx - w / 2, cy - h / 2)
+    size = (frame.shape[1], frame.shape[0])
+    warped = cv2.warpAffine(obj, m, size, flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_CONSTANT)
+    alpha = cv2.warpAffine(mask, m, size, flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_CONSTANT)[..., None]
+    frame[:] = (frame * (1 - alpha) + warped * alpha).astype(np.uint8)
+
+
+def _shape_mask(rng: np.random.Generator, n: int) -> np.ndarray:
+    """A random blob mask (n, n) float32 in [0, 1]: an ellipse or a rectangle, softened at the edge."""
+    mask = np.zeros((n, n), np.float32)
+    if rng.random() < 0.5:
+        axes = (int(n * rng.uniform(0.3, 0.48)), int(n * rng.uniform(0.3, 0.48)))
+        cv2.ellipse(mask, (n // 2, n // 2), axes, float(rng.uniform(0, 180)), 0, 360, 1.0, -1)
+    else:
+        a, b = int(n * rng.uniform(0.1, 0.25)), int(n * rng.uniform(0.1, 0.25))
+        mask[a : n - a, b : n - b] = 1.0
+    return cv2.GaussianBlur(mask, (3, 3), 0)
+
+
+def render_video(cls: str, size: int, frames: int, rng: np.random.Generator) -> np.ndarray:
+    """Render one video of class ``cls``: (frames, size, size, 3) uint8 BGR."""
+    bg = texture(rng, size * 2, size * 2)
+    bg_v = rng.uniform(-0.3, 0.3, 2)
+    n = size // 2
+    obj, mask = texture(rng, n, n), _shape_mask(rng, n)
+    dn = size // 4
+    dis, dis_mask = texture(rng, dn, dn), _shape_mask(rng, dn)
+    dis_p, dis_v = rng.uniform(0.2 * size, 0.8 * size, 2), rng.uniform(-0.6, 0.6, 2)
+    params = {
+        "cx": size / 2 + rng.uniform(-0.1, 0.1) * size,
+        "cy": size / 2 + rng.uniform(-0.1, 0.1) * size,
+        "speed": size / 48 * rng.uniform(0.8, 1.25),
+        "period": rng.uniform(8, 14),
+        "amp": size * rng.uniform(0.1, 0.16),
+        "angle0": rng.uniform(0, 360),
+        "omega": rng.uniform(4, 7),
+        "zoom_rate": rng.uniform(1 / 40, 1 / 28),
+    }
+    out = np.empty((frames, size, size, 3), np.uint8)
+    for t in range(frames):
+        ox, oy = size / 2 + bg_v * t
+        m = np.float32([[1, 0, -ox], [0, 1, -oy]])
+        frame = cv2.warpAffine(bg, m, (size, size), borderMode=cv2.BORDER_REFLECT)
+        _paste(frame, dis, dis_mask, *(dis_p + dis_v * t), angle=0.0, scale=1.0)
+        _paste(frame, obj, mask, *_object_pose(cls, t, params, size))
+        out[t] = frame
+    return out
+
+
+def write_video(path: Path, frames: np.ndarray, fps: float, codec: str) -> None:
+    """Encode ``frames`` with OpenCV to ``path`` atomically."""
+    fourcc, _ = CODECS[codec]
+    h, w = frames.shape[1:3]
+    with atomic_path(path) as tmp:
+        writer = cv2.VideoWriter(str(tmp), cv2.VideoWriter_fourcc(*fourcc), fps, (w, h))
+        if not writer.isOpened():
+            raise UserError(f"{path}: OpenCV cannot write codec {codec}")
+        try:
+            for f in frames:
+                writer.write(f)
+        finally:
+            writer.release()
+
+
+def make_synthetic(out: str | Path, cfg: SyntheticConfig = SyntheticConfig()) -> Path:
+    """Write the example dataset to ``out`` in the UCF101 layout and return the dataset root.
+
+    ``out/UCF-101/<Class>/v_<Class>_gNN_c01.<ext>`` plus ``out/ucfTrainTestlist/`` with ``classInd.txt``
+    and three train/test splits (split s tests the groups g with (g - 1) % 3 == s - 1).
+    """
+    cfg.validate()
+    out = Path(out)
+    classes = CLASSES[: cfg.num_classes]
+    _, ext = CODECS[cfg.codec]
+    lists = {s: ([], []) for s in (1, 2, 3)}
+    for ci, cls in enumerate(classes):
+        for g in range(1, cfg.videos_per_class + 1):
+            rel = f"{cls}/v_{cls}_g{g:02d}_c01{ext}"
+            path = out / "UCF-101" / rel
+            if not path.exists():
+                rng = np.random.default_rng([cfg.seed, ci, g])
+                write_video(path, render_video(cls, cfg.size, cfg.frames, rng), cfg.fps, cfg.codec)
+            for s in (1, 2, 3):
+                train, test = lists[s]
+                (test if (g - 1) % 3 == s - 1 else train).append((rel, ci + 1))
+    split_dir = out / "ucfTrainTestlist"
+    _write_text(split_dir / "classInd.txt", "".join(f"{i + 1} {c}\n" for i, c in enumerate(classes)))
+    for s, (train, test) in lists.items():
+        _write_text(split_dir / f"trainlist0{s}.txt", "".join(f"{r} {c}\n" for r, c in train))
+        _write_text(split_dir / f"testlist0{s}.txt", "".join(f"{r}\n" for r, _ in test))
+    return out
+
+
+def _write_text(path: Path, text: str) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(text)

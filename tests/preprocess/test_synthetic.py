@@ -1,0 +1,75 @@
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from memdpc.cli import main
+from memdpc.preprocess.datasets import build_index
+from memdpc.preprocess.synthetic import CLASSES, SyntheticConfig, make_synthetic
+
+
+def _decode(path: Path) -> np.ndarray:
+    cap = cv2.VideoCapture(str(path))
+    frames = []
+    while True:
+        ok, f = cap.read()
+        if not ok:
+            return np.stack(frames)
+        frames.append(f)
+
+
+def test_videos_decode_to_stated_frames_and_size(tiny_dataset):
+    videos = sorted(tiny_dataset.glob("UCF-101/*/*.avi"))
+    assert len(videos) == 9
+    for v in videos:
+        assert _decode(v).shape == (30, 32, 32, 3)
+
+
+def test_index_reads_synthetic_as_ucf101(tiny_dataset):
+    records = build_index(tiny_dataset, "ucf101", 1)
+    assert len(records) == 9
+    assert {r.label_name for r in records} == set(CLASSES[:3])
+    assert sum(r.split == "test" for r in records) == 3  # group 1 of each class
+    assert all("." not in r.id for r in records)
+
+
+def test_same_seed_same_bytes_other_seed_differs(tmp_path):
+    cfg = SyntheticConfig(videos_per_class=1, frames=8, size=32, num_classes=2, seed=3)
+    a, b = make_synthetic(tmp_path / "a", cfg), make_synthetic(tmp_path / "b", cfg)
+    c = make_synthetic(tmp_path / "c", SyntheticConfig(**{**cfg.__dict__, "seed": 4}))
+    for rel in (p.relative_to(a) for p in a.rglob("*") if p.is_file()):
+        assert (a / rel).read_bytes() == (b / rel).read_bytes(), rel
+    rel = next(p.relative_to(a) for p in a.rglob("*.avi"))
+    assert (a / rel).read_bytes() != (c / rel).read_bytes()
+
+
+def test_appearance_does_not_give_class_but_motion_does():
+    """Mean colour is no better than chance across classes, while frame differences show the motion."""
+    from memdpc.preprocess.synthetic import render_video
+
+    rng = np.random.default_rng(0)
+    right = [render_video("MoveRight", 48, 12, rng) for _ in range(6)]
+    left = [render_video("MoveLeft", 48, 12, rng) for _ in range(6)]
+    mean_r = np.mean([v.mean() for v in right])
+    mean_l = np.mean([v.mean() for v in left])
+    spread = np.std([v.mean() for v in right + left])
+    assert abs(mean_r - mean_l) < 2 * spread
+    # motion: the phase correlation shift of the object region points the right way on average
+    flows = []
+    for v, sign in [(x, 1) for x in right] + [(x, -1) for x in left]:
+        g = [cv2.cvtColor(f, cv2.COLOR_BGR2GRAY).astype(np.float32) for f in v]
+        tv = cv2.optflow.DualTVL1OpticalFlow_create()
+        flow = tv.calc(g[4].astype(np.uint8), g[5].astype(np.uint8), None)
+        strong = np.abs(flow[..., 0]) > 0.5
+        flows.append(sign * flow[..., 0][strong].mean())
+    assert np.mean(flows) > 0.3
+
+
+@pytest.mark.parametrize("args", [["--classes", "11"], ["--frames", "1"], ["--size", "-4"]])
+def test_bad_options_exit_2(tmp_path, args):
+    res = CliRunner().invoke(main, ["data", "synthetic", str(tmp_path / "x"), *args])
+    assert res.exit_code == 2, res.output
+    assert "Traceback" not in res.output
+    assert not (tmp_path / "x").exists()
