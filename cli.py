@@ -40,11 +40,20 @@ def main() -> None:
 # --------------------------------------------------------------------------------------------- index
 @main.command("index")
 @click.argument("dataset_root", type=click.Path(path_type=Path))
-@click.option("--layout", type=click.Choice(["ucf101", "hmdb51", "kinetics400", "oops", "folder"]),
-              required=True, help="Dataset layout of DATASET_ROOT.")
+@click.option(
+    "--layout",
+    type=click.Choice(["ucf101", "hmdb51", "kinetics400", "oops", "folder"]),
+    required=True,
+    help="Dataset layout of DATASET_ROOT.",
+)
 @click.option("--split", type=click.IntRange(1, 3), default=1, show_default=True, help="Official split 1–3.")
-@click.option("--out", "out", type=click.Path(path_type=Path), default=None,
-              help="Index file to write (default: DATASET_ROOT/index_<layout>_split<N>.jsonl).")
+@click.option(
+    "--out",
+    "out",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Index file to write (default: DATASET_ROOT/index_<layout>_split<N>.jsonl).",
+)
 def index_cmd(dataset_root: Path, layout: str, split: int, out: Path | None) -> None:
     """Read a dataset in its official layout and write one video index (JSONL)."""
     from memdpc.preprocess.datasets import build_index
@@ -78,10 +87,17 @@ main.add_command(data)
 @click.option("--videos-per-class", type=int, default=8, show_default=True, help="Videos per class.")
 @click.option("--frames", type=int, default=48, show_default=True, help="Frames per video.")
 @click.option("--size", type=int, default=64, show_default=True, help="Frame width and height in pixels.")
-@click.option("--classes", "num_classes", type=int, default=10, show_default=True, help="Number of classes (≤ 10).")
+@click.option(
+    "--classes", "num_classes", type=int, default=10, show_default=True, help="Number of classes (≤ 10)."
+)
 @click.option("--fps", type=float, default=25.0, show_default=True, help="Frame rate written in the files.")
-@click.option("--codec", type=click.Choice(["xvid", "mjpg", "mp4v"]), default="xvid", show_default=True,
-              help="Video codec (xvid/mjpg: .avi, mp4v: .mp4).")
+@click.option(
+    "--codec",
+    type=click.Choice(["xvid", "mjpg", "mp4v"]),
+    default="xvid",
+    show_default=True,
+    help="Video codec (xvid/mjpg: .avi, mp4v: .mp4).",
+)
 @click.option("--seed", type=int, default=0, show_default=True, help="Random seed (same seed, same bytes).")
 def data_synthetic(out: Path, **kw) -> None:
     """Write the built-in motion-class dataset to OUT in the UCF101 layout."""

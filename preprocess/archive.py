@@ -37,17 +37,51 @@ def _add(tar: tarfile.TarFile, name: str, data: bytes) -> None:
     tar.addfile(info, io.BytesIO(data))
 
 
+class ArchiveWriter:
+    """Append encoded frames to an archive one at a time; it appears under its final name only on commit.
+
+    Use as a context manager: ``add`` frames, then ``commit(meta)``; leaving the block without a commit
+    (an exception, or a decision not to keep the video) removes the temporary file. Several writers can
+    be open at once, so one decode can feed the RGB and the flow archive of a video.
+    """
+
+    def __init__(self, path: str | os.PathLike, ext: str = "jpg") -> None:
+        self.path, self.ext, self.num_frames = Path(path), ext, 0
+        self._atomic = atomic_path(self.path)
+        self._tar: tarfile.TarFile | None = None
+        self._committed = False
+
+    def __enter__(self) -> ArchiveWriter:
+        tmp = self._atomic.__enter__()
+        self._tar = tarfile.open(tmp, "w", format=tarfile.USTAR_FORMAT)
+        return self
+
+    def add(self, data: bytes) -> None:
+        _add(self._tar, frame_name(self.num_frames, self.ext), data)
+        self.num_frames += 1
+
+    def commit(self, meta: dict[str, Any]) -> None:
+        """Write ``meta.json`` (with ``num_frames`` set) and rename the archive into place on exit."""
+        _add(self._tar, META, json.dumps({**meta, "num_frames": self.num_frames}).encode())
+        self._committed = True
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        self._tar.close()
+        if exc_type is None and not self._committed:
+            exc_type = exc = RuntimeError("archive not committed")  # discard: remove the temporary file
+        return bool(self._atomic.__exit__(exc_type, exc, tb)) and exc is None
+
+
 def write_archive(path: str | os.PathLike, frames: Iterable[bytes], meta: dict[str, Any], ext: str = "jpg") -> int:
     """Write encoded frames (consumed as they come, so memory stays flat) and ``meta.json`` atomically.
 
     Returns the number of frames written; ``meta['num_frames']`` is set to it.
     """
-    with atomic_path(path) as tmp, tarfile.open(tmp, "w", format=tarfile.USTAR_FORMAT) as tar:
-        n = 0
-        for n, data in enumerate(frames, 1):
-            _add(tar, frame_name(n - 1, ext), data)
-        _add(tar, META, json.dumps({**meta, "num_frames": n}).encode())
-    return n
+    with ArchiveWriter(path, ext) as w:
+        for data in frames:
+            w.add(data)
+        w.commit(meta)
+    return w.num_frames
 
 
 def read_archive(path: str | os.PathLike) -> tuple[dict[str, Any], list[bytes]]:

@@ -99,7 +99,9 @@ def hmdb51(root: Path, split: int = 1) -> list[VideoRecord]:
             if not path.is_file():
                 raise UserError(f"{f}:{lineno}: video {path} does not exist")
             split_name = "train" if fields[1] == "1" else "test"
-            records.append(VideoRecord(video_id(fields[0]), str(path.resolve()), classes[cls], cls, split_name))
+            records.append(
+                VideoRecord(video_id(fields[0]), str(path.resolve()), classes[cls], cls, split_name)
+            )
     return _finish(records, split_dir)
 
 
@@ -118,7 +120,9 @@ def kinetics400(root: Path, split: int = 1) -> list[VideoRecord]:
     for f in csvs:
         with open(f, newline="") as fh:
             reader = csv.DictReader(fh)
-            missing = {"label", "youtube_id", "time_start", "time_end", "split"} - set(reader.fieldnames or [])
+            missing = {"label", "youtube_id", "time_start", "time_end", "split"} - set(
+                reader.fieldnames or []
+            )
             if missing:
                 raise UserError(f"{f}:1: missing CSV columns {sorted(missing)}")
             for lineno, row in enumerate(reader, 2):
@@ -138,7 +142,9 @@ def kinetics400(root: Path, split: int = 1) -> list[VideoRecord]:
             raise UserError(f"{f}:{lineno}: time_start/time_end are not integers") from None
         path = _k400_file(root, row["split"], row["label"], name)
         if path is None:
-            raise UserError(f"{f}:{lineno}: video {name}.mp4 (class '{row['label']}') does not exist under {root}")
+            raise UserError(
+                f"{f}:{lineno}: video {name}.mp4 (class '{row['label']}') does not exist under {root}"
+            )
         records.append(
             VideoRecord(video_id(name), str(path.resolve()), classes[row["label"]], row["label"], split_name)
         )
@@ -163,8 +169,10 @@ def oops(root: Path, split: int = 1) -> list[VideoRecord]:
     videos with no valid time are skipped (the protocol of the Oops paper). Labels are -1: Oops labels are
     per time step, derived from ``extra['t']`` at evaluation.
     """
-    ann = _first_existing([root / "annotations" / "transition_times.json", root / "transition_times.json"],
-                          "transition_times.json")
+    ann = _first_existing(
+        [root / "annotations" / "transition_times.json", root / "transition_times.json"],
+        "transition_times.json",
+    )
     try:
         times = json.loads(ann.read_text())
     except json.JSONDecodeError as e:
@@ -182,7 +190,9 @@ def oops(root: Path, split: int = 1) -> list[VideoRecord]:
             if not valid:
                 continue
             extra = {"t": statistics.median(valid), "t_all": entry.get("t", []), "len": entry.get("len")}
-            records.append(VideoRecord(video_id(path.name), str(path.resolve()), -1, "", split_name, extra=extra))
+            records.append(
+                VideoRecord(video_id(path.name), str(path.resolve()), -1, "", split_name, extra=extra)
+            )
     return _finish(records, root)
 
 
@@ -192,7 +202,9 @@ def folder(root: Path, split: int = 1) -> list[VideoRecord]:
     """
     split_dirs = [s for s in ("train", "val", "test") if (root / s).is_dir()]
     bases = [(root / s, s) for s in split_dirs] or [(root, "train")]
-    names = sorted({c.name for base, _ in bases for c in base.iterdir() if c.is_dir()}) if root.is_dir() else []
+    names = (
+        sorted({c.name for base, _ in bases for c in base.iterdir() if c.is_dir()}) if root.is_dir() else []
+    )
     classes = {name: i for i, name in enumerate(names)}
     records = []
     for base, split_name in bases:

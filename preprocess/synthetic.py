@@ -56,7 +56,9 @@ def texture(rng: np.random.Generator, h: int, w: int) -> np.ndarray:
     """A random colour texture (H, W, 3) uint8: smoothed noise at a random scale, random tint and contrast."""
     cell = int(rng.integers(2, 9))
     noise = rng.random((h // cell + 2, w // cell + 2, 3)).astype(np.float32)
-    img = cv2.resize(noise, (w + 2 * cell, h + 2 * cell), interpolation=cv2.INTER_CUBIC)[cell:-cell, cell:-cell]
+    img = cv2.resize(noise, (w + 2 * cell, h + 2 * cell), interpolation=cv2.INTER_CUBIC)[
+        cell:-cell, cell:-cell
+    ]
     fine = rng.random((h, w, 1)).astype(np.float32)
     img = 0.7 * img + 0.3 * fine
     tint = rng.uniform(0.3, 1.0, 3).astype(np.float32)
@@ -84,8 +86,9 @@ def _object_pose(cls: str, t: int, rng_params: dict, size: int) -> tuple[float, 
     return cx, cy, angle, scale
 
 
-def _paste(frame: np.ndarray, obj: np.ndarray, mask: np.ndarray, cx: float, cy: float, angle: float,
-           scale: float) -> None:
+def _paste(
+    frame: np.ndarray, obj: np.ndarray, mask: np.ndarray, cx: float, cy: float, angle: float, scale: float
+) -> None:
     """Warp ``obj`` (with alpha ``mask``) to centre (cx, cy), rotated and scaled, and blend it into frame."""
     h, w = obj.shape[:2]
     m = cv2.getRotationMatrix2D((w / 2, h / 2), angle, scale)

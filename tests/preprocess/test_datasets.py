@@ -1,0 +1,199 @@
+"""Dataset readers on small fake trees in the official formats, and every bad-input case of the issue."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from memdpc.cli import main
+from memdpc.errors import UserError
+from memdpc.preprocess.datasets import build_index
+from memdpc.preprocess.video_index import read_index
+
+
+def _touch(path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"video")
+
+
+@pytest.fixture
+def ucf(tmp_path) -> Path:
+    root = tmp_path / "ucf"
+    lists = root / "ucfTrainTestlist"
+    lists.mkdir(parents=True)
+    (lists / "classInd.txt").write_text("1 ApplyEyeMakeup\n2 Archery\n")
+    for s in (1, 2, 3):
+        (lists / f"trainlist0{s}.txt").write_text(
+            "ApplyEyeMakeup/v_ApplyEyeMakeup_g08_c01.avi 1\nArchery/v_Archery_g08_c01.avi 2\n"
+            "Archery/v_Archery_g09_c02.avi 2\n"
+        )
+        (lists / f"testlist0{s}.txt").write_text("ApplyEyeMakeup/v_ApplyEyeMakeup_g01_c01.avi\n")
+    for name in (
+        "ApplyEyeMakeup/v_ApplyEyeMakeup_g08_c01",
+        "Archery/v_Archery_g08_c01",
+        "Archery/v_Archery_g09_c02",
+        "ApplyEyeMakeup/v_ApplyEyeMakeup_g01_c01",
+    ):
+        _touch(root / "UCF-101" / f"{name}.avi")
+    return root
+
+
+def test_ucf101_index(ucf):
+    records = build_index(ucf, "ucf101", 2)
+    assert [(r.id, r.label, r.label_name, r.split) for r in records] == [
+        ("v_ApplyEyeMakeup_g08_c01", 0, "ApplyEyeMakeup", "train"),
+        ("v_Archery_g08_c01", 1, "Archery", "train"),
+        ("v_Archery_g09_c02", 1, "Archery", "train"),
+        ("v_ApplyEyeMakeup_g01_c01", 0, "ApplyEyeMakeup", "test"),
+    ]
+    assert all(Path(r.path).is_file() for r in records)
+
+
+@pytest.fixture
+def hmdb(tmp_path) -> Path:
+    root = tmp_path / "hmdb"
+    splits = root / "testTrainMulti_7030_splits"
+    splits.mkdir(parents=True)
+    for cls, rows in {
+        "brush_hair": [("a.b_1.avi", 1), ("c_2.avi", 2), ("d_3.avi", 0)],
+        "cartwheel": [("e_4.avi", 2), ("f_5.avi", 1)],
+    }.items():
+        for s in (1, 2, 3):
+            (splits / f"{cls}_test_split{s}.txt").write_text("".join(f"{v} {k} \n" for v, k in rows))
+        for v, _ in rows:
+            _touch(root / cls / v)
+    return root
+
+
+def test_hmdb51_index(hmdb):
+    records = build_index(hmdb, "hmdb51", 1)
+    got = sorted((r.id, r.label, r.split) for r in records)
+    assert got == [("a_b_1", 0, "train"), ("c_2", 0, "test"), ("e_4", 1, "test"), ("f_5", 1, "train")]
+
+
+@pytest.fixture
+def k400(tmp_path) -> Path:
+    root = tmp_path / "k400"
+    (root / "annotations").mkdir(parents=True)
+    (root / "annotations" / "train.csv").write_text(
+        "label,youtube_id,time_start,time_end,split\n"
+        "abseiling,abc-_123,14,24,train\n"
+        "air drumming,xyz,0,10,train\n"
+    )
+    (root / "annotations" / "validate.csv").write_text(
+        "label,youtube_id,time_start,time_end,split\nabseiling,qqq,5,15,val\n"
+    )
+    (root / "annotations" / "test.csv").write_text(
+        "label,youtube_id,time_start,time_end,split\n,zzz,0,10,test\n"
+    )
+    _touch(root / "train" / "abseiling" / "abc-_123_000014_000024.mp4")
+    _touch(root / "train" / "air_drumming" / "xyz_000000_000010.mp4")
+    _touch(root / "val" / "abseiling" / "qqq_000005_000015.mp4")
+    return root
+
+
+def test_kinetics400_index(k400):
+    records = build_index(k400, "kinetics400")
+    got = sorted((r.id, r.label, r.label_name, r.split) for r in records)
+    assert got == [
+        ("abc-_123_000014_000024", 0, "abseiling", "train"),
+        ("qqq_000005_000015", 0, "abseiling", "val"),
+        ("xyz_000000_000010", 1, "air drumming", "train"),
+    ]
+
+
+def test_oops_index(tmp_path):
+    root = tmp_path / "oops"
+    (root / "annotations").mkdir(parents=True)
+    times = {
+        "fail one": {"t": [2.0, 3.0, 2.5], "len": 6.0},
+        "fail.two": {"t": [-1, 1.0], "len": 4.0},
+        "none": {"t": [-1, -1], "len": 5.0},
+    }
+    (root / "annotations" / "transition_times.json").write_text(json.dumps(times))
+    for split, name in (("train", "fail one"), ("val", "fail.two"), ("train", "none"), ("train", "unlisted")):
+        _touch(root / split / f"{name}.mp4")
+    records = build_index(root, "oops")
+    assert sorted((r.id, r.split, r.extra["t"]) for r in records) == [
+        ("fail_one", "train", 2.5),
+        ("fail_two", "val", 1.0),
+    ]
+
+
+def test_folder_index(tmp_path):
+    for rel in ("train/jump/a.mp4", "train/run/b.avi", "test/jump/c.mp4", "test/run/notes.txt"):
+        _touch(tmp_path / rel)
+    records = build_index(tmp_path, "folder")
+    assert sorted((r.id, r.label, r.split) for r in records) == [
+        ("jump__a", 0, "train"),
+        ("jump__c", 0, "test"),
+        ("run__b", 1, "train"),
+    ]
+
+
+def _run_index(root: Path, layout: str, out: Path):
+    return CliRunner().invoke(main, ["index", str(root), "--layout", layout, "--out", str(out)])
+
+
+def test_cli_writes_index_and_summary(ucf, tmp_path):
+    res = _run_index(ucf, "ucf101", tmp_path / "idx.jsonl")
+    assert res.exit_code == 0, res.output
+    assert "Archery" in res.output and "total" in res.output
+    assert len(read_index(tmp_path / "idx.jsonl")) == 4
+
+
+def _bad_missing_split(root: Path) -> str:
+    (root / "ucfTrainTestlist" / "testlist01.txt").unlink()
+    return "testlist01.txt: split file not found"
+
+
+def _bad_unknown_class(root: Path) -> str:
+    with open(root / "ucfTrainTestlist" / "trainlist01.txt", "a") as f:
+        f.write("Bowling/v_Bowling_g01_c01.avi 3\n")
+    return "trainlist01.txt:4: class 'Bowling' is not in"
+
+
+def _bad_missing_video(root: Path) -> str:
+    (root / "UCF-101" / "Archery" / "v_Archery_g09_c02.avi").unlink()
+    return "trainlist01.txt:3: video"
+
+
+def _bad_duplicate(root: Path) -> str:
+    with open(root / "ucfTrainTestlist" / "testlist01.txt", "a") as f:
+        f.write("Archery/v_Archery_g08_c01.avi\n")
+    return "duplicate video id 'v_Archery_g08_c01'"
+
+
+@pytest.mark.parametrize(
+    "breaker", [_bad_missing_split, _bad_unknown_class, _bad_missing_video, _bad_duplicate]
+)
+def test_bad_ucf_input_one_line_exit_2_no_partial_file(ucf, tmp_path, breaker):
+    expected = breaker(ucf)
+    out = tmp_path / "out" / "idx.jsonl"
+    res = _run_index(ucf, "ucf101", out)
+    assert res.exit_code == 2
+    assert expected in res.output
+    assert "Traceback" not in res.output
+    assert not out.parent.exists() or not any(out.parent.iterdir())
+
+
+def test_empty_folder_is_an_error(tmp_path):
+    (tmp_path / "empty").mkdir()
+    res = _run_index(tmp_path / "empty", "folder", tmp_path / "idx.jsonl")
+    assert res.exit_code == 2 and "no videos found" in res.output
+    assert not (tmp_path / "idx.jsonl").exists()
+
+
+def test_hmdb_bad_line_names_file_and_line(hmdb):
+    (hmdb / "testTrainMulti_7030_splits" / "cartwheel_test_split1.txt").write_text("e_4.avi 2\nbroken\n")
+    with pytest.raises(UserError, match=r"cartwheel_test_split1.txt:2: expected 'video 0\|1\|2'"):
+        build_index(hmdb, "hmdb51", 1)
+
+
+def test_k400_missing_video_names_csv_line(k400):
+    (k400 / "val" / "abseiling" / "qqq_000005_000015.mp4").unlink()
+    with pytest.raises(UserError, match=r"validate.csv:2: video qqq_000005_000015.mp4"):
+        build_index(k400, "kinetics400")

@@ -1,0 +1,23 @@
+import shutil
+import subprocess
+
+from memdpc import __version__
+
+
+def test_console_script_lists_verbs_and_version():
+    exe = shutil.which("memdpc")
+    assert exe, "the memdpc console script is not installed"
+    out = subprocess.run([exe, "--help"], capture_output=True, text=True, check=True).stdout
+    for verb in ("index", "data"):
+        assert f"  {verb} " in out
+    version = subprocess.run([exe, "--version"], capture_output=True, text=True, check=True).stdout
+    assert __version__ in version
+
+
+def test_unknown_path_is_one_line_error(tmp_path):
+    res = subprocess.run(
+        ["memdpc", "index", str(tmp_path / "nope"), "--layout", "ucf101"], capture_output=True, text=True
+    )
+    assert res.returncode == 2
+    assert "dataset root is not a folder" in res.stderr
+    assert "Traceback" not in res.stderr
