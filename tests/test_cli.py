@@ -1,16 +1,18 @@
-import shutil
 import subprocess
+import sys
+from pathlib import Path
 
 from memdpc import __version__
 
+# the console script installed beside the running interpreter (works with or without an activated venv)
+MEMDPC = str(Path(sys.executable).parent / "memdpc")
+
 
 def test_console_script_lists_verbs_and_version():
-    exe = shutil.which("memdpc")
-    assert exe, "the memdpc console script is not installed"
-    out = subprocess.run([exe, "--help"], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run([MEMDPC, "--help"], capture_output=True, text=True, check=True).stdout
     for verb in ("index", "data"):
         assert f"  {verb} " in out
-    version = subprocess.run([exe, "--version"], capture_output=True, text=True, check=True).stdout
+    version = subprocess.run([MEMDPC, "--version"], capture_output=True, text=True, check=True).stdout
     assert __version__ in version
 
 
