@@ -18,7 +18,7 @@ def test_console_script_lists_verbs_and_version():
 
 def test_unknown_path_is_one_line_error(tmp_path):
     res = subprocess.run(
-        ["memdpc", "index", str(tmp_path / "nope"), "--layout", "ucf101"], capture_output=True, text=True
+        [MEMDPC, "index", str(tmp_path / "nope"), "--layout", "ucf101"], capture_output=True, text=True
     )
     assert res.returncode == 2
     assert "dataset root is not a folder" in res.stderr
