@@ -1,0 +1,58 @@
+"""Dense InfoNCE: every prediction against every target of the batch, in one matrix product (DESIGN 2.5).
+
+A prediction at (batch b, step t, position p) must pick its own target (b, t, p) among all B·T·H·W targets.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def _flatten(x: torch.Tensor) -> torch.Tensor:
+    # (B, T, D, H, W) -> (B*T*H*W, D), rows ordered (b, t, h, w) as in the reference
+    return x.permute(0, 1, 3, 4, 2).reshape(-1, x.shape[2])
+
+
+def _gather_targets(targets: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """All-gather the targets of every rank (gradient flows back); returns them and this rank's row offset."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return targets, 0
+    from torch.distributed.nn.functional import all_gather
+
+    return torch.cat(all_gather(targets)), dist.get_rank() * targets.shape[0]
+
+
+def topk_accuracy(scores: torch.Tensor, labels: torch.Tensor, ks: tuple[int, ...] = (1, 5)) -> list[torch.Tensor]:
+    """Fraction of rows whose label is among the k highest scores (k capped at the number of columns)."""
+    kmax = min(max(ks), scores.shape[1])
+    top = scores.topk(kmax, dim=1).indices  # (rows, kmax)
+    hit = top == labels[:, None]
+    return [hit[:, : min(k, kmax)].any(dim=1).float().mean() for k in ks]
+
+
+def dense_infonce(pred: torch.Tensor, target: torch.Tensor, temperature: float | None = None,
+                  global_negatives: bool = False) -> dict[str, torch.Tensor]:
+    """Contrastive loss of predictions against targets, both (B, T, D, H, W).
+
+    Scores are raw dot products (the reference), or cosine similarities divided by ``temperature`` when one
+    is given. With ``global_negatives`` under torch.distributed the targets of all ranks are negatives too
+    (every rank must hold the same batch size). Returns scalar ``loss`` (mean cross-entropy), ``top1``, ``top5``.
+    """
+    if pred.shape != target.shape:
+        raise ValueError(f"prediction {tuple(pred.shape)} and target {tuple(target.shape)} differ in shape")
+    p, t = _flatten(pred), _flatten(target)
+    if temperature is not None:
+        p, t = F.normalize(p, dim=1), F.normalize(t, dim=1)
+    offset = 0
+    if global_negatives:
+        t, offset = _gather_targets(t)
+    scores = p @ t.t()  # (B*T*H*W, [world*]B*T*H*W)
+    if temperature is not None:
+        scores = scores / temperature
+    labels = torch.arange(p.shape[0], device=scores.device) + offset
+    loss = F.cross_entropy(scores.float(), labels)
+    top1, top5 = topk_accuracy(scores.detach(), labels)
+    return {"loss": loss, "top1": top1, "top5": top5}
