@@ -1,0 +1,87 @@
+"""Video-level predictions from window-level outputs (DESIGN 2.7).
+
+The test protocol: softmax per window and crop, averaged over all windows of a video (per crop), then
+over the 1, 5 or 10 crops; top-1/top-5 on the per-video probabilities. Windows are identified by their
+shard key, so a window seen twice (a padded last batch, a sample repeated across ranks) counts once, and
+:meth:`VideoAccumulator.check_complete` refuses a result that misses windows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from memdpc.errors import UserError
+
+
+class VideoAccumulator:
+    """Collects per-window, per-crop class probabilities and averages them per video."""
+
+    def __init__(self) -> None:
+        self._windows: dict[str, tuple[str, int, np.ndarray]] = {}
+
+    def __len__(self) -> int:
+        return len(self._windows)
+
+    def add(self, keys: Sequence[str], video_ids: Sequence[str], labels: Sequence[int],
+            logits: torch.Tensor | np.ndarray) -> None:
+        """Add a batch. ``logits``: (B, C) for one crop or (B, K, C) for K crops; softmax is taken here."""
+        logits = torch.as_tensor(logits, dtype=torch.float32)
+        if logits.dim() == 2:
+            logits = logits[:, None]  # (B, C) -> (B, 1, C)
+        probs = torch.softmax(logits, dim=-1).numpy()
+        for key, vid, label, p in zip(keys, video_ids, labels, probs, strict=True):
+            if key not in self._windows:  # a repeat (padding) is the same window: count it once
+                self._windows[key] = (vid, int(label), p)
+
+    def merge(self, other: VideoAccumulator) -> None:
+        """Add every window of ``other`` (gathered from another rank) not seen yet."""
+        for key, value in other._windows.items():
+            self._windows.setdefault(key, value)
+
+    def check_complete(self, expected_windows: int, source: str) -> None:
+        """Refuse an evaluation that saw fewer (or more) distinct windows than the shards hold."""
+        if len(self._windows) != expected_windows:
+            raise UserError(f"{source}: evaluated {len(self._windows)} distinct windows, "
+                            f"but the shards hold {expected_windows}")
+
+    def video_probs(self) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray]:
+        """(video ids sorted, labels (V,), probabilities (V, C), windows per video (V,)).
+
+        Softmax is averaged over the windows of each video for every crop, then over the crops.
+        """
+        if not self._windows:
+            raise UserError("no windows were evaluated (is the split empty?)")
+        per_video: dict[str, list[tuple[int, np.ndarray]]] = {}
+        for vid, label, p in self._windows.values():
+            per_video.setdefault(vid, []).append((label, p))
+        ids = sorted(per_video)
+        labels, probs, counts = [], [], []
+        for vid in ids:
+            entries = per_video[vid]
+            if len({lab for lab, _ in entries}) != 1:
+                raise UserError(f"video {vid}: its windows carry different labels")
+            stack = np.stack([p for _, p in entries])  # (W, K, C)
+            probs.append(stack.mean(axis=0).mean(axis=0))  # windows, then crops
+            labels.append(entries[0][0])
+            counts.append(len(entries))
+        return ids, np.asarray(labels, dtype=np.int64), np.stack(probs), np.asarray(counts, dtype=np.int64)
+
+
+def topk_accuracy(probs: np.ndarray, labels: np.ndarray, k: int) -> float:
+    """The fraction of rows whose label is among the ``k`` highest probabilities (ties: lower index first)."""
+    if len(labels) == 0:
+        raise UserError("no videos to score")
+    k = min(k, probs.shape[1])
+    order = np.argsort(-probs, axis=1, kind="stable")[:, :k]
+    return float(np.mean((order == np.asarray(labels)[:, None]).any(axis=1)))
+
+
+def classification_metrics(probs: np.ndarray, labels: np.ndarray) -> dict[str, float]:
+    """Video-level top-1 and top-5 accuracy, and the mean per-class top-1."""
+    pred = probs.argmax(axis=1)
+    per_class = [float(np.mean(pred[labels == c] == c)) for c in np.unique(labels)]
+    return {"top1": topk_accuracy(probs, labels, 1), "top5": topk_accuracy(probs, labels, 5),
+            "mean_class_top1": float(np.mean(per_class)), "videos": int(len(labels))}

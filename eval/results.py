@@ -1,0 +1,84 @@
+"""Evaluation results: one JSON file (what a person reads) plus one ``.npz`` beside it (per-video arrays).
+
+Schema of the JSON (``schema`` = 1)::
+
+    kind      "retrieval" | "probe-linear" | "probe-mlp" | "finetune" | "oops-frozen" | "oops-finetune"
+              | "fusion-classify" | "fusion-retrieval"
+    stream    "rgb" | "flow" | "rgb+flow"
+    dataset   a name for the evaluation data (default: the shard folder's name)
+    split     the evaluated (test) split, e.g. "test"
+    classes   class names, index = label
+    metrics   {name: float}, e.g. {"top1": 0.68, "top5": 0.9} or {"R@1": 0.2, …}
+    config    the settings that produced it (checkpoint, crops, label fraction, seed, …)
+    arrays    the name of the ``.npz`` beside it
+
+The ``.npz`` holds ``video_ids`` (str), ``labels`` (int64), and per kind ``probs`` (V, C) for classifiers or
+the centred, L2-normalised ``query``/``gallery`` features plus ``gallery_ids``/``gallery_labels`` for
+retrieval. Both files are written atomically (npz first, so a JSON never points at a missing array file).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from rich.table import Table
+
+from memdpc.atomic import atomic_path, write_json_atomic
+from memdpc.errors import UserError
+
+SCHEMA = 1
+REQUIRED = ("kind", "stream", "dataset", "split", "classes", "metrics")
+
+
+def arrays_path(path: str | os.PathLike) -> Path:
+    """The ``.npz`` that belongs to the results JSON ``path``."""
+    path = Path(path)
+    return path.with_name(path.stem + ".npz")
+
+
+def save_result(path: str | os.PathLike, result: dict[str, Any], arrays: dict[str, np.ndarray]) -> Path:
+    """Write ``result`` (JSON) and ``arrays`` (npz beside it), atomically; return the JSON path."""
+    path = Path(path)
+    missing = [k for k in REQUIRED if k not in result]
+    if missing:
+        raise ValueError(f"result lacks {missing}")
+    npz = arrays_path(path)
+    with atomic_path(npz) as tmp:
+        with open(tmp, "wb") as f:
+            np.savez(f, **arrays)
+    write_json_atomic(path, {"schema": SCHEMA, **result, "arrays": npz.name})
+    return path
+
+
+def load_result(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """Read a results JSON and its arrays, with a clear error for anything missing or malformed."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"{path}: results file not found")
+    try:
+        result = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise UserError(f"{path}: not a results JSON ({e})") from None
+    if not isinstance(result, dict) or any(k not in result for k in (*REQUIRED, "arrays")):
+        raise UserError(f"{path}: not a memdpc results file (needs {', '.join(REQUIRED)}, arrays)")
+    npz = path.with_name(result["arrays"])
+    if not npz.is_file():
+        raise UserError(f"{path}: its array file {npz} is missing")
+    with np.load(npz, allow_pickle=False) as z:
+        arrays = {k: z[k] for k in z.files}
+    return result, arrays
+
+
+def metrics_table(result: dict[str, Any], title: str | None = None) -> Table:
+    """A rich table of one result's metrics (percentages for values in [0, 1])."""
+    table = Table(title=title or f"{result['kind']} · {result['stream']} · {result['dataset']}/{result['split']}")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for name, value in result["metrics"].items():
+        shown = f"{100 * value:.2f}%" if isinstance(value, float) and 0.0 <= value <= 1.0 else str(value)
+        table.add_row(name, shown)
+    return table

@@ -1,0 +1,77 @@
+"""Late fusion: the fused probabilities equal the (weighted) mean; mismatched results are refused."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from memdpc.errors import UserError
+from memdpc.eval.fusion import fuse_results
+from memdpc.eval.results import load_result, save_result
+from memdpc.eval.retrieval import center_normalize
+
+CLASSES = ["a", "b", "c"]
+
+
+def _classify(path, stream, ids, probs, labels, **over):
+    result = {"kind": "finetune", "stream": stream, "dataset": "syn", "split": "test", "classes": CLASSES,
+              "metrics": {}, **over}
+    arrays = {"video_ids": np.array(ids), "labels": np.array(labels), "probs": np.array(probs, np.float32)}
+    return save_result(path, result, arrays)
+
+
+def test_fused_probabilities_are_the_mean_matched_by_video_id(tmp_path):
+    rgb = _classify(tmp_path / "rgb.json", "rgb", ["v1", "v2"], [[0.6, 0.3, 0.1], [0.2, 0.2, 0.6]], [0, 1])
+    # flow lists the videos in the other order
+    flow = _classify(tmp_path / "flow.json", "flow", ["v2", "v1"], [[0.1, 0.8, 0.1], [0.2, 0.7, 0.1]], [1, 0])
+    result, arrays = fuse_results(rgb, flow)
+    np.testing.assert_allclose(arrays["probs"], [[0.4, 0.5, 0.1], [0.15, 0.5, 0.35]], atol=1e-6)
+    assert arrays["video_ids"].tolist() == ["v1", "v2"]
+    # v1 (class 0) -> argmax 1: miss; v2 (class 1) -> argmax 1: hit
+    assert result["metrics"]["top1"] == 0.5 and result["stream"] == "rgb+flow"
+    _, weighted = fuse_results(rgb, flow, weights=(3, 1))
+    np.testing.assert_allclose(weighted["probs"][0], [0.75 * 0.6 + 0.25 * 0.2, 0.75 * 0.3 + 0.25 * 0.7, 0.1],
+                               atol=1e-6)
+
+
+@pytest.mark.parametrize("field,value,match", [
+    ("dataset", "other", "dataset"), ("split", "train", "split"), ("classes", ["a", "b", "x"], "classes")])
+def test_results_of_other_datasets_or_splits_are_refused(tmp_path, field, value, match):
+    rgb = _classify(tmp_path / "rgb.json", "rgb", ["v1"], [[1, 0, 0]], [0])
+    flow = _classify(tmp_path / "flow.json", "flow", ["v1"], [[1, 0, 0]], [0], **{field: value})
+    with pytest.raises(UserError, match=match):
+        fuse_results(rgb, flow)
+
+
+def test_different_video_sets_are_refused(tmp_path):
+    rgb = _classify(tmp_path / "rgb.json", "rgb", ["v1", "v2"], [[1, 0, 0]] * 2, [0, 0])
+    flow = _classify(tmp_path / "flow.json", "flow", ["v1", "v3"], [[1, 0, 0]] * 2, [0, 0])
+    with pytest.raises(UserError, match="video sets differ"):
+        fuse_results(rgb, flow)
+
+
+def test_retrieval_fusion_uses_the_sum_of_similarities(tmp_path):
+    def save(name, q, g):
+        result = {"kind": "retrieval", "stream": name, "dataset": "syn", "split": "test", "classes": CLASSES,
+                  "metrics": {}}
+        arrays = {"video_ids": np.array(["q"]), "labels": np.array([0]), "query": np.array(q, np.float32),
+                  "gallery": np.array(g, np.float32), "gallery_ids": np.array(["g0", "g1", "g2", "g3"]),
+                  "gallery_labels": np.array([0, 1, 2, 2])}
+        return save_result(tmp_path / f"{name}.json", result, arrays)
+
+    # stored features are already normalised; with a query [1] the similarities are the gallery values:
+    # stream A ranks g1 first (.96), stream B ranks g2 first; their sums [1.8, 1.46, 1.46, -2] rank g0 first
+    a = save("rgb", [[1.0]], [[0.9], [0.96], [0.5], [-1]])
+    b = save("flow", [[1.0]], [[0.9], [0.5], [0.96], [-1]])
+    assert load_result(a)[0]["metrics"] == {}
+    result, arrays = fuse_results(a, b)
+    assert arrays["neighbours"][0].tolist() == [0, 1, 2, 3]
+    assert result["metrics"]["R@1"] == 1.0 and result["kind"] == "fusion-retrieval"
+
+
+def test_classifier_and_retrieval_results_do_not_fuse(tmp_path):
+    rgb = _classify(tmp_path / "rgb.json", "rgb", ["v1"], [[1, 0, 0]], [0])
+    flow = _classify(tmp_path / "flow.json", "flow", ["v1"], [[1, 0, 0]], [0], kind="retrieval")
+    with pytest.raises(UserError, match="cannot fuse"):
+        fuse_results(rgb, flow)
+    assert center_normalize(np.eye(2)).shape == (2, 2)

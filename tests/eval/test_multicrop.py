@@ -1,0 +1,65 @@
+"""Window and crop averaging: every window exactly once, softmax averaged over windows then crops."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from memdpc.errors import UserError
+from memdpc.eval.multicrop import VideoAccumulator, classification_metrics, topk_accuracy
+
+
+def _softmax(x):
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def test_top1_top5_by_hand():
+    probs = np.array([[0.7, 0.2, 0.1], [0.1, 0.3, 0.6], [0.5, 0.4, 0.1], [0.2, 0.5, 0.3]])
+    labels = np.array([0, 1, 1, 1])
+    assert topk_accuracy(probs, labels, 1) == 0.5  # rows 0 and 3
+    assert topk_accuracy(probs, labels, 2) == 1.0
+    m = classification_metrics(probs, labels)
+    assert m["top1"] == 0.5 and m["top5"] == 1.0 and m["videos"] == 4
+    assert m["mean_class_top1"] == pytest.approx((1.0 + 1 / 3) / 2)
+
+
+def test_ten_crop_and_window_average_uses_every_window_once():
+    rng = np.random.default_rng(0)
+    windows = {"a": 3, "b": 1, "c": 2}  # windows per video
+    crops, classes = 10, 4
+    logits = {f"{v}_{w:05d}": rng.normal(size=(crops, classes)) for v, n in windows.items() for w in range(n)}
+    acc = VideoAccumulator()
+    keys = list(logits)
+    # batches of 2, and the last batch padded by repeating its sample (as DALI's pad_last_batch does)
+    keys_padded = keys + [keys[-1]]
+    for i in range(0, len(keys_padded), 2):
+        ks = keys_padded[i:i + 2]
+        acc.add(ks, [k.split("_")[0] for k in ks], [7] * len(ks), torch.tensor(np.stack([logits[k] for k in ks])))
+    acc.check_complete(6, "test")
+    ids, labels, probs, counts = acc.video_probs()
+    assert ids == ["a", "b", "c"] and counts.tolist() == [3, 1, 2] and labels.tolist() == [7, 7, 7]
+    for vid, p in zip(ids, probs, strict=True):
+        per_window = np.stack([_softmax(logits[k]) for k in keys if k.startswith(vid)])  # (W, K, C)
+        np.testing.assert_allclose(p, per_window.mean(axis=0).mean(axis=0), atol=1e-6)
+        np.testing.assert_allclose(p.sum(), 1.0, atol=1e-6)
+
+
+def test_one_crop_logits_and_merge_across_ranks():
+    a, b = VideoAccumulator(), VideoAccumulator()
+    a.add(["v_00000"], ["v"], [0], torch.tensor([[0.0, 0.0]]))
+    b.add(["v_00059", "v_00000"], ["v", "v"], [0, 0], torch.tensor([[np.log(3.0), 0.0], [0.0, 0.0]]))
+    a.merge(b)
+    _, _, probs, counts = a.video_probs()
+    assert counts.tolist() == [2]
+    np.testing.assert_allclose(probs[0], [(0.5 + 0.75) / 2, (0.5 + 0.25) / 2], atol=1e-6)
+
+
+def test_missing_windows_and_empty_splits_are_refused():
+    acc = VideoAccumulator()
+    with pytest.raises(UserError, match="empty"):
+        acc.video_probs()
+    acc.add(["v_00000"], ["v"], [0], torch.zeros(1, 3))
+    with pytest.raises(UserError, match="1 distinct windows, but the shards hold 2"):
+        acc.check_complete(2, "shards/rgb")

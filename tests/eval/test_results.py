@@ -1,0 +1,41 @@
+"""Results files: JSON + npz written atomically, read back, clear errors for bad files."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from rich.console import Console
+
+from memdpc.errors import UserError
+from memdpc.eval.results import arrays_path, load_result, metrics_table, save_result
+
+
+def test_round_trip_and_table(tmp_path):
+    result = {"kind": "probe-linear", "stream": "rgb", "dataset": "syn", "split": "test", "classes": ["a"],
+              "metrics": {"top1": 0.5, "videos": 4}}
+    path = save_result(tmp_path / "r.json", result, {"video_ids": np.array(["v"]), "probs": np.ones((1, 1))})
+    back, arrays = load_result(path)
+    assert back["metrics"] == {"top1": 0.5, "videos": 4} and back["schema"] == 1
+    assert arrays["video_ids"].tolist() == ["v"] and arrays_path(path).is_file()
+    console = Console(record=True, width=80)
+    console.print(metrics_table(back))
+    assert "50.00%" in console.export_text()
+    assert not list(tmp_path.glob(".tmp-*"))
+
+
+def test_bad_files_are_refused(tmp_path):
+    with pytest.raises(UserError, match="not found"):
+        load_result(tmp_path / "missing.json")
+    (tmp_path / "bad.json").write_text("{")
+    with pytest.raises(UserError, match="not a results JSON"):
+        load_result(tmp_path / "bad.json")
+    (tmp_path / "other.json").write_text(json.dumps({"kind": "x"}))
+    with pytest.raises(UserError, match="not a memdpc results file"):
+        load_result(tmp_path / "other.json")
+    result = {"kind": "finetune", "stream": "rgb", "dataset": "d", "split": "test", "classes": [], "metrics": {}}
+    path = save_result(tmp_path / "r.json", result, {"labels": np.zeros(1)})
+    arrays_path(path).unlink()
+    with pytest.raises(UserError, match="missing"):
+        load_result(path)
