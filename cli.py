@@ -108,5 +108,223 @@ def data_synthetic(out: Path, **kw) -> None:
     Console().print(f"next: memdpc index {root} --layout ucf101")
 
 
+# ---------------------------------------------------------------------------------------- preprocess
+@_group()
+def preprocess() -> None:
+    """Decode videos once into per-video archives of RGB frames and/or TV-L1 flow."""
+
+
+main.add_command(preprocess)
+
+_TVL1_OPTIONS = [  # (option, field, type, help); defaults are OpenCV's CPU DualTVL1 defaults
+    ("--tau", "tau", float, "TV-L1 time step (≤ 0.25)."),
+    ("--lambda", "lambda_", float, "TV-L1 data-term weight (smaller: smoother flow)."),
+    ("--theta", "theta", float, "TV-L1 coupling weight."),
+    ("--scales", "scales", int, "Pyramid levels."),
+    ("--scale-step", "scale_step", float, "Pyramid down-scaling factor."),
+    ("--warps", "warps", int, "Warpings per pyramid level."),
+    ("--epsilon", "epsilon", float, "Stopping threshold."),
+    ("--inner-iterations", "inner_iterations", int, "Inner iterations per warp."),
+    ("--outer-iterations", "outer_iterations", int, "Outer iterations per warp."),
+    ("--median-filtering", "median_filtering", int, "Median filter size on the flow (1 = off, 3, 5)."),
+]
+
+
+def _preprocess_options(default_streams: str):
+    from memdpc.preprocess.flow import BACKENDS, TVL1Params
+
+    defaults = TVL1Params()
+    opts = [
+        click.argument("index", type=click.Path(path_type=Path)),
+        click.option(
+            "--out",
+            type=click.Path(path_type=Path),
+            required=True,
+            help="Output root: writes OUT/rgb/<id>.tar and/or OUT/flow/<id>.tar.",
+        ),
+        click.option(
+            "--streams",
+            default=default_streams,
+            show_default=True,
+            help="Streams from one decode: rgb, flow or rgb,flow.",
+        ),
+        click.option(
+            "--size",
+            type=int,
+            default=256,
+            show_default=True,
+            help="Resize the short side to this, keeping the aspect ratio (0: keep the size).",
+        ),
+        click.option(
+            "--square",
+            type=int,
+            default=0,
+            show_default=True,
+            help="Resize to SQUARE×SQUARE instead (the paper's 256×256; 0: off).",
+        ),
+        click.option(
+            "--fps",
+            type=float,
+            default=0.0,
+            show_default=True,
+            help="Resample to this frame rate (0: the native rate).",
+        ),
+        click.option("--quality", type=int, default=90, show_default=True, help="RGB JPEG quality 1–100."),
+        click.option(
+            "--flow-quality",
+            type=int,
+            default=95,
+            show_default=True,
+            help="Flow JPEG quality 1–100 (4:4:4, no chroma subsampling).",
+        ),
+        click.option(
+            "--third-channel",
+            type=click.Choice(["128", "0"]),
+            default="128",
+            show_default=True,
+            help="Constant third channel of flow images (128 = zero flow after the mapping).",
+        ),
+        click.option(
+            "--flow-backend",
+            type=click.Choice(sorted(BACKENDS)),
+            default="opencv",
+            show_default=True,
+            help="TV-L1 implementation: opencv (CPU) or torch (batched, GPU).",
+        ),
+        click.option("--device", default="cpu", show_default=True, help="Device of the flow backend."),
+        click.option(
+            "--workers",
+            type=int,
+            default=1,
+            show_default=True,
+            help="Local worker processes (one OpenCV thread each).",
+        ),
+        click.option(
+            "--dask", default=None, help="Run on the Dask cluster at this scheduler address instead."
+        ),
+        click.option(
+            "--part",
+            default="0/1",
+            show_default=True,
+            help="Take videos I, I+N, I+2N, … of the index (0 ≤ I < N), e.g. $SLURM_ARRAY_TASK_ID/N.",
+        ),
+        click.option("--strict", is_flag=True, help="Exit with status 1 if any video failed."),
+        click.option(
+            "--keep-partial",
+            is_flag=True,
+            help="Keep the frames of a video that decodes only partway (default: a failure).",
+        ),
+        click.option(
+            "--report",
+            type=click.Path(path_type=Path),
+            default=None,
+            help="Run report JSON (default: OUT/preprocess-report[-partIofN].json).",
+        ),
+    ]
+    opts += [
+        click.option(o, f, type=t, default=getattr(defaults, f), show_default=True, help=h)
+        for o, f, t, h in _TVL1_OPTIONS
+    ]
+
+    def wrap(fn):
+        for opt in reversed(opts):
+            fn = opt(fn)
+        return fn
+
+    return wrap
+
+
+def _run_preprocess(index: Path, **kw) -> None:
+    from memdpc.preprocess.run import preprocess as run
+
+    tvl1 = {f: kw.pop(f) for _, f, _, _ in _TVL1_OPTIONS}
+    kw["third_channel"] = int(kw["third_channel"])
+    kw["report"] = str(kw["report"]) if kw["report"] else None
+    report = run(index, tvl1=tvl1, **kw)
+    s = report["summary"]
+    table = Table(title=f"preprocess {kw['streams']} → {kw['out']}")
+    for col in ("done", "partial", "skipped", "failed", "frames", "frames/s", "seconds"):
+        table.add_column(col, justify="right")
+    table.add_row(
+        *(str(s[k]) for k in ("done", "partial", "skipped", "failed", "frames", "frames_per_s", "seconds"))
+    )
+    Console().print(table)
+    for f in report["failures"]:
+        console.print(f"[red]failed[/red] {f['id']} ({f['path']}): {f['reason']}")
+    if report["failures"] and kw["strict"]:
+        raise SystemExit(1)
+
+
+@preprocess.command("frames")
+@_preprocess_options("rgb")
+def preprocess_frames(index: Path, **kw) -> None:
+    """RGB JPEG frames of every video in INDEX (a video index JSONL from `memdpc index`)."""
+    _run_preprocess(index, **kw)
+
+
+@preprocess.command("flow")
+@_preprocess_options("flow")
+def preprocess_flow(index: Path, **kw) -> None:
+    """TV-L1 flow images of every video in INDEX, computed from the video (n frames → n − 1 flows)."""
+    _run_preprocess(index, **kw)
+
+
+# --------------------------------------------------------------------------------------------- shard
+@main.command("shard")
+@click.argument("archive_root", type=click.Path(path_type=Path), required=False)
+@click.option("--index", "index", type=click.Path(path_type=Path), help="Video index (JSONL) of the videos.")
+@click.option("--stream", type=click.Choice(["rgb", "flow"]), help="Which archives to shard.")
+@click.option("--out", "out", type=click.Path(path_type=Path), help="Shard folder (gets <stream>/ inside).")
+@click.option(
+    "--split",
+    type=click.Choice(["train", "test", "val", "all"]),
+    default="train",
+    show_default=True,
+    help="Videos to shard; train/all: train windows, shuffled; test/val: eval windows (0, 59, 118, …).",
+)
+@click.option(
+    "--window-step",
+    type=click.IntRange(min=1),
+    default=20,
+    show_default=True,
+    help="Train windows start every N source frames (UCF101-length videos give 3–4 windows).",
+)
+@click.option(
+    "--short",
+    type=click.Choice(["pad", "drop"]),
+    default="pad",
+    show_default=True,
+    help="Videos shorter than one window: pad with the last frame, or drop them (as the reference code).",
+)
+@click.option("--max-count", type=click.IntRange(min=1), default=1000, show_default=True, help="Samples.")
+@click.option(
+    "--max-size", type=click.IntRange(min=1), default=128 * 2**20, show_default=True, help="Bytes per shard."
+)
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the train shuffle.")
+@click.option("--strict", is_flag=True, help="Stop at the first bad video (default: skip and report it).")
+@click.option(
+    "--verify",
+    "verify",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Instead of sharding: re-read every shard in DIR and check it against its manifest and index.",
+)
+def shard_cmd(archive_root: Path | None, verify: Path | None, **kw) -> None:
+    """Cut per-video frame archives into WebDataset shards of 40-frame samples, with DALI indexes."""
+    from memdpc.pipeline.manifest import print_verify, verify_shards
+    from memdpc.pipeline.shard import run_shard
+
+    if verify is not None:
+        if not print_verify(verify_shards(verify), Console()):
+            raise SystemExit(1)
+        return
+    missing = [f"--{o}" for o in ("index", "stream", "out") if not kw[o]]
+    missing = ["ARCHIVE_ROOT"] * (archive_root is None) + missing
+    if missing:
+        raise click.UsageError(f"missing {', '.join(missing)} (or give --verify DIR)")
+    index, stream, out, split = kw.pop("index"), kw.pop("stream"), kw.pop("out"), kw.pop("split")
+    run_shard(archive_root, index, stream, out, split, console=Console(), **kw)
+
+
 if __name__ == "__main__":
     main()

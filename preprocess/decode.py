@@ -1,0 +1,134 @@
+"""Streaming video decode: one frame at a time (memory independent of video length), resized, and
+optionally resampled to another frame rate.
+
+OpenCV's FFmpeg backend reads the codecs the supported datasets use (UCF101/HMDB51 xvid ``.avi``,
+Kinetics h264 ``.mp4``, ``.webm`` VP8/VP9). Problems with a video raise :class:`DecodeError`, whose message
+is the reason recorded in the run report; the run itself goes on with the other videos.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import cv2
+import numpy as np
+
+from memdpc.errors import UserError
+
+MAX_FPS = 1000.0  # a header claiming more than this is treated as a missing frame rate
+
+
+class DecodeError(Exception):
+    """A video that cannot be decoded (fully); the message is the reason, for the run report."""
+
+
+class PartialVideo(DecodeError):
+    """The video decoded only partway: fewer frames than its header promises."""
+
+
+@dataclass(frozen=True)
+class DecodeSpec:
+    """How frames come out of the decoder.
+
+    ``size``: resize so the short side is this many pixels, keeping the aspect ratio (0: keep the size).
+    ``square``: resize to ``square`` × ``square`` instead (0: off). ``fps``: resample to this frame rate
+    by taking the source frame nearest to each output time (0: the native rate).
+    """
+
+    size: int = 256
+    square: int = 0
+    fps: float = 0.0
+
+    def validate(self) -> None:
+        if self.size < 0 or self.square < 0:
+            raise UserError(f"--size and --square must be ≥ 0 (0 = off), not {self.size} and {self.square}")
+        if not (self.fps == 0 or 0 < self.fps <= MAX_FPS) or math.isnan(self.fps):
+            raise UserError(f"--fps must be 0 (native) or in (0, {MAX_FPS:g}], not {self.fps}")
+
+    def out_size(self, width: int, height: int) -> tuple[int, int]:
+        """Output (width, height) for a source frame of ``width`` × ``height``."""
+        if self.square:
+            return self.square, self.square
+        if not self.size:
+            return width, height
+        scale = self.size / min(width, height)
+        return max(1, round(width * scale)), max(1, round(height * scale))
+
+
+def _open(path: Path) -> cv2.VideoCapture:
+    if not path.exists():
+        raise DecodeError("file not found")
+    if not path.is_file():
+        raise DecodeError("not a regular file")
+    if not os.access(path, os.R_OK):
+        raise DecodeError("permission denied")
+    cap = cv2.VideoCapture(str(path), cv2.CAP_FFMPEG)
+    if not cap.isOpened():
+        raise DecodeError("not a readable video (FFmpeg cannot open it)")
+    return cap
+
+
+class VideoStream:
+    """Decoded BGR uint8 frames of one video, one at a time.
+
+    Iterating yields (H, W, 3) frames; at the end it raises :class:`DecodeError` when nothing decoded and
+    :class:`PartialVideo` when decoding stopped before the frame count in the header (a truncated or
+    corrupt file) — after yielding what did decode, so a caller may keep it. ``seconds`` accumulates the
+    time spent decoding and resizing, ``num_decoded`` counts source frames.
+    """
+
+    def __init__(self, path: str | os.PathLike, spec: DecodeSpec = DecodeSpec()) -> None:
+        self.path, self.spec = Path(path), spec
+        self.seconds, self.num_decoded = 0.0, 0
+        self._cap = _open(self.path)
+        self.source_fps = float(self._cap.get(cv2.CAP_PROP_FPS) or 0.0)
+        if not (0 < self.source_fps <= MAX_FPS):  # also rejects NaN
+            self._cap.release()
+            raise DecodeError(f"frame rate is 0 or missing in the file (header says {self.source_fps:g})")
+        self.expected_frames = int(self._cap.get(cv2.CAP_PROP_FRAME_COUNT) or 0)
+        self.fps = spec.fps or self.source_fps
+
+    def _read(self) -> Iterator[np.ndarray]:
+        try:
+            while True:
+                t = time.perf_counter()
+                ok, frame = self._cap.read()
+                if not ok:
+                    return
+                self.num_decoded += 1
+                frame = self._resize(frame)
+                self.seconds += time.perf_counter() - t
+                yield frame
+        finally:
+            self._cap.release()
+
+    def _resize(self, frame: np.ndarray) -> np.ndarray:
+        h, w = frame.shape[:2]
+        ow, oh = self.spec.out_size(w, h)
+        if (ow, oh) == (w, h):
+            return frame
+        interp = cv2.INTER_AREA if ow * oh < w * h else cv2.INTER_LINEAR
+        return cv2.resize(frame, (ow, oh), interpolation=interp)
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        ratio = self.source_fps / self.fps
+        j = 0  # next output frame; it takes source frame round(j * ratio)
+        for i, frame in enumerate(self._read()):
+            while math.floor(j * ratio + 0.5) == i:
+                yield frame
+                j += 1
+        self._check_complete()
+
+    def _check_complete(self) -> None:
+        if self.num_decoded == 0:
+            raise DecodeError("no frames could be decoded (empty, truncated or corrupt file)")
+        # Container frame counts of .webm/.mkv are estimated from the duration: allow one frame of slack.
+        if self.num_decoded < self.expected_frames - 1:
+            raise PartialVideo(
+                f"decoded only {self.num_decoded} of {self.expected_frames} frames (truncated or corrupt file)"
+            )

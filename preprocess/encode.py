@@ -1,0 +1,80 @@
+"""Image encoding of frames and flow codes, and the measured storage error of an encoding.
+
+Frames are stored as JPEG so that shard members decode on the GPU (DALI ``mixed`` decode). For flow the
+image holds codes, not colours, in the order (x, y, third) as R, G, B; JPEG's default 4:2:0 chroma
+subsampling averages colour over 2×2 pixels, which mixes x and y. :func:`code_error` measures what an
+encoding does to the codes; ``bench/flow.py`` prints the table behind the default :data:`FLOW_ENCODING`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import cv2
+import numpy as np
+
+from memdpc.errors import UserError
+
+_SAMPLING = {
+    "420": cv2.IMWRITE_JPEG_SAMPLING_FACTOR_420,
+    "422": cv2.IMWRITE_JPEG_SAMPLING_FACTOR_422,
+    "444": cv2.IMWRITE_JPEG_SAMPLING_FACTOR_444,
+}
+
+
+@dataclass(frozen=True)
+class JpegEncoding:
+    """JPEG at ``quality`` (1–100) with chroma ``sampling`` 420, 422 or 444 (444: no subsampling)."""
+
+    quality: int = 90
+    sampling: str = "420"
+
+    def validate(self, option: str = "--quality") -> None:
+        if not 1 <= self.quality <= 100:
+            raise UserError(f"{option} must be between 1 and 100, not {self.quality}")
+        if self.sampling not in _SAMPLING:
+            raise UserError(
+                f"JPEG chroma sampling must be one of {', '.join(_SAMPLING)}, not {self.sampling}"
+            )
+
+    @property
+    def name(self) -> str:
+        """The ``encoding`` recorded in archive metadata, e.g. ``jpeg-q90-420``."""
+        return f"jpeg-q{self.quality}-{self.sampling}"
+
+    def encode_bgr(self, image: np.ndarray) -> bytes:
+        """Encode a BGR (H, W, 3) uint8 image (an OpenCV frame)."""
+        params = [
+            cv2.IMWRITE_JPEG_QUALITY,
+            self.quality,
+            cv2.IMWRITE_JPEG_SAMPLING_FACTOR,
+            _SAMPLING[self.sampling],
+        ]
+        ok, buf = cv2.imencode(".jpg", image, params)
+        if not ok:
+            raise RuntimeError("OpenCV failed to encode a JPEG")
+        return buf.tobytes()
+
+    def encode_rgb(self, image: np.ndarray) -> bytes:
+        """Encode an (H, W, 3) uint8 array whose channels are R, G, B (e.g. flow codes x, y, third)."""
+        return self.encode_bgr(np.ascontiguousarray(image[..., ::-1]))
+
+
+RGB_ENCODING = JpegEncoding(90, "420")
+# Chosen by measurement (bench/flow.py, storage table): the smallest JPEG whose mean absolute code error
+# on real flow stays ≤ 0.5.
+FLOW_ENCODING = JpegEncoding(95, "444")
+
+
+def decode_rgb(data: bytes) -> np.ndarray:
+    """Decode a JPEG to (H, W, 3) uint8 in R, G, B order."""
+    img = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
+    if img is None:
+        raise ValueError("not a decodable image")
+    return img[..., ::-1]
+
+
+def code_error(codes: np.ndarray, data: bytes) -> tuple[float, int]:
+    """Mean and max absolute difference between ``codes`` (H, W, 3, R-G-B order) and their decoded image."""
+    diff = np.abs(decode_rgb(data).astype(np.int16) - codes.astype(np.int16))
+    return float(diff.mean()), int(diff.max())

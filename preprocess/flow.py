@@ -1,0 +1,170 @@
+"""TV-L1 optical flow between consecutive frames, and its mapping to uint8 image codes.
+
+A flow *backend* turns a batch of greyscale frame pairs into float flow: ``backend(prev, nxt)`` with
+``prev``, ``nxt`` (B, H, W) uint8 returns (B, H, W, 2) float32 (x, y displacement in pixels, frame k → k+1);
+``backend.batch_size`` says how many pairs it wants per call. Backends are built by name from
+:data:`BACKENDS` (``"module:factory"``, imported on first use); a factory takes ``(params, device)``.
+``opencv`` is OpenCV contrib's CPU ``DualTVL1OpticalFlow``; ``torch`` is the batched PyTorch port in
+``memdpc.preprocess.tvl1_torch`` (GPU).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import importlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+import cv2
+import numpy as np
+
+from memdpc.errors import UserError
+
+BOUND = 20.0  # flow is clipped to [-BOUND, BOUND] pixels before the mapping to 0..255
+
+
+@dataclass(frozen=True)
+class TVL1Params:
+    """TV-L1 parameters; the defaults are OpenCV's CPU ``DualTVL1OpticalFlow_create()`` defaults."""
+
+    tau: float = 0.25
+    lambda_: float = 0.15
+    theta: float = 0.3
+    scales: int = 5
+    scale_step: float = 0.8
+    warps: int = 5
+    epsilon: float = 0.01
+    inner_iterations: int = 30
+    outer_iterations: int = 10
+    median_filtering: int = 5
+    gamma: float = 0.0
+
+    def validate(self) -> None:
+        checks = {
+            "tau": 0 < self.tau <= 0.25 + 1e-9,  # the primal-dual scheme converges for tau <= 1/4
+            "lambda": self.lambda_ > 0,
+            "theta": self.theta > 0,
+            "scales": self.scales >= 1,
+            "scale-step": 0 < self.scale_step < 1,
+            "warps": self.warps >= 1,
+            "epsilon": self.epsilon > 0,
+            "inner-iterations": self.inner_iterations >= 1,
+            "outer-iterations": self.outer_iterations >= 1,
+            "median-filtering": self.median_filtering in (1, 3, 5),
+            "gamma": self.gamma >= 0,
+        }
+        bad = [k for k, ok in checks.items() if not ok]
+        if bad:
+            raise UserError(
+                f"TV-L1 option(s) out of range: {', '.join('--' + b for b in bad)} (need 0 < tau ≤ 0.25, "
+                "lambda/theta/epsilon > 0, scales/warps/iterations ≥ 1, 0 < scale-step < 1, median 1/3/5)"
+            )
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+class FlowBackend(Protocol):
+    batch_size: int
+
+    def __call__(self, prev: np.ndarray, nxt: np.ndarray) -> np.ndarray: ...
+
+
+class OpenCVTVL1:
+    """OpenCV contrib's CPU Dual TV-L1 (one pair at a time; run one OpenCV thread per worker process)."""
+
+    batch_size = 1
+
+    def __init__(self, params: TVL1Params = TVL1Params(), device: str = "cpu") -> None:
+        if device != "cpu":
+            raise UserError(f"the opencv flow backend runs on the CPU only, not on '{device}'")
+        tv = cv2.optflow.DualTVL1OpticalFlow_create()
+        tv.setTau(params.tau)
+        tv.setLambda(params.lambda_)
+        tv.setTheta(params.theta)
+        tv.setScalesNumber(params.scales)
+        tv.setScaleStep(params.scale_step)
+        tv.setWarpingsNumber(params.warps)
+        tv.setEpsilon(params.epsilon)
+        tv.setInnerIterations(params.inner_iterations)
+        tv.setOuterIterations(params.outer_iterations)
+        tv.setMedianFiltering(params.median_filtering)
+        tv.setGamma(params.gamma)
+        self._tv = tv
+
+    def __call__(self, prev: np.ndarray, nxt: np.ndarray) -> np.ndarray:
+        # (B, H, W) uint8 ×2 -> (B, H, W, 2) float32
+        return np.stack([self._tv.calc(a, b, None) for a, b in zip(prev, nxt, strict=True)])
+
+
+BACKENDS: dict[str, str] = {
+    "opencv": "memdpc.preprocess.flow:OpenCVTVL1",
+    "torch": "memdpc.preprocess.tvl1_torch:make_flow_backend",
+}
+
+
+@functools.lru_cache(maxsize=4)
+def make_backend(name: str, params: TVL1Params = TVL1Params(), device: str = "cpu") -> FlowBackend:
+    """Build (once per process) the flow backend ``name`` for ``params`` on ``device``."""
+    if name not in BACKENDS:
+        raise UserError(f"unknown flow backend '{name}' (choose from {', '.join(BACKENDS)})")
+    module, factory = BACKENDS[name].split(":")
+    try:
+        make: Callable[[TVL1Params, str], FlowBackend] = getattr(importlib.import_module(module), factory)
+    except (ImportError, AttributeError) as e:
+        raise UserError(f"flow backend '{name}' is not available ({e})") from None
+    return make(params, device)
+
+
+def flow_to_codes(flow: np.ndarray, third: int = 128, bound: float = BOUND) -> np.ndarray:
+    """Map flow (..., H, W, 2) float to a (..., H, W, 3) uint8 image (x, y, third).
+
+    Clip to [-bound, bound], then ``round((f + bound) · 255 / (2 · bound))`` (half up), so zero flow is 128.
+    """
+    f = np.clip(flow, -bound, bound)
+    codes = np.floor((f + bound) * (255.0 / (2 * bound)) + 0.5).astype(np.uint8)
+    return np.concatenate([codes, np.full(codes.shape[:-1] + (1,), third, np.uint8)], axis=-1)
+
+
+def codes_to_flow(codes: np.ndarray, bound: float = BOUND) -> np.ndarray:
+    """Inverse of :func:`flow_to_codes` for the x, y channels: (..., 3) uint8 -> (..., 2) float32 pixels."""
+    return codes[..., :2].astype(np.float32) * (2 * bound / 255.0) - bound
+
+
+class FlowStage:
+    """Consecutive frames in, flow code images out (n frames give n − 1 flows, frame k → k + 1).
+
+    ``push`` takes BGR frames in order and returns the code images that became ready (the backend runs
+    once ``batch_size`` pairs wait); ``flush`` returns the rest. At most ``batch_size`` pairs are held.
+    ``seconds`` accumulates the time spent in greyscale conversion and the backend.
+    """
+
+    def __init__(self, backend: FlowBackend, third: int = 128) -> None:
+        self.backend, self.third = backend, third
+        self.seconds = 0.0
+        self._prev: np.ndarray | None = None
+        self._pairs: list[tuple[np.ndarray, np.ndarray]] = []
+
+    def push(self, frame: np.ndarray) -> list[np.ndarray]:
+        t = time.perf_counter()
+        grey = cv2.cvtColor(frame, cv2.COLOR_BGR2GRAY)
+        if self._prev is not None:
+            self._pairs.append((self._prev, grey))
+        self._prev = grey
+        self.seconds += time.perf_counter() - t
+        return self._run() if len(self._pairs) >= self.backend.batch_size else []
+
+    def flush(self) -> list[np.ndarray]:
+        return self._run() if self._pairs else []
+
+    def _run(self) -> list[np.ndarray]:
+        t = time.perf_counter()
+        prev, nxt = (np.stack(x) for x in zip(*self._pairs, strict=True))
+        self._pairs.clear()
+        flow = self.backend(prev, nxt)  # (B, H, W, 2)
+        codes = flow_to_codes(flow, self.third)
+        self.seconds += time.perf_counter() - t
+        return list(codes)
