@@ -326,5 +326,40 @@ def shard_cmd(archive_root: Path | None, verify: Path | None, **kw) -> None:
     run_shard(archive_root, index, stream, out, split, console=Console(), **kw)
 
 
+# --------------------------------------------------------------------------------------------- train
+def _train_options(fn):
+    """One option per training-config field (memdpc.train.config), default None = "not given here"."""
+    from memdpc.train.config import option_specs
+
+    for spec in reversed(option_specs()):
+        flag = "--" + spec.name.replace("_", "-")
+        default = ",".join(map(str, spec.default)) if isinstance(spec.default, list) else spec.default
+        text = f"{spec.help} [default: {default if default != '' else 'none'}]"
+        if spec.kind == "bool":
+            fn = click.option(f"{flag}/--no-{flag[2:]}", spec.name, default=None, help=text)(fn)
+        else:
+            kind = click.Choice(spec.choices) if spec.choices else {"int": int, "float": float}.get(spec.kind, str)
+            fn = click.option(flag, spec.name, type=kind, default=None, help=text)(fn)
+    return click.option("--config", "config_file", type=click.Path(path_type=Path), default=None,
+                        help="YAML or TOML file of settings; options given on the command line override it.")(fn)
+
+
+@main.command("train")
+@_train_options
+def train_cmd(config_file: Path | None, **options) -> None:
+    """Self-supervised pretraining on one stream's shards (runs alone, under torchrun or srun).
+
+    Example: memdpc train --stream rgb --shards shards/ --out runs/rgb. A run directory that already holds
+    a checkpoint resumes exactly where it stopped.
+    """
+    from memdpc.train.config import config_from_dict, read_config_file
+    from memdpc.train.loop import train
+
+    values = read_config_file(config_file) if config_file else {}
+    values.update({k: v for k, v in options.items() if v is not None})
+    run_dir = train(config_from_dict(values, where=str(config_file or "options")))
+    Console(stderr=True).print(f"run directory: {run_dir}")
+
+
 if __name__ == "__main__":
     main()

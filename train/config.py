@@ -1,0 +1,205 @@
+"""The training configuration: one dataclass with the paper's defaults, loadable from YAML or TOML.
+
+Every field is also a ``memdpc train`` option (see :func:`option_specs`); the resolved config is written to
+``<run dir>/config.yaml`` and compared on every restart, so a run directory always holds one experiment.
+This module imports no torch so that the CLI stays fast to start.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from memdpc.errors import UserError
+
+ARCHS = ("memdpc_r18", "memdpc_r34", "dpc_r18", "dpc_r34")
+CHOICES: dict[str, tuple[str, ...]] = {
+    "stream": ("rgb", "flow"),
+    "arch": ARCHS,
+    "schedule": ("plateau", "milestones", "constant"),
+    "amp": ("none", "bf16", "fp16"),
+    "backend": ("auto", "dali", "torch"),
+    "device": ("auto", "cpu", "cuda"),
+}
+
+
+def _f(default: Any, help: str, **kw: Any) -> Any:
+    if isinstance(default, list):
+        return field(default_factory=lambda: list(default), metadata={"help": help, **kw})
+    return field(default=default, metadata={"help": help, **kw})
+
+
+@dataclass
+class TrainConfig:
+    # data
+    stream: str = _f("rgb", "Input stream; must match the shards' manifest.")
+    shards: str = _f("", "Shard folder (holding <stream>/manifest-<split>.json).")
+    out: str = _f("", "Run directory (config.yaml, metrics.jsonl, checkpoints/, tb/).")
+    train_split: str = _f("train", "Shard split to train on.")
+    val_split: str = _f("test", "Shard split for the validation loss; 'none' to use the training loss.")
+    backend: str = _f("auto", "Loader backend.")
+    num_workers: int = _f(2, "Loader worker processes per rank (torch backend) / threads (DALI).")
+    # model
+    arch: str = _f("memdpc_r18", "Model architecture.")
+    bidirectional: bool = _f(False, "Bidirectional MemDPC (a second, backward aggregator).")
+    size: int = _f(128, "Input size in pixels (square).")
+    num_blocks: int = _f(8, "Blocks per clip.")
+    block_len: int = _f(5, "Frames per block.")
+    pred_steps: int = _f(3, "Future blocks to predict.")
+    mem_size: int = _f(1024, "Memory slots k.")
+    widths: list[int] = _f([64, 128, 256, 256], "Encoder stage widths (comma-separated; tiny CPU nets: 8,16,32,32).")
+    global_negatives: bool = _f(False, "All-gather targets across ranks so every rank's batch is a negative.")
+    # optimisation
+    epochs: int = _f(300, "Epochs to train.")
+    batch_size: int = _f(16, "Clips per device (per rank).")
+    lr: float = _f(1e-3, "Adam learning rate.")
+    weight_decay: float = _f(1e-5, "Adam weight decay.")
+    schedule: str = _f("plateau", "plateau: decay once to --lr-min when the validation loss plateaus; "
+                       "milestones: multiply by --lr-min/--lr at each of --milestones; constant.")
+    lr_min: float = _f(1e-4, "Learning rate after the decay.")
+    patience: int = _f(10, "Epochs without validation-loss improvement before the plateau decay.")
+    milestones: list[int] = _f([], "Epochs at which the milestone schedule decays (comma-separated).")
+    amp: str = _f("none", "Automatic mixed precision.")
+    compile: bool = _f(False, "torch.compile the model.")
+    device: str = _f("auto", "auto: CUDA when available, else CPU.")
+    seed: int = _f(0, "Random seed (same seed, same weights on CPU).")
+    deterministic: bool = _f(False, "torch.use_deterministic_algorithms (bit-exact resume on GPU; slower).")
+    max_steps: int = _f(0, "Stop after this many optimiser steps in total (0: no limit).")
+    # checkpoints and logging
+    ckpt_every_steps: int = _f(0, "Also save checkpoints/last.pt every N steps (0: only per epoch).")
+    keep_every: int = _f(0, "Keep checkpoints/epoch-NNNN.pt every K epochs (0: only last and best).")
+    val_max_batches: int = _f(0, "Validation batches per epoch per rank (0: the whole split).")
+    log_every: int = _f(10, "Steps between metric records.")
+    knn_every: int = _f(0, "Run the kNN retrieval monitor (train→val, R@1) every E epochs (0: off).")
+    knn_max_batches: int = _f(50, "Batches per split that the kNN monitor embeds.")
+    progress: bool = _f(True, "Show a rich progress display (rank 0).")
+    resume: str = _f("", "Checkpoint to resume from (default: <out>/checkpoints/last.pt when it exists).")
+
+    def __post_init__(self) -> None:
+        for name, choices in CHOICES.items():
+            if getattr(self, name) not in choices:
+                raise UserError(f"{name} must be one of {', '.join(choices)}, not {getattr(self, name)!r}")
+        for name in ("size", "num_blocks", "block_len", "pred_steps", "mem_size", "epochs", "batch_size",
+                     "log_every", "knn_max_batches"):
+            if getattr(self, name) < 1:
+                raise UserError(f"{name} must be ≥ 1, not {getattr(self, name)}")
+        if self.pred_steps >= self.num_blocks:
+            raise UserError(f"pred_steps ({self.pred_steps}) must be smaller than num_blocks ({self.num_blocks})")
+        if not (0 < self.lr_min <= self.lr):
+            raise UserError(f"lr_min must be in (0, lr={self.lr}], not {self.lr_min}")
+        if len(self.widths) != 4 or min(self.widths) < 1:
+            raise UserError(f"widths must be 4 positive numbers, not {self.widths}")
+        if self.schedule == "milestones" and not self.milestones:
+            raise UserError("schedule 'milestones' needs --milestones (e.g. 80,100)")
+
+    def model_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments of ``create_model`` for this config."""
+        return dict(name=self.arch, bidirectional=self.bidirectional, mem_size=self.mem_size,
+                    pred_steps=self.pred_steps, num_blocks=self.num_blocks, block_len=self.block_len,
+                    input_size=self.size, widths=list(self.widths), global_negatives=self.global_negatives)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+# Fields that may differ when a run restarts: they change how the run is executed or logged, not the
+# experiment. Everything else must equal the config recorded in the run directory.
+RESTART_FREE = frozenset({"shards", "out", "backend", "num_workers", "epochs", "max_steps", "compile", "device",
+                          "ckpt_every_steps", "keep_every", "log_every", "knn_every", "knn_max_batches",
+                          "progress", "resume"})
+
+
+def _coerce(f: dataclasses.Field, value: Any, where: str) -> Any:
+    kind = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
+    try:
+        if kind == "bool":
+            if isinstance(value, str) and value.lower() in ("true", "false", "yes", "no", "1", "0"):
+                return value.lower() in ("true", "yes", "1")
+            if not isinstance(value, bool):
+                raise ValueError
+            return value
+        if kind == "int":
+            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+                raise ValueError
+            return int(value)
+        if kind == "float":
+            return float(value)
+        if kind == "list[int]":
+            if isinstance(value, str):
+                value = [v for v in value.replace(" ", "").split(",") if v]
+            return [int(v) for v in value]
+        return str(value) if value is not None else ""
+    except (TypeError, ValueError):
+        raise UserError(f"{where}: {f.name} must be {kind}, not {value!r}") from None
+
+
+def config_from_dict(values: dict[str, Any], where: str = "config", base: TrainConfig | None = None) -> TrainConfig:
+    """Build a config from ``values`` over ``base`` (default: the paper's defaults); unknown keys are errors."""
+    by_name = {f.name: f for f in fields(TrainConfig)}
+    unknown = sorted(set(values) - set(by_name))
+    if unknown:
+        raise UserError(f"{where}: unknown setting(s) {', '.join(unknown)}")
+    merged = (base or TrainConfig()).to_dict()
+    merged.update({k: _coerce(by_name[k], v, where) for k, v in values.items()})
+    return TrainConfig(**merged)
+
+
+def _toml_loads(path: Path, text: str) -> Any:
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        raise UserError(f"{path}: TOML config files need Python ≥ 3.11; use YAML") from None
+    return tomllib.loads(text)
+
+
+def read_config_file(path: str | Path) -> dict[str, Any]:
+    """Read a YAML (.yaml/.yml) or TOML (.toml) config file into a dict (keys may use - or _)."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"{path}: config file not found")
+    try:
+        text = path.read_text()
+        data = _toml_loads(path, text) if path.suffix == ".toml" else yaml.safe_load(text)
+    except (ValueError, yaml.YAMLError) as e:  # TOMLDecodeError and UnicodeDecodeError are ValueErrors
+        raise UserError(f"{path}: not valid {'TOML' if path.suffix == '.toml' else 'YAML'}: {e}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: expected a mapping of settings, got {type(data).__name__}")
+    return {str(k).replace("-", "_"): v for k, v in data.items()}
+
+
+def write_config(config: TrainConfig, path: Path) -> None:
+    from memdpc.atomic import write_bytes_atomic
+
+    write_bytes_atomic(path, yaml.safe_dump(config.to_dict(), sort_keys=False).encode())
+
+
+def config_differences(recorded: dict[str, Any], config: TrainConfig) -> list[str]:
+    """Settings (outside :data:`RESTART_FREE`) whose value differs between ``recorded`` and ``config``."""
+    now = config.to_dict()
+    keys = (set(recorded) | set(now)) - RESTART_FREE
+    return [f"{k}: {recorded.get(k)!r} → {now.get(k)!r}" for k in sorted(keys) if recorded.get(k) != now.get(k)]
+
+
+@dataclass(frozen=True)
+class OptionSpec:
+    """One ``memdpc train`` option derived from a config field (cli.py turns these into click options)."""
+
+    name: str
+    kind: str  # bool, int, float, str, list[int]
+    help: str
+    default: Any
+    choices: tuple[str, ...] | None
+
+
+def option_specs() -> list[OptionSpec]:
+    specs = []
+    for f in fields(TrainConfig):
+        default = f.default_factory() if f.default is dataclasses.MISSING else f.default
+        specs.append(OptionSpec(f.name, str(f.type), f.metadata["help"], default, CHOICES.get(f.name)))
+    return specs

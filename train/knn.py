@@ -1,0 +1,49 @@
+"""A kNN retrieval monitor: nearest-neighbour recall@1 of held-out videos among training videos.
+
+Per window the model's pooled context feature; averaged per video; each set centred by its own mean and
+L2-normalised; cosine similarity; a hit when the nearest training video has the query's class (DESIGN 2.7).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+@torch.no_grad()
+def video_features(model: nn.Module, loader, device: torch.device, max_batches: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(videos, D) mean features and (videos,) labels of up to ``max_batches`` batches."""
+    sums: dict[str, torch.Tensor] = {}
+    counts: dict[str, int] = {}
+    labels: dict[str, int] = {}
+    for i, batch in enumerate(loader):
+        if i >= max_batches:
+            break
+        feats = model.features(batch.clips.to(device)).float().cpu()  # (B, D)
+        for vid, f, y in zip(batch.video_ids, feats, batch.labels.tolist(), strict=True):
+            sums[vid] = sums.get(vid, 0) + f
+            counts[vid] = counts.get(vid, 0) + 1
+            labels[vid] = y
+    ids = sorted(sums)
+    feats = torch.stack([sums[v] / counts[v] for v in ids]) if ids else torch.zeros(0, 1)
+    return feats, torch.tensor([labels[v] for v in ids], dtype=torch.long)
+
+
+def recall_at_1(train_x: torch.Tensor, train_y: torch.Tensor, test_x: torch.Tensor, test_y: torch.Tensor) -> float:
+    if len(train_x) == 0 or len(test_x) == 0:
+        return float("nan")
+    a = F.normalize(train_x - train_x.mean(0), dim=1)
+    b = F.normalize(test_x - test_x.mean(0), dim=1)
+    nearest = (b @ a.t()).argmax(dim=1)
+    return float((train_y[nearest] == test_y).float().mean())
+
+
+def knn_recall(model: nn.Module, train_loader, test_loader, device: torch.device, max_batches: int) -> float:
+    """R@1 of ``test_loader``'s videos against ``train_loader``'s (both unaugmented); leaves the model in train mode."""
+    model.eval()
+    try:
+        return recall_at_1(*video_features(model, train_loader, device, max_batches),
+                           *video_features(model, test_loader, device, max_batches))
+    finally:
+        model.train()

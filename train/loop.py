@@ -1,0 +1,344 @@
+"""The self-supervised training loop: ``train(config) -> run_dir`` (DESIGN 2.6).
+
+One code path for one CPU process, one GPU, and ``torchrun``/``srun`` with DistributedDataParallel.
+Exact resume: a checkpoint records the epoch, the number of batches of that epoch already consumed and
+every rank's RNG states (now and at the start of the epoch). Resuming restores the epoch-start RNG, sets the
+loader's epoch (its shuffle and augmentation are seeded by seed and epoch), draws and discards the consumed
+batches, then restores the current RNG — so the run continues with the very batches and dropout masks an
+uninterrupted run would have used.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from memdpc import __version__
+from memdpc.atomic import remove_stale_tmp
+from memdpc.errors import UserError
+from memdpc.train import checkpoint as ck
+from memdpc.train import distributed as dd
+from memdpc.train.config import TrainConfig, config_differences, write_config
+from memdpc.train.metrics import Meter, MetricsLogger, truncate_jsonl
+from memdpc.train.prepare import CONFIG_NAME, check_run_dir, check_shards
+
+
+@dataclass
+class State:
+    """Where training stands; everything here goes into the checkpoint."""
+
+    epoch: int = 0
+    step: int = 0
+    epoch_step: int = 0
+    best_val: float = math.inf
+    epoch_loss: list[float] = field(default_factory=lambda: [0.0, 0.0])  # sum, count of this epoch's train loss
+    epoch_rng: dict[str, Any] | None = None
+
+
+@dataclass
+class Parts:
+    config: TrainConfig
+    env: dd.DistEnv
+    run_dir: Path
+    model: nn.Module  # possibly DDP/compiled
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    scaler: torch.amp.GradScaler
+    train_loader: Any
+    val_loader: Any
+    logger: MetricsLogger
+
+
+class NonFiniteLoss(Exception):
+    pass
+
+
+def train(config: TrainConfig) -> Path:
+    """Train (or resume) the run ``config.out``; return the run directory."""
+    env = dd.setup(config.device)
+    try:
+        return _train(config, env)
+    finally:
+        dd.cleanup(env)
+
+
+def _train(config: TrainConfig, env: dd.DistEnv) -> Path:
+    check_shards(config)
+    resume_from = check_run_dir(config)
+    ckpt = _read_resume(resume_from, config, env) if resume_from else None
+    dd.barrier(env)
+    run_dir = Path(config.out)
+    if env.is_main:
+        (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
+        remove_stale_tmp(run_dir / "checkpoints")
+        write_config(config, run_dir / CONFIG_NAME)
+        if ckpt is not None:
+            truncate_jsonl(run_dir / "metrics.jsonl", ckpt["step"])
+    dd.barrier(env)
+    _set_determinism(config)
+    parts = _build(config, env, run_dir)
+    state = State()
+    if ckpt is not None:
+        state = _restore(parts, ckpt, resume_from)
+    else:
+        ck.seed_everything(config.seed + env.rank)
+    try:
+        _loop(parts, state)
+    finally:
+        parts.logger.close()
+    return run_dir
+
+
+def _read_resume(path: Path, config: TrainConfig, env: dd.DistEnv) -> dict[str, Any]:
+    ckpt = ck.read_checkpoint(path)
+    diff = config_differences(ckpt["config"], config)
+    if diff:
+        raise UserError(f"{path}: checkpoint of a different config ({'; '.join(diff)})")
+    if ckpt["world_size"] != env.world_size:
+        raise UserError(f"{path}: written by {ckpt['world_size']} process(es); resume it with the same number "
+                        f"(now {env.world_size}) so that data order and RNG continue exactly")
+    return ckpt
+
+
+def _set_determinism(config: TrainConfig) -> None:
+    if config.deterministic:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.use_deterministic_algorithms(True)
+    torch.backends.cudnn.benchmark = not config.deterministic
+
+
+# ---------------------------------------------------------------------------------------------- building
+def _build(config: TrainConfig, env: dd.DistEnv, run_dir: Path) -> Parts:
+    from memdpc.model import create_model
+
+    model = create_model(**config.model_kwargs(), seed=config.seed).to(env.device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    wrapped: nn.Module = model
+    if env.distributed:
+        wrapped = DistributedDataParallel(model, device_ids=[env.device.index] if env.device.type == "cuda" else None)
+    if config.compile:
+        wrapped = torch.compile(wrapped)
+    return Parts(config, env, run_dir, wrapped, optimizer, _scheduler(config, optimizer),
+                 torch.amp.GradScaler(env.device.type, enabled=config.amp == "fp16"),
+                 _loader(config, env, config.train_split, train=True),
+                 _loader(config, env, config.val_split, train=False) if config.val_split != "none" else None,
+                 MetricsLogger(run_dir, env.is_main, config.progress))
+
+
+def _scheduler(config: TrainConfig, optimizer: torch.optim.Optimizer):
+    factor = config.lr_min / config.lr
+    if config.schedule == "plateau":
+        return torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, mode="min", factor=factor,
+                                                          patience=config.patience, min_lr=config.lr_min)
+    if config.schedule == "milestones":
+        return torch.optim.lr_scheduler.MultiStepLR(optimizer, config.milestones, gamma=factor)
+    return None
+
+
+def _loader(config: TrainConfig, env: dd.DistEnv, split: str, train: bool, rank: int | None = None,
+            world_size: int | None = None):
+    from memdpc.pipeline.loader import make_loader
+
+    return make_loader(config.shards, config.stream, split, train=train, batch_size=config.batch_size,
+                       backend=config.backend, size=config.size,
+                       rank=env.rank if rank is None else rank,
+                       world_size=env.world_size if world_size is None else world_size,
+                       seed=config.seed, num_workers=config.num_workers, device=str(env.device))
+
+
+# ------------------------------------------------------------------------------------------- checkpoints
+def _gather_rng(env: dd.DistEnv, epoch_rng: dict[str, Any] | None) -> list[dict[str, Any]]:
+    mine = {"now": ck.rng_state(), "epoch_start": epoch_rng}
+    if not env.distributed:
+        return [mine]
+    every: list[Any] = [None] * env.world_size
+    dist.all_gather_object(every, mine)
+    return every
+
+
+def _save(p: Parts, s: State, names: list[str]) -> None:
+    """Write the checkpoint (rank 0) under each of ``names`` in ``checkpoints/``; all ranks take part."""
+    rng = _gather_rng(p.env, s.epoch_rng)
+    if p.env.is_main:
+        model = ck.unwrap(p.model)
+        data = ck.serialize({
+            "format": ck.FORMAT, "memdpc_version": __version__, "model": model.state_dict(),
+            "model_config": model.config, "stream": p.config.stream, "optimizer": p.optimizer.state_dict(),
+            "scheduler": p.scheduler.state_dict() if p.scheduler is not None else None,
+            "scaler": p.scaler.state_dict(), "epoch": s.epoch, "step": s.step, "epoch_step": s.epoch_step,
+            "best_val": s.best_val, "epoch_loss": list(s.epoch_loss), "rng": rng,
+            "world_size": p.env.world_size, "config": p.config.to_dict(),
+        })
+        for name in names:
+            ck.write_checkpoint(data, p.run_dir / "checkpoints" / name)
+    dd.barrier(p.env)
+
+
+def _restore(p: Parts, ckpt: dict[str, Any], path: Path) -> State:
+    model = ck.unwrap(p.model)
+    ck.check_compatible(ckpt, path, p.config.stream, model.config)
+    model.load_state_dict(ckpt["model"])
+    p.optimizer.load_state_dict(ckpt["optimizer"])
+    if p.scheduler is not None:
+        p.scheduler.load_state_dict(ckpt["scheduler"])
+    p.scaler.load_state_dict(ckpt["scaler"])
+    rng = ckpt["rng"][p.env.rank]
+    ck.set_rng_state(rng["now"])
+    p.logger.message(f"resuming {path} at epoch {ckpt['epoch']}, step {ckpt['step']}")
+    return State(ckpt["epoch"], ckpt["step"], ckpt["epoch_step"], ckpt["best_val"], list(ckpt["epoch_loss"]),
+                 rng["epoch_start"])
+
+
+# ---------------------------------------------------------------------------------------------- the loop
+def _loop(p: Parts, s: State) -> None:
+    c = p.config
+    while s.epoch < c.epochs and not (c.max_steps and s.step >= c.max_steps):
+        for _ in _epoch_batches(p, s):
+            if c.max_steps and s.step >= c.max_steps:
+                _save(p, s, ["last.pt"])
+                return
+            if c.ckpt_every_steps and s.step % c.ckpt_every_steps == 0:
+                _save(p, s, ["last.pt"])
+        _end_epoch(p, s)
+
+
+def _epoch_batches(p: Parts, s: State) -> Iterator[None]:
+    """Train one epoch (or its rest, on resume); yields after every optimiser step."""
+    c = p.config
+    now = ck.rng_state()
+    if s.epoch_step == 0 or s.epoch_rng is None:
+        s.epoch_rng, s.epoch_loss = now, [0.0, 0.0]
+    ck.set_rng_state(s.epoch_rng)
+    p.train_loader.set_epoch(s.epoch)
+    batches = iter(p.train_loader)
+    for _ in range(s.epoch_step):  # the loader position: skip what the checkpointed run consumed
+        next(batches)
+    ck.set_rng_state(now)
+    p.logger.start_epoch(s.epoch, len(p.train_loader), s.epoch_step)
+    p.model.train()
+    meter = Meter()
+    while True:
+        t0 = time.perf_counter()
+        batch = next(batches, None)
+        if batch is None:
+            return
+        wait = time.perf_counter() - t0
+        values = _step(p, s, batch)
+        s.step, s.epoch_step = s.step + 1, s.epoch_step + 1
+        s.epoch_loss = [s.epoch_loss[0] + values["loss"], s.epoch_loss[1] + 1]
+        meter.add(values, batch.clips.shape[0], wait)
+        p.logger.advance(f"loss {values['loss']:.3f}")
+        if s.step % c.log_every == 0:
+            _log_train(p, s, meter)
+        yield
+
+
+def _step(p: Parts, s: State, batch) -> dict[str, float]:
+    c, env = p.config, p.env
+    clips = batch.clips.to(env.device, non_blocking=True)
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(c.amp)
+    with torch.autocast(env.device.type, dtype=dtype, enabled=dtype is not None):
+        out = p.model(clips)
+    loss = out["loss"]
+    if not dd.all_true(env, bool(torch.isfinite(loss.detach()))):
+        last = p.run_dir / "checkpoints" / "last.pt"
+        kept = f"the last good checkpoint is {last}" if last.exists() else "no checkpoint had been written yet"
+        raise UserError(f"loss is not finite ({loss.item()}) at epoch {s.epoch}, step {s.step + 1}: training "
+                        f"stopped; {kept} (try a lower --lr, or --amp none)")
+    p.optimizer.zero_grad(set_to_none=True)
+    p.scaler.scale(loss).backward()
+    p.scaler.step(p.optimizer)
+    p.scaler.update()
+    return {k: float(v.detach()) for k, v in out.items() if v.dim() == 0}
+
+
+def _lr(p: Parts) -> float:
+    return p.optimizer.param_groups[0]["lr"]
+
+
+def _log_train(p: Parts, s: State, meter: Meter) -> None:
+    values = dd.all_mean(p.env, meter.means())
+    p.logger.log({"kind": "train", "epoch": s.epoch, "step": s.step, **values, "lr": _lr(p),
+                  **meter.rates(p.env.world_size)})
+    meter.reset()
+
+
+@contextlib.contextmanager
+def _local_negatives(model: nn.Module) -> Iterator[None]:
+    """Evaluate with per-rank negatives: ranks may hold different numbers of validation batches."""
+    saved = getattr(model, "global_negatives", False)
+    model.global_negatives = False
+    try:
+        yield
+    finally:
+        model.global_negatives = saved
+
+
+@torch.no_grad()
+def validate(p: Parts) -> dict[str, float]:
+    """Mean loss and top-k over the validation split (all ranks; per-rank negatives)."""
+    model = ck.unwrap(p.model)
+    model.eval()
+    sums: dict[str, float] = {}
+    n = 0
+    with _local_negatives(model):
+        for i, batch in enumerate(p.val_loader):
+            if p.config.val_max_batches and i >= p.config.val_max_batches:
+                break
+            out = model(batch.clips.to(p.env.device, non_blocking=True))
+            for k, v in out.items():
+                sums[k] = sums.get(k, 0.0) + float(v)
+            n += 1
+    sums["batches"] = float(n)
+    totals = dd.all_mean(p.env, sums)
+    count = max(totals.pop("batches"), 1e-9)
+    model.train()
+    return {k: v / count for k, v in totals.items()}
+
+
+def _end_epoch(p: Parts, s: State) -> None:
+    c = p.config
+    if p.val_loader is not None:
+        val = validate(p)
+        p.logger.log({"kind": "val", "epoch": s.epoch, "step": s.step, **val})
+        watched = val["loss"]
+    else:
+        watched = dd.all_mean(p.env, {"loss": s.epoch_loss[0] / max(s.epoch_loss[1], 1)})["loss"]
+    if isinstance(p.scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
+        p.scheduler.step(watched)
+    elif p.scheduler is not None:
+        p.scheduler.step()
+    if c.knn_every and (s.epoch + 1) % c.knn_every == 0:
+        _knn(p, s)
+    best = watched < s.best_val
+    s.best_val = min(s.best_val, watched)
+    s.epoch, s.epoch_step, s.epoch_rng = s.epoch + 1, 0, None
+    names = ["last.pt"] + (["best.pt"] if best else [])
+    if c.keep_every and s.epoch % c.keep_every == 0:
+        names.append(f"epoch-{s.epoch:04d}.pt")
+    _save(p, s, names)
+    p.logger.message(f"epoch {s.epoch - 1}: {'val' if p.val_loader is not None else 'train'} loss "
+                     f"{watched:.4f}, lr {_lr(p):g}{' (best)' if best else ''}")
+
+
+def _knn(p: Parts, s: State) -> None:
+    from memdpc.train.knn import knn_recall
+
+    if p.env.is_main and p.config.val_split != "none":
+        c = p.config
+        loaders = [_loader(c, p.env, split, train=False, rank=0, world_size=1)
+                   for split in (c.train_split, c.val_split)]
+        r1 = knn_recall(ck.unwrap(p.model), *loaders, p.env.device, c.knn_max_batches)
+        p.logger.log({"kind": "knn", "epoch": s.epoch, "step": s.step, "r1": r1})
+    dd.barrier(p.env)

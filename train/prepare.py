@@ -1,0 +1,67 @@
+"""Checks before training starts: the shards fit ``--stream`` and the clip geometry, the run directory holds
+this config (or none), and which checkpoint, if any, the run resumes from."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from memdpc.errors import UserError
+from memdpc.pipeline.manifest import load_manifest, manifest_path
+from memdpc.train.config import CHOICES, TrainConfig, config_differences
+
+CONFIG_NAME = "config.yaml"
+
+
+def _stream_manifest(config: TrainConfig, split: str) -> dict[str, Any]:
+    shards = Path(config.shards)
+    if not manifest_path(shards, config.stream, split).is_file():
+        others = [s for s in CHOICES["stream"] if s != config.stream and manifest_path(shards, s, split).is_file()]
+        if others:
+            raise UserError(f"{shards}: holds {others[0]} shards, not {config.stream} shards "
+                            f"(--stream {config.stream}); pass --stream {others[0]} or the {config.stream} shards")
+    manifest = load_manifest(shards, config.stream, split)
+    clip = manifest.get("clip", {})
+    if (clip.get("num_blocks"), clip.get("block_len")) != (config.num_blocks, config.block_len):
+        raise UserError(f"{manifest_path(shards, config.stream, split)}: clips of {clip.get('num_blocks')}×"
+                        f"{clip.get('block_len')} frames, but the config asks for {config.num_blocks}×{config.block_len}")
+    return manifest
+
+
+def check_shards(config: TrainConfig) -> dict[str, dict[str, Any]]:
+    """The manifests of the training (and validation) split; UserError for wrong-stream or missing shards."""
+    if not config.shards:
+        raise UserError("no shard folder given: pass --shards DIR (written by `memdpc shard`)")
+    manifests = {"train": _stream_manifest(config, config.train_split)}
+    if config.val_split != "none":
+        if not manifest_path(config.shards, config.stream, config.val_split).is_file():
+            raise UserError(f"{manifest_path(config.shards, config.stream, config.val_split)}: no validation "
+                            "shards; shard that split or pass --val-split none (the plateau then watches the "
+                            "training loss)")
+        manifests["val"] = _stream_manifest(config, config.val_split)
+    return manifests
+
+
+def check_run_dir(config: TrainConfig) -> Path | None:
+    """Refuse a run directory that records another config; return the checkpoint to resume from, if any."""
+    if not config.out:
+        raise UserError("no run directory given: pass --out RUN_DIR")
+    run_dir = Path(config.out)
+    if run_dir.exists() and not run_dir.is_dir():
+        raise UserError(f"{run_dir}: exists and is not a directory")
+    recorded = run_dir / CONFIG_NAME
+    if recorded.is_file():
+        try:
+            previous = yaml.safe_load(recorded.read_text()) or {}
+        except yaml.YAMLError as e:
+            raise UserError(f"{recorded}: unreadable ({e})") from None
+        diff = config_differences(previous, config)
+        if diff:
+            raise UserError(f"{recorded}: this run directory holds a different config ({'; '.join(diff)}); "
+                            "choose another --out, or repeat its settings to resume it")
+    if config.resume:
+        return Path(config.resume)
+    last = run_dir / "checkpoints" / "last.pt"
+    return last if last.is_file() else None
