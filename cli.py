@@ -131,6 +131,7 @@ _TVL1_OPTIONS = [  # (option, field, type, help); defaults are OpenCV's CPU Dual
 
 
 def _preprocess_options(default_streams: str):
+    from memdpc.preprocess.encode import FLOW_ENCODING, RGB_ENCODING
     from memdpc.preprocess.flow import BACKENDS, TVL1Params
 
     defaults = TVL1Params()
@@ -169,11 +170,17 @@ def _preprocess_options(default_streams: str):
             show_default=True,
             help="Resample to this frame rate (0: the native rate).",
         ),
-        click.option("--quality", type=int, default=90, show_default=True, help="RGB JPEG quality 1–100."),
+        click.option(
+            "--quality",
+            type=int,
+            default=RGB_ENCODING.quality,
+            show_default=True,
+            help="RGB JPEG quality 1–100.",
+        ),
         click.option(
             "--flow-quality",
             type=int,
-            default=95,
+            default=FLOW_ENCODING.quality,
             show_default=True,
             help="Flow JPEG quality 1–100 (4:4:4, no chroma subsampling).",
         ),

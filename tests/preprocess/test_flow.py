@@ -1,0 +1,151 @@
+"""TV-L1 flow backend, code mapping, batching hook and the flow storage error (real OpenCV throughout)."""
+
+from __future__ import annotations
+
+import cv2
+import numpy as np
+import pytest
+
+from memdpc.errors import UserError
+from memdpc.preprocess.encode import FLOW_ENCODING, JpegEncoding, code_error, decode_rgb
+from memdpc.preprocess.flow import (
+    FlowStage,
+    OpenCVTVL1,
+    TVL1Params,
+    codes_to_flow,
+    flow_to_codes,
+    make_backend,
+)
+from memdpc.preprocess.synthetic import render_video, texture
+
+
+def expected_code(d: float) -> int:
+    return int(np.floor((np.clip(d, -20, 20) + 20) * 255 / 40 + 0.5))
+
+
+def translated(dx: int, dy: int, n: int = 3, size: int = 64, seed: int = 0) -> list[np.ndarray]:
+    """n BGR frames of a texture moving (dx, dy) pixels per frame (wrap-around, so motion is exact)."""
+    tex = texture(np.random.default_rng(seed), size, size)
+    return [np.roll(tex, (k * dy, k * dx), axis=(0, 1)) for k in range(n)]
+
+
+@pytest.mark.parametrize("dx, dy", [(3, -2), (-5, 1)])
+def test_known_translation_gives_expected_codes(dx, dy):
+    frames = translated(dx, dy)
+    stage = FlowStage(OpenCVTVL1())
+    codes = [c for f in frames for c in stage.push(f)] + stage.flush()
+    assert len(codes) == len(frames) - 1  # n frames -> n - 1 flows
+    for c in codes:
+        inner = c[12:-12, 12:-12]  # away from the wrap-around seam
+        assert abs(np.median(inner[..., 0]) - expected_code(dx)) <= 1
+        assert abs(np.median(inner[..., 1]) - expected_code(dy)) <= 1
+        assert np.abs(inner[..., :2].astype(int) - [expected_code(dx), expected_code(dy)]).mean() < 2
+        assert (c[..., 2] == 128).all()
+
+
+def test_flow_is_frame_k_to_k_plus_1():
+    """A texture moving right then left: the first flow is +x, the second −x."""
+    a, b = translated(4, 0, n=2)
+    stage = FlowStage(OpenCVTVL1())
+    codes = [x for f in (a, b, a) for x in stage.push(f)] + stage.flush()
+    assert [np.median(x[16:-16, 16:-16, 0]) for x in codes] == [expected_code(4), expected_code(-4)]
+
+
+def test_mapping_is_exact_and_saturates_beyond_bound():
+    d = np.array([-100, -20.5, -20, -10, -0.01, 0, 0.05, 7.3, 20, 20.01, 55], np.float32)
+    flow = np.stack([d, -d], axis=-1)[None]  # (1, 11, 2)
+    codes = flow_to_codes(flow, third=0)
+    assert codes.dtype == np.uint8 and codes.shape == (1, 11, 3)
+    assert codes[0, :, 0].tolist() == [expected_code(v) for v in d]
+    assert codes[0, :, 1].tolist() == [expected_code(-v) for v in d]
+    assert codes[0, [0, 1, 2], 0].tolist() == [0, 0, 0] and codes[0, [-3, -2, -1], 0].tolist() == [255] * 3
+    assert codes[0, 5, 0] == 128  # zero flow
+    assert (codes[..., 2] == 0).all()
+    back = codes_to_flow(codes)
+    assert np.abs(back[0, 3:-3] - flow[0, 3:-3]).max() <= 20 / 255 + 1e-6  # half a code step
+
+
+@pytest.mark.parametrize("third", [0, 128])
+def test_third_channel_is_constant(third):
+    frames = render_video("RotateClockwise", 48, 3, np.random.default_rng(1))
+    stage = FlowStage(OpenCVTVL1(TVL1Params(scales=2, warps=2)), third=third)
+    codes = [x for f in frames for x in stage.push(f)]
+    assert len(codes) == 2 and all((c[..., 2] == third).all() for c in codes)
+    assert any(c[..., 0].std() > 0 for c in codes)  # the x channel carries the motion
+
+
+class BatchedOpenCV(OpenCVTVL1):
+    """A backend that asks for pairs in batches, as a GPU backend does (exercises the batching hook)."""
+
+    batch_size = 3
+
+
+def test_batched_backend_gives_the_same_flows_in_order():
+    frames = render_video("MoveDown", 32, 8, np.random.default_rng(2))
+    params = TVL1Params(scales=2, warps=2, outer_iterations=3)
+    one, three = FlowStage(OpenCVTVL1(params)), FlowStage(BatchedOpenCV(params))
+    a = [x for f in frames for x in one.push(f)] + one.flush()
+    pushed = [three.push(f) for f in frames]
+    assert [len(p) for p in pushed] == [0, 0, 0, 3, 0, 0, 3, 0]  # never holds more than a batch
+    b = [x for p in pushed for x in p] + three.flush()
+    assert len(a) == len(b) == 7
+    assert all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
+
+
+def test_backend_registry():
+    assert isinstance(make_backend("opencv", TVL1Params()), OpenCVTVL1)
+    assert make_backend("opencv", TVL1Params()) is make_backend("opencv", TVL1Params())  # once per process
+    with pytest.raises(UserError, match="unknown flow backend"):
+        make_backend("nope", TVL1Params())
+    with pytest.raises(UserError, match="CPU only"):
+        OpenCVTVL1(device="cuda")
+
+
+def test_params_reach_opencv_and_are_validated():
+    tv = OpenCVTVL1(TVL1Params(tau=0.2, lambda_=0.1, scales=3, warps=2, median_filtering=3))._tv
+    assert (tv.getTau(), tv.getLambda(), tv.getScalesNumber(), tv.getWarpingsNumber()) == pytest.approx(
+        (0.2, 0.1, 3, 2)
+    )
+    assert tv.getMedianFiltering() == 3
+    for bad in (dict(tau=0.3), dict(scales=0), dict(scale_step=1.0), dict(median_filtering=4)):
+        with pytest.raises(UserError, match="out of range"):
+            TVL1Params(**bad).validate()
+
+
+def _real_codes() -> list[np.ndarray]:
+    out = []
+    for i, cls in enumerate(("MoveRight", "ZoomIn", "ShakeVertical")):
+        frames = render_video(cls, 64, 3, np.random.default_rng(10 + i))
+        stage = FlowStage(OpenCVTVL1())
+        out += [x for f in frames for x in stage.push(f)]
+    return out
+
+
+def test_flow_storage_error_within_half_a_code():
+    codes = _real_codes()
+    errors = [code_error(c, FLOW_ENCODING.encode_rgb(c)) for c in codes]
+    assert np.mean([m for m, _ in errors]) <= 0.5
+    decoded = decode_rgb(FLOW_ENCODING.encode_rgb(codes[0]))
+    assert decoded.shape == codes[0].shape
+    assert abs(decoded[..., 0].astype(float).mean() - codes[0][..., 0].mean()) < 0.5  # x stays in channel R
+
+
+def test_chroma_subsampling_mixes_x_and_y():
+    """Opposite x and y codes on a fine checkerboard: 4:2:0 blurs them into each other, 4:4:4 does not."""
+    x = (np.indices((32, 32)).sum(0) % 2 * 255).astype(np.uint8)
+    codes = np.stack([x, 255 - x, np.full_like(x, 128)], axis=-1)
+    err420 = code_error(codes, JpegEncoding(95, "420").encode_rgb(codes))[0]
+    err444 = code_error(codes, JpegEncoding(95, "444").encode_rgb(codes))[0]
+    assert err420 > 4 * err444
+
+
+def test_jpeg_encoding_validation():
+    assert FLOW_ENCODING.name.startswith("jpeg-q") and FLOW_ENCODING.name.endswith("-444")
+    with pytest.raises(UserError, match="--quality"):
+        JpegEncoding(0).validate()
+    with pytest.raises(UserError, match="sampling"):
+        JpegEncoding(90, "411").validate()
+    assert (
+        cv2.imdecode(np.frombuffer(JpegEncoding(90).encode_bgr(np.zeros((8, 8, 3), np.uint8)), np.uint8), 1)
+        is not None
+    )
