@@ -1,0 +1,207 @@
+"""The augmentation spec: one dataclass, read by both the DALI and the torch loader.
+
+Every random choice is drawn here, in NumPy, and handed to the loaders as plain numbers (crop boxes, flip
+flags, per-frame 3×4 colour matrices), so both loaders apply the same semantics:
+
+* train *(ref)*: a random resized crop (area 0.5–1 of the frame, aspect 3/4–4/3, torchvision's sampling
+  rule) shared by all frames of a clip, resized to ``crop_size`` (224) and then to the training size; a
+  horizontal flip once per clip; per frame a colour jitter (brightness, contrast, saturation 0.5, hue 0.25,
+  in a random order like torchvision) and a random grey (p 0.25, copying one random channel to all three,
+  as *(ref)* does); ImageNet mean/std.
+* eval: centre crop (a square of the short side), five-crop (4 corners + centre, side ``eval_scale`` × the
+  short side) or ten-crop (the five and their mirror images), each resized straight to the output size.
+* flow: a flip negates the x channel (x → 255 − x; *(ref)* forgets this); colour ops on flow are
+  optional (``jitter_flow``, the paper: yes).
+
+Colour ops are linear maps of RGB, so each frame's ops compose into one affine map ``out = M·rgb + T``,
+applied with a single rounding and clamping to [0, 255] at the end (DALI ``coord_transform``,
+OpenCV ``cv2.transform``). Two differences from torchvision, for the same reason: contrast blends with
+grey 128 instead of the frame's mean grey (DALI's ``color_twist`` does the same) and hue rotates about the
+grey axis in YIQ space instead of shifting HSV hue.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import numpy as np
+import torch
+
+from memdpc.errors import UserError
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+_LUMA = np.array([0.299, 0.587, 0.114])
+_RGB2YIQ = np.array([[0.299, 0.587, 0.114], [0.596, -0.274, -0.322], [0.211, -0.523, 0.312]])
+_YIQ2RGB = np.linalg.inv(_RGB2YIQ)
+
+Box = tuple[int, int, int, int]
+"""A crop in source pixels: (y0, x0, height, width)."""
+
+
+@dataclass(frozen=True)
+class AugmentSpec:
+    """What the loaders do to a clip; ``AugmentSpec.off()`` gives plain decoding (for identity tests)."""
+
+    enabled: bool = True
+    crop_area: tuple[float, float] = (0.5, 1.0)
+    crop_aspect: tuple[float, float] = (3 / 4, 4 / 3)
+    crop_size: int | None = 224
+    flip_p: float = 0.5
+    brightness: float = 0.5
+    contrast: float = 0.5
+    saturation: float = 0.5
+    hue: float = 0.25
+    grey_p: float = 0.25
+    jitter_flow: bool = True
+    eval_scale: float = 0.875
+    mean: tuple[float, float, float] = IMAGENET_MEAN
+    std: tuple[float, float, float] = IMAGENET_STD
+
+    def __post_init__(self) -> None:
+        lo, hi = self.crop_area
+        if not 0 < lo <= hi <= 1:
+            raise UserError(f"augmentation crop_area must satisfy 0 < lo ≤ hi ≤ 1, got {self.crop_area}")
+        if not 0 < self.crop_aspect[0] <= self.crop_aspect[1]:
+            raise UserError(f"augmentation crop_aspect must be positive and ordered, got {self.crop_aspect}")
+        if not 0 < self.eval_scale <= 1:
+            raise UserError(f"augmentation eval_scale must be in (0, 1], got {self.eval_scale}")
+
+    @classmethod
+    def off(cls) -> AugmentSpec:
+        """No random op at all: train mode behaves like eval with a centre crop."""
+        return cls(enabled=False)
+
+    def colour_on(self, stream: str) -> bool:
+        """Whether per-frame colour ops apply to this stream."""
+        return self.enabled and (stream != "flow" or self.jitter_flow)
+
+    def with_(self, **kw) -> AugmentSpec:
+        return replace(self, **kw)
+
+
+@dataclass(frozen=True)
+class ClipParams:
+    """The random draw for one training clip: crop box, flip, and per-frame affine colour maps (F, 3, 4)."""
+
+    box: Box
+    flip: bool
+    colour: np.ndarray | None
+
+
+# ------------------------------------------------------------------------------------------ geometry
+def random_box(rng: np.random.Generator, h: int, w: int, spec: AugmentSpec) -> Box:
+    """torchvision's ``RandomResizedCrop.get_params``: 10 tries, then a centre crop with clamped aspect."""
+    area = h * w
+    log_lo, log_hi = math.log(spec.crop_aspect[0]), math.log(spec.crop_aspect[1])
+    for _ in range(10):
+        target = area * rng.uniform(*spec.crop_area)
+        aspect = math.exp(rng.uniform(log_lo, log_hi))
+        cw, ch = round(math.sqrt(target * aspect)), round(math.sqrt(target / aspect))
+        if 0 < cw <= w and 0 < ch <= h:
+            return int(rng.integers(0, h - ch + 1)), int(rng.integers(0, w - cw + 1)), ch, cw
+    ratio = w / h
+    if ratio < spec.crop_aspect[0]:
+        cw, ch = w, round(w / spec.crop_aspect[0])
+    elif ratio > spec.crop_aspect[1]:
+        ch, cw = h, round(h * spec.crop_aspect[1])
+    else:
+        cw, ch = w, h
+    return (h - ch) // 2, (w - cw) // 2, ch, cw
+
+
+def eval_boxes(h: int, w: int, crops: int, spec: AugmentSpec) -> list[tuple[Box, bool]]:
+    """Eval crops as (box, flipped): 1 = centre square of the short side; 5 = corners + centre; 10 = ×flip."""
+    if crops not in (1, 5, 10):
+        raise UserError(f"crops must be 1, 5 or 10, not {crops}")
+    if crops == 1:
+        s = min(h, w)
+        return [(((h - s) // 2, (w - s) // 2, s, s), False)]
+    s = max(1, round(min(h, w) * spec.eval_scale))
+    five = [(0, 0), (0, w - s), (h - s, 0), (h - s, w - s), ((h - s) // 2, (w - s) // 2)]
+    boxes = [((y, x, s, s), False) for y, x in five]
+    return boxes + [(b, True) for b, _ in boxes] if crops == 10 else boxes
+
+
+# --------------------------------------------------------------------------------------------- colour
+def _affine(m: np.ndarray, t: np.ndarray | float = 0.0) -> np.ndarray:
+    out = np.zeros((3, 4))
+    out[:, :3], out[:, 3] = m, t
+    return out
+
+
+def _then(first: np.ndarray, second: np.ndarray) -> np.ndarray:
+    """The affine map ``second ∘ first`` (both 3×4)."""
+    return _affine(second[:, :3] @ first[:, :3], second[:, :3] @ first[:, 3] + second[:, 3])
+
+
+def flow_flip_map() -> np.ndarray:
+    """A horizontal flip of a flow image negates its x channel: x → 255 − x."""
+    return _affine(np.diag([-1.0, 1.0, 1.0]), [255.0, 0.0, 0.0])
+
+
+def _jitter_map(rng: np.random.Generator, spec: AugmentSpec) -> np.ndarray:
+    """Brightness, contrast, saturation, hue, each as a linear map, composed in a random order."""
+    eye = np.eye(3)
+    b = rng.uniform(max(0.0, 1 - spec.brightness), 1 + spec.brightness)
+    c = rng.uniform(max(0.0, 1 - spec.contrast), 1 + spec.contrast)
+    s = rng.uniform(max(0.0, 1 - spec.saturation), 1 + spec.saturation)
+    theta = 2 * math.pi * rng.uniform(-spec.hue, spec.hue)
+    rot = np.array([[1, 0, 0], [0, math.cos(theta), -math.sin(theta)], [0, math.sin(theta), math.cos(theta)]])
+    ops = [
+        _affine(b * eye),
+        _affine(c * eye, (1 - c) * 128.0),
+        _affine(s * eye + (1 - s) * np.outer(np.ones(3), _LUMA)),
+        _affine(_YIQ2RGB @ rot @ _RGB2YIQ),
+    ]
+    out = _affine(eye)
+    for i in rng.permutation(4):
+        out = _then(out, ops[i])
+    return out
+
+
+def _grey_map(rng: np.random.Generator) -> np.ndarray:
+    """*(ref)*'s random grey: one random channel copied to all three."""
+    m = np.zeros((3, 3))
+    m[:, rng.integers(0, 3)] = 1.0
+    return _affine(m)
+
+
+def colour_maps(rng: np.random.Generator, num_frames: int, stream: str, flip: bool,
+                spec: AugmentSpec) -> np.ndarray | None:
+    """Per-frame affine colour maps (F, 3, 4) float32, or None when the clip's colours stay as they are."""
+    flow_flip = stream == "flow" and flip
+    if not spec.colour_on(stream) and not flow_flip:
+        return None
+    maps = []
+    for _ in range(num_frames):
+        m = flow_flip_map() if flow_flip else _affine(np.eye(3))
+        if spec.colour_on(stream):
+            m = _then(m, _jitter_map(rng, spec))
+            if rng.random() < spec.grey_p:
+                m = _then(m, _grey_map(rng))
+        maps.append(m)
+    return np.stack(maps).astype(np.float32)
+
+
+def sample_clip(rng: np.random.Generator, frame_size: tuple[int, int], num_frames: int, stream: str,
+                spec: AugmentSpec) -> ClipParams:
+    """Draw everything random for one training clip (``spec.enabled`` must be true)."""
+    box = random_box(rng, frame_size[0], frame_size[1], spec)
+    flip = bool(rng.random() < spec.flip_p)
+    return ClipParams(box, flip, colour_maps(rng, num_frames, stream, flip, spec))
+
+
+# ------------------------------------------------------------------------------------------ normalise
+def normalise(frames: torch.Tensor, num_blocks: int, spec: AugmentSpec) -> torch.Tensor:
+    """uint8 (..., F, H, W, 3) → float32 (..., N, 3, SL, H, W), scaled to [0, 1] and mean/std normalised.
+
+    Runs on whatever device ``frames`` lives on (the training device), so loaders ship uint8.
+    """
+    *lead, f, h, w, c = frames.shape
+    mean = torch.tensor(spec.mean, device=frames.device).view(3, 1, 1, 1) * 255
+    inv = 1.0 / (torch.tensor(spec.std, device=frames.device).view(3, 1, 1, 1) * 255)
+    x = frames.reshape(*lead, num_blocks, f // num_blocks, h, w, c)  # (..., N, SL, H, W, 3)
+    x = x.movedim(-1, -4).float()  # (..., N, 3, SL, H, W)
+    return (x - mean).mul_(inv)

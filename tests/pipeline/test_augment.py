@@ -1,0 +1,112 @@
+"""The augmentation spec's draws: crop boxes, eval crops, per-frame colour maps, flow flip, normalisation."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from memdpc.errors import UserError
+from memdpc.pipeline.augment import (
+    AugmentSpec,
+    colour_maps,
+    eval_boxes,
+    flow_flip_map,
+    normalise,
+    random_box,
+    sample_clip,
+)
+
+
+def apply(m: np.ndarray, rgb) -> np.ndarray:
+    return m[:, :3] @ np.asarray(rgb, float) + m[:, 3]
+
+
+def test_random_box_follows_area_and_aspect_ranges():
+    rng, spec = np.random.default_rng(0), AugmentSpec()
+    boxes = [random_box(rng, 240, 320, spec) for _ in range(500)]
+    for y, x, h, w in boxes:
+        assert 0 <= y and y + h <= 240 and 0 <= x and x + w <= 320
+        assert 0.5 * 0.97 <= h * w / (240 * 320) <= 1.0
+        assert 3 / 4 * 0.97 <= w / h <= 4 / 3 * 1.03
+    areas = [h * w / (240 * 320) for _, _, h, w in boxes]
+    assert min(areas) < 0.55 and max(areas) > 0.95  # the whole range is used
+
+
+def test_random_box_falls_back_to_a_centre_crop_of_the_allowed_aspect():
+    spec = AugmentSpec(crop_area=(1.0, 1.0))
+    assert random_box(np.random.default_rng(0), 100, 300, spec) == (0, 83, 100, 133)
+
+
+def test_same_seed_same_draw_and_different_seed_different_draw():
+    def draw(seed):
+        return sample_clip(np.random.default_rng(seed), (64, 64), 40, "rgb", AugmentSpec())
+
+    a, b, c = draw(1), draw(1), draw(2)
+    assert a.box == b.box and a.flip == b.flip and np.array_equal(a.colour, b.colour)
+    assert a.box != c.box or not np.array_equal(a.colour, c.colour)
+
+
+def test_eval_boxes_centre_five_and_ten():
+    spec = AugmentSpec(eval_scale=0.5)
+    assert eval_boxes(60, 100, 1, spec) == [((0, 20, 60, 60), False)]
+    five = eval_boxes(60, 100, 5, spec)
+    assert [b for b, _ in five] == [(0, 0, 30, 30), (0, 70, 30, 30), (30, 0, 30, 30), (30, 70, 30, 30),
+                                    (15, 35, 30, 30)]
+    ten = eval_boxes(60, 100, 10, spec)
+    assert [b for b, _ in ten] == [b for b, _ in five] * 2 and [f for _, f in ten] == [False] * 5 + [True] * 5
+    with pytest.raises(UserError, match="crops"):
+        eval_boxes(60, 100, 3, spec)
+
+
+def test_colour_maps_differ_per_frame_and_stay_in_their_ranges():
+    maps = colour_maps(np.random.default_rng(0), 40, "rgb", False, AugmentSpec(grey_p=0.0))
+    assert maps.shape == (40, 3, 4) and maps.dtype == np.float32
+    assert len({m.tobytes() for m in maps}) == 40
+    grey = np.array([128.0, 128.0, 128.0])
+    for m in maps:  # brightness and contrast (about 128) ∈ [0.5, 1.5], either order: grey 128 → 32..224
+        assert np.all((apply(m, grey) > 32 - 1e-3) & (apply(m, grey) < 224 + 1e-3))
+    assert np.ptp([apply(m, grey)[0] for m in maps]) > 50
+
+
+def test_random_grey_copies_one_channel_in_a_quarter_of_the_frames():
+    spec = AugmentSpec(brightness=0, contrast=0, saturation=0, hue=0)
+    maps = colour_maps(np.random.default_rng(0), 4000, "rgb", False, spec)
+    out = np.stack([apply(m, [10, 100, 200]) for m in maps]).round(4)
+    grey = np.all(out == out[:, :1], axis=1)
+    assert 0.22 < grey.mean() < 0.28
+    assert set(np.unique(out[grey][:, 0])) == {10.0, 100.0, 200.0}  # one random channel, not luma
+    assert np.allclose(out[~grey], [10, 100, 200])
+
+
+def test_hue_rotation_keeps_grey_and_luma():
+    spec = AugmentSpec(brightness=0, contrast=0, saturation=0, grey_p=0)
+    for m in colour_maps(np.random.default_rng(1), 20, "rgb", False, spec):
+        assert np.allclose(apply(m, [77, 77, 77]), 77)
+        assert math.isclose(apply(m, [200, 30, 90]) @ [0.299, 0.587, 0.114], 87.67, rel_tol=1e-4)
+
+
+def test_flow_flip_negates_x_only():
+    assert np.allclose(apply(flow_flip_map(), [0, 7, 128]), [255, 7, 128])
+    spec = AugmentSpec(jitter_flow=False)
+    flipped = colour_maps(np.random.default_rng(0), 3, "flow", True, spec)
+    assert np.allclose([apply(m, [40, 50, 128]) for m in flipped], [[215, 50, 128]] * 3)
+    assert colour_maps(np.random.default_rng(0), 3, "flow", False, spec) is None
+
+
+def test_off_spec_draws_nothing():
+    assert colour_maps(np.random.default_rng(0), 40, "rgb", True, AugmentSpec.off()) is None
+    assert not AugmentSpec.off().colour_on("rgb")
+    with pytest.raises(UserError, match="crop_area"):
+        AugmentSpec(crop_area=(0.0, 1.0))
+
+
+def test_normalise_layout_and_values():
+    frames = torch.zeros(2, 40, 4, 6, 3, dtype=torch.uint8)  # (B, F, H, W, 3)
+    frames[:, 7, :, :, 1] = 255  # frame 7 = block 1, position 2, green
+    x = normalise(frames, 8, AugmentSpec())
+    assert x.shape == (2, 8, 3, 5, 4, 6) and x.dtype == torch.float32
+    assert torch.allclose(x[0, 1, 1, 2], torch.full((4, 6), (1 - 0.456) / 0.224))
+    assert torch.allclose(x[0, 0, 0, 0], torch.full((4, 6), -0.485 / 0.229))
