@@ -368,5 +368,153 @@ def train_cmd(config_file: Path | None, **options) -> None:
     Console(stderr=True).print(f"run directory: {run_dir}")
 
 
+# ---------------------------------------------------------------------------------------------- eval
+@_group(invoke_without_command=True)
+@click.option("--fuse", "fuse_paths", nargs=2, type=click.Path(path_type=Path), default=None,
+              metavar="RGB_RESULT FLOW_RESULT", help="Late fusion of two results files (same as `eval fuse`).")
+@click.option("--weights", nargs=2, type=float, default=(1.0, 1.0), show_default=True,
+              help="With --fuse: weights of the two results.")
+@click.option("--fuse-out", type=click.Path(path_type=Path), default=None,
+              help="With --fuse: results file to write (default: beside the first input).")
+@click.pass_context
+def eval_group(ctx: click.Context, fuse_paths, weights, fuse_out) -> None:
+    """Evaluate a pretrained checkpoint: retrieval, probes, finetuning, Oops; late fusion with --fuse.
+
+    Every subcommand also runs under torchrun (each window is read by one rank; rank 0 writes the results).
+    """
+    if fuse_paths:
+        from memdpc.eval.run import fuse
+
+        fuse(*fuse_paths, out=fuse_out, weights=weights)
+    elif ctx.invoked_subcommand is None:
+        click.echo(ctx.get_help())
+
+
+main.add_command(eval_group, "eval")
+
+
+def _eval_options(fn):
+    """Options shared by every `memdpc eval` task."""
+    opts = [
+        click.argument("checkpoint", type=click.Path(path_type=Path)),
+        click.option("--shards", type=click.Path(path_type=Path), required=True,
+                     help="Shard folder (holding <stream>/manifest-<split>.json)."),
+        click.option("--out", type=click.Path(path_type=Path), required=True,
+                     help="Folder for results JSON/npz, feature caches and plots."),
+        click.option("--stream", type=click.Choice(["rgb", "flow"]), default=None,
+                     help="Stream to evaluate (default: the checkpoint's; another one is refused)."),
+        click.option("--dataset", default=None, help="Dataset name in the results (default: the shard folder's)."),
+        click.option("--train-split", default="train", show_default=True, help="Split to train on / the gallery."),
+        click.option("--test-split", default="test", show_default=True, help="Split to test / the queries."),
+        click.option("--size", type=int, default=None, help="Input size (default: the checkpoint's training size)."),
+        click.option("--batch-size", type=click.IntRange(min=1), default=16, show_default=True,
+                     help="Clips per batch (per rank)."),
+        click.option("--backend", type=click.Choice(["auto", "dali", "torch"]), default="auto", show_default=True,
+                     help="Loader backend."),
+        click.option("--workers", "num_workers", type=click.IntRange(min=0), default=None,
+                     help="Loader workers (torch) / threads (DALI)."),
+        click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True,
+                     help="Where the model runs."),
+        click.option("--plot", is_flag=True, help="Also write PNG figures."),
+    ]
+    for opt in reversed(opts):
+        fn = opt(fn)
+    return fn
+
+
+def _fit_options(epochs: int):
+    def wrap(fn):
+        opts = [
+            click.option("--epochs", type=click.IntRange(min=1), default=epochs, show_default=True, help="Epochs."),
+            click.option("--lr", type=float, default=1e-3, show_default=True, help="Adam learning rate."),
+            click.option("--weight-decay", type=float, default=1e-3, show_default=True, help="Adam weight decay."),
+            click.option("--patience", type=click.IntRange(min=0), default=10, show_default=True,
+                         help="Epochs without training-loss improvement before the lr decays ×0.1 (once)."),
+            click.option("--seed", type=int, default=0, show_default=True, help="Random seed."),
+        ]
+        for opt in reversed(opts):
+            fn = opt(fn)
+        return fn
+    return wrap
+
+
+def _fit(kw: dict, batch_size: int | None = None) -> dict:
+    fit = {k: kw.pop(k) for k in ("epochs", "lr", "weight_decay", "patience", "seed")}
+    fit["lr_min"] = fit["lr"] / 10
+    if batch_size is not None:
+        fit["batch_size"] = batch_size
+    return fit
+
+
+@eval_group.command("retrieve")
+@_eval_options
+@click.option("--chunk", type=click.IntRange(min=1), default=1024, show_default=True,
+              help="Queries per similarity block (memory: chunk × gallery).")
+def eval_retrieve(checkpoint: Path, **kw) -> None:
+    """Nearest-neighbour retrieval: test videos query train videos; R@1/5/10/20/50."""
+    from memdpc.eval.run import evaluate
+
+    evaluate("retrieve", checkpoint, **kw)
+
+
+@eval_group.command("probe")
+@_eval_options
+@click.option("--linear/--mlp", "linear", default=True, show_default=True, help="Linear or MLP head.")
+@click.option("--crops", type=click.Choice(["1", "5", "10"]), default="1", show_default=True,
+              help="Test crops per window.")
+@click.option("--dropout", type=float, default=0.5, show_default=True, help="Dropout before the head.")
+@_fit_options(100)
+def eval_probe(checkpoint: Path, linear: bool, crops: str, **kw) -> None:
+    """Linear / MLP probe on frozen, cached features; video-level top-1/top-5."""
+    from memdpc.eval.run import evaluate
+
+    fit = _fit(kw)
+    evaluate("probe", checkpoint, head="linear" if linear else "mlp", crops=int(crops), fit=fit, **kw)
+
+
+@eval_group.command("finetune")
+@_eval_options
+@click.option("--crops", type=click.Choice(["1", "5", "10"]), default="1", show_default=True,
+              help="Test crops per window.")
+@click.option("--dropout", type=float, default=0.9, show_default=True, help="Dropout before the last layer.")
+@click.option("--label-fraction", type=float, default=1.0, show_default=True,
+              help="Train on this seeded, stratified fraction of the train videos (e.g. 0.1).")
+@click.option("--random-init", is_flag=True, help="Same architecture, random weights (baseline).")
+@_fit_options(50)
+def eval_finetune(checkpoint: Path, crops: str, **kw) -> None:
+    """End-to-end finetuning (Adam 1e-3, wd 1e-3, dropout 0.9, plateau decay); resumable."""
+    from memdpc.eval.run import evaluate
+
+    fit = _fit(kw, kw["batch_size"])
+    evaluate("finetune", checkpoint, crops=int(crops), fit=fit, **kw)
+
+
+@eval_group.command("oops")
+@_eval_options
+@click.option("--index", type=click.Path(path_type=Path), required=True,
+              help="Oops video index (JSONL from `memdpc index --layout oops`) with the failure times.")
+@click.option("--mode", type=click.Choice(["frozen", "finetune"]), default="frozen", show_default=True,
+              help="Train only the linear layer, or the whole network.")
+@_fit_options(50)
+def eval_oops(checkpoint: Path, **kw) -> None:
+    """Unintentional actions: per time step z_t ⊕ ẑ_t → intentional / transitional / unintentional."""
+    from memdpc.eval.run import evaluate
+
+    fit = _fit(kw, kw["batch_size"] if kw["mode"] == "finetune" else None)
+    evaluate("oops", checkpoint, fit=fit, **kw)
+
+
+@eval_group.command("fuse")
+@click.argument("result_a", type=click.Path(path_type=Path))
+@click.argument("result_b", type=click.Path(path_type=Path))
+@click.option("--weights", nargs=2, type=float, default=(1.0, 1.0), show_default=True, help="Weights of A and B.")
+@click.option("--out", type=click.Path(path_type=Path), default=None, help="Results file to write.")
+def eval_fuse(result_a: Path, result_b: Path, weights, out: Path | None) -> None:
+    """Late fusion of two results (RGB and flow): mean probabilities or summed similarities."""
+    from memdpc.eval.run import fuse
+
+    fuse(result_a, result_b, out=out, weights=weights)
+
+
 if __name__ == "__main__":
     main()

@@ -8,12 +8,20 @@ neighbours of each are kept, so a Kinetics-size gallery fits in memory.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from memdpc.errors import UserError
+
+if TYPE_CHECKING:
+    from memdpc.eval.features import EvalData
+    from memdpc.train.distributed import DistEnv
 
 RECALL_KS = (1, 5, 10, 20, 50)
 
@@ -80,3 +88,44 @@ def retrieve(query: Sequence[np.ndarray], gallery: Sequence[np.ndarray], query_l
     pairs = [(center_normalize(q), center_normalize(g)) for q, g in zip(query, gallery, strict=True)]
     neighbours, _ = topk_neighbours(pairs, max(ks), chunk)
     return recall_at_k(neighbours, np.asarray(query_labels), np.asarray(gallery_labels), ks), neighbours
+
+
+# ------------------------------------------------------------------------------------------ the command
+def run_retrieval(checkpoint: str | os.PathLike, data: EvalData, out: str | os.PathLike, env: DistEnv, *,
+                  chunk: int = 1024, plot: bool = False) -> Path | None:
+    """``memdpc eval retrieve``: features of every window of both splits (cached under ``out``), averaged
+    per video; test videos query train videos. Writes ``retrieval-<stream>.json`` (+ npz); returns its path
+    on rank 0, None elsewhere."""
+    from memdpc.eval.features import cached_windows, fingerprint, same_classes, video_mean
+    from memdpc.eval.pretrained import load_encoder
+    from memdpc.eval.results import save_result
+
+    out = Path(out)
+    model, _, stream = load_encoder(checkpoint, data.stream, env.device)
+    data = replace(data, stream=stream)
+    classes = same_classes(data)
+    sets = {}
+    for split in (data.train_split, data.test_split):
+        stamp = fingerprint(checkpoint, kind="features", stream=stream, split=split, size=data.size, crops=1)
+        sets[split] = cached_windows(model.features, data, split, env, stamp=stamp,
+                                     cache=out / f"features-{stream}-{split}.npz", desc="features")
+    if not env.is_main:
+        return None
+    g_ids, g_labels, g_feats = video_mean(sets[data.train_split])
+    q_ids, q_labels, q_feats = video_mean(sets[data.test_split])
+    metrics, neighbours = retrieve([q_feats], [g_feats], q_labels, g_labels, chunk=chunk)
+    arrays = {"video_ids": np.array(q_ids), "labels": q_labels, "query": center_normalize(q_feats),
+              "gallery": center_normalize(g_feats), "gallery_ids": np.array(g_ids), "gallery_labels": g_labels,
+              "neighbours": neighbours}
+    result = {"kind": "retrieval", "stream": stream, "dataset": data.dataset_name, "split": data.test_split,
+              "classes": classes, "metrics": {**metrics, "queries": len(q_ids), "gallery": len(g_ids)},
+              "config": {"checkpoint": str(checkpoint), "train_split": data.train_split, "size": data.size}}
+    path = save_result(out / f"retrieval-{stream}.json", result, arrays)
+    if plot:
+        from memdpc.eval.plots import memory_norms, retrieval_examples
+
+        retrieval_examples(out / f"retrieval-{stream}.png", data, q_ids, q_labels, g_ids, g_labels, neighbours,
+                           classes)
+        if getattr(model, "memory", None) is not None:
+            memory_norms(out / f"memory-norms-{stream}.png", model.memory.detach().cpu().numpy())
+    return path

@@ -1,0 +1,202 @@
+"""Per-window model outputs over an evaluation split, gathered on rank 0, and their per-video averages.
+
+Every evaluation runs a function over all windows of a split (features for retrieval and probes, logits
+for finetuning, per-step features for Oops). Under ``torchrun`` each rank reads its own shards (every
+window is seen by one rank), the outputs are gathered on rank 0, de-duplicated by shard key (padded last
+batches repeat a window) and checked against the manifest's sample count, so no window is lost or counted
+twice. Features can be cached in an ``.npz`` keyed by a fingerprint of the checkpoint and the settings.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+from memdpc.atomic import atomic_path
+from memdpc.errors import UserError
+from memdpc.pipeline.clip import ClipSpec
+from memdpc.pipeline.manifest import load_manifest, manifest_path
+from memdpc.train.distributed import DistEnv
+
+
+@dataclass
+class EvalData:
+    """Where the evaluation data is and how to load it (shared by every ``memdpc eval`` command)."""
+
+    shards: Path
+    stream: str
+    train_split: str = "train"
+    test_split: str = "test"
+    size: int = 128
+    batch_size: int = 16
+    backend: str = "auto"
+    num_workers: int | None = None
+    dataset: str | None = None
+
+    @property
+    def dataset_name(self) -> str:
+        return self.dataset or Path(self.shards).resolve().name
+
+
+@dataclass
+class Windows:
+    """Outputs for every window of a split, sorted by key: ``values`` is (W, K, ...) for K crops."""
+
+    keys: list[str]
+    video_ids: list[str]
+    labels: np.ndarray
+    values: np.ndarray
+
+    def starts(self) -> np.ndarray:
+        """Window start frames, read from the keys ``<video_id>_<start:05d>``."""
+        return np.array([int(k.rsplit("_", 1)[1]) for k in self.keys], dtype=np.int64)
+
+
+def split_classes(data: EvalData, split: str) -> tuple[list[str], dict[str, Any]]:
+    """(class names, manifest) of a split; refuses an empty split."""
+    manifest = load_manifest(data.shards, data.stream, split)
+    if int(manifest.get("num_samples", 0)) == 0:
+        raise UserError(f"{manifest_path(data.shards, data.stream, split)}: the {split} split is empty")
+    return list(manifest["classes"]), manifest
+
+
+def same_classes(data: EvalData) -> list[str]:
+    """The class list shared by the train and test splits; refuses label sets that differ."""
+    train, _ = split_classes(data, data.train_split)
+    test, _ = split_classes(data, data.test_split)
+    if train != test:
+        raise UserError(f"{manifest_path(data.shards, data.stream, data.test_split)}: its classes differ from "
+                        f"those of the {data.train_split} split ({len(test)} vs {len(train)} classes, first "
+                        f"difference: {_first_difference(train, test)})")
+    return train
+
+
+def _first_difference(a: list[str], b: list[str]) -> str:
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
+        if x != y:
+            return f"#{i} {x!r} vs {y!r}"
+    return f"#{min(len(a), len(b))} only in one"
+
+
+def _progress() -> Progress:
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                    transient=True)
+
+
+def run_windows(fn: Callable[[torch.Tensor], torch.Tensor], data: EvalData, split: str, env: DistEnv, *,
+                crops: int = 1, desc: str = "windows") -> Windows | None:
+    """Apply ``fn`` (clips (B, N, 3, SL, H, W) -> (B, ...)) to every window of ``split``, each crop.
+
+    Returns the gathered :class:`Windows` on rank 0, None on the other ranks.
+    """
+    from memdpc.pipeline.loader import make_loader
+
+    manifest = load_manifest(data.shards, data.stream, split)
+    loader = make_loader(data.shards, data.stream, split, train=False, batch_size=data.batch_size,
+                         backend=data.backend, size=data.size, crops=crops, rank=env.rank,
+                         world_size=env.world_size, num_workers=data.num_workers, device=str(env.device),
+                         clip=ClipSpec(**manifest["clip"]))
+    found: dict[str, tuple[str, int, np.ndarray]] = {}
+    with _progress() as bar, torch.inference_mode():
+        task = bar.add_task(f"{desc} ({split})", total=len(loader), visible=env.is_main)
+        for batch in loader:
+            clips = batch.clips.to(env.device)
+            if clips.dim() == 6:
+                clips = clips.unsqueeze(1)  # (B, N, ...) -> (B, 1, N, ...)
+            b, k = clips.shape[:2]
+            out = fn(clips.flatten(0, 1)).float().cpu().numpy()  # (B*K, ...)
+            out = out.reshape(b, k, *out.shape[1:])
+            for key, vid, label, value in zip(batch.keys, batch.video_ids, batch.labels.tolist(), out, strict=True):
+                found.setdefault(key, (vid, int(label), value))
+            bar.advance(task)
+    found = _gather(found, env)
+    if found is None:
+        return None
+    expected = int(manifest["num_samples"])
+    if len(found) != expected:
+        raise UserError(f"{manifest_path(data.shards, data.stream, split)}: evaluated {len(found)} distinct "
+                        f"windows, but the shards hold {expected}")
+    keys = sorted(found)
+    return Windows(keys, [found[k][0] for k in keys], np.array([found[k][1] for k in keys], dtype=np.int64),
+                   np.stack([found[k][2] for k in keys]))
+
+
+def _gather(found: dict, env: DistEnv) -> dict | None:
+    """Merge every rank's windows on rank 0 (first occurrence of a key wins)."""
+    if not env.distributed:
+        return found
+    parts = [None] * env.world_size if env.is_main else None
+    dist.gather_object(found, parts, dst=0)
+    if not env.is_main:
+        return None
+    merged: dict = {}
+    for part in parts:
+        for key, value in part.items():
+            merged.setdefault(key, value)
+    return merged
+
+
+def video_mean(windows: Windows) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """(sorted video ids, labels (V,), values averaged over each video's windows and crops (V, ...))."""
+    index: dict[str, list[int]] = {}
+    for i, vid in enumerate(windows.video_ids):
+        index.setdefault(vid, []).append(i)
+    ids = sorted(index)
+    feats = np.stack([windows.values[index[v]].mean(axis=(0, 1)) for v in ids])
+    labels = np.array([windows.labels[index[v][0]] for v in ids], dtype=np.int64)
+    return ids, labels, feats
+
+
+# ------------------------------------------------------------------------------------------------ cache
+def fingerprint(checkpoint: str | os.PathLike, **settings: Any) -> str:
+    """Identifies the features a checkpoint gives under some settings (path, size and mtime of the file)."""
+    path = Path(checkpoint).resolve()
+    st = path.stat()
+    return json.dumps({"checkpoint": str(path), "bytes": st.st_size, "mtime_ns": st.st_mtime_ns, **settings},
+                      sort_keys=True, default=str)
+
+
+def save_windows(path: str | os.PathLike, windows: Windows, stamp: str) -> None:
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        np.savez(f, keys=np.array(windows.keys), video_ids=np.array(windows.video_ids), labels=windows.labels,
+                 values=windows.values, fingerprint=np.array(stamp))
+
+
+def load_windows(path: str | os.PathLike, stamp: str) -> Windows | None:
+    """The cached windows at ``path`` if they were made with the same fingerprint, else None."""
+    path = Path(path)
+    if not path.is_file():
+        return None
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            if str(z["fingerprint"]) != stamp:
+                return None
+            return Windows([str(k) for k in z["keys"]], [str(v) for v in z["video_ids"]], z["labels"], z["values"])
+    except (OSError, ValueError, KeyError):
+        return None  # an unreadable cache is recomputed
+
+
+def cached_windows(fn: Callable[[torch.Tensor], torch.Tensor], data: EvalData, split: str, env: DistEnv, *,
+                   cache: Path | None, stamp: str, crops: int = 1, desc: str = "features") -> Windows | None:
+    """:func:`run_windows`, reusing ``cache`` when its fingerprint matches (all ranks agree on the reuse)."""
+    hit = load_windows(cache, stamp) if cache is not None and env.is_main else None
+    if env.distributed:
+        box = [hit is not None]
+        dist.broadcast_object_list(box, src=0)
+        if box[0]:
+            return hit if env.is_main else None
+    elif hit is not None:
+        return hit
+    windows = run_windows(fn, data, split, env, crops=crops, desc=desc)
+    if windows is not None and cache is not None:
+        save_windows(cache, windows, stamp)
+    return windows

@@ -1,0 +1,179 @@
+"""End-to-end finetuning (DESIGN 2.5, 2.7) and its scarce-label variant.
+
+The classifier is the pretrained encoder and aggregators with a BatchNorm → Dropout 0.9 → Linear head
+(:class:`~memdpc.model.Classifier`), trained with Adam 1e-3, weight decay 1e-3, the lr decayed once to 1e-4
+when the training loss plateaus (no validation split is touched). ``label_fraction`` < 1 trains on a seeded,
+stratified subset of the train videos (the windows of other videos are skipped and the kept ones regrouped
+into full batches). The state is saved after every epoch (atomically) and a re-run resumes from it. The
+test is every window of the test split in 1, 5 or 10 crops, softmax averaged per video.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from memdpc.atomic import write_bytes_atomic
+from memdpc.errors import UserError
+from memdpc.eval.features import EvalData, run_windows, same_classes
+from memdpc.eval.multicrop import VideoAccumulator, classification_metrics
+from memdpc.eval.probe import FitConfig
+from memdpc.train import distributed as dd
+
+FINETUNE_FIT = FitConfig(epochs=50, batch_size=16)
+Batches = Callable[[int], Iterator[tuple[torch.Tensor, list[str], torch.Tensor]]]
+
+
+def train_loader(data: EvalData, env: dd.DistEnv, seed: int):
+    from memdpc.pipeline.clip import ClipSpec
+    from memdpc.pipeline.loader import make_loader
+    from memdpc.pipeline.manifest import load_manifest
+
+    manifest = load_manifest(data.shards, data.stream, data.train_split)
+    return make_loader(data.shards, data.stream, data.train_split, train=True, batch_size=data.batch_size,
+                       backend=data.backend, size=data.size, rank=env.rank, world_size=env.world_size,
+                       seed=seed, num_workers=data.num_workers, device=str(env.device),
+                       clip=ClipSpec(**manifest["clip"]), drop_last=env.distributed)
+
+
+def kept_batches(loader, keep: set[str] | None, batch_size: int, epoch: int
+                 ) -> Iterator[tuple[torch.Tensor, list[str], torch.Tensor]]:
+    """(clips, keys, labels) of one epoch, only windows of videos in ``keep`` (all when None), regrouped
+    into batches of ``batch_size`` (the last one may be smaller)."""
+    loader.set_epoch(epoch)
+    clips, keys, labels = [], [], []
+    for batch in loader:
+        mask = [keep is None or v in keep for v in batch.video_ids]
+        if not any(mask):
+            continue
+        sel = torch.tensor(mask, device=batch.clips.device)
+        clips.append(batch.clips[sel])
+        labels.append(batch.labels[sel])
+        keys.extend(k for k, m in zip(batch.keys, mask, strict=True) if m)
+        while len(keys) >= batch_size:
+            c, y = torch.cat(clips), torch.cat(labels)
+            yield c[:batch_size], keys[:batch_size], y[:batch_size]
+            clips, labels, keys = [c[batch_size:]], [y[batch_size:]], keys[batch_size:]
+    if len(keys) >= 2:  # a lone last window is left out: BatchNorm cannot train on one sample
+        yield torch.cat(clips), keys, torch.cat(labels)
+
+
+def train_epochs(model: nn.Module, batch_loss: Callable, batches: Batches, env: dd.DistEnv, fit: FitConfig,
+                 state_path: Path, settings: dict[str, Any]) -> list[float]:
+    """Adam + plateau decay over ``fit.epochs`` epochs, resuming from ``state_path`` when it holds the same
+    ``settings``. ``batch_loss(module, clips, keys, labels)`` returns the mean loss of a batch. Every rank
+    takes the same number of steps (an epoch ends when any rank runs out). Returns per-epoch mean losses."""
+    opt = torch.optim.Adam(model.parameters(), lr=fit.lr, weight_decay=fit.weight_decay)
+    sched = torch.optim.lr_scheduler.ReduceLROnPlateau(opt, factor=fit.lr_min / fit.lr, patience=fit.patience,
+                                                       min_lr=fit.lr_min)
+    losses: list[float] = []
+    if state_path.is_file():
+        state = torch.load(state_path, map_location=env.device, weights_only=True)
+        if json.loads(state["settings"]) != json.loads(json.dumps(settings, default=str)):
+            raise UserError(f"{state_path}: an unfinished run with other settings is there; remove it or use "
+                            "another --out")
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["optimizer"])
+        sched.load_state_dict(state["scheduler"])
+        losses = list(state["losses"])
+    module = nn.parallel.DistributedDataParallel(model, find_unused_parameters=True) if env.distributed else model
+    for epoch in range(len(losses), fit.epochs):
+        torch.manual_seed(fit.seed + 1000 * epoch + env.rank)
+        model.train()
+        total, count = 0.0, 0
+        it = batches(epoch)
+        while True:
+            item = next(it, None)
+            if not dd.all_true(env, item is not None):
+                break
+            clips, keys, labels = item
+            loss = batch_loss(module, clips, keys, labels)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            total, count = total + loss.item() * len(keys), count + len(keys)
+        if count == 0 and not env.distributed:
+            raise UserError("no training windows: the train split (or the label subset) is empty")
+        mean = dd.all_mean(env, {"loss": total / max(count, 1)})["loss"]
+        sched.step(mean)
+        losses.append(mean)
+        if env.is_main:
+            _save_state(state_path, model, opt, sched, losses, settings)
+    return losses
+
+
+def _save_state(path: Path, model: nn.Module, opt, sched, losses: list[float], settings: dict) -> None:
+    buf = io.BytesIO()
+    torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
+                "losses": losses, "settings": json.dumps(settings, default=str)}, buf)
+    write_bytes_atomic(path, buf.getvalue())
+
+
+def label_subset(data: EvalData, fraction: float, seed: int) -> set[str] | None:
+    """The train videos kept for ``fraction`` (None: all), from the windows' own labels in the shards."""
+    if fraction >= 1.0:
+        return None
+    from memdpc.eval.shard_meta import window_info
+    from memdpc.eval.subset import stratified_subset
+
+    info = window_info(data.shards, data.stream, data.train_split)
+    videos = {w["video_id"]: int(w["label"]) for w in info.values()}
+    return set(stratified_subset(list(videos), list(videos.values()), fraction, seed))
+
+
+def _ce(module: nn.Module, clips: torch.Tensor, keys: list[str], labels: torch.Tensor) -> torch.Tensor:
+    return nn.functional.cross_entropy(module(clips), labels)
+
+
+def run_finetune(checkpoint: str | os.PathLike, data: EvalData, out: str | os.PathLike, env: dd.DistEnv, *,
+                 crops: int = 1, dropout: float = 0.9, label_fraction: float = 1.0, random_init: bool = False,
+                 fit: FitConfig = FINETUNE_FIT, plot: bool = False) -> Path | None:
+    """``memdpc eval finetune``: writes ``finetune-<stream>[-frac<F>].json`` (+ npz with probabilities)."""
+    from memdpc.eval.pretrained import load_encoder
+    from memdpc.eval.results import save_result
+    from memdpc.model import Classifier
+
+    out = Path(out)
+    pretrained, _, stream = load_encoder(checkpoint, data.stream, env.device)
+    data = replace(data, stream=stream, batch_size=fit.batch_size)
+    classes = same_classes(data)
+    keep = label_subset(data, label_fraction, fit.seed)
+    torch.manual_seed(fit.seed)
+    clf = Classifier.from_pretrained(pretrained, len(classes), dropout)
+    if random_init:
+        clf = Classifier(len(classes), **{k: v for k, v in clf.hparams.items() if k != "num_classes"})
+    clf = clf.to(env.device)
+    tag = f"finetune-{stream}" + ("-scratch" if random_init else "") + (
+        f"-frac{label_fraction:g}" if label_fraction < 1 else "")
+    settings = {"checkpoint": str(Path(checkpoint).resolve()), "label_fraction": label_fraction,
+                "random_init": random_init, "dropout": dropout, "size": data.size, **asdict(fit)}
+    loader = train_loader(data, env, fit.seed)
+    losses = train_epochs(clf, _ce, lambda e: kept_batches(loader, keep, fit.batch_size, e), env, fit,
+                          out / f"{tag}.state.pt", settings)
+    clf.eval()
+    windows = run_windows(clf, data, data.test_split, env, crops=crops, desc="test")
+    if windows is None:
+        return None
+    acc = VideoAccumulator()
+    acc.add(windows.keys, windows.video_ids, windows.labels.tolist(), windows.values)
+    ids, labels, probs, _ = acc.video_probs()
+    result = {"kind": "finetune", "stream": stream, "dataset": data.dataset_name, "split": data.test_split,
+              "classes": classes, "metrics": classification_metrics(probs, labels), "train_loss": losses,
+              "config": {**settings, "crops": crops,
+                         "train_videos": None if keep is None else len(keep)}}
+    path = save_result(out / f"{tag}.json", result,
+                       {"video_ids": np.array(ids), "labels": labels, "probs": probs.astype(np.float32)})
+    if plot:
+        from memdpc.eval.plots import confusion_matrix
+
+        confusion_matrix(out / f"{tag}-confusion.png", probs, labels, classes)
+    return path

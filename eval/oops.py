@@ -1,0 +1,178 @@
+"""Unintentional actions on Oops (DESIGN 2.7, paper appendix): per time step, z_t ⊕ ẑ_t → linear, 3 classes.
+
+z_t is the encoder feature of block t and ẑ_t its prediction from blocks < t (forward aggregator, φ and
+memory), both spatially pooled (:meth:`MemDPC.step_features`); block 0 has no past and is not used. Labels
+come from the video's failure time (the ``t`` of the Oops index, see :mod:`memdpc.eval.oops_labels`).
+
+* ``frozen``: step features of every window are extracted once (cached); a linear layer is trained with the
+  transitional class oversampled (:func:`oversample`).
+* ``finetune``: encoder, aggregator, predictor, memory and the linear layer train end to end; the
+  oversampling becomes its expectation, a class weight in the loss (a streaming loader cannot repeat
+  chosen windows).
+
+Metrics: accuracy over all time steps of all test windows, per-class recall and their mean.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, replace
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from memdpc.errors import UserError
+from memdpc.eval.features import EvalData, cached_windows, fingerprint, run_windows, split_classes
+from memdpc.eval.oops_labels import CLASSES, TRANSITIONAL, oversample, step_labels
+from memdpc.eval.probe import FitConfig, fit_head
+from memdpc.pipeline.clip import ClipSpec
+from memdpc.train import distributed as dd
+
+OOPS_FIT = FitConfig()
+
+
+def failure_times(index: str | os.PathLike) -> dict[str, float]:
+    """{video id: failure time in seconds} from an Oops video index (``extra['t']``)."""
+    from memdpc.preprocess.video_index import read_index
+
+    times = {r.id: float(r.extra["t"]) for r in read_index(index) if r.extra.get("t") is not None}
+    if not times:
+        raise UserError(f"{index}: no video has a failure time (extra.t); build it with --layout oops")
+    return times
+
+
+def window_labels(data: EvalData, split: str, keys: list[str], times: dict[str, float], index: str) -> np.ndarray:
+    """(W, num_blocks) step labels of the given windows, from their start, fps and the failure time."""
+    from memdpc.eval.shard_meta import window_info
+    from memdpc.pipeline.manifest import load_manifest
+
+    spec = ClipSpec(**load_manifest(data.shards, data.stream, split)["clip"])
+    info = window_info(data.shards, data.stream, split)
+    out = []
+    for key in keys:
+        w = info[key]
+        if w["video_id"] not in times:
+            raise UserError(f"{index}: no failure time for video {w['video_id']} of the {split} shards")
+        out.append(step_labels(int(w["start"]), float(w["fps"]), times[w["video_id"]], spec))
+    return np.stack(out)
+
+
+def _steps(values: np.ndarray) -> np.ndarray:
+    """(W, 1, N, F) window outputs -> (W·(N−1), F): every step but the first."""
+    return values[:, 0, 1:].reshape(-1, values.shape[-1])
+
+
+def step_metrics(pred: np.ndarray, labels: np.ndarray) -> dict[str, float]:
+    recall = {f"recall_{name}": float(np.mean(pred[labels == c] == c))
+              for c, name in enumerate(CLASSES) if np.any(labels == c)}
+    return {"accuracy": float(np.mean(pred == labels)), **recall,
+            "mean_class_accuracy": float(np.mean(list(recall.values()))), "steps": int(len(labels))}
+
+
+class StepClassifier(nn.Module):
+    """A (Mem)DPC model and a linear layer over z_t ⊕ ẑ_t: clips (B, N, ...) -> logits (B, N, 3)."""
+
+    def __init__(self, model: nn.Module, dim: int):
+        super().__init__()
+        from memdpc.model import OopsHead
+
+        self.model, self.head = model, OopsHead(dim, len(CLASSES))
+
+    def forward(self, clips: torch.Tensor) -> torch.Tensor:
+        return self.head(*self.model.step_features(clips))
+
+
+def _frozen(model, data: EvalData, out: Path, env, checkpoint, times, index, fit: FitConfig):
+    def step_fn(clips):
+        return torch.cat(model.step_features(clips), dim=-1)  # (B, N, 2D)
+
+    sets = {}
+    for split in (data.train_split, data.test_split):
+        stamp = fingerprint(checkpoint, kind="oops-steps", stream=data.stream, split=split, size=data.size)
+        sets[split] = cached_windows(step_fn, data, split, env, stamp=stamp, desc="step features",
+                                     cache=out / f"oops-steps-{data.stream}-{split}.npz")
+    if not env.is_main:
+        return None
+    train, test = sets[data.train_split], sets[data.test_split]
+    y = window_labels(data, data.train_split, train.keys, times, index)[:, 1:].reshape(-1)
+    torch.manual_seed(fit.seed)
+    from memdpc.model import OopsHead
+
+    head = OopsHead(model.backbone.out_channels, len(CLASSES)).fc  # the linear layer over z_t ⊕ ẑ_t
+    x = torch.from_numpy(_steps(train.values)).float()
+    losses = fit_head(head, x, torch.from_numpy(y), fit, order=oversample(y, TRANSITIONAL, fit.seed))
+    with torch.inference_mode():
+        pred = head(torch.from_numpy(_steps(test.values)).float()).argmax(-1).numpy()
+    return pred, test, losses
+
+
+def _finetune(model, data: EvalData, out: Path, env, times, index, fit: FitConfig, settings):
+    from memdpc.eval.finetune import kept_batches, train_epochs, train_loader
+    from memdpc.eval.shard_meta import window_info
+
+    info = window_info(data.shards, data.stream, data.train_split)
+    spec = ClipSpec(**split_classes(data, data.train_split)[1]["clip"])
+    labels_of = {k: step_labels(int(w["start"]), float(w["fps"]), times[w["video_id"]], spec)
+                 for k, w in info.items() if w["video_id"] in times}
+    counts = np.bincount(np.concatenate([lab[1:] for lab in labels_of.values()]), minlength=3)
+    weight = torch.ones(3)
+    if counts[TRANSITIONAL]:
+        weight[TRANSITIONAL] = max(1.0, min(c for i, c in enumerate(counts) if i != TRANSITIONAL and c)
+                                   / counts[TRANSITIONAL])
+    clf = StepClassifier(model, model.backbone.out_channels).to(env.device)
+
+    def batch_loss(module, clips, keys, _labels):
+        missing = [k for k in keys if k not in labels_of]
+        if missing:
+            raise UserError(f"{index}: no failure time for the window {missing[0]}")
+        y = torch.from_numpy(np.stack([labels_of[k] for k in keys])[:, 1:]).to(clips.device)
+        logits = module(clips)[:, 1:]  # (B, N-1, 3)
+        return nn.functional.cross_entropy(logits.flatten(0, 1), y.flatten(), weight=weight.to(clips.device))
+
+    loader = train_loader(data, env, fit.seed)
+    losses = train_epochs(clf, batch_loss, lambda e: kept_batches(loader, None, fit.batch_size, e), env, fit,
+                          out / f"oops-finetune-{data.stream}.state.pt", settings)
+    clf.eval()
+    test = run_windows(clf, data, data.test_split, env, desc="test")
+    if test is None:
+        return None
+    return test.values[:, 0, 1:].argmax(-1).reshape(-1), test, losses
+
+
+def run_oops(checkpoint: str | os.PathLike, data: EvalData, index: str | os.PathLike, out: str | os.PathLike,
+             env: dd.DistEnv, *, mode: str = "frozen", fit: FitConfig = OOPS_FIT, plot: bool = False
+             ) -> Path | None:
+    """``memdpc eval oops``: writes ``oops-<mode>-<stream>.json`` (+ npz with per-step predictions)."""
+    from memdpc.eval.pretrained import load_encoder
+    from memdpc.eval.results import save_result
+
+    if mode not in ("frozen", "finetune"):
+        raise UserError(f"Oops mode must be 'frozen' or 'finetune', not {mode!r}")
+    out = Path(out)
+    times = failure_times(index)
+    model, _, stream = load_encoder(checkpoint, data.stream, env.device)
+    data = replace(data, stream=stream)
+    for split in (data.train_split, data.test_split):
+        split_classes(data, split)  # refuses an empty split
+    settings = {"checkpoint": str(Path(checkpoint).resolve()), "index": str(index), "size": data.size,
+                **asdict(fit)}
+    got = (_frozen(model, data, out, env, checkpoint, times, str(index), fit) if mode == "frozen"
+           else _finetune(model, data, out, env, times, str(index), fit, settings))
+    if got is None:
+        return None
+    pred, test, losses = got
+    labels = window_labels(data, data.test_split, test.keys, times, str(index))[:, 1:]
+    result = {"kind": f"oops-{mode}", "stream": stream, "dataset": data.dataset_name, "split": data.test_split,
+              "classes": CLASSES, "metrics": step_metrics(pred, labels.reshape(-1)), "train_loss": losses,
+              "config": settings}
+    arrays = {"video_ids": np.array(test.video_ids), "keys": np.array(test.keys), "labels": labels,
+              "pred": pred.reshape(labels.shape)}
+    path = save_result(out / f"oops-{mode}-{stream}.json", result, arrays)
+    if plot:
+        from memdpc.eval.plots import confusion_matrix
+
+        confusion_matrix(out / f"oops-{mode}-{stream}-confusion.png", np.eye(3)[pred], labels.reshape(-1),
+                         CLASSES)
+    return path

@@ -1,0 +1,115 @@
+"""``--plot`` figures (matplotlib, Agg backend, PNG): retrieval examples, confusion matrix, memory norms.
+
+* Retrieval examples (paper appendix): each row is a test query and its top-3 train neighbours, every video
+  shown as a strip of one frame per block of its first window, titled with the class (green: same class).
+* Confusion matrix of per-video predictions (rows: true class, normalised per row).
+* Memory norms (paper appendix, Fig. "memory retrieval"): ‖M_i‖ of every memory slot, the largest few
+  highlighted.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import cv2
+import matplotlib
+import numpy as np
+
+from memdpc.atomic import atomic_path
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402 — after choosing the backend
+
+if TYPE_CHECKING:
+    from memdpc.eval.features import EvalData
+
+
+def _save(fig, path: str | os.PathLike) -> Path:
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=100, format="png")
+    plt.close(fig)
+    return Path(path)
+
+
+def frame_strip(jpegs: Sequence[bytes], num_blocks: int) -> np.ndarray:
+    """One frame from the middle of every block, side by side: (h, num_blocks·w, 3) RGB uint8."""
+    per_block = len(jpegs) // num_blocks
+    frames = [cv2.imdecode(np.frombuffer(jpegs[b * per_block + per_block // 2], np.uint8), cv2.IMREAD_COLOR)
+              for b in range(num_blocks)]
+    return cv2.cvtColor(np.concatenate(frames, axis=1), cv2.COLOR_BGR2RGB)
+
+
+def retrieval_examples(path: str | os.PathLike, data: EvalData, q_ids: Sequence[str], q_labels: np.ndarray,
+                       g_ids: Sequence[str], g_labels: np.ndarray, neighbours: np.ndarray,
+                       classes: Sequence[str], rows: int = 5, stream: str | None = None) -> Path:
+    """Queries (the first ``rows`` test videos) and their top-3 neighbours as frame strips.
+
+    Frames come from the first window of each video in the shards of ``stream`` (default: the evaluated
+    stream; pass "rgb" to show RGB frames for a flow model, as the paper does).
+    """
+    from memdpc.eval.shard_meta import window_frames
+    from memdpc.pipeline.manifest import load_manifest
+
+    stream = stream or data.stream
+    num_blocks = int(load_manifest(data.shards, stream, data.test_split)["clip"]["num_blocks"])
+    rows = min(rows, len(q_ids))
+    top = neighbours[:rows, :3]
+    q_frames = window_frames(data.shards, stream, data.test_split, [f"{q_ids[i]}_00000" for i in range(rows)])
+    g_keys = [f"{g_ids[j]}_00000" for j in np.unique(top)]
+    g_frames = window_frames(data.shards, stream, data.train_split, g_keys)
+    fig, axes = plt.subplots(rows, 1 + top.shape[1], figsize=(4 * (1 + top.shape[1]), 1.2 * rows + 0.5),
+                             squeeze=False)
+    for i in range(rows):
+        cells = [(q_frames.get(f"{q_ids[i]}_00000"), f"query: {classes[q_labels[i]]}", "black")]
+        for j in top[i]:
+            color = "green" if g_labels[j] == q_labels[i] else "red"
+            cells.append((g_frames.get(f"{g_ids[j]}_00000"), classes[g_labels[j]], color))
+        for ax, (jpegs, title, color) in zip(axes[i], cells, strict=False):
+            ax.axis("off")
+            if jpegs:
+                ax.imshow(frame_strip(jpegs, num_blocks))
+            ax.set_title(title, fontsize=8, color=color)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def confusion(pred: np.ndarray, labels: np.ndarray, num_classes: int) -> np.ndarray:
+    """Counts (true class, predicted class)."""
+    m = np.zeros((num_classes, num_classes), dtype=np.int64)
+    np.add.at(m, (labels, pred), 1)
+    return m
+
+
+def confusion_matrix(path: str | os.PathLike, probs: np.ndarray, labels: np.ndarray,
+                     classes: Sequence[str]) -> Path:
+    """A row-normalised confusion matrix of the arg-max predictions."""
+    m = confusion(probs.argmax(axis=1), labels, len(classes)).astype(float)
+    m /= np.maximum(m.sum(axis=1, keepdims=True), 1)
+    size = min(4 + 0.25 * len(classes), 30)
+    fig, ax = plt.subplots(figsize=(size, size))
+    ax.imshow(m, vmin=0, vmax=1, cmap="Blues")
+    if len(classes) <= 30:
+        ax.set_xticks(range(len(classes)), classes, rotation=90, fontsize=7)
+        ax.set_yticks(range(len(classes)), classes, fontsize=7)
+    ax.set_xlabel("predicted")
+    ax.set_ylabel("true")
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def memory_norms(path: str | os.PathLike, memory: np.ndarray, highlight: int = 5) -> Path:
+    """Bar plot of ‖M_i‖ over the k memory slots; the ``highlight`` largest in orange."""
+    norms = np.linalg.norm(np.asarray(memory, dtype=np.float64), axis=1)
+    top = np.argsort(-norms, kind="stable")[:highlight]
+    colors = np.array(["tab:blue"] * len(norms), dtype=object)
+    colors[top] = "tab:orange"
+    fig, ax = plt.subplots(figsize=(10, 3))
+    ax.bar(np.arange(len(norms)), norms, width=1.0, color=list(colors))
+    ax.set_xlabel("memory slot")
+    ax.set_ylabel("‖M_i‖")
+    ax.set_title(f"memory norms (k = {len(norms)}; largest: {', '.join(map(str, top))})")
+    fig.tight_layout()
+    return _save(fig, path)

@@ -1,0 +1,129 @@
+"""Linear and non-linear (MLP) probes on frozen, cached features (DESIGN 2.7).
+
+Features are the pooled context of every window (train split: centre crop; test split: 1, 5 or 10 crops),
+extracted once and cached. The head (:class:`~memdpc.model.LinearHead`: BatchNorm → Dropout 0.5 → Linear,
+or :class:`~memdpc.model.MLPHead`) is trained on the train windows with their video's label (Adam 1e-3,
+weight decay 1e-3, decayed once ×0.1 when the training loss plateaus); the test is the softmax averaged over
+all windows and then all crops of a video.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from memdpc.errors import UserError
+from memdpc.eval.features import EvalData, Windows, cached_windows, fingerprint, same_classes
+from memdpc.eval.multicrop import VideoAccumulator, classification_metrics
+from memdpc.train.distributed import DistEnv
+
+
+@dataclass(frozen=True)
+class FitConfig:
+    """Optimisation of a head on fixed inputs."""
+
+    epochs: int = 100
+    batch_size: int = 256
+    lr: float = 1e-3
+    weight_decay: float = 1e-3
+    lr_min: float = 1e-4
+    patience: int = 10
+    seed: int = 0
+
+
+def fit_head(head: nn.Module, x: torch.Tensor, y: torch.Tensor, cfg: FitConfig,
+             order: np.ndarray | None = None) -> list[float]:
+    """Train ``head`` on (x, y) with cross-entropy; returns the mean loss of every epoch.
+
+    ``order`` (indices into x, e.g. with oversampled rows) replaces the plain sample list; it is reshuffled
+    every epoch by a generator seeded with ``cfg.seed``.
+    """
+    if len(x) == 0:
+        raise UserError("no training samples for the classifier head")
+    gen = torch.Generator().manual_seed(cfg.seed)
+    opt = torch.optim.Adam(head.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    sched = torch.optim.lr_scheduler.ReduceLROnPlateau(opt, factor=cfg.lr_min / cfg.lr, patience=cfg.patience,
+                                                       min_lr=cfg.lr_min)
+    rows = torch.as_tensor(order if order is not None else np.arange(len(x)))
+    losses = []
+    head.train()
+    for _ in range(cfg.epochs):
+        perm = rows[torch.randperm(len(rows), generator=gen)]
+        total = 0.0
+        for lo in range(0, len(perm), cfg.batch_size):
+            idx = perm[lo:lo + cfg.batch_size]
+            if len(idx) < 2 and len(perm) >= 2:  # BatchNorm needs two samples: a lone tail waits an epoch
+                continue
+            loss = nn.functional.cross_entropy(head(x[idx]), y[idx])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            total += loss.item() * len(idx)
+        losses.append(total / len(perm))
+        sched.step(losses[-1])
+    return losses
+
+
+def predict_windows(head: nn.Module, windows: Windows, batch_size: int = 1024) -> VideoAccumulator:
+    """Per-window, per-crop logits of a trained head, collected per video."""
+    head.eval()
+    acc = VideoAccumulator()
+    values = torch.from_numpy(windows.values).float()  # (W, K, D)
+    with torch.inference_mode():
+        for lo in range(0, len(values), batch_size):
+            chunk = values[lo:lo + batch_size]
+            logits = head(chunk.flatten(0, 1)).view(*chunk.shape[:2], -1)  # (B, K, C)
+            hi = lo + len(chunk)
+            acc.add(windows.keys[lo:hi], windows.video_ids[lo:hi], windows.labels[lo:hi].tolist(), logits)
+    return acc
+
+
+def make_head(kind: str, dim: int, num_classes: int, dropout: float) -> nn.Module:
+    from memdpc.model import LinearHead, MLPHead
+
+    if kind == "linear":
+        return LinearHead(dim, num_classes, dropout)
+    if kind == "mlp":
+        return MLPHead(dim, num_classes, dropout=dropout)
+    raise UserError(f"probe head must be 'linear' or 'mlp', not {kind!r}")
+
+
+def run_probe(checkpoint: str | os.PathLike, data: EvalData, out: str | os.PathLike, env: DistEnv, *,
+              head: str = "linear", crops: int = 1, dropout: float = 0.5, fit: FitConfig = FitConfig(),
+              plot: bool = False) -> Path | None:
+    """``memdpc eval probe``: writes ``probe-<head>-<stream>.json`` (+ npz with per-video probabilities)."""
+    from memdpc.eval.pretrained import load_encoder
+    from memdpc.eval.results import save_result
+
+    out = Path(out)
+    model, _, stream = load_encoder(checkpoint, data.stream, env.device)
+    data = replace(data, stream=stream)
+    classes = same_classes(data)
+    sets = {}
+    for split, k in ((data.train_split, 1), (data.test_split, crops)):
+        stamp = fingerprint(checkpoint, kind="features", stream=stream, split=split, size=data.size, crops=k)
+        suffix = "" if k == 1 else f"-crops{k}"
+        sets[split] = cached_windows(model.features, data, split, env, crops=k, stamp=stamp,
+                                     cache=out / f"features-{stream}-{split}{suffix}.npz", desc="features")
+    if not env.is_main:
+        return None
+    train = sets[data.train_split]
+    torch.manual_seed(fit.seed)
+    probe = make_head(head, train.values.shape[-1], len(classes), dropout)
+    losses = fit_head(probe, torch.from_numpy(train.values[:, 0]).float(), torch.from_numpy(train.labels), fit)
+    ids, labels, probs, _ = predict_windows(probe, sets[data.test_split]).video_probs()
+    result = {"kind": f"probe-{head}", "stream": stream, "dataset": data.dataset_name, "split": data.test_split,
+              "classes": classes, "metrics": classification_metrics(probs, labels), "train_loss": losses,
+              "config": {"checkpoint": str(checkpoint), "crops": crops, "dropout": dropout, **fit.__dict__}}
+    path = save_result(out / f"probe-{head}-{stream}.json", result,
+                       {"video_ids": np.array(ids), "labels": labels, "probs": probs.astype(np.float32)})
+    if plot:
+        from memdpc.eval.plots import confusion_matrix
+
+        confusion_matrix(out / f"probe-{head}-{stream}-confusion.png", probs, labels, classes)
+    return path

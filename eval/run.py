@@ -1,0 +1,80 @@
+"""The entry points behind ``memdpc eval …``: process-group setup, the task, the table of results.
+
+Every task runs alone or under ``torchrun`` (each rank reads its own shards; rank 0 gathers, scores and
+writes the results).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from memdpc.eval.features import EvalData
+from memdpc.eval.probe import FitConfig
+from memdpc.eval.results import load_result, metrics_table, save_result
+
+
+def _runner(task: str):
+    if task == "retrieve":
+        from memdpc.eval.retrieval import run_retrieval
+
+        return run_retrieval
+    if task == "probe":
+        from memdpc.eval.probe import run_probe
+
+        return run_probe
+    if task == "finetune":
+        from memdpc.eval.finetune import run_finetune
+
+        return run_finetune
+    from memdpc.eval.oops import run_oops
+
+    return run_oops
+
+
+def evaluate(task: str, checkpoint: str | os.PathLike, *, shards: str | os.PathLike, out: str | os.PathLike,
+             stream: str | None = None, dataset: str | None = None, train_split: str = "train",
+             test_split: str = "test", size: int | None = None, batch_size: int = 16, backend: str = "auto",
+             num_workers: int | None = None, device: str = "auto", fit: dict[str, Any] | None = None,
+             console: Console | None = None, **task_kw: Any) -> Path | None:
+    """Run one evaluation task (``retrieve``, ``probe``, ``finetune``, ``oops``); rank 0 prints its table.
+
+    ``size`` None takes the checkpoint's training size. ``fit`` overrides :class:`FitConfig` fields for
+    the tasks that train a head. Returns the results path on rank 0, None elsewhere.
+    """
+    from memdpc.eval.pretrained import default_size
+    from memdpc.train import distributed as dd
+    from memdpc.train.checkpoint import read_checkpoint
+
+    if size is None:
+        size = default_size(read_checkpoint(checkpoint))
+    data = EvalData(Path(shards), stream, train_split, test_split, size, batch_size, backend, num_workers, dataset)
+    if fit is not None:
+        defaults = {"finetune": {"epochs": 50, "batch_size": batch_size}}.get(task, {})
+        task_kw["fit"] = FitConfig(**{**defaults, **{k: v for k, v in fit.items() if v is not None}})
+    Path(out).mkdir(parents=True, exist_ok=True)
+    env = dd.setup(device)
+    try:
+        path = _runner(task)(checkpoint, data, out, env, **task_kw)
+    finally:
+        dd.cleanup(env)
+    if path is not None:
+        (console or Console()).print(metrics_table(load_result(path)[0]))
+        (console or Console()).print(f"wrote {path}")
+    return path
+
+
+def fuse(result_a: str | os.PathLike, result_b: str | os.PathLike, out: str | os.PathLike | None = None,
+         weights: tuple[float, float] = (1.0, 1.0), console: Console | None = None) -> Path:
+    """Late fusion of two results files (see :mod:`memdpc.eval.fusion`); prints and writes the result."""
+    from memdpc.eval.fusion import fuse_results
+
+    result, arrays = fuse_results(result_a, result_b, weights)
+    out = Path(out) if out is not None else Path(result_a).with_name(f"{result['kind']}-{result['stream']}.json")
+    save_result(out, result, arrays)
+    (console or Console()).print(metrics_table(result))
+    (console or Console()).print(f"wrote {out}")
+    return out

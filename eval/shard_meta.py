@@ -1,0 +1,71 @@
+"""Reading single members of shards through their DALI index: per-window info and frames, without a scan.
+
+The ``.idx`` of a shard gives each member's data offset and size, so the ``<key>.json`` of every window
+(video id, start, fps, label) or the frames of a few windows (for plots) are read with one seek each.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from memdpc.errors import UserError
+from memdpc.pipeline.manifest import load_manifest, shard_paths
+
+
+def _index_lines(idx: Path) -> Iterator[dict[str, tuple[int, int]]]:
+    """Per sample: {member name: (offset, size)}."""
+    lines = idx.read_text().splitlines()
+    for line in lines[1:]:
+        parts = line.split()
+        yield {parts[i + 3]: (int(parts[i + 1]), int(parts[i + 2])) for i in range(0, len(parts), 4)}
+
+
+def _members(shard_dir: str | os.PathLike, stream: str, split: str) -> Iterator[tuple[Path, dict]]:
+    manifest = load_manifest(shard_dir, stream, split)
+    for tar, idx in shard_paths(shard_dir, manifest):
+        if not idx.is_file():
+            raise UserError(f"{idx}: DALI index of shard {tar.name} is missing")
+        for members in _index_lines(idx):
+            yield tar, members
+
+
+def _read(f, offset: int, size: int) -> bytes:
+    f.seek(offset)
+    return f.read(size)
+
+
+def window_info(shard_dir: str | os.PathLike, stream: str, split: str) -> dict[str, dict[str, Any]]:
+    """{key: the window's ``<key>.json`` (video_id, start, fps, label, …)} for every window of a split."""
+    out: dict[str, dict[str, Any]] = {}
+    handles: dict[Path, Any] = {}
+    try:
+        for tar, members in _members(shard_dir, stream, split):
+            name = next((n for n in members if n.endswith(".json")), None)
+            if name is None:
+                raise UserError(f"{tar}: a sample without a .json member")
+            f = handles.setdefault(tar, open(tar, "rb"))  # noqa: SIM115 — closed below
+            out[name[: -len(".json")]] = json.loads(_read(f, *members[name]))
+    finally:
+        for f in handles.values():
+            f.close()
+    return out
+
+
+def window_frames(shard_dir: str | os.PathLike, stream: str, split: str, keys: Iterable[str]
+                  ) -> dict[str, list[bytes]]:
+    """{key: JPEG bytes of the window's frames in order} for the requested windows."""
+    wanted = set(keys)
+    out: dict[str, list[bytes]] = {}
+    for tar, members in _members(shard_dir, stream, split):
+        frames = sorted(n for n in members if n.endswith(".jpg"))
+        key = frames[0].split(".", 1)[0] if frames else None
+        if key in wanted:
+            with open(tar, "rb") as f:
+                out[key] = [_read(f, *members[n]) for n in frames]
+            if len(out) == len(wanted):
+                break
+    return out
