@@ -1,0 +1,179 @@
+"""Shard manifests: ``<out>/<stream>/manifest-<split>.json``, read, written and checked against the shards.
+
+The manifest is written last (atomically), so its presence means every shard it lists is complete. It
+holds the configuration (stream, split, clip geometry, window rule, seed, shard limits), the frame
+encoding and size, class names (index = label), sample and video counts, and per shard its tar name, index
+name, sample count, size and SHA-256.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import struct
+import tarfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from memdpc.atomic import write_json_atomic
+from memdpc.errors import UserError
+from memdpc.pipeline.wds_index import format_index, scan_tar, split_name
+
+
+def stream_dir(shard_dir: str | os.PathLike, stream: str) -> Path:
+    return Path(shard_dir) / stream
+
+
+def manifest_path(shard_dir: str | os.PathLike, stream: str, split: str) -> Path:
+    return stream_dir(shard_dir, stream) / f"manifest-{split}.json"
+
+
+def write_manifest(path: str | os.PathLike, manifest: dict[str, Any]) -> Path:
+    write_json_atomic(path, manifest)
+    return Path(path)
+
+
+def load_manifest(shard_dir: str | os.PathLike, stream: str, split: str) -> dict[str, Any]:
+    """The manifest of one stream and split; UserError if it is missing or unreadable."""
+    path = manifest_path(shard_dir, stream, split)
+    if not path.is_file():
+        raise UserError(
+            f"{path}: shard manifest not found (run `memdpc shard … --stream {stream} "
+            f"--split {split}` first, or check the directory)"
+        )
+    try:
+        manifest = json.loads(path.read_text())
+    except (json.JSONDecodeError, OSError) as e:
+        raise UserError(f"{path}: unreadable shard manifest ({e})") from None
+    if manifest.get("stream") != stream or manifest.get("split") != split or "shards" not in manifest:
+        raise UserError(f"{path}: not a {stream}/{split} shard manifest")
+    return manifest
+
+
+def shard_paths(shard_dir: str | os.PathLike, manifest: dict[str, Any]) -> list[tuple[Path, Path]]:
+    """(tar, idx) paths of every shard of a loaded manifest."""
+    folder = stream_dir(shard_dir, manifest["stream"])
+    return [(folder / s["name"], folder / s["index"]) for s in manifest["shards"]]
+
+
+def file_sha256(path: str | os.PathLike, chunk: int = 1 << 22) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+@dataclass
+class VerifyResult:
+    manifest: Path
+    shards: int = 0
+    samples: int = 0
+    bytes: int = 0
+    problems: list[str] = field(default_factory=list)
+
+
+def _sample_members(num_frames: int) -> set[str]:
+    return {f"f{i:02d}.jpg" for i in range(num_frames)} | {"cls", "json"}
+
+
+def _check_samples(tar: Path, num_frames: int, stream: str, problems: list[str]) -> tuple[int, set[str]]:
+    """Group the members by key and check each sample's members, label and JSON; return (count, videos)."""
+    members: dict[str, dict[str, bytes]] = {}
+    with tarfile.open(tar, "r:") as t:
+        for m in t:
+            if m.isfile():
+                base, ext = split_name(m.name)
+                if ext in ("cls", "json"):
+                    members.setdefault(base, {})[ext] = t.extractfile(m).read()
+                else:
+                    members.setdefault(base, {})[ext] = b""
+    videos = set()
+    want = _sample_members(num_frames)
+    for key, parts in members.items():
+        if set(parts) != want:
+            problems.append(f"{tar.name}: sample {key} has members {sorted(set(parts) ^ want)} wrong")
+            continue
+        info = json.loads(parts["json"])
+        videos.add(info["video_id"])
+        if key != f"{info['video_id']}_{info['start']:05d}" or info["stream"] != stream:
+            problems.append(f"{tar.name}: sample {key} has JSON {info}")
+        if len(parts["cls"]) != 4 or struct.unpack("<i", parts["cls"])[0] != info["label"]:
+            problems.append(
+                f"{tar.name}: sample {key} has label bytes {parts['cls']!r}, JSON says {info['label']}"
+            )
+    return len(members), videos
+
+
+def verify_manifest(path: Path) -> VerifyResult:
+    """Re-read every shard of one manifest: size, SHA-256, index text, members and counts."""
+    manifest = json.loads(path.read_text())
+    folder = path.parent
+    res = VerifyResult(path)
+    videos: set[str] = set()
+    for s in manifest["shards"]:
+        tar, idx = folder / s["name"], folder / s["index"]
+        if not tar.is_file() or not idx.is_file():
+            res.problems.append(f"{s['name']}: shard or its index is missing")
+            continue
+        res.shards += 1
+        res.bytes += tar.stat().st_size
+        if tar.stat().st_size != s["bytes"] or file_sha256(tar) != s["sha256"]:
+            res.problems.append(f"{s['name']}: size or SHA-256 differs from the manifest")
+            continue
+        if idx.read_text() != format_index(scan_tar(tar)):
+            res.problems.append(f"{s['index']}: index does not match its shard")
+        count, vids = _check_samples(
+            tar,
+            manifest["clip"]["num_blocks"] * manifest["clip"]["block_len"],
+            manifest["stream"],
+            res.problems,
+        )
+        videos |= vids
+        res.samples += count
+        if count != s["num_samples"]:
+            res.problems.append(f"{s['name']}: {count} samples, manifest says {s['num_samples']}")
+    if res.samples != manifest["num_samples"] or len(videos) != manifest["num_videos"]:
+        res.problems.append(
+            f"{path.name}: {res.samples} samples of {len(videos)} videos, manifest says "
+            f"{manifest['num_samples']} of {manifest['num_videos']}"
+        )
+    listed = {s["name"] for s in manifest["shards"]}
+    extra = sorted(p.name for p in folder.glob(f"{manifest['split']}-*.tar") if p.name not in listed)
+    if extra:
+        res.problems.append(f"shards not in the manifest: {', '.join(extra)}")
+    return res
+
+
+def find_manifests(shard_dir: str | os.PathLike) -> Iterator[Path]:
+    """Manifests in a shard directory (``<dir>/<stream>/manifest-*.json``) or a stream directory."""
+    root = Path(shard_dir)
+    found = sorted(root.glob("manifest-*.json")) + sorted(root.glob("*/manifest-*.json"))
+    if not found:
+        raise UserError(f"{root}: no shard manifests (manifest-<split>.json) here or in its stream folders")
+    yield from found
+
+
+def verify_shards(shard_dir: str | os.PathLike) -> list[VerifyResult]:
+    """Verify every manifest found under ``shard_dir``."""
+    return [verify_manifest(p) for p in find_manifests(shard_dir)]
+
+
+def print_verify(results: list[VerifyResult], console) -> bool:
+    """Print one table row per manifest and every problem; return True when all shards check out."""
+    from rich.table import Table
+
+    table = Table(title="shard verification")
+    for col in ("manifest", "shards", "samples", "GB", "status"):
+        table.add_column(col, justify="left" if col == "manifest" else "right")
+    for r in results:
+        status = "[green]ok" if not r.problems else f"[red]{len(r.problems)} problems"
+        table.add_row(str(r.manifest), str(r.shards), str(r.samples), f"{r.bytes / 1e9:.3f}", status)
+    console.print(table)
+    for r in results:
+        for p in r.problems:
+            console.print(f"[red]{r.manifest.parent.name}/{p}")
+    return not any(r.problems for r in results)

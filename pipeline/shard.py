@@ -1,0 +1,368 @@
+"""``memdpc shard``: per-video frame archives → WebDataset tar shards of 40-frame samples, DALI indexes and a
+manifest, atomically and resumably.
+
+Layout: ``<out>/<stream>/<split>-NNNNNN.tar`` + ``<split>-NNNNNN.idx`` (the text DALI's ``wds2idx`` writes)
++ ``plan-<split>.json`` (written first: configuration and every shard's keys) + ``manifest-<split>.json``
+(written last). Members per sample: ``<key>.f00.jpg … <key>.f39.jpg`` (JPEG bytes copied from the archives,
+never re-encoded), ``<key>.cls`` (int32 little-endian label), ``<key>.json``; key ``<video_id>_<start:05d>``.
+Tars are plain USTAR with fixed owner, mode and mtime, so the same inputs and seed give identical bytes.
+
+Resuming: the plan (see :mod:`memdpc.pipeline.shard_plan`) fixes which samples go to which shard; a shard is
+written to a temporary name and renamed when complete (its index first), so on a re-run every shard already
+in place is checked against the plan and kept, and only the missing ones are written. An output folder
+whose plan differs (other options or other inputs) is refused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import struct
+import tarfile
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.table import Table
+
+from memdpc.atomic import atomic_path, remove_stale_tmp, write_bytes_atomic, write_json_atomic
+from memdpc.errors import UserError
+from memdpc.pipeline.clip import ClipSpec
+from memdpc.pipeline.manifest import file_sha256, load_manifest, manifest_path, stream_dir, write_manifest
+from memdpc.pipeline.shard_plan import (
+    BLOCK,
+    DEFAULT_CLIP,
+    DEFAULT_MAX_COUNT,
+    DEFAULT_MAX_SIZE,
+    DEFAULT_WINDOW_STEP,
+    FORMAT,
+    RECORD,
+    FrameSource,
+    Plan,
+    Sample,
+    ShardPlan,
+    make_plan,
+)
+from memdpc.pipeline.wds_index import format_index, index_path, scan_tar, split_name
+from memdpc.preprocess.video_index import VideoRecord, read_index
+
+__all__ = ["load_manifest", "shard_stream", "write_shard", "ShardReport", "THROTTLE_ENV"]
+
+THROTTLE_ENV = "MEMDPC_SHARD_THROTTLE"
+"""Seconds to sleep after each sample written: limits I/O on shared storage, and lets tests interrupt a run."""
+
+
+@dataclass
+class ShardReport:
+    manifest: Path
+    videos: int
+    samples: int
+    shards: int
+    bytes: int
+    seconds: float
+    written: int = 0
+    kept: int = 0
+    rewritten: int = 0
+    short: int = 0
+    skipped: list[dict[str, str]] = field(default_factory=list)
+
+
+class _HashWriter:
+    """A file writer that hashes and counts what passes through it."""
+
+    def __init__(self, f) -> None:
+        self.f, self.h, self.n = f, hashlib.sha256(), 0
+
+    def write(self, data: bytes) -> None:
+        self.f.write(data)
+        self.h.update(data)
+        self.n += len(data)
+
+
+def _header(name: str, size: int) -> bytes:
+    info = tarfile.TarInfo(name)
+    info.size, info.mode, info.mtime = size, 0o644, 0
+    return info.tobuf(tarfile.USTAR_FORMAT, "utf-8", "strict")
+
+
+def _read_frames(samples: list[Sample], sources: dict[str, FrameSource]) -> dict[tuple[str, int], bytes]:
+    """The encoded frames the samples need, each read once by seeking into its archive."""
+    need: dict[str, set[int]] = defaultdict(set)
+    for s in samples:
+        need[s.video_id].update(s.indices)
+    out = {}
+    for vid, indices in need.items():
+        src = sources[vid]
+        with open(src.path, "rb") as f:
+            for i in sorted(indices):
+                offset, size = src.frames[i]
+                f.seek(offset)
+                data = f.read(size)
+                if len(data) != size:
+                    raise UserError(f"{src.path}: archive changed or truncated while sharding (frame {i})")
+                out[vid, i] = data
+    return out
+
+
+def _members(s: Sample, frames: dict[tuple[str, int], bytes]) -> list[tuple[str, bytes]]:
+    key = s.key
+    out = [(f"{key}.f{j:02d}.jpg", frames[s.video_id, i]) for j, i in enumerate(s.indices)]
+    return out + [(f"{key}.cls", struct.pack("<i", s.label)), (f"{key}.json", s.json_bytes)]
+
+
+def write_shard(tar_path: Path, shard: ShardPlan, sources: dict[str, FrameSource], on_sample=None) -> dict:
+    """Write one shard and its index atomically; return its manifest entry."""
+    frames = _read_frames(shard.samples, sources)
+    entries = []
+    throttle = float(os.environ.get(THROTTLE_ENV, 0) or 0)
+    with atomic_path(tar_path) as tmp:
+        with open(tmp, "wb", buffering=1 << 20) as f:
+            w = _HashWriter(f)
+            for s in shard.samples:
+                for name, data in _members(s, frames):
+                    w.write(_header(name, len(data)))
+                    entries.append((name, w.n, len(data)))
+                    w.write(data)
+                    w.write(bytes(-len(data) % BLOCK))
+                if on_sample:
+                    on_sample()
+                if throttle:
+                    time.sleep(throttle)
+            w.write(bytes(2 * BLOCK))
+            w.write(bytes(-w.n % RECORD))
+        if w.n != shard.bytes:
+            raise RuntimeError(f"{tar_path}: wrote {w.n} bytes, planned {shard.bytes}")
+        write_bytes_atomic(index_path(tar_path), format_index(entries).encode())
+    return _entry(tar_path, shard, w.h.hexdigest())
+
+
+def _entry(tar_path: Path, shard: ShardPlan, sha256: str) -> dict[str, Any]:
+    return {
+        "name": tar_path.name,
+        "index": index_path(tar_path).name,
+        "num_samples": len(shard.samples),
+        "bytes": shard.bytes,
+        "sha256": sha256,
+    }
+
+
+def _check_existing(tar_path: Path, shard: ShardPlan) -> dict | None:
+    """The manifest entry of a shard already in place if it is exactly the planned one, else None."""
+    idx = index_path(tar_path)
+    if tar_path.stat().st_size != shard.bytes or not idx.is_file():
+        return None
+    try:
+        entries = scan_tar(tar_path)
+    except UserError:
+        return None
+    keys = list(dict.fromkeys(split_name(name)[0] for name, _, _ in entries))
+    if keys != [s.key for s in shard.samples] or idx.read_text() != format_index(entries):
+        return None
+    return _entry(tar_path, shard, file_sha256(tar_path))
+
+
+def _claim(folder: Path, split: str, plan: Plan) -> None:
+    """Write the plan file, or check that the one in place (from an interrupted run) is the same plan."""
+    path = folder / f"plan-{split}.json"
+    new = json.loads(json.dumps(plan.fingerprint()))
+    if path.is_file():
+        old = json.loads(path.read_text())
+        if old == new:
+            return
+        diff = sorted(k for k in new["config"] if old.get("config", {}).get(k) != new["config"][k])
+        what = f"options {', '.join(diff)}" if diff else "the input videos or frames"
+        raise UserError(
+            f"{folder}: holds {split} shards of another configuration (differs in {what}); "
+            "use another --out or delete that folder"
+        )
+    if any(folder.glob(f"{split}-*.tar")) or manifest_path(folder.parent, folder.name, split).exists():
+        raise UserError(f"{folder}: holds {split} shards without a memdpc plan file; use another --out")
+    write_json_atomic(path, new)
+
+
+def _uniform(values: set, what: str, folder: Path):
+    if len(values) > 1:
+        raise UserError(
+            f"{folder}: the frame archives mix {what}s {sorted(map(str, values))}; re-run preprocess"
+        )
+    return next(iter(values))
+
+
+def _manifest(plan: Plan, entries: list[dict], folder: Path) -> dict[str, Any]:
+    metas = [plan.sources[vid].meta for vid in {s.video_id for sh in plan.shards for s in sh.samples}]
+    sizes = {(m.get("height"), m.get("width")) for m in metas}
+    size = list(next(iter(sizes))) if len(sizes) == 1 else None  # None: videos of several sizes
+    cfg = plan.config
+    return {
+        "format": FORMAT,
+        "stream": cfg["stream"],
+        "split": cfg["split"],
+        "clip": cfg["clip"],
+        "frame_size": size,
+        "encoding": _uniform({m.get("encoding") for m in metas}, "encoding", folder),
+        "num_samples": plan.num_samples,
+        "num_videos": len(metas),
+        "classes": plan.classes,
+        "windows": cfg["windows"],
+        "max_count": cfg["max_count"],
+        "max_size": cfg["max_size"],
+        "seed": cfg["seed"],
+        "index_format": "wds2idx v1.2",
+        "members": {"frames": "fNN.jpg", "label": "cls (int32 little-endian)", "info": "json"},
+        "num_short": plan.short,
+        "skipped": plan.skipped,
+        "shards": entries,
+    }
+
+
+def _progress(console: Console | None) -> Progress:
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("samples"),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=console,
+        disable=console is None,
+    )
+
+
+def run_shard(
+    archive_root: str | os.PathLike,
+    index_records: list[VideoRecord] | str | os.PathLike,
+    stream: str,
+    out_dir: str | os.PathLike,
+    split: str,
+    *,
+    clip: ClipSpec = DEFAULT_CLIP,
+    window_step: int = DEFAULT_WINDOW_STEP,
+    short: str = "pad",
+    max_count: int = DEFAULT_MAX_COUNT,
+    max_size: int = DEFAULT_MAX_SIZE,
+    seed: int = 0,
+    strict: bool = False,
+    console: Console | None = None,
+) -> ShardReport:
+    """Shard one stream and split (see the module docstring); with ``console``, show progress."""
+    t0 = time.perf_counter()
+    source = "video index"
+    if not isinstance(index_records, list):
+        source, index_records = str(index_records), read_index(index_records)
+    plan = make_plan(
+        archive_root,
+        index_records,
+        stream,
+        split,
+        clip=clip,
+        window_step=window_step,
+        short=short,
+        max_count=max_count,
+        max_size=max_size,
+        seed=seed,
+        strict=strict,
+        source=source,
+    )
+    if plan.num_samples == 0:
+        raise UserError(
+            f"{archive_root}: no {stream} samples for split '{split}' "
+            f"({len(plan.skipped)} videos skipped, {plan.short} short with --short {short})"
+        )
+    folder = stream_dir(out_dir, stream)
+    folder.mkdir(parents=True, exist_ok=True)
+    _claim(folder, split, plan)
+    remove_stale_tmp(folder)
+    report = ShardReport(
+        manifest_path(out_dir, stream, split),
+        0,
+        plan.num_samples,
+        len(plan.shards),
+        0,
+        0.0,
+        short=plan.short,
+        skipped=plan.skipped,
+    )
+    entries = []
+    with _progress(console) as bar:
+        task = bar.add_task(f"{stream}/{split}", total=plan.num_samples)
+        for shard in plan.shards:
+            tar = folder / shard.name
+            entry = _check_existing(tar, shard) if tar.exists() else None
+            if entry is not None:
+                report.kept += 1
+                bar.advance(task, len(shard.samples))
+            else:
+                report.rewritten += tar.exists()
+                entry = write_shard(tar, shard, plan.sources, on_sample=lambda: bar.advance(task))
+                report.written += 1
+            entries.append(entry)
+    manifest = _manifest(plan, entries, folder)
+    write_manifest(report.manifest, manifest)
+    report.videos, report.bytes = manifest["num_videos"], sum(e["bytes"] for e in entries)
+    report.seconds = time.perf_counter() - t0
+    if console is not None:
+        print_report(report, console)
+    return report
+
+
+def shard_stream(
+    archive_root: str | os.PathLike,
+    index_records: list[VideoRecord] | str | os.PathLike,
+    stream: str,
+    out_dir: str | os.PathLike,
+    split: str,
+    clip: ClipSpec = DEFAULT_CLIP,
+    window_step: int = DEFAULT_WINDOW_STEP,
+    short: str = "pad",
+    max_count: int = DEFAULT_MAX_COUNT,
+    max_size: int = DEFAULT_MAX_SIZE,
+    seed: int = 0,
+    **kw,
+) -> Path:
+    """Shard one stream and split; return the manifest path (``<out>/<stream>/manifest-<split>.json``)."""
+    return run_shard(
+        archive_root,
+        index_records,
+        stream,
+        out_dir,
+        split,
+        clip=clip,
+        window_step=window_step,
+        short=short,
+        max_count=max_count,
+        max_size=max_size,
+        seed=seed,
+        **kw,
+    ).manifest
+
+
+def print_report(r: ShardReport, console: Console) -> None:
+    table = Table(title=str(r.manifest))
+    for col in ("videos", "samples", "shards", "GB", "samples/s", "written", "kept", "short", "skipped"):
+        table.add_column(col, justify="right")
+    table.add_row(
+        str(r.videos),
+        str(r.samples),
+        str(r.shards),
+        f"{r.bytes / 1e9:.3f}",
+        f"{r.samples / max(r.seconds, 1e-9):.1f}",
+        str(r.written),
+        str(r.kept),
+        str(r.short),
+        str(len(r.skipped)),
+    )
+    console.print(table)
+    for s in r.skipped:
+        console.print(f"[yellow]skipped[/] {s['video_id']}: {s['reason']}")

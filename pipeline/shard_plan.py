@@ -1,0 +1,294 @@
+"""The shard plan: which samples exist and which shard holds each, decided up front and deterministically.
+
+Planning reads only the tar headers and ``meta.json`` of every per-video frame archive. From the frame
+counts it applies the window rule (:class:`~memdpc.pipeline.clip.ClipSpec`), orders the samples (train:
+shuffled across videos with a seeded RNG; eval: index order) and cuts them into shards by count and exact
+byte size. Because the plan is a pure function of the inputs and the options, shard k always holds the
+same samples, which is what makes a killed run resumable without duplicates or losses.
+
+Window rule, shared by both streams so that RGB and flow shards of a split hold the same keys: windows are
+computed on the frames that have a flow partner, ``n − 1`` for an RGB archive of ``n`` frames and all
+``n − 1`` frames of the flow archive. Frame ``i`` of a sample is RGB frame ``i`` or the flow ``i → i+1``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import tarfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from memdpc.errors import UserError
+from memdpc.pipeline.clip import ClipSpec
+from memdpc.preprocess.archive import META, archive_path
+from memdpc.preprocess.video_index import VideoRecord
+
+FORMAT = "memdpc-shards-v1"
+STREAMS = ("rgb", "flow")
+TRAIN_SPLITS = ("train", "all")  # shuffled, train windows; any other split: index order, eval windows
+DEFAULT_WINDOW_STEP = 20  # UCF101 (~180 frames at 25 fps): starts 0, 20, 40 (, 60) → 3–4 windows per video
+DEFAULT_MAX_COUNT = 1000
+DEFAULT_MAX_SIZE = 128 * 2**20
+BLOCK = 512
+RECORD = tarfile.RECORDSIZE
+_FRAME = re.compile(r"^(\d{6})\.jpg$")
+DEFAULT_CLIP = ClipSpec()
+MAX_NAME = 100  # a USTAR name field without a directory prefix
+
+
+@dataclass(frozen=True)
+class FrameSource:
+    """One scanned frame archive: its metadata and (data offset, size) of every frame, in order."""
+
+    path: Path
+    meta: dict[str, Any]
+    frames: list[tuple[int, int]]
+
+
+@dataclass(frozen=True)
+class Sample:
+    video_id: str
+    start: int
+    indices: tuple[int, ...]
+    json_bytes: bytes
+    label: int
+
+    @property
+    def key(self) -> str:
+        return f"{self.video_id}_{self.start:05d}"
+
+
+@dataclass
+class ShardPlan:
+    name: str
+    samples: list[Sample]
+    bytes: int
+
+
+@dataclass
+class Plan:
+    config: dict[str, Any]
+    classes: list[str]
+    sources: dict[str, FrameSource]
+    shards: list[ShardPlan]
+    skipped: list[dict[str, str]] = field(default_factory=list)
+    short: int = 0
+
+    @property
+    def num_samples(self) -> int:
+        return sum(len(s.samples) for s in self.shards)
+
+    def fingerprint(self) -> dict[str, Any]:
+        """What a finished output directory must match to be resumed: config plus every shard's keys."""
+        keys = [[s.key for s in sh.samples] for sh in self.shards]
+        digest = hashlib.sha256(json.dumps(keys).encode()).hexdigest()
+        shards = [{"name": sh.name, "num_samples": len(sh.samples), "bytes": sh.bytes} for sh in self.shards]
+        return {"format": FORMAT, "config": self.config, "samples_sha256": digest, "shards": shards}
+
+
+def usable_frames(stream: str, num_frames: int) -> int:
+    """Frames the window rule may use: those with a flow partner (see the module docstring)."""
+    return num_frames - 1 if stream == "rgb" else num_frames
+
+
+def _blocks(size: int) -> int:
+    return BLOCK + -(-size // BLOCK) * BLOCK
+
+
+def tar_size(member_sizes: list[int]) -> int:
+    """Exact size of a USTAR tar written by :mod:`tarfile` with these member sizes (short names)."""
+    body = sum(_blocks(s) for s in member_sizes) + 2 * BLOCK
+    return -(-body // RECORD) * RECORD
+
+
+def scan_archive(path: Path) -> FrameSource:
+    """Read the headers and ``meta.json`` of a frame archive; UserError if missing, corrupt or incomplete."""
+    if not path.is_file():
+        raise UserError(f"{path}: frame archive not found")
+    frames: dict[int, tuple[int, int]] = {}
+    meta = None
+    try:
+        file_size = path.stat().st_size
+        with tarfile.open(path, "r:") as tar:
+            for m in tar:
+                if m.name == META:
+                    meta = json.loads(tar.extractfile(m).read())
+                elif (match := _FRAME.match(m.name)) and m.isfile():
+                    if m.offset_data + m.size > file_size:
+                        raise UserError(f"{path}: truncated frame archive ({m.name} runs past the end)")
+                    frames[int(match[1])] = (m.offset_data, m.size)
+                else:
+                    raise UserError(f"{path}: unexpected member '{m.name}' (need 000000.jpg … and {META})")
+    except (tarfile.TarError, OSError, EOFError, json.JSONDecodeError) as e:
+        raise UserError(f"{path}: unreadable frame archive ({e})") from None
+    if meta is None:
+        raise UserError(f"{path}: frame archive has no {META} (incomplete or not a memdpc archive)")
+    n = len(frames)
+    if sorted(frames) != list(range(n)) or meta.get("num_frames") != n:
+        raise UserError(
+            f"{path}: {n} frames (not numbered 0…{n - 1}), but {META} says {meta.get('num_frames')}"
+        )
+    return FrameSource(path, meta, [frames[i] for i in range(n)])
+
+
+def sample_json(rec: VideoRecord, start: int, fps: Any, stream: str) -> bytes:
+    info = {
+        "video_id": rec.id,
+        "start": start,
+        "fps": fps,
+        "label": rec.label,
+        "label_name": rec.label_name,
+        "split": rec.split,
+        "stream": stream,
+    }
+    return json.dumps(info, sort_keys=True).encode()
+
+
+def class_names(records: list[VideoRecord], source: str) -> list[str]:
+    """Class names indexed by label, from all records; UserError for a missing or inconsistent label."""
+    names: dict[int, str] = {}
+    labelled = [r for r in records if isinstance(r.label, int) and r.label >= 0]
+    if labelled and len(labelled) != len(records):
+        bad = next(r for r in records if r not in labelled)
+        raise UserError(f"{source}: video '{bad.id}' has no label ({bad.label!r}) while others do")
+    for r in labelled:
+        if names.setdefault(r.label, r.label_name) != r.label_name:
+            raise UserError(
+                f"{source}: label {r.label} is both '{names[r.label]}' and '{r.label_name}' ({r.id})"
+            )
+    return [names.get(i, "") for i in range(max(names, default=-1) + 1)]
+
+
+def _expected_frames(rec: VideoRecord, stream: str) -> int | None:
+    if rec.num_frames is None:
+        return None
+    return rec.num_frames - 1 if stream == "flow" else rec.num_frames
+
+
+def _video_samples(
+    rec: VideoRecord, src: FrameSource, stream: str, clip: ClipSpec, train: bool, window_step: int
+) -> list[Sample]:
+    usable = usable_frames(stream, len(src.frames))
+    starts = clip.train_starts(usable, window_step) if train else clip.eval_starts(usable)
+    fps = src.meta.get("fps")
+    return [
+        Sample(rec.id, s, tuple(clip.frame_indices(s, usable)), sample_json(rec, s, fps, stream), rec.label)
+        for s in starts
+    ]
+
+
+def sample_bytes(sample: Sample, src: FrameSource) -> list[int]:
+    """Member sizes of a sample in tar order: frames, ``cls``, ``json``."""
+    return [src.frames[i][1] for i in sample.indices] + [4, len(sample.json_bytes)]
+
+
+def _cut(
+    samples: list[Sample], sources: dict[str, FrameSource], split: str, max_count: int, max_size: int
+) -> list[ShardPlan]:
+    shards: list[ShardPlan] = []
+    cur: list[Sample] = []
+    sizes: list[int] = []
+
+    def close() -> None:
+        shards.append(ShardPlan(f"{split}-{len(shards):06d}.tar", cur.copy(), tar_size(sizes)))
+        cur.clear()
+        sizes.clear()
+
+    for s in samples:
+        member_sizes = sample_bytes(s, sources[s.video_id])
+        if cur and (len(cur) >= max_count or tar_size(sizes + member_sizes) > max_size):
+            close()
+        cur.append(s)
+        sizes.extend(member_sizes)
+    if cur:
+        close()
+    return shards
+
+
+def _check_key(rec: VideoRecord, clip: ClipSpec, source: str) -> None:
+    longest = f"{rec.id}_{0:05d}.f{clip.num_frames - 1:02d}.jpg"
+    if "." in rec.id or "/" in rec.id or len(longest) > MAX_NAME:
+        raise UserError(
+            f"{source}: video id '{rec.id}' is not usable as a WebDataset key "
+            f"(no dots or slashes; at most {MAX_NAME - len(longest) + len(rec.id)} characters)"
+        )
+
+
+def make_plan(
+    archive_root: str | os.PathLike,
+    records: list[VideoRecord],
+    stream: str,
+    split: str,
+    *,
+    clip: ClipSpec = DEFAULT_CLIP,
+    window_step: int = DEFAULT_WINDOW_STEP,
+    short: str = "pad",
+    max_count: int = DEFAULT_MAX_COUNT,
+    max_size: int = DEFAULT_MAX_SIZE,
+    seed: int = 0,
+    strict: bool = False,
+    source: str = "video index",
+) -> Plan:
+    """Scan the archives of ``split`` and plan every shard. Bad videos are skipped and reported (UserError
+    instead with ``strict``); bad options, labels or ids raise UserError."""
+    if stream not in STREAMS:
+        raise UserError(f"unknown stream '{stream}' (choose from {', '.join(STREAMS)})")
+    if short not in ("pad", "drop"):
+        raise UserError(f"--short must be 'pad' or 'drop', not '{short}'")
+    if max_count < 1 or max_size < 1:
+        raise UserError("--max-count and --max-size must be ≥ 1")
+    train = split in TRAIN_SPLITS
+    if train and window_step < 1:
+        raise UserError(f"--window-step must be ≥ 1, not {window_step}")
+    classes = class_names(records, source)
+    chosen = [r for r in records if split == "all" or r.split == split]
+    if not chosen:
+        raise UserError(f"{source}: no videos in split '{split}'")
+    sources: dict[str, FrameSource] = {}
+    samples: list[Sample] = []
+    skipped: list[dict[str, str]] = []
+    num_short = 0
+    for rec in chosen:
+        _check_key(rec, clip, source)
+        try:
+            src = scan_archive(archive_path(archive_root, stream, rec.id))
+            expected = _expected_frames(rec, stream)
+            if expected is not None and len(src.frames) < expected:
+                raise UserError(f"{src.path}: {len(src.frames)} frames, but the index says {expected}")
+            if usable_frames(stream, len(src.frames)) < 1:
+                raise UserError(f"{src.path}: too few frames ({len(src.frames)}) for a {stream} sample")
+        except UserError as e:
+            if strict:
+                raise
+            skipped.append({"video_id": rec.id, "reason": str(e)})
+            continue
+        if usable_frames(stream, len(src.frames)) < clip.span:
+            num_short += 1
+            if short == "drop":
+                continue
+        sources[rec.id] = src
+        samples.extend(_video_samples(rec, src, stream, clip, train, window_step))
+    if train:
+        samples = [samples[i] for i in np.random.default_rng(seed).permutation(len(samples))]
+    config = {
+        "stream": stream,
+        "split": split,
+        "clip": clip.to_dict(),
+        "windows": {
+            "mode": "train" if train else "eval",
+            "window_step": window_step if train else None,
+            "short": short,
+            "rule": "starts on the n-1 frames that have a flow partner",
+        },
+        "max_count": max_count,
+        "max_size": max_size,
+        "seed": seed,
+    }
+    shards = _cut(samples, sources, split, max_count, max_size)
+    return Plan(config, classes, sources, shards, skipped, num_short)

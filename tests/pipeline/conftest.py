@@ -1,0 +1,102 @@
+"""Pipeline fixtures: per-video frame archives of both streams, and shards made from them.
+
+Archives are built here directly (OpenCV decode, ``cv2.imencode`` JPEG, ``write_archive``), independent of
+the preprocess stage. The "flow" archives hold n−1 3-channel uint8 images (here: absolute differences of
+consecutive frames), which is all sharding and loading need to know about flow.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+
+from memdpc.preprocess.archive import archive_path, write_archive
+from memdpc.preprocess.datasets import build_index
+from memdpc.preprocess.synthetic import CLASSES, render_video
+from memdpc.preprocess.video_index import VideoRecord, write_index
+
+
+@dataclass(frozen=True)
+class Archives:
+    root: Path  # holds rgb/<id>.tar and flow/<id>.tar
+    index: Path  # the video index (JSONL)
+    records: list[VideoRecord]
+
+
+def decode_video(path: Path) -> np.ndarray:
+    cap = cv2.VideoCapture(str(path))
+    frames = []
+    while True:
+        ok, frame = cap.read()
+        if not ok:
+            cap.release()
+            return np.stack(frames)
+        frames.append(frame)
+
+
+def fake_flow(frames: np.ndarray) -> np.ndarray:
+    """n frames → n−1 3-channel uint8 images standing in for flow."""
+    return np.abs(frames[1:].astype(np.int16) - frames[:-1]).astype(np.uint8)
+
+
+def jpeg(img: np.ndarray, quality: int = 90) -> bytes:
+    ok, buf = cv2.imencode(".jpg", img, [cv2.IMWRITE_JPEG_QUALITY, quality])
+    assert ok
+    return buf.tobytes()
+
+
+def write_stream_archives(root: Path, video_id: str, frames: np.ndarray, fps: float = 25.0) -> None:
+    """Write the rgb archive (n frames) and the flow archive (n−1 frames) of one video."""
+    h, w = frames.shape[1:3]
+    for stream, imgs in (("rgb", frames), ("flow", fake_flow(frames))):
+        meta = {"fps": fps, "height": h, "width": w, "stream": stream, "encoding": "jpeg"}
+        write_archive(archive_path(root, stream, video_id), (jpeg(f) for f in imgs), meta)
+
+
+def make_archives(root: Path, records: list[VideoRecord], frames: dict[str, np.ndarray]) -> Archives:
+    for r in records:
+        write_stream_archives(root, r.id, frames[r.id])
+    write_index(records, root / "index.jsonl")
+    return Archives(root, root / "index.jsonl", records)
+
+
+@pytest.fixture(scope="session")
+def tiny_archives(tiny_dataset, tmp_path_factory) -> Archives:
+    """Frame archives of ``tiny_dataset`` (9 videos × 30 frames of 32×32; 6 train, 3 test): all shorter than
+    one 120-frame window, so each gives one padded sample."""
+    records = build_index(tiny_dataset, "ucf101", 1)
+    frames = {r.id: decode_video(Path(r.path)) for r in records}
+    return make_archives(tmp_path_factory.mktemp("tiny_archives"), records, frames)
+
+
+LONG_FRAMES = (200, 150, 121, 60)  # several windows; exactly one window with n−1 = 120; one short video
+
+
+@pytest.fixture(scope="session")
+def long_archives(tmp_path_factory) -> Archives:
+    """Archives of 8 rendered videos (16×16) long enough for several windows, 2 classes × 4, split 2:2."""
+    root = tmp_path_factory.mktemp("long_archives")
+    records, frames = [], {}
+    for ci, cls in enumerate(CLASSES[:2]):
+        for g, n in enumerate(LONG_FRAMES):
+            vid = f"v_{cls}_g{g:02d}"
+            frames[vid] = render_video(cls, 16, n, np.random.default_rng([ci, g]))
+            split = "test" if g % 2 else "train"
+            records.append(VideoRecord(vid, f"/nowhere/{vid}.avi", ci, cls, split, 25.0, n))
+    return make_archives(root, records, frames)
+
+
+@pytest.fixture(scope="session")
+def tiny_shards(tiny_archives, tmp_path_factory) -> Path:
+    """Shards of ``tiny_archives``: streams rgb and flow × splits train and test, 2 samples per shard."""
+    from memdpc.pipeline.shard import shard_stream
+
+    out = tmp_path_factory.mktemp("tiny_shards")
+    for stream in ("rgb", "flow"):
+        for split in ("train", "test"):
+            shard_stream(tiny_archives.root, tiny_archives.records, stream, out, split, max_count=2, seed=0)
+    return out

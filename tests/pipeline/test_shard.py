@@ -1,0 +1,352 @@
+"""Sharding: real frame archives in, real tar shards out, read back with tarfile, webdataset and DALI."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import struct
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+
+from memdpc.errors import UserError
+from memdpc.pipeline.clip import ClipSpec
+from memdpc.pipeline.manifest import load_manifest, shard_paths, verify_shards
+from memdpc.pipeline.shard import THROTTLE_ENV, run_shard, shard_stream
+from memdpc.pipeline.shard_plan import usable_frames
+from memdpc.preprocess.archive import archive_path, read_archive
+
+CLIP = ClipSpec()
+NF = CLIP.num_frames
+
+
+def read_samples(tar_path: Path) -> dict[str, dict[str, bytes]]:
+    """Every sample of a shard: key → {extension: bytes}, in tar order."""
+    out: dict[str, dict[str, bytes]] = {}
+    raw = tar_path.read_bytes()
+    with tarfile.open(tar_path, "r:") as tar:
+        for m in tar:
+            header = raw[m.offset : m.offset + 512]
+            assert header[257:263] == b"ustar\x00" and header[156:157] == b"0"  # plain USTAR file, no PAX
+            key, ext = m.name.split(".", 1)
+            out.setdefault(key, {})[ext] = tar.extractfile(m).read()
+    return out
+
+
+def all_samples(shard_dir: Path, stream: str, split: str) -> dict[str, dict[str, bytes]]:
+    out = {}
+    for tar, _ in shard_paths(shard_dir, load_manifest(shard_dir, stream, split)):
+        out.update(read_samples(tar))
+    return out
+
+
+@pytest.fixture(scope="module")
+def long_shards(long_archives, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("long_shards")
+    for stream in ("rgb", "flow"):
+        for split in ("train", "test"):
+            shard_stream(long_archives.root, long_archives.records, stream, out, split, max_count=3, seed=1)
+    return out
+
+
+@pytest.mark.parametrize("stream", ["rgb", "flow"])
+@pytest.mark.parametrize("split", ["train", "test"])
+def test_samples_hold_the_source_frames_at_the_stated_indices(long_archives, long_shards, stream, split):
+    samples = all_samples(long_shards, stream, split)
+    assert samples
+    for key, parts in samples.items():
+        info = json.loads(parts["json"])
+        assert key == f"{info['video_id']}_{info['start']:05d}" and info["stream"] == stream
+        _, frames = read_archive(archive_path(long_archives.root, stream, info["video_id"]))
+        indices = CLIP.frame_indices(info["start"], usable_frames(stream, len(frames)))
+        assert sorted(parts) == sorted([f"f{j:02d}.jpg" for j in range(NF)] + ["cls", "json"])
+        for j, i in enumerate(indices):
+            got = cv2.imdecode(np.frombuffer(parts[f"f{j:02d}.jpg"], np.uint8), cv2.IMREAD_COLOR)
+            want = cv2.imdecode(np.frombuffer(frames[i], np.uint8), cv2.IMREAD_COLOR)
+            np.testing.assert_array_equal(got, want)
+            assert parts[f"f{j:02d}.jpg"] == frames[i]  # copied, never re-encoded
+        assert struct.unpack("<i", parts["cls"])[0] == info["label"]
+
+
+def test_windows_follow_the_clip_rule_and_streams_share_keys(long_archives, long_shards):
+    for split, starts in (("train", lambda n: CLIP.train_starts(n, 20)), ("test", CLIP.eval_starts)):
+        want = {
+            f"{r.id}_{s:05d}"
+            for r in long_archives.records
+            if r.split == split
+            for s in starts(r.num_frames - 1)
+        }
+        rgb, flow = all_samples(long_shards, "rgb", split), all_samples(long_shards, "flow", split)
+        assert set(rgb) == set(flow) == want
+    # a 200-frame video: 4 train windows; the 150-frame one: eval windows 0 only (149 − 120 < 59)
+    assert {k for k in all_samples(long_shards, "rgb", "train") if "MoveLeft_g00" in k} == {
+        f"v_MoveLeft_g00_{s:05d}" for s in (0, 20, 40, 60)
+    }
+
+
+def test_short_videos_are_padded_or_dropped(long_archives, tmp_path):
+    pad = all_samples(long_shards_for(long_archives, tmp_path / "pad", "pad"), "rgb", "test")
+    short_key = "v_MoveRight_g03_00000"  # 60 frames → 59 usable
+    info = json.loads(pad[short_key]["json"])
+    assert info["start"] == 0
+    _, frames = read_archive(archive_path(long_archives.root, "rgb", "v_MoveRight_g03"))
+    assert pad[short_key]["f19.jpg"] == frames[57]
+    for j in range(20, NF):  # 3·j > 58: padded with the last usable frame
+        assert pad[short_key][f"f{j:02d}.jpg"] == frames[58]
+    drop_dir = long_shards_for(long_archives, tmp_path / "drop", "drop")
+    assert short_key not in all_samples(drop_dir, "rgb", "test")
+    assert load_manifest(drop_dir, "rgb", "test")["num_short"] == 2
+
+
+def long_shards_for(archives, out: Path, short: str) -> Path:
+    shard_stream(archives.root, archives.records, "rgb", out, "test", short=short)
+    return out
+
+
+def test_counts_match_manifest_and_verify_passes(tiny_shards, tiny_archives):
+    for stream in ("rgb", "flow"):
+        for split, n in (("train", 6), ("test", 3)):
+            m = load_manifest(tiny_shards, stream, split)
+            per_shard = [len(read_samples(t)) for t, _ in shard_paths(tiny_shards, m)]
+            assert per_shard == [s["num_samples"] for s in m["shards"]]
+            assert sum(per_shard) == m["num_samples"] == n and m["num_videos"] == n
+            assert m["classes"] == ["MoveRight", "MoveLeft", "MoveUp"] and m["frame_size"] == [32, 32]
+            assert m["clip"] == CLIP.to_dict() and m["encoding"] == "jpeg"
+    results = verify_shards(tiny_shards)
+    assert len(results) == 4 and all(not r.problems for r in results)
+
+
+def test_index_files_equal_wds2idx_output(tiny_shards, long_shards, tmp_path):
+    tool = Path(sys.executable).parent / "wds2idx"
+    for root in (tiny_shards, long_shards):
+        for idx in sorted(root.glob("*/*.idx")):
+            ref = tmp_path / "ref.idx"
+            subprocess.run(
+                [str(tool), str(idx.with_suffix(".tar")), str(ref)], check=True, capture_output=True
+            )
+            assert idx.read_bytes() == ref.read_bytes(), idx
+
+
+def test_webdataset_reads_every_shard(tiny_shards):
+    import webdataset as wds
+
+    for stream in ("rgb", "flow"):
+        for split in ("train", "test"):
+            m = load_manifest(tiny_shards, stream, split)
+            for (tar, _), entry in zip(shard_paths(tiny_shards, m), m["shards"], strict=True):
+                ds = wds.WebDataset(str(tar), shardshuffle=False, empty_check=False)
+                samples = list(ds)
+                assert len(samples) == entry["num_samples"]
+                for s in samples:
+                    assert sum(k.endswith(".jpg") for k in s) == NF
+                    img = cv2.imdecode(np.frombuffer(s["f39.jpg"], np.uint8), cv2.IMREAD_COLOR)
+                    assert img.shape == (32, 32, 3)
+                    assert struct.unpack("<i", s["cls"])[0] == json.loads(s["json"])["label"]
+
+
+def _dali_reader(paths: list[tuple[Path, Path]]):
+    """A DALI CPU pipeline over the shards: raw f00, decoded f39, cls and json of one sample per run."""
+    from nvidia.dali import fn, pipeline_def
+
+    @pipeline_def(batch_size=1, num_threads=1, device_id=None)
+    def pipe():
+        outs = fn.readers.webdataset(
+            paths=[str(t) for t, _ in paths],
+            index_paths=[str(i) for _, i in paths],
+            ext=[f"f{i:02d}.jpg" for i in range(NF)] + ["cls", "json"],
+            missing_component_behavior="error",
+        )
+        return outs[0], fn.decoders.image(outs[NF - 1], device="cpu"), outs[NF], outs[NF + 1]
+
+    return pipe()
+
+
+def test_dali_cpu_pipeline_reads_every_shard(tiny_shards):
+    for stream in ("rgb", "flow"):
+        for split in ("train", "test"):
+            m = load_manifest(tiny_shards, stream, split)
+            expected = all_samples(tiny_shards, stream, split)
+            p = _dali_reader(shard_paths(tiny_shards, m))
+            p.build()
+            seen = set()
+            for _ in range(m["num_samples"]):
+                f00, f39, cls, info = (o.as_array()[0] for o in p.run())
+                info = json.loads(bytes(info))
+                key = f"{info['video_id']}_{info['start']:05d}"
+                seen.add(key)
+                assert bytes(f00) == expected[key]["f00.jpg"]
+                assert f39.shape == (32, 32, 3)
+                assert struct.unpack("<i", bytes(cls))[0] == info["label"]
+            assert seen == set(expected)
+
+
+def test_same_seed_gives_identical_shards_and_train_is_shuffled(long_archives, tmp_path):
+    def run(out, seed):
+        shard_stream(long_archives.root, long_archives.records, "rgb", out, "train", max_count=3, seed=seed)
+        return {p.name: p.read_bytes() for p in sorted((out / "rgb").iterdir())}
+
+    a, b, c = run(tmp_path / "a", 5), run(tmp_path / "b", 5), run(tmp_path / "c", 6)
+    assert a == b
+    assert a != c
+    keys = [k for t in sorted((tmp_path / "a" / "rgb").glob("*.tar")) for k in read_samples(t)]
+    videos = [k.rsplit("_", 1)[0] for k in keys]
+    assert videos != sorted(videos) and len(set(videos[:3])) > 1  # mixed across videos, not index order
+
+
+def test_max_size_bounds_every_shard(long_archives, tmp_path):
+    m = load_manifest_of(long_archives, tmp_path, max_size=200_000)
+    assert len(m["shards"]) > 1
+    for s in m["shards"]:
+        assert s["bytes"] <= 200_000 or s["num_samples"] == 1
+        assert (tmp_path / "rgb" / s["name"]).stat().st_size == s["bytes"]
+
+
+def load_manifest_of(archives, out, **kw):
+    shard_stream(archives.root, archives.records, "rgb", out, "train", **kw)
+    return load_manifest(out, "rgb", "train")
+
+
+def _cli(*args: str, env=None) -> subprocess.Popen:
+    cmd = [sys.executable, "-c", "from memdpc.cli import main; main()", "shard", *args]
+    return subprocess.Popen(
+        cmd, env={**os.environ, **(env or {})}, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+
+
+@pytest.mark.slow
+def test_kill_and_resume_gives_the_same_shards(long_archives, tmp_path):
+    args = [
+        str(long_archives.root),
+        "--index",
+        str(long_archives.index),
+        "--stream",
+        "flow",
+        "--max-count",
+        "2",
+    ]
+    ref = _cli(*args, "--out", str(tmp_path / "ref"))
+    assert ref.wait(timeout=120) == 0, ref.stderr.read()
+    out = tmp_path / "killed"
+    proc = _cli(*args, "--out", str(out), env={THROTTLE_ENV: "0.1"})
+    deadline = time.time() + 60
+    while len(list(out.glob("flow/train-*.tar"))) < 2 and time.time() < deadline:
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    done = sorted(p.name for p in out.glob("flow/train-*.tar"))
+    assert 2 <= len(done) < 5 and not (out / "flow" / "manifest-train.json").exists()
+    resumed = _cli(*args, "--out", str(out))
+    assert resumed.wait(timeout=120) == 0, resumed.stderr.read()
+    assert "kept" in resumed.stdout.read().decode()
+    files = sorted(p.name for p in (tmp_path / "ref" / "flow").iterdir())
+    assert files == sorted(p.name for p in (out / "flow").iterdir())  # no temporary files left behind
+    for name in files:
+        assert (out / "flow" / name).read_bytes() == (tmp_path / "ref" / "flow" / name).read_bytes(), name
+
+
+def test_resume_keeps_complete_shards_and_rewrites_damaged_ones(long_archives, tmp_path):
+    kw = {"max_count": 2}
+    first = run_shard(long_archives.root, long_archives.records, "rgb", tmp_path, "train", **kw)
+    tars = sorted((tmp_path / "rgb").glob("*.tar"))
+    original = tars[1].read_bytes()
+    tars[1].write_bytes(original[:-2000])  # damaged
+    tars[2].unlink()  # missing
+    again = run_shard(long_archives.root, long_archives.records, "rgb", tmp_path, "train", **kw)
+    assert (again.written, again.kept, again.rewritten) == (2, first.shards - 2, 1)
+    assert tars[1].read_bytes() == original and tars[2].exists()
+
+
+def test_refuses_an_output_folder_of_another_configuration(long_archives, tmp_path):
+    shard_stream(long_archives.root, long_archives.records, "rgb", tmp_path, "train", seed=0)
+    with pytest.raises(UserError, match="another configuration.*seed"):
+        shard_stream(long_archives.root, long_archives.records, "rgb", tmp_path, "train", seed=1)
+    with pytest.raises(UserError, match="another configuration.*input"):
+        shard_stream(long_archives.root, long_archives.records[1:], "rgb", tmp_path, "train", seed=0)
+    foreign = tmp_path / "foreign"
+    (foreign / "rgb").mkdir(parents=True)
+    (foreign / "rgb" / "train-000000.tar").write_bytes(b"")
+    with pytest.raises(UserError, match="without a memdpc plan"):
+        shard_stream(long_archives.root, long_archives.records, "rgb", foreign, "train")
+
+
+def _copy_archives(archives, tmp_path: Path) -> Path:
+    root = tmp_path / "archives"
+    for stream in ("rgb", "flow"):
+        (root / stream).mkdir(parents=True)
+        for p in (archives.root / stream).glob("*.tar"):
+            (root / stream / p.name).write_bytes(p.read_bytes())
+    return root
+
+
+def test_bad_archives_are_skipped_and_reported_or_refused_with_strict(long_archives, tmp_path):
+    root = _copy_archives(long_archives, tmp_path)
+    test_ids = [r.id for r in long_archives.records if r.split == "test"]
+    archive_path(root, "rgb", test_ids[0]).unlink()  # missing
+    data = archive_path(root, "rgb", test_ids[1]).read_bytes()
+    archive_path(root, "rgb", test_ids[1]).write_bytes(data[: len(data) // 2])  # truncated
+    archive_path(root, "rgb", test_ids[2]).write_bytes(b"not a tar at all" * 100)  # corrupt
+    report = run_shard(root, long_archives.records, "rgb", tmp_path / "out", "test")
+    reasons = {s["video_id"]: s["reason"] for s in report.skipped}
+    assert set(reasons) == set(test_ids[:3])
+    assert "not found" in reasons[test_ids[0]]
+    assert reasons[test_ids[1]] and reasons[test_ids[2]]
+    m = load_manifest(tmp_path / "out", "rgb", "test")
+    assert m["num_videos"] == 1 and m["skipped"] == report.skipped
+    with pytest.raises(UserError, match=test_ids[0]):
+        run_shard(root, long_archives.records, "rgb", tmp_path / "strict", "test", strict=True)
+
+
+def test_archive_with_fewer_frames_than_the_index_is_skipped(long_archives, tmp_path):
+    records = [r for r in long_archives.records if r.split == "test"]
+    records[0].num_frames += 5
+    try:
+        report = run_shard(long_archives.root, records, "flow", tmp_path, "test")
+    finally:
+        records[0].num_frames -= 5
+    assert [s["video_id"] for s in report.skipped] == [records[0].id]
+    assert "index says" in report.skipped[0]["reason"]
+
+
+def test_missing_or_conflicting_labels_are_refused(long_archives, tmp_path):
+    from dataclasses import replace
+
+    recs = [replace(r) for r in long_archives.records]
+    recs[0].label = -1
+    with pytest.raises(UserError, match=f"'{recs[0].id}' has no label"):
+        shard_stream(long_archives.root, recs, "rgb", tmp_path, "train")
+    recs = [replace(r) for r in long_archives.records]
+    recs[0].label_name = "Other"
+    with pytest.raises(UserError, match="label 0 is both"):
+        shard_stream(long_archives.root, recs, "rgb", tmp_path, "train")
+
+
+def test_cli_shards_verifies_and_reports_user_errors(tiny_archives, tmp_path):
+    from click.testing import CliRunner
+
+    from memdpc.cli import main
+
+    runner = CliRunner(env={"COLUMNS": "200"})
+    out = tmp_path / "shards"
+    args = ["shard", str(tiny_archives.root), "--index", str(tiny_archives.index), "--out", str(out)]
+    res = runner.invoke(main, [*args, "--stream", "rgb", "--split", "test", "--max-count", "2"])
+    assert res.exit_code == 0, res.output
+    assert "samples/s" in res.output and "skipped" in res.output
+    res = runner.invoke(main, ["shard", "--verify", str(out)])
+    assert res.exit_code == 0 and "ok" in res.output
+    tar = out / "rgb" / "test-000001.tar"
+    data = bytearray(tar.read_bytes())
+    data[1000] ^= 0xFF
+    tar.write_bytes(bytes(data))
+    res = runner.invoke(main, ["shard", "--verify", str(out)])
+    assert res.exit_code == 1 and "SHA-256" in res.output
+    res = runner.invoke(main, [*args, "--stream", "rgb", "--split", "test", "--max-count", "3"])
+    assert res.exit_code == 2 and "another configuration" in res.output and "Traceback" not in res.output
+    res = runner.invoke(main, ["shard", str(tiny_archives.root), "--stream", "rgb"])
+    assert res.exit_code == 2 and "--index" in res.output
