@@ -141,8 +141,8 @@ def _finetune(model, data: EvalData, out: Path, env, times, index, fit: FitConfi
     return test.values[:, 0, 1:].argmax(-1).reshape(-1), test, losses
 
 
-def run_oops(checkpoint: str | os.PathLike, data: EvalData, index: str | os.PathLike, out: str | os.PathLike,
-             env: dd.DistEnv, *, mode: str = "frozen", fit: FitConfig = OOPS_FIT, plot: bool = False
+def run_oops(checkpoint: str | os.PathLike, data: EvalData, out: str | os.PathLike, env: dd.DistEnv, *,
+             index: str | os.PathLike, mode: str = "frozen", fit: FitConfig = OOPS_FIT, plot: bool = False
              ) -> Path | None:
     """``memdpc eval oops``: writes ``oops-<mode>-<stream>.json`` (+ npz with per-step predictions)."""
     from memdpc.eval.pretrained import load_encoder

@@ -1,0 +1,101 @@
+"""Eval fixtures: real RGB and flow shards of rendered motion videos and a real (one-step) pretrained
+checkpoint, with a small clip geometry (5 blocks × 3 frames, stride 1) and a tiny network for fast CPU runs.
+
+Videos are rendered, JPEG-encoded with OpenCV into per-video frame archives (the "flow" archives hold
+frame differences, which is all evaluation needs to know about flow), sharded by the real shard writer,
+and the checkpoint comes from the real training loop.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+
+from memdpc.pipeline.clip import ClipSpec
+from memdpc.preprocess.archive import archive_path, write_archive
+from memdpc.preprocess.synthetic import CLASSES, render_video
+from memdpc.preprocess.video_index import VideoRecord, write_index
+
+CLIP = ClipSpec(num_blocks=5, block_len=3, stride=1)  # span 15 frames; eval windows every 6 frames
+SIZE, FPS = 32, 10.0
+FRAMES = (15, 27, 21, 33)  # per video of a class: 1, 3, 2, 4 eval windows
+NUM_CLASSES = 3
+
+
+@dataclass(frozen=True)
+class EvalFixture:
+    shards: Path
+    index: Path  # video index, with Oops-style failure times in extra["t"]
+    records: list[VideoRecord]
+
+
+def _jpeg(img: np.ndarray) -> bytes:
+    ok, buf = cv2.imencode(".jpg", img, [cv2.IMWRITE_JPEG_QUALITY, 90])
+    assert ok
+    return buf.tobytes()
+
+
+def _archives(root: Path, vid: str, frames: np.ndarray) -> None:
+    flow = np.abs(frames[1:].astype(np.int16) - frames[:-1]).astype(np.uint8)
+    flow = np.concatenate([flow, flow[-1:]])  # same frame count as rgb, so both streams have equal windows
+    for stream, imgs in (("rgb", frames), ("flow", flow)):
+        write_archive(archive_path(root, stream, vid), (_jpeg(f) for f in imgs),
+                      {"fps": FPS, "height": SIZE, "width": SIZE, "stream": stream, "encoding": "jpeg"})
+
+
+@pytest.fixture(scope="session")
+def eval_data(tmp_path_factory) -> EvalFixture:
+    """Shards of 12 videos (3 classes × 4; videos 0, 1 train, 2, 3 test) for streams rgb and flow."""
+    from memdpc.pipeline.shard import shard_stream
+
+    root = tmp_path_factory.mktemp("eval_data")
+    records = []
+    for ci, cls in enumerate(CLASSES[:NUM_CLASSES]):
+        for g, n in enumerate(FRAMES):
+            vid = f"v_{cls}_g{g:02d}"
+            _archives(root / "archives", vid, render_video(cls, SIZE, n, np.random.default_rng([ci, g])))
+            t = (n / FPS) * (0.3 + 0.1 * g)  # failure time inside the video
+            records.append(VideoRecord(vid, f"/nowhere/{vid}.avi", ci, cls, "train" if g < 2 else "test", FPS, n,
+                                       extra={"t": t}))
+    write_index(records, root / "index.jsonl")
+    out = root / "shards"
+    for stream in ("rgb", "flow"):
+        for split in ("train", "test"):
+            shard_stream(root / "archives", records, stream, out, split, clip=CLIP, window_step=6, max_count=4,
+                         seed=0)
+    return EvalFixture(out, root / "index.jsonl", records)
+
+
+TRAIN_ARGS = dict(arch="memdpc_r18", widths=[4, 8, 16, 16], size=32, num_blocks=5, block_len=3, pred_steps=2,
+                  mem_size=16, batch_size=4, backend="torch", num_workers=0, progress=False, epochs=1,
+                  max_steps=1, val_split="none")
+
+
+def pretrain(shards: Path, out: Path, stream: str) -> Path:
+    """One real training step of a tiny MemDPC on ``stream``; returns checkpoints/last.pt."""
+    from memdpc.train.config import TrainConfig
+    from memdpc.train.loop import train
+
+    run = train(TrainConfig(stream=stream, shards=str(shards), out=str(out), **TRAIN_ARGS))
+    return run / "checkpoints" / "last.pt"
+
+
+@pytest.fixture(scope="session")
+def checkpoints(eval_data, tmp_path_factory) -> dict[str, Path]:
+    """{stream: checkpoint} for rgb and flow."""
+    root = tmp_path_factory.mktemp("eval_runs")
+    return {s: pretrain(eval_data.shards, root / s, s) for s in ("rgb", "flow")}
+
+
+def run_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    """``python -m memdpc.cli …`` in a subprocess with one torch thread."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    return subprocess.run([sys.executable, "-m", "memdpc.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, env=env)

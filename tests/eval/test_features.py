@@ -1,0 +1,70 @@
+"""Window outputs over real shards: every window exactly once, per-video means, the feature cache."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pytest
+import torch
+
+from memdpc.errors import UserError
+from memdpc.eval.features import EvalData, cached_windows, run_windows, same_classes, video_mean
+from memdpc.eval.shard_meta import window_info
+from memdpc.train.distributed import DistEnv
+
+ENV = DistEnv(0, 1, 0, torch.device("cpu"))
+
+
+def _data(eval_data, stream="rgb", **kw) -> EvalData:
+    return EvalData(eval_data.shards, stream, size=32, batch_size=3, backend="torch", num_workers=0, **kw)
+
+
+def _mean_pixel(clips: torch.Tensor) -> torch.Tensor:
+    """A feature that identifies a clip: its mean over all but the channel axis -> (B, 3)."""
+    return clips.mean(dim=(1, 3, 4, 5))
+
+
+def test_every_window_once_and_video_means(eval_data):
+    data = _data(eval_data)
+    w = run_windows(_mean_pixel, data, "test", ENV)
+    info = window_info(data.shards, "rgb", "test")
+    assert w.keys == sorted(info) and len(set(w.keys)) == len(w.keys)
+    assert w.values.shape == (len(info), 1, 3)
+    counts = Counter(w.video_ids)
+    assert counts == Counter(i["video_id"] for i in info.values())
+    # test videos of 21 and 33 frames: windows over the n − 1 frames both streams have, every 6: 1 and 3
+    assert sorted(set(counts.values())) == [1, 3]
+    ids, labels, feats = video_mean(w)
+    for vid, feat in zip(ids, feats, strict=True):
+        rows = [i for i, v in enumerate(w.video_ids) if v == vid]
+        np.testing.assert_allclose(feat, w.values[rows, 0].mean(axis=0), rtol=1e-6)
+    assert labels.tolist() == [r.label for r in sorted(eval_data.records, key=lambda r: r.id) if r.split == "test"]
+
+
+def test_crops_give_one_output_per_crop(eval_data):
+    w = run_windows(_mean_pixel, _data(eval_data), "test", ENV, crops=5)
+    assert w.values.shape[1:] == (5, 3)
+    assert not np.allclose(w.values[:, 0], w.values[:, 1])  # centre and a corner differ
+
+
+def test_cache_is_reused_only_for_the_same_fingerprint(eval_data, tmp_path):
+    data, cache = _data(eval_data), tmp_path / "f.npz"
+    calls = []
+
+    def fn(clips):
+        calls.append(len(clips))
+        return _mean_pixel(clips)
+
+    a = cached_windows(fn, data, "test", ENV, cache=cache, stamp="one")
+    n = len(calls)
+    b = cached_windows(fn, data, "test", ENV, cache=cache, stamp="one")
+    assert len(calls) == n and b.keys == a.keys and np.array_equal(a.values, b.values)
+    cached_windows(fn, data, "test", ENV, cache=cache, stamp="two")
+    assert len(calls) == 2 * n
+
+
+def test_label_sets_and_empty_splits_are_checked(eval_data, tmp_path):
+    assert same_classes(_data(eval_data)) == ["MoveRight", "MoveLeft", "MoveUp"]
+    with pytest.raises(UserError, match="manifest not found"):
+        same_classes(_data(eval_data, test_split="val"))
