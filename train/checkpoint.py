@@ -10,6 +10,7 @@ rebuilds the model), ``stream``, ``optimizer``, ``scheduler``, ``epoch`` (epoch 
 from __future__ import annotations
 
 import errno
+import hashlib
 import io
 import random
 from pathlib import Path
@@ -96,15 +97,35 @@ def read_checkpoint(path: str | Path) -> dict[str, Any]:
     return ckpt
 
 
-def check_compatible(ckpt: dict[str, Any], path: Path, stream: str, model_config: dict[str, Any]) -> None:
-    """Refuse a checkpoint of another stream or another architecture than the model being trained."""
+def _check(ckpt: dict[str, Any], path: Path, stream: str, ours: dict[str, Any], theirs: dict[str, Any]) -> None:
     if ckpt["stream"] != stream:
         raise UserError(f"{path}: checkpoint was trained on the {ckpt['stream']} stream, not {stream}")
-    theirs = ckpt["model_config"]
-    diff = [f"{k} {theirs.get(k)!r} (this run: {model_config.get(k)!r})"
-            for k in sorted(set(theirs) | set(model_config)) if theirs.get(k) != model_config.get(k)]
+    diff = [f"{k} {theirs.get(k)!r} (this run: {ours.get(k)!r})"
+            for k in sorted(set(theirs) | set(ours)) if k != "seed" and theirs.get(k) != ours.get(k)]
     if diff:
         raise UserError(f"{path}: checkpoint is of another architecture: {'; '.join(diff)}")
+
+
+def check_config_compatible(ckpt: dict[str, Any], path: Path, stream: str, model_kwargs: dict[str, Any]) -> None:
+    """Refuse a checkpoint of another stream, or whose training config asks for another model."""
+    from memdpc.train.config import config_from_dict
+
+    theirs = config_from_dict(ckpt["config"], where=str(path)).model_kwargs()
+    _check(ckpt, path, stream, model_kwargs, theirs)
+
+
+def check_compatible(ckpt: dict[str, Any], path: Path, stream: str, model_config: dict[str, Any]) -> None:
+    """Refuse a checkpoint of another stream, or whose model differs from ``model_config`` (``model.config``)."""
+    _check(ckpt, path, stream, model_config, ckpt["model_config"])
+
+
+def param_digest(model: nn.Module) -> str:
+    """SHA-256 of every parameter's name and bytes: equal digests mean bit-identical weights."""
+    h = hashlib.sha256()
+    for name, p in model.named_parameters():
+        h.update(name.encode())
+        h.update(p.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
 
 
 def unwrap(model: nn.Module) -> nn.Module:

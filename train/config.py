@@ -145,7 +145,10 @@ def config_from_dict(values: dict[str, Any], where: str = "config", base: TrainC
         raise UserError(f"{where}: unknown setting(s) {', '.join(unknown)}")
     merged = (base or TrainConfig()).to_dict()
     merged.update({k: _coerce(by_name[k], v, where) for k, v in values.items()})
-    return TrainConfig(**merged)
+    try:
+        return TrainConfig(**merged)
+    except UserError as e:
+        raise UserError(f"{where}: {e}") from None
 
 
 def _toml_loads(path: Path, text: str) -> Any:

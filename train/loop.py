@@ -27,6 +27,7 @@ from torch.nn.parallel import DistributedDataParallel
 from memdpc import __version__
 from memdpc.atomic import remove_stale_tmp
 from memdpc.errors import UserError
+from memdpc.pipeline.clip import ClipSpec
 from memdpc.train import checkpoint as ck
 from memdpc.train import distributed as dd
 from memdpc.train.config import TrainConfig, config_differences, write_config
@@ -51,6 +52,7 @@ class Parts:
     config: TrainConfig
     env: dd.DistEnv
     run_dir: Path
+    clip: ClipSpec
     model: nn.Module  # possibly DDP/compiled
     optimizer: torch.optim.Optimizer
     scheduler: Any
@@ -74,9 +76,9 @@ def train(config: TrainConfig) -> Path:
 
 
 def _train(config: TrainConfig, env: dd.DistEnv) -> Path:
-    check_shards(config)
     resume_from = check_run_dir(config)
     ckpt = _read_resume(resume_from, config, env) if resume_from else None
+    manifests = check_shards(config)
     dd.barrier(env)
     run_dir = Path(config.out)
     if env.is_main:
@@ -87,7 +89,7 @@ def _train(config: TrainConfig, env: dd.DistEnv) -> Path:
             truncate_jsonl(run_dir / "metrics.jsonl", ckpt["step"])
     dd.barrier(env)
     _set_determinism(config)
-    parts = _build(config, env, run_dir)
+    parts = _build(config, env, run_dir, ClipSpec(**manifests["train"]["clip"]))
     state = State()
     if ckpt is not None:
         state = _restore(parts, ckpt, resume_from)
@@ -102,6 +104,7 @@ def _train(config: TrainConfig, env: dd.DistEnv) -> Path:
 
 def _read_resume(path: Path, config: TrainConfig, env: dd.DistEnv) -> dict[str, Any]:
     ckpt = ck.read_checkpoint(path)
+    ck.check_config_compatible(ckpt, path, config.stream, config.model_kwargs())
     diff = config_differences(ckpt["config"], config)
     if diff:
         raise UserError(f"{path}: checkpoint of a different config ({'; '.join(diff)})")
@@ -119,8 +122,14 @@ def _set_determinism(config: TrainConfig) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- building
-def _build(config: TrainConfig, env: dd.DistEnv, run_dir: Path) -> Parts:
+def _build(config: TrainConfig, env: dd.DistEnv, run_dir: Path, clip: ClipSpec) -> Parts:
     from memdpc.model import create_model
+
+    train_loader = _loader(config, env, config.train_split, clip, train=True)
+    if len(train_loader) == 0:
+        raise UserError(f"{config.shards}: the {config.train_split} split has fewer clips per rank than one "
+                        f"batch ({config.batch_size}); lower --batch-size")
+    val_loader = _loader(config, env, config.val_split, clip, train=False) if config.val_split != "none" else None
 
     model = create_model(**config.model_kwargs(), seed=config.seed).to(env.device)
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
@@ -129,10 +138,9 @@ def _build(config: TrainConfig, env: dd.DistEnv, run_dir: Path) -> Parts:
         wrapped = DistributedDataParallel(model, device_ids=[env.device.index] if env.device.type == "cuda" else None)
     if config.compile:
         wrapped = torch.compile(wrapped)
-    return Parts(config, env, run_dir, wrapped, optimizer, _scheduler(config, optimizer),
+    return Parts(config, env, run_dir, clip, wrapped, optimizer, _scheduler(config, optimizer),
                  torch.amp.GradScaler(env.device.type, enabled=config.amp == "fp16"),
-                 _loader(config, env, config.train_split, train=True),
-                 _loader(config, env, config.val_split, train=False) if config.val_split != "none" else None,
+                 train_loader, val_loader,
                  MetricsLogger(run_dir, env.is_main, config.progress))
 
 
@@ -146,20 +154,23 @@ def _scheduler(config: TrainConfig, optimizer: torch.optim.Optimizer):
     return None
 
 
-def _loader(config: TrainConfig, env: dd.DistEnv, split: str, train: bool, rank: int | None = None,
-            world_size: int | None = None):
+def _loader(config: TrainConfig, env: dd.DistEnv, split: str, clip: ClipSpec, train: bool,
+            rank: int | None = None, world_size: int | None = None):
+    """A loader of one split; training drops the last partial batch, so every rank takes equal steps."""
     from memdpc.pipeline.loader import make_loader
 
     return make_loader(config.shards, config.stream, split, train=train, batch_size=config.batch_size,
                        backend=config.backend, size=config.size,
                        rank=env.rank if rank is None else rank,
                        world_size=env.world_size if world_size is None else world_size,
-                       seed=config.seed, num_workers=config.num_workers, device=str(env.device))
+                       seed=config.seed, num_workers=config.num_workers, device=str(env.device), clip=clip,
+                       drop_last=train)
 
 
 # ------------------------------------------------------------------------------------------- checkpoints
-def _gather_rng(env: dd.DistEnv, epoch_rng: dict[str, Any] | None) -> list[dict[str, Any]]:
-    mine = {"now": ck.rng_state(), "epoch_start": epoch_rng}
+def _gather(env: dd.DistEnv, model: nn.Module, epoch_rng: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """Every rank's RNG states and weight digest (DDP keeps the weights of all ranks equal: recorded)."""
+    mine = {"now": ck.rng_state(), "epoch_start": epoch_rng, "digest": ck.param_digest(model)}
     if not env.distributed:
         return [mine]
     every: list[Any] = [None] * env.world_size
@@ -169,15 +180,18 @@ def _gather_rng(env: dd.DistEnv, epoch_rng: dict[str, Any] | None) -> list[dict[
 
 def _save(p: Parts, s: State, names: list[str]) -> None:
     """Write the checkpoint (rank 0) under each of ``names`` in ``checkpoints/``; all ranks take part."""
-    rng = _gather_rng(p.env, s.epoch_rng)
+    model = ck.unwrap(p.model)
+    ranks = _gather(p.env, model, s.epoch_rng)
     if p.env.is_main:
-        model = ck.unwrap(p.model)
+        digests = [r.pop("digest") for r in ranks]
+        if len(set(digests)) > 1:
+            p.logger.message(f"[red]warning: the ranks' weights differ at step {s.step}")
         data = ck.serialize({
             "format": ck.FORMAT, "memdpc_version": __version__, "model": model.state_dict(),
             "model_config": model.config, "stream": p.config.stream, "optimizer": p.optimizer.state_dict(),
             "scheduler": p.scheduler.state_dict() if p.scheduler is not None else None,
             "scaler": p.scaler.state_dict(), "epoch": s.epoch, "step": s.step, "epoch_step": s.epoch_step,
-            "best_val": s.best_val, "epoch_loss": list(s.epoch_loss), "rng": rng,
+            "best_val": s.best_val, "epoch_loss": list(s.epoch_loss), "rng": ranks, "rank_digests": digests,
             "world_size": p.env.world_size, "config": p.config.to_dict(),
         })
         for name in names:
@@ -337,7 +351,7 @@ def _knn(p: Parts, s: State) -> None:
 
     if p.env.is_main and p.config.val_split != "none":
         c = p.config
-        loaders = [_loader(c, p.env, split, train=False, rank=0, world_size=1)
+        loaders = [_loader(c, p.env, split, p.clip, train=False, rank=0, world_size=1)
                    for split in (c.train_split, c.val_split)]
         r1 = knn_recall(ck.unwrap(p.model), *loaders, p.env.device, c.knn_max_batches)
         p.logger.log({"kind": "knn", "epoch": s.epoch, "step": s.step, "r1": r1})

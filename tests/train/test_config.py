@@ -1,0 +1,72 @@
+from __future__ import annotations
+
+import pytest
+
+from memdpc.errors import UserError
+from memdpc.train.config import (
+    RESTART_FREE,
+    TrainConfig,
+    config_differences,
+    config_from_dict,
+    option_specs,
+    read_config_file,
+)
+
+
+def test_defaults_are_the_papers():
+    c = TrainConfig()
+    assert (c.arch, c.size, c.num_blocks, c.block_len, c.pred_steps, c.mem_size) == ("memdpc_r18", 128, 8, 5, 3, 1024)
+    assert (c.lr, c.weight_decay, c.batch_size, c.schedule, c.lr_min) == (1e-3, 1e-5, 16, "plateau", 1e-4)
+    assert c.widths == [64, 128, 256, 256] and not c.global_negatives and c.amp == "none"
+
+
+def test_yaml_and_toml_give_the_same_config(tmp_path):
+    (tmp_path / "c.yaml").write_text("stream: flow\nlr: 0.01\nwidths: [8, 16, 32, 32]\nbidirectional: true\n")
+    (tmp_path / "c.toml").write_text('stream = "flow"\nlr = 0.01\nwidths = [8, 16, 32, 32]\nbidirectional = true\n')
+    a = config_from_dict(read_config_file(tmp_path / "c.yaml"))
+    b = config_from_dict(read_config_file(tmp_path / "c.toml"))
+    assert a == b
+    assert (a.stream, a.lr, a.widths, a.bidirectional, a.batch_size) == ("flow", 0.01, [8, 16, 32, 32], True, 16)
+
+
+def test_option_strings_are_coerced():
+    c = config_from_dict({"milestones": "80,100", "schedule": "milestones", "bidirectional": "true", "epochs": "7"})
+    assert (c.milestones, c.bidirectional, c.epochs) == ([80, 100], True, 7)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("lrr: 0.1\n", "unknown setting(s) lrr"),
+    ("epochs: 1.5\n", "epochs must be int"),
+    ("stream: depth\n", "stream must be one of rgb, flow"),
+    ("- 1\n- 2\n", "expected a mapping"),
+    ("lr: [\n", "not valid YAML"),
+    ("pred_steps: 8\n", "pred_steps (8) must be smaller than num_blocks (8)"),
+    ("schedule: milestones\n", "needs --milestones"),
+])
+def test_bad_config_files_name_the_file_and_problem(tmp_path, text, message):
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(UserError) as e:
+        config_from_dict(read_config_file(path), where=str(path))
+    assert message in str(e.value)
+    assert str(e.value).startswith(str(path))
+
+
+def test_missing_config_file(tmp_path):
+    with pytest.raises(UserError, match="config file not found"):
+        read_config_file(tmp_path / "nope.toml")
+
+
+def test_differences_ignore_settings_free_to_change_on_restart():
+    recorded = TrainConfig(shards="/a", out="/r").to_dict()
+    assert config_differences(recorded, TrainConfig(shards="/b", out="/r", epochs=5, num_workers=8)) == []
+    diff = config_differences(recorded, TrainConfig(shards="/a", out="/r", lr=0.01))
+    assert diff == ["lr: 0.001 → 0.01"]
+    assert "lr" not in RESTART_FREE and "seed" not in RESTART_FREE
+
+
+def test_every_field_is_an_option_with_help():
+    specs = option_specs()
+    assert {s.name for s in specs} == set(TrainConfig().to_dict())
+    assert all(s.help for s in specs)
+    assert next(s for s in specs if s.name == "amp").choices == ("none", "bf16", "fp16")
