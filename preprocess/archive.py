@@ -68,11 +68,13 @@ class ArchiveWriter:
     def __exit__(self, exc_type, exc, tb) -> bool:
         self._tar.close()
         if exc_type is None and not self._committed:
-            exc_type = exc = RuntimeError("archive not committed")  # discard: remove the temporary file
+            exc_type, exc = RuntimeError, RuntimeError("not committed")  # discard: remove the temporary file
         return bool(self._atomic.__exit__(exc_type, exc, tb)) and exc is None
 
 
-def write_archive(path: str | os.PathLike, frames: Iterable[bytes], meta: dict[str, Any], ext: str = "jpg") -> int:
+def write_archive(
+    path: str | os.PathLike, frames: Iterable[bytes], meta: dict[str, Any], ext: str = "jpg"
+) -> int:
     """Write encoded frames (consumed as they come, so memory stays flat) and ``meta.json`` atomically.
 
     Returns the number of frames written; ``meta['num_frames']`` is set to it.

@@ -39,6 +39,7 @@ from memdpc.preprocess.flow import BACKENDS, BOUND, FlowStage, TVL1Params, make_
 from memdpc.preprocess.video_index import VideoRecord, read_index
 
 STREAMS = ("rgb", "flow")
+DASK_CONNECT_TIMEOUT = 30  # seconds
 
 
 @dataclass(frozen=True)
@@ -261,26 +262,35 @@ def _init_worker() -> None:
 
 
 @contextlib.contextmanager
-def _executor(cfg: PreprocessConfig, num_jobs: int) -> Iterator[Executor]:
-    """A local process pool (spawned workers, one OpenCV thread each), or a Dask cluster's executor."""
-    if cfg.dask:
-        try:
-            from distributed import Client
-        except ImportError:
-            raise UserError("--dask needs the 'distributed' package (pip install memdpc[cluster])") from None
-        try:
-            client = Client(cfg.dask, timeout=30)
-        except (OSError, TimeoutError) as e:
-            raise UserError(f"--dask {cfg.dask}: cannot connect to the Dask scheduler ({e})") from None
-        try:
-            with client.get_executor(pure=False) as ex:
-                yield ex
-        finally:
-            client.close()
+def _dask_executor(address: str) -> Iterator[Executor]:
+    try:
+        from distributed import Client
+    except ImportError:
+        raise UserError("--dask needs the 'distributed' package (pip install memdpc[cluster])") from None
+    try:
+        client = Client(address, timeout=DASK_CONNECT_TIMEOUT)
+    except (OSError, TimeoutError) as e:
+        raise UserError(f"--dask {address}: cannot connect to the Dask scheduler ({e})") from None
+    try:
+        with client.get_executor(pure=False) as ex:  # pure=False: never reuse a cached result
+            yield ex
+    finally:
+        client.close()
+
+
+def _results(cfg: PreprocessConfig, todo: list[VideoRecord]) -> Iterator[dict]:
+    """Run the per-video jobs and yield their report entries as they finish: on a Dask cluster, on a
+    local pool of spawned processes (one OpenCV thread each), or in this process when ``workers == 1``."""
+    if not cfg.dask and cfg.workers == 1:
+        yield from (process_video(r, cfg) for r in todo)
         return
-    workers = max(1, min(cfg.workers, num_jobs))
-    with ProcessPoolExecutor(workers, mp_context=get_context("spawn"), initializer=_init_worker) as ex:
-        yield ex
+    if cfg.dask:
+        executor = _dask_executor(cfg.dask)
+    else:
+        workers = min(cfg.workers, len(todo))
+        executor = ProcessPoolExecutor(workers, mp_context=get_context("spawn"), initializer=_init_worker)
+    with executor as ex:
+        yield from (f.result() for f in as_completed([ex.submit(process_video, r, cfg) for r in todo]))
 
 
 def _progress(show: bool) -> Progress:
@@ -329,14 +339,11 @@ def run_preprocess(records: list[VideoRecord], cfg: PreprocessConfig, progress: 
         task = bar.add_task(
             f"preprocess {'+'.join(cfg.streams)}", total=len(mine), completed=len(videos), fps=0.0
         )
-        if todo:
-            with _executor(cfg, len(todo)) as ex:
-                frames = 0
-                for fut in as_completed([ex.submit(process_video, r, cfg) for r in todo]):
-                    res = fut.result()
-                    videos.append(res)
-                    frames += res.get("num_frames", 0)
-                    bar.update(task, advance=1, fps=frames / max(time.perf_counter() - t0, 1e-9))
+        frames = 0
+        for res in _results(cfg, todo) if todo else ():
+            videos.append(res)
+            frames += res.get("num_frames", 0)
+            bar.update(task, advance=1, fps=frames / max(time.perf_counter() - t0, 1e-9))
     order = {r.id: i for i, r in enumerate(mine)}
     videos.sort(key=lambda v: order[v["id"]])
     report = {

@@ -1,0 +1,116 @@
+"""Streaming decode on real video files of the codecs users have (xvid, MJPEG, MPEG-4, VP8 webm)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+
+from memdpc.errors import UserError
+from memdpc.preprocess.decode import DecodeError, DecodeSpec, PartialVideo, VideoStream
+from memdpc.preprocess.synthetic import render_video, write_video
+
+N = 20
+
+
+def frames(h: int = 32, w: int = 48) -> np.ndarray:
+    """(N, h, w, 3) frames: a rendered scene cropped to a non-square size."""
+    return render_video("MoveRight", max(h, w), N, np.random.default_rng(0))[:, :h, :w]
+
+
+def write(path: Path, video: np.ndarray, fourcc: str, fps: float = 25.0) -> Path:
+    h, w = video.shape[1:3]
+    writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*fourcc), fps, (w, h))
+    assert writer.isOpened()
+    for f in video:
+        writer.write(f)
+    writer.release()
+    return path
+
+
+@pytest.fixture(scope="module")
+def videos(tmp_path_factory) -> dict[str, Path]:
+    d = tmp_path_factory.mktemp("videos")
+    v = frames()
+    return {
+        "xvid": write(d / "a.avi", v, "XVID"),
+        "mjpg": write(d / "b.avi", v, "MJPG"),
+        "mp4v": write(d / "c.mp4", v, "mp4v"),
+        "vp8": write(d / "d.webm", v, "VP80"),
+    }
+
+
+@pytest.mark.parametrize("codec", ["xvid", "mjpg", "mp4v", "vp8"])
+def test_decodes_every_frame_at_native_size_and_rate(videos, codec):
+    src = VideoStream(videos[codec], DecodeSpec(size=0))
+    out = list(src)
+    assert len(out) == N and src.num_decoded == N
+    assert out[0].shape == (32, 48, 3) and out[0].dtype == np.uint8
+    assert src.fps == src.source_fps == pytest.approx(25.0)
+    assert np.abs(out[5].astype(int) - frames()[5]).mean() < 12  # lossy codecs, same picture
+
+
+def test_resize_short_side_keeps_aspect(videos):
+    assert {f.shape for f in VideoStream(videos["mjpg"], DecodeSpec(size=16))} == {(16, 24, 3)}
+    assert {f.shape for f in VideoStream(videos["mjpg"], DecodeSpec(size=64))} == {(64, 96, 3)}
+
+
+def test_square_resize(videos):
+    assert {f.shape for f in VideoStream(videos["mjpg"], DecodeSpec(size=16, square=20))} == {(20, 20, 3)}
+
+
+def test_fps_resampling_takes_nearest_source_frames(videos):
+    native = list(VideoStream(videos["mjpg"], DecodeSpec(size=0)))
+    half = VideoStream(videos["mjpg"], DecodeSpec(size=0, fps=12.5))
+    out = list(half)
+    assert half.fps == 12.5 and len(out) == N // 2
+    assert all(np.array_equal(a, b) for a, b in zip(out, native[::2], strict=True))
+    double = list(VideoStream(videos["mjpg"], DecodeSpec(size=0, fps=50)))
+    assert len(double) == 2 * N - 1  # the last output time within the video is (2N - 2) / 50
+    assert np.array_equal(double[3], native[2])  # t = 3/50 is nearest to source frame 1.5 → 2 (half up)
+
+
+def test_spec_validation():
+    for bad in (DecodeSpec(size=-1), DecodeSpec(square=-5), DecodeSpec(fps=-1), DecodeSpec(fps=float("nan"))):
+        with pytest.raises(UserError):
+            bad.validate()
+    assert DecodeSpec(size=256).out_size(320, 240) == (341, 256)
+    assert DecodeSpec(size=256).out_size(240, 320) == (256, 341)
+
+
+def test_missing_unreadable_and_non_video_files(tmp_path):
+    with pytest.raises(DecodeError, match="not found"):
+        VideoStream(tmp_path / "nope.avi")
+    with pytest.raises(DecodeError, match="not a regular file"):
+        VideoStream(tmp_path)
+    (tmp_path / "notes.avi").write_text("this is not a video\n" * 50)
+    with pytest.raises(DecodeError, match="cannot open"):
+        VideoStream(tmp_path / "notes.avi")
+    (tmp_path / "empty.mp4").write_bytes(b"")
+    with pytest.raises(DecodeError, match="cannot open"):
+        VideoStream(tmp_path / "empty.mp4")
+
+
+def test_truncated_file_yields_what_decodes_then_reports_partial(videos, tmp_path):
+    data = videos["mjpg"].read_bytes()
+    cut = tmp_path / "cut.avi"
+    cut.write_bytes(data[: len(data) // 2])
+    src = VideoStream(cut, DecodeSpec(size=0))
+    got = []
+    with pytest.raises(PartialVideo, match=f"of {N} frames"):
+        for f in src:
+            got.append(f)
+    assert 0 < len(got) < N
+
+
+def test_memory_is_streamed(tmp_path):
+    """Frames come one at a time: the stream holds no list of frames (a 200-frame video, a generator)."""
+    path = tmp_path / "long.avi"
+    write_video(path, np.repeat(frames()[:1], 200, axis=0), 25.0, "mjpg")
+    src = VideoStream(path, DecodeSpec(size=0))
+    it = iter(src)
+    next(it)
+    assert src.num_decoded == 1
+    assert sum(1 for _ in it) == 199
