@@ -4,8 +4,8 @@ A flow *backend* turns a batch of greyscale frame pairs into float flow: ``backe
 ``prev``, ``nxt`` (B, H, W) uint8 returns (B, H, W, 2) float32 (x, y displacement in pixels, frame k → k+1);
 ``backend.batch_size`` says how many pairs it wants per call. Backends are built by name from
 :data:`BACKENDS` (``"module:factory"``, imported on first use); a factory takes ``(params, device)``.
-``opencv`` is OpenCV contrib's CPU ``DualTVL1OpticalFlow``; ``torch`` is the batched PyTorch port in
-``memdpc.preprocess.tvl1_torch`` (GPU).
+``opencv`` is OpenCV contrib's CPU ``DualTVL1OpticalFlow``; ``torch`` adapts the batched PyTorch port in
+``memdpc.preprocess.tvl1_torch`` (GPU). A new backend is one more entry in :data:`BACKENDS`.
 """
 
 from __future__ import annotations
@@ -100,9 +100,37 @@ class OpenCVTVL1:
         return np.stack([self._tv.calc(a, b, None) for a, b in zip(prev, nxt, strict=True)])
 
 
+class TorchTVL1:
+    """Adapter to the batched PyTorch port (``memdpc.preprocess.tvl1_torch``): NumPy batches in and out,
+    ``batch_size`` pairs per call on ``device`` (a GPU, or the CPU for checks)."""
+
+    batch_size = 32
+
+    def __init__(self, params: TVL1Params = TVL1Params(), device: str = "cuda") -> None:
+        import torch
+
+        from memdpc.preprocess import tvl1_torch
+
+        if torch.device(device).type == "cuda" and not torch.cuda.is_available():
+            raise UserError(f"--device {device}: no CUDA device is available for the torch flow backend")
+        fields = {**params.to_dict(), "nscales": params.scales}
+        del fields["scales"]
+        try:
+            self._params = tvl1_torch.TVL1Params(**fields)
+        except ValueError as e:
+            raise UserError(f"flow backend torch: {e}") from None
+        self._flow, self._torch, self.device = tvl1_torch.tvl1_flow, torch, torch.device(device)
+
+    def __call__(self, prev: np.ndarray, nxt: np.ndarray) -> np.ndarray:
+        # (B, H, W) uint8 ×2 -> (B, H, W, 2) float32
+        to = self._torch.from_numpy
+        flow = self._flow(to(prev).to(self.device), to(nxt).to(self.device), self._params)
+        return flow.cpu().numpy()
+
+
 BACKENDS: dict[str, str] = {
     "opencv": "memdpc.preprocess.flow:OpenCVTVL1",
-    "torch": "memdpc.preprocess.tvl1_torch:make_flow_backend",
+    "torch": "memdpc.preprocess.flow:TorchTVL1",
 }
 
 

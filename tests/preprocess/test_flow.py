@@ -149,3 +149,30 @@ def test_jpeg_encoding_validation():
         cv2.imdecode(np.frombuffer(JpegEncoding(90).encode_bgr(np.zeros((8, 8, 3), np.uint8)), np.uint8), 1)
         is not None
     )
+
+
+def _codes(stage: FlowStage, frames) -> list[np.ndarray]:
+    return [x for f in frames for x in stage.push(f)] + stage.flush()
+
+
+def test_torch_backend_matches_opencv_on_cpu():
+    """The batched PyTorch port plugs in as a backend and gives the same codes as OpenCV."""
+    torch = pytest.importorskip("torch")
+    torch.set_num_threads(1)
+    frames = render_video("MoveRight", 32, 6, np.random.default_rng(0))
+    params = TVL1Params(scales=2, warps=2, outer_iterations=3)
+    backend = make_backend("torch", params, "cpu")
+    assert backend.batch_size > 1
+    a, b = _codes(FlowStage(OpenCVTVL1(params)), frames), _codes(FlowStage(backend), frames)
+    assert len(a) == len(b) == 5
+    assert np.mean([np.abs(x.astype(int) - y).mean() for x, y in zip(a, b, strict=True)]) < 0.05
+
+
+@pytest.mark.gpu
+def test_torch_backend_on_gpu_matches_opencv():
+    frames = render_video("ZoomIn", 64, 5, np.random.default_rng(0))
+    a, b = (
+        _codes(FlowStage(OpenCVTVL1()), frames),
+        _codes(FlowStage(make_backend("torch", TVL1Params(), "cuda")), frames),
+    )
+    assert np.mean([np.abs(x.astype(int) - y).mean() for x, y in zip(a, b, strict=True)]) < 0.1
