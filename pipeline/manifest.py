@@ -110,7 +110,10 @@ def _check_samples(tar: Path, num_frames: int, stream: str, problems: list[str])
 
 def verify_manifest(path: Path) -> VerifyResult:
     """Re-read every shard of one manifest: size, SHA-256, index text, members and counts."""
-    manifest = json.loads(path.read_text())
+    try:
+        manifest = json.loads(path.read_text())
+    except (json.JSONDecodeError, OSError) as e:
+        return VerifyResult(path, problems=[f"{path.name}: unreadable manifest ({e})"])
     folder = path.parent
     res = VerifyResult(path)
     videos: set[str] = set()

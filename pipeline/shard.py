@@ -19,7 +19,6 @@ import hashlib
 import json
 import os
 import struct
-import tarfile
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -39,16 +38,15 @@ from rich.table import Table
 
 from memdpc.atomic import atomic_path, remove_stale_tmp, write_bytes_atomic, write_json_atomic
 from memdpc.errors import UserError
+from memdpc.pipeline import ustar
 from memdpc.pipeline.clip import ClipSpec
 from memdpc.pipeline.manifest import file_sha256, load_manifest, manifest_path, stream_dir, write_manifest
 from memdpc.pipeline.shard_plan import (
-    BLOCK,
     DEFAULT_CLIP,
     DEFAULT_MAX_COUNT,
     DEFAULT_MAX_SIZE,
     DEFAULT_WINDOW_STEP,
     FORMAT,
-    RECORD,
     FrameSource,
     Plan,
     Sample,
@@ -91,12 +89,6 @@ class _HashWriter:
         self.n += len(data)
 
 
-def _header(name: str, size: int) -> bytes:
-    info = tarfile.TarInfo(name)
-    info.size, info.mode, info.mtime = size, 0o644, 0
-    return info.tobuf(tarfile.USTAR_FORMAT, "utf-8", "strict")
-
-
 def _read_frames(samples: list[Sample], sources: dict[str, FrameSource]) -> dict[tuple[str, int], bytes]:
     """The encoded frames the samples need, each read once by seeking into its archive."""
     need: dict[str, set[int]] = defaultdict(set)
@@ -132,16 +124,16 @@ def write_shard(tar_path: Path, shard: ShardPlan, sources: dict[str, FrameSource
             w = _HashWriter(f)
             for s in shard.samples:
                 for name, data in _members(s, frames):
-                    w.write(_header(name, len(data)))
+                    w.write(ustar.header(name, len(data)))
                     entries.append((name, w.n, len(data)))
                     w.write(data)
-                    w.write(bytes(-len(data) % BLOCK))
+                    w.write(bytes(ustar.padding(len(data))))
                 if on_sample:
                     on_sample()
                 if throttle:
                     time.sleep(throttle)
-            w.write(bytes(2 * BLOCK))
-            w.write(bytes(-w.n % RECORD))
+            w.write(bytes(2 * ustar.BLOCK))
+            w.write(bytes(ustar.padding_to_record(w.n)))
         if w.n != shard.bytes:
             raise RuntimeError(f"{tar_path}: wrote {w.n} bytes, planned {shard.bytes}")
         write_bytes_atomic(index_path(tar_path), format_index(entries).encode())

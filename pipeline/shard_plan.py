@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from memdpc.errors import UserError
+from memdpc.pipeline import ustar
 from memdpc.pipeline.clip import ClipSpec
 from memdpc.preprocess.archive import META, archive_path
 from memdpc.preprocess.video_index import VideoRecord
@@ -35,11 +36,8 @@ TRAIN_SPLITS = ("train", "all")  # shuffled, train windows; any other split: ind
 DEFAULT_WINDOW_STEP = 20  # UCF101 (~180 frames at 25 fps): starts 0, 20, 40 (, 60) → 3–4 windows per video
 DEFAULT_MAX_COUNT = 1000
 DEFAULT_MAX_SIZE = 128 * 2**20
-BLOCK = 512
-RECORD = tarfile.RECORDSIZE
 _FRAME = re.compile(r"^(\d{6})\.jpg$")
 DEFAULT_CLIP = ClipSpec()
-MAX_NAME = 100  # a USTAR name field without a directory prefix
 
 
 @dataclass(frozen=True)
@@ -97,14 +95,19 @@ def usable_frames(stream: str, num_frames: int) -> int:
     return num_frames - 1 if stream == "rgb" else num_frames
 
 
-def _blocks(size: int) -> int:
-    return BLOCK + -(-size // BLOCK) * BLOCK
-
-
-def tar_size(member_sizes: list[int]) -> int:
-    """Exact size of a USTAR tar written by :mod:`tarfile` with these member sizes (short names)."""
-    body = sum(_blocks(s) for s in member_sizes) + 2 * BLOCK
-    return -(-body // RECORD) * RECORD
+def _members(path: Path) -> list[tuple[str, int, int]]:
+    """(name, data offset, size) of the archive's members: fast for plain USTAR, else via :mod:`tarfile`."""
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        try:
+            return list(ustar.list_members(f, size))
+        except ustar.NotPlainUstar:
+            pass
+    with tarfile.open(path, "r:") as tar:
+        members = [(m.name, m.offset_data, m.size) for m in tar if m.isfile()]
+    if any(off + n > size for _, off, n in members):
+        raise ValueError("truncated: the last member runs past the end")
+    return members
 
 
 def scan_archive(path: Path) -> FrameSource:
@@ -114,18 +117,16 @@ def scan_archive(path: Path) -> FrameSource:
     frames: dict[int, tuple[int, int]] = {}
     meta = None
     try:
-        file_size = path.stat().st_size
-        with tarfile.open(path, "r:") as tar:
-            for m in tar:
-                if m.name == META:
-                    meta = json.loads(tar.extractfile(m).read())
-                elif (match := _FRAME.match(m.name)) and m.isfile():
-                    if m.offset_data + m.size > file_size:
-                        raise UserError(f"{path}: truncated frame archive ({m.name} runs past the end)")
-                    frames[int(match[1])] = (m.offset_data, m.size)
-                else:
-                    raise UserError(f"{path}: unexpected member '{m.name}' (need 000000.jpg … and {META})")
-    except (tarfile.TarError, OSError, EOFError, json.JSONDecodeError) as e:
+        for name, offset, size in _members(path):
+            if name == META:
+                with open(path, "rb") as f:
+                    f.seek(offset)
+                    meta = json.loads(f.read(size))
+            elif match := _FRAME.match(name):
+                frames[int(match[1])] = (offset, size)
+            else:
+                raise UserError(f"{path}: unexpected member '{name}' (need 000000.jpg … and {META})")
+    except (tarfile.TarError, OSError, EOFError, ValueError) as e:  # JSONDecodeError is a ValueError
         raise UserError(f"{path}: unreadable frame archive ({e})") from None
     if meta is None:
         raise UserError(f"{path}: frame archive has no {META} (incomplete or not a memdpc archive)")
@@ -193,30 +194,32 @@ def _cut(
 ) -> list[ShardPlan]:
     shards: list[ShardPlan] = []
     cur: list[Sample] = []
-    sizes: list[int] = []
-
-    def close() -> None:
-        shards.append(ShardPlan(f"{split}-{len(shards):06d}.tar", cur.copy(), tar_size(sizes)))
-        cur.clear()
-        sizes.clear()
+    body = 0  # bytes of the current shard's members, headers and padding
 
     for s in samples:
-        member_sizes = sample_bytes(s, sources[s.video_id])
-        if cur and (len(cur) >= max_count or tar_size(sizes + member_sizes) > max_size):
-            close()
+        members = sum(ustar.BLOCK + n + ustar.padding(n) for n in sample_bytes(s, sources[s.video_id]))
+        if cur and (len(cur) >= max_count or _total(body + members) > max_size):
+            shards.append(ShardPlan(f"{split}-{len(shards):06d}.tar", cur, _total(body)))
+            cur, body = [], 0
         cur.append(s)
-        sizes.extend(member_sizes)
+        body += members
     if cur:
-        close()
+        shards.append(ShardPlan(f"{split}-{len(shards):06d}.tar", cur, _total(body)))
     return shards
+
+
+def _total(body: int) -> int:
+    """Size of a tar whose members take ``body`` bytes: plus the end blocks, padded to whole records."""
+    n = body + 2 * ustar.BLOCK
+    return n + ustar.padding_to_record(n)
 
 
 def _check_key(rec: VideoRecord, clip: ClipSpec, source: str) -> None:
     longest = f"{rec.id}_{0:05d}.f{clip.num_frames - 1:02d}.jpg"
-    if "." in rec.id or "/" in rec.id or len(longest) > MAX_NAME:
+    if "." in rec.id or "/" in rec.id or len(longest) > ustar.MAX_NAME:
         raise UserError(
             f"{source}: video id '{rec.id}' is not usable as a WebDataset key "
-            f"(no dots or slashes; at most {MAX_NAME - len(longest) + len(rec.id)} characters)"
+            f"(no dots or slashes; at most {ustar.MAX_NAME - len(longest) + len(rec.id)} characters)"
         )
 
 
