@@ -2,13 +2,13 @@
 manifest, atomically and resumably.
 
 Layout: ``<out>/<stream>/<split>-NNNNNN.tar`` + ``<split>-NNNNNN.idx`` (the text DALI's ``wds2idx`` writes)
-+ ``plan-<split>.json`` (written first: configuration and every shard's keys) + ``manifest-<split>.json``
++ ``<split>-NNNNNN.sha256`` + ``plan-<split>.json`` (written first: configuration and every shard's keys) + ``manifest-<split>.json``
 (written last). Members per sample: ``<key>.f00.jpg … <key>.f39.jpg`` (JPEG bytes copied from the archives,
 never re-encoded), ``<key>.cls`` (int32 little-endian label), ``<key>.json``; key ``<video_id>_<start:05d>``.
 Tars are plain USTAR with fixed owner, mode and mtime, so the same inputs and seed give identical bytes.
 
 Resuming: the plan (see :mod:`memdpc.pipeline.shard_plan`) fixes which samples go to which shard; a shard is
-written to a temporary name and renamed when complete (its index first), so on a re-run every shard already
+written to a temporary name and renamed when complete (its index and checksum first), so on a re-run every shard already
 in place is checked against the plan and kept, and only the missing ones are written. An output folder
 whose plan differs (other options or other inputs) is refused.
 """
@@ -53,7 +53,7 @@ from memdpc.pipeline.shard_plan import (
     ShardPlan,
     make_plan,
 )
-from memdpc.pipeline.wds_index import format_index, index_path, scan_tar, split_name
+from memdpc.pipeline.wds_index import format_index, index_path, split_name
 from memdpc.preprocess.video_index import VideoRecord, read_index
 
 __all__ = ["load_manifest", "shard_stream", "write_shard", "ShardReport", "THROTTLE_ENV"]
@@ -65,11 +65,11 @@ THROTTLE_ENV = "MEMDPC_SHARD_THROTTLE"
 @dataclass
 class ShardReport:
     manifest: Path
-    videos: int
     samples: int
     shards: int
-    bytes: int
-    seconds: float
+    videos: int = 0
+    bytes: int = 0
+    seconds: float = 0.0
     written: int = 0
     kept: int = 0
     rewritten: int = 0
@@ -137,7 +137,14 @@ def write_shard(tar_path: Path, shard: ShardPlan, sources: dict[str, FrameSource
         if w.n != shard.bytes:
             raise RuntimeError(f"{tar_path}: wrote {w.n} bytes, planned {shard.bytes}")
         write_bytes_atomic(index_path(tar_path), format_index(entries).encode())
+        write_bytes_atomic(checksum_path(tar_path), f"{w.h.hexdigest()}  {tar_path.name}\n".encode())
     return _entry(tar_path, shard, w.h.hexdigest())
+
+
+def checksum_path(tar_path: Path) -> Path:
+    """``<shard>.sha256`` in ``sha256sum`` format, written before the shard is renamed into place: on resume
+    it tells whether a shard in place is intact."""
+    return tar_path.with_suffix(".sha256")
 
 
 def _entry(tar_path: Path, shard: ShardPlan, sha256: str) -> dict[str, Any]:
@@ -152,17 +159,21 @@ def _entry(tar_path: Path, shard: ShardPlan, sha256: str) -> dict[str, Any]:
 
 def _check_existing(tar_path: Path, shard: ShardPlan) -> dict | None:
     """The manifest entry of a shard already in place if it is exactly the planned one, else None."""
-    idx = index_path(tar_path)
-    if tar_path.stat().st_size != shard.bytes or not idx.is_file():
+    idx, checksum = index_path(tar_path), checksum_path(tar_path)
+    if tar_path.stat().st_size != shard.bytes or not idx.is_file() or not checksum.is_file():
         return None
     try:
-        entries = scan_tar(tar_path)
-    except UserError:
+        with open(tar_path, "rb") as f:
+            entries = list(ustar.list_members(f, shard.bytes))
+    except ValueError:  # also NotPlainUstar: not a shard this module wrote
         return None
     keys = list(dict.fromkeys(split_name(name)[0] for name, _, _ in entries))
     if keys != [s.key for s in shard.samples] or idx.read_text() != format_index(entries):
         return None
-    return _entry(tar_path, shard, file_sha256(tar_path))
+    sha256 = file_sha256(tar_path)
+    if checksum.read_text().split(" ", 1)[0] != sha256:
+        return None
+    return _entry(tar_path, shard, sha256)
 
 
 def _claim(folder: Path, split: str, plan: Plan) -> None:
@@ -232,6 +243,33 @@ def _progress(console: Console | None) -> Progress:
     )
 
 
+def _keep_or_write(tar: Path, shard: ShardPlan, plan: Plan, report: ShardReport, advance) -> dict:
+    """Keep a shard already in place if it is exactly the planned one, else (re)write it."""
+    entry = _check_existing(tar, shard) if tar.exists() else None
+    if entry is not None:
+        report.kept += 1
+        advance(len(shard.samples))
+        return entry
+    report.rewritten += tar.exists()
+    report.written += 1
+    return write_shard(tar, shard, plan.sources, on_sample=advance)
+
+
+def _prepare(out_dir: str | os.PathLike, plan: Plan) -> Path:
+    """The stream folder, claimed for this plan and cleared of temporary files of killed runs."""
+    cfg = plan.config
+    if plan.num_samples == 0:
+        raise UserError(
+            f"no {cfg['stream']} samples for split '{cfg['split']}' ({len(plan.skipped)} videos skipped, "
+            f"{plan.short} short with --short {cfg['windows']['short']})"
+        )
+    folder = stream_dir(out_dir, cfg["stream"])
+    folder.mkdir(parents=True, exist_ok=True)
+    _claim(folder, cfg["split"], plan)
+    remove_stale_tmp(folder)
+    return folder
+
+
 def run_shard(
     archive_root: str | os.PathLike,
     index_records: list[VideoRecord] | str | os.PathLike,
@@ -253,53 +291,31 @@ def run_shard(
     source = "video index"
     if not isinstance(index_records, list):
         source, index_records = str(index_records), read_index(index_records)
-    plan = make_plan(
-        archive_root,
-        index_records,
-        stream,
-        split,
-        clip=clip,
-        window_step=window_step,
-        short=short,
-        max_count=max_count,
-        max_size=max_size,
-        seed=seed,
-        strict=strict,
-        source=source,
-    )
-    if plan.num_samples == 0:
-        raise UserError(
-            f"{archive_root}: no {stream} samples for split '{split}' "
-            f"({len(plan.skipped)} videos skipped, {plan.short} short with --short {short})"
-        )
-    folder = stream_dir(out_dir, stream)
-    folder.mkdir(parents=True, exist_ok=True)
-    _claim(folder, split, plan)
-    remove_stale_tmp(folder)
-    report = ShardReport(
-        manifest_path(out_dir, stream, split),
-        0,
-        plan.num_samples,
-        len(plan.shards),
-        0,
-        0.0,
-        short=plan.short,
-        skipped=plan.skipped,
-    )
-    entries = []
     with _progress(console) as bar:
-        task = bar.add_task(f"{stream}/{split}", total=plan.num_samples)
-        for shard in plan.shards:
-            tar = folder / shard.name
-            entry = _check_existing(tar, shard) if tar.exists() else None
-            if entry is not None:
-                report.kept += 1
-                bar.advance(task, len(shard.samples))
-            else:
-                report.rewritten += tar.exists()
-                entry = write_shard(tar, shard, plan.sources, on_sample=lambda: bar.advance(task))
-                report.written += 1
-            entries.append(entry)
+        scan = bar.add_task(f"{stream}/{split}: scan archives", total=None)
+        plan = make_plan(
+            archive_root,
+            index_records,
+            stream,
+            split,
+            clip=clip,
+            window_step=window_step,
+            short=short,
+            max_count=max_count,
+            max_size=max_size,
+            seed=seed,
+            strict=strict,
+            source=source,
+            on_video=lambda i, n: bar.update(scan, completed=i + 1, total=n),
+        )
+        folder = _prepare(out_dir, plan)
+        report = ShardReport(manifest_path(out_dir, stream, split), plan.num_samples, len(plan.shards))
+        report.short, report.skipped = plan.short, plan.skipped
+        task = bar.add_task(f"{stream}/{split}: write shards", total=plan.num_samples)
+        entries = [
+            _keep_or_write(folder / sh.name, sh, plan, report, lambda n=1: bar.advance(task, n))
+            for sh in plan.shards
+        ]
     manifest = _manifest(plan, entries, folder)
     write_manifest(report.manifest, manifest)
     report.videos, report.bytes = manifest["num_videos"], sum(e["bytes"] for e in entries)
@@ -342,16 +358,14 @@ def shard_stream(
 
 def print_report(r: ShardReport, console: Console) -> None:
     table = Table(title=str(r.manifest))
-    for col in ("videos", "samples", "shards", "GB", "samples/s", "written", "kept", "short", "skipped"):
+    for col in ("videos", "samples", "shards", "GB", "samples/s", "short", "skipped"):
         table.add_column(col, justify="right")
     table.add_row(
         str(r.videos),
         str(r.samples),
-        str(r.shards),
+        f"{r.shards} ({r.kept} kept)" if r.kept else str(r.shards),
         f"{r.bytes / 1e9:.3f}",
         f"{r.samples / max(r.seconds, 1e-9):.1f}",
-        str(r.written),
-        str(r.kept),
         str(r.short),
         str(len(r.skipped)),
     )

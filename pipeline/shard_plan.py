@@ -18,6 +18,7 @@ import json
 import os
 import re
 import tarfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -237,9 +238,11 @@ def make_plan(
     seed: int = 0,
     strict: bool = False,
     source: str = "video index",
+    on_video: Callable[[int, int], None] | None = None,
 ) -> Plan:
     """Scan the archives of ``split`` and plan every shard. Bad videos are skipped and reported (UserError
-    instead with ``strict``); bad options, labels or ids raise UserError."""
+    instead with ``strict``); bad options, labels or ids raise UserError. ``on_video(i, total)`` is called
+    before scanning the i-th video (progress)."""
     if stream not in STREAMS:
         raise UserError(f"unknown stream '{stream}' (choose from {', '.join(STREAMS)})")
     if short not in ("pad", "drop"):
@@ -257,7 +260,9 @@ def make_plan(
     samples: list[Sample] = []
     skipped: list[dict[str, str]] = []
     num_short = 0
-    for rec in chosen:
+    for i, rec in enumerate(chosen):
+        if on_video:
+            on_video(i, len(chosen))
         _check_key(rec, clip, source)
         try:
             src = scan_archive(archive_path(archive_root, stream, rec.id))

@@ -255,12 +255,16 @@ def test_resume_keeps_complete_shards_and_rewrites_damaged_ones(long_archives, t
     kw = {"max_count": 2}
     first = run_shard(long_archives.root, long_archives.records, "rgb", tmp_path, "train", **kw)
     tars = sorted((tmp_path / "rgb").glob("*.tar"))
-    original = tars[1].read_bytes()
-    tars[1].write_bytes(original[:-2000])  # damaged
+    originals = [t.read_bytes() for t in tars]
+    tars[0].write_bytes(originals[0][:-2000])  # truncated
+    flipped = bytearray(originals[1])
+    flipped[3000] ^= 0xFF  # same size and layout, damaged JPEG data: caught by the .sha256 file
+    tars[1].write_bytes(bytes(flipped))
     tars[2].unlink()  # missing
     again = run_shard(long_archives.root, long_archives.records, "rgb", tmp_path, "train", **kw)
-    assert (again.written, again.kept, again.rewritten) == (2, first.shards - 2, 1)
-    assert tars[1].read_bytes() == original and tars[2].exists()
+    assert (again.written, again.kept, again.rewritten) == (3, first.shards - 3, 2)
+    assert [t.read_bytes() for t in tars] == originals
+    assert not any(r.problems for r in verify_shards(tmp_path))
 
 
 def test_refuses_an_output_folder_of_another_configuration(long_archives, tmp_path):
