@@ -131,7 +131,7 @@ _TVL1_OPTIONS = [  # (option, field, type, help); defaults are OpenCV's CPU Dual
 
 
 def _preprocess_options(default_streams: str):
-    from memdpc.preprocess.encode import FLOW_ENCODING, RGB_ENCODING
+    from memdpc.preprocess.encode import FLOW_ENCODING, FLOW_ENCODING_RGB, RGB_ENCODING
     from memdpc.preprocess.flow import BACKENDS, TVL1Params
 
     defaults = TVL1Params()
@@ -178,11 +178,17 @@ def _preprocess_options(default_streams: str):
             help="RGB JPEG quality 1–100.",
         ),
         click.option(
+            "--flow-encoding",
+            type=click.Choice(["ycc", "rgb"]),
+            default="ycc",
+            show_default=True,
+            help="Flow JPEG: ycc = standard 4:4:4 (any decoder), rgb = no colour transform (smaller, more exact).",
+        ),
+        click.option(
             "--flow-quality",
             type=int,
-            default=FLOW_ENCODING.quality,
-            show_default=True,
-            help="Flow JPEG quality 1–100 (4:4:4, no chroma subsampling).",
+            default=None,
+            help=f"Flow JPEG quality 1–100 (default: {FLOW_ENCODING.quality} for ycc, {FLOW_ENCODING_RGB.quality} for rgb).",
         ),
         click.option(
             "--third-channel",
@@ -366,6 +372,41 @@ def train_cmd(config_file: Path | None, **options) -> None:
     values.update({k: v for k, v in options.items() if v is not None})
     run_dir = train(config_from_dict(values, where=str(config_file or "options")))
     Console(stderr=True).print(f"run directory: {run_dir}")
+
+
+# ------------------------------------------------------------------------------------------- convert
+@main.command("convert")
+@click.argument("checkpoint", type=click.Path(path_type=Path))
+@click.argument("out", type=click.Path(path_type=Path))
+@click.option(
+    "--to",
+    "to",
+    type=click.Choice(["memdpc", "reference"]),
+    default="memdpc",
+    show_default=True,
+    help="memdpc: import a reference MemDPC/DPC/classifier file; reference: export back to its layout.",
+)
+@click.option(
+    "--stream",
+    type=click.Choice(["rgb", "flow"]),
+    default=None,
+    help="Stream the weights were trained on, recorded in the imported checkpoint.",
+)
+def convert_cmd(checkpoint: Path, out: Path, to: str, stream: str | None) -> None:
+    """Convert CHECKPOINT between the reference implementation's layout and memdpc's; write OUT."""
+    from memdpc.model.convert import convert_file
+
+    report = convert_file(checkpoint, out, to=to, stream=stream)
+    table = Table(title=f"{checkpoint} -> {out} ({report.kind}, {report.config['name']})")
+    table.add_column("keys")
+    table.add_column("count", justify="right")
+    table.add_column("names")
+    for label, keys in (
+        ("unused (in the source, not used)", report.unused),
+        ("missing (left at initial values)", report.missing),
+    ):
+        table.add_row(label, str(len(keys)), "\n".join(keys) or "-")
+    Console().print(table)
 
 
 # ---------------------------------------------------------------------------------------------- eval

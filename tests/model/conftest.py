@@ -11,7 +11,7 @@ TINY = (16, 32, 64, 64)
 @pytest.fixture(autouse=True)
 def _few_threads():
     old = torch.get_num_threads()
-    torch.set_num_threads(2)
+    torch.set_num_threads(1)  # tiny networks: threads only add contention on the shared 2-core machine
     yield
     torch.set_num_threads(old)
 

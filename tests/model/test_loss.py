@@ -1,0 +1,56 @@
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from memdpc.model.loss import dense_infonce, topk_accuracy
+
+
+def _targets(b=3, t=3, d=32, hw=2):
+    return torch.randn(b, t, d, hw, hw, generator=torch.Generator().manual_seed(1))
+
+
+def test_matches_a_loop_over_every_prediction():
+    pred, tgt = _targets(), _targets() + 0.3 * torch.randn(3, 3, 32, 2, 2)
+    rows = [(b, t, i, j) for b in range(3) for t in range(3) for i in range(2) for j in range(2)]
+    losses = []
+    for n, (b, t, i, j) in enumerate(rows):
+        scores = torch.stack([pred[b, t, :, i, j] @ tgt[b2, t2, :, i2, j2] for b2, t2, i2, j2 in rows])
+        losses.append(F.cross_entropy(scores[None], torch.tensor([n])))
+    torch.testing.assert_close(dense_infonce(pred, tgt)["loss"], torch.stack(losses).mean())
+
+
+def test_true_targets_beat_shuffled_targets():
+    tgt = _targets()
+    right = dense_infonce(tgt.clone(), tgt)
+    perm = torch.randperm(tgt.shape[0] * tgt.shape[1], generator=torch.Generator().manual_seed(0))
+    shuffled = tgt.flatten(0, 1)[perm].view_as(tgt)
+    wrong = dense_infonce(shuffled, tgt)
+    assert right["loss"] < wrong["loss"]
+    assert right["top1"] == 1.0 and wrong["top1"] < 0.5
+
+
+def test_uninformative_predictions_give_log_n():
+    tgt = _targets()
+    n = tgt.numel() // tgt.shape[2]
+    out = dense_infonce(torch.zeros_like(tgt), tgt)
+    assert math.isclose(out["loss"].item(), math.log(n), rel_tol=1e-6)
+
+
+def test_normalised_critic_with_temperature():
+    tgt = _targets()
+    out = dense_infonce(5 * tgt, tgt, temperature=0.07)
+    p = F.normalize(tgt.permute(0, 1, 3, 4, 2).reshape(-1, 32), dim=1)
+    expected = F.cross_entropy(p @ p.t() / 0.07, torch.arange(p.shape[0]))
+    torch.testing.assert_close(out["loss"], expected)
+    assert dense_infonce(5 * tgt, tgt)["loss"] < out["loss"]  # raw scores grow with the norm, cosine does not
+
+
+def test_topk_accuracy_counts_hits_and_caps_k():
+    scores = torch.tensor([[0.9, 0.5, 0.1], [0.2, 0.1, 0.7], [0.3, 0.6, 0.1]])
+    top1, top2 = topk_accuracy(scores, torch.tensor([0, 0, 2]), (1, 2))
+    assert top1.item() == pytest.approx(1 / 3) and top2.item() == pytest.approx(2 / 3)
+    assert topk_accuracy(scores, torch.tensor([0, 0, 2]), (5,))[0].item() == 1.0

@@ -1,0 +1,116 @@
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from memdpc.model import create_model
+from memdpc.model.loss import dense_infonce
+
+from .conftest import TINY
+
+
+def test_bidirectional_loss_at_init_is_twice_log_of_candidates(clips):
+    model = create_model("memdpc_r18", widths=TINY, seed=0)
+    b, hw = clips.shape[0], (clips.shape[-1] // 32) ** 2
+    with torch.no_grad():
+        out = model(clips)
+    assert out["loss"].item() == pytest.approx(2 * math.log(b * 3 * hw), rel=0.03)
+    assert out["loss"].item() == pytest.approx(out["loss_f"].item() + out["loss_b"].item())
+    assert set(out) == {f"{k}{s}" for k in ("loss", "top1", "top5") for s in ("", "_f", "_b")}
+    assert all(v.dim() == 0 for v in out.values())
+
+
+def test_unidirectional_has_forward_entries_only(clips):
+    out = create_model("memdpc_r18", widths=TINY, bidirectional=False, seed=0)(clips)
+    assert set(out) == {"loss", "top1", "top5", "loss_f", "top1_f", "top5_f"}
+    assert out["loss"].item() == pytest.approx(math.log(2 * 3 * 4), rel=0.03)
+
+
+def test_backward_step_reaches_the_memory_bank_and_every_parameter(clips):
+    model = create_model("memdpc_r18", widths=TINY, mem_size=64, seed=0)
+    model(clips)["loss"].backward()
+    assert model.memory.grad is not None and model.memory.grad.abs().sum() > 0
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in model.parameters())
+
+
+def test_encoder_targets_beat_shuffled_targets(clips):
+    model = create_model("memdpc_r18", widths=TINY, seed=0).eval()
+    with torch.no_grad():
+        target = model.backbone_features(clips)[:, -3:]
+    shuffled = target.flatten(0, 1)[torch.tensor([3, 5, 0, 4, 1, 2])].view_as(target)
+    assert dense_infonce(target, target)["loss"] < dense_infonce(shuffled, target)["loss"]
+
+
+def _shared(dpc, mem):
+    """DPC takes all of MemDPC's weights that it has a place for."""
+    own = dpc.state_dict()
+    dpc.load_state_dict({k: v for k, v in mem.state_dict().items() if k in own and own[k].shape == v.shape},
+                        strict=False)
+
+
+def test_dpc_and_memdpc_differ_only_in_predictor_output_and_memory(clips):
+    mem = create_model("memdpc_r18", widths=TINY, mem_size=32, bidirectional=False, seed=0).eval()
+    dpc = create_model("dpc_r18", widths=TINY, mem_size=32, seed=0).eval()
+    a, b = mem.state_dict(), dpc.state_dict()
+    assert set(a) - set(b) == {"memory"} and set(b) <= set(a)
+    assert [k for k in b if a[k].shape != b[k].shape] == ["predictor.2.weight", "predictor.2.bias"]
+    assert {k: v for k, v in mem.config.items() if k != "name"} == {k: v for k, v in dpc.config.items() if k != "name"}
+    _shared(dpc, mem)
+    with torch.no_grad():
+        torch.testing.assert_close(dpc.features(clips), mem.features(clips))
+        (z1, zh1), (z2, zh2) = mem.step_features(clips), dpc.step_features(clips)
+        torch.testing.assert_close(z1, z2)
+        assert zh1.shape == zh2.shape and not torch.allclose(zh1, zh2)
+        assert dpc(clips)["loss"] != mem(clips)["loss"]
+    assert dpc.memory is None
+
+
+def test_memdpc_prediction_is_a_convex_combination_of_memory_rows():
+    model = create_model("memdpc_r18", widths=TINY, mem_size=8, seed=0)
+    with torch.no_grad():
+        model.memory.copy_(torch.eye(8, 64) * 5)
+        zhat = model.predict_next(torch.randn(2, 64, 3, 3))
+    weights = zhat[:, :8] / 5  # rows of M are scaled unit vectors: ẑ holds the weights
+    assert (weights >= 0).all() and torch.allclose(weights.sum(1), torch.ones(2, 3, 3))
+    assert (zhat[:, 8:] == 0).all()
+
+
+def test_step_features_are_causal(clips):
+    model = create_model("memdpc_r18", widths=TINY, seed=0).eval()
+    changed = clips.clone()
+    changed[:, 5] += 1.0
+    with torch.no_grad():
+        (z, zhat), (z2, zhat2) = model.step_features(clips), model.step_features(changed)
+    assert z.shape == zhat.shape == (2, 8, 64)
+    unchanged = [t for t in range(8) if t != 5]
+    torch.testing.assert_close(z[:, unchanged], z2[:, unchanged])
+    torch.testing.assert_close(zhat[:, :6], zhat2[:, :6])  # ẑ_t sees blocks < t only
+    assert not torch.allclose(zhat[:, 6:], zhat2[:, 6:])
+
+
+def test_features_shape_and_determinism_in_eval(clips):
+    bi = create_model("memdpc_r18", widths=TINY, seed=0).eval()
+    uni = create_model("dpc_r18", widths=TINY, seed=0).eval()
+    with torch.no_grad():
+        assert bi.features(clips).shape == (2, 128) and uni.features(clips).shape == (2, 64)
+        torch.testing.assert_close(bi.features(clips), bi.features(clips))
+    assert bi.feature_dim == 128 and uni.feature_dim == 64
+
+
+def test_temperature_option_and_channels_last_give_the_same_kind_of_output(clips):
+    model = create_model("memdpc_r18", widths=TINY, temperature=0.1, seed=0).eval()
+    with torch.no_grad():
+        ref = model(clips)["loss"]
+        model.backbone.to(memory_format=torch.channels_last_3d)
+        cl = model(clips)["loss"]
+    torch.testing.assert_close(ref, cl, rtol=1e-4, atol=1e-4)
+
+
+def test_wrong_input_shape_is_refused():
+    model = create_model("memdpc_r18", widths=TINY)
+    with pytest.raises(ValueError, match="clips"):
+        model(torch.zeros(2, 3, 3, 5, 64, 64))
+    with pytest.raises(ValueError, match="clips"):
+        model(torch.zeros(2, 8, 3, 64, 64))
