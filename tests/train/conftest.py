@@ -6,9 +6,6 @@ by the real shard writer. Clips are 5 blocks × 3 frames (stride 1), so a tiny n
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import cv2
@@ -22,10 +19,6 @@ from memdpc.preprocess.video_index import VideoRecord
 
 CLIP = ClipSpec(num_blocks=5, block_len=3, stride=1)
 FRAMES, SIZE = 24, 32
-# A tiny network and clip: every run of the tests uses these settings (plus its own).
-TINY_ARGS = ["--stream", "rgb", "--arch", "dpc_r18", "--widths", "4,8,16,16", "--size", "32",
-             "--num-blocks", "5", "--block-len", "3", "--pred-steps", "2", "--batch-size", "4",
-             "--backend", "torch", "--num-workers", "0", "--no-progress", "--log-every", "1"]
 
 
 def _jpeg(img: np.ndarray) -> bytes:
@@ -53,15 +46,3 @@ def train_shards(tmp_path_factory) -> Path:
     for split in ("train", "test"):
         shard_stream(root / "archives", records, "rgb", out, split, clip=CLIP, window_step=8, max_count=4, seed=0)
     return out
-
-
-def run_cli(*args: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
-    """``python -m memdpc.cli …`` in a subprocess with one torch thread."""
-    return subprocess.run([sys.executable, "-m", "memdpc.cli", *args], capture_output=True, text=True,
-                          timeout=timeout, env=thread_env(env))
-
-
-def thread_env(extra: dict | None = None) -> dict:
-    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    env.update(extra or {})
-    return env

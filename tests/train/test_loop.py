@@ -1,0 +1,185 @@
+"""End-to-end training runs on real shards: learning, exact resume after SIGKILL, torchrun/gloo, refusals."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+from memdpc.cli import main
+from memdpc.train.checkpoint import load_pretrained, param_digest, read_checkpoint
+
+# A tiny network on 5×3-frame clips of 32 px; each run adds its own settings.
+TINY = ["--stream", "rgb", "--arch", "dpc_r18", "--widths", "4,8,16,16", "--size", "32", "--num-blocks", "5",
+        "--block-len", "3", "--pred-steps", "2", "--batch-size", "4", "--backend", "torch", "--num-workers", "0",
+        "--no-progress", "--log-every", "1"]
+
+
+@pytest.fixture
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def cli(*args: str):
+    return CliRunner().invoke(main, ["train", *args])
+
+
+def subprocess_env() -> dict:
+    return dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+
+
+def train_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "memdpc.cli", "train", *args]
+
+
+def records(run: Path, kind: str) -> list[dict]:
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    return [r for r in map(json.loads, lines) if r["kind"] == kind]
+
+
+@pytest.fixture(scope="module")
+def learned_run(train_shards, tmp_path_factory) -> Path:
+    """A 4-epoch MemDPC run at 64 px (in process, one thread), with the kNN monitor at the end."""
+    out = tmp_path_factory.mktemp("learned") / "run"
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        res = cli(*TINY, "--shards", str(train_shards), "--out", str(out), "--arch", "memdpc_r18",
+                  "--widths", "8,16,32,32", "--mem-size", "32", "--size", "64", "--epochs", "4", "--knn-every", "4",
+                  "--log-every", "2")
+    finally:
+        torch.set_num_threads(before)
+    assert res.exit_code == 0, res.output
+    return out
+
+
+@pytest.mark.slow
+def test_short_run_lowers_the_loss_and_records_everything(learned_run):
+    train = records(learned_run, "train")
+    per_epoch = [sum(r["loss"] for r in train if r["epoch"] == e) for e in range(4)]
+    assert per_epoch[-1] < per_epoch[0] * 0.97, per_epoch
+    r = train[-1]
+    for key in ("loss", "top1", "top5", "loss_f", "top1_f", "top5_f", "lr", "clips_per_s", "data_wait"):
+        assert key in r
+    assert r["lr"] == 1e-3 and r["clips_per_s"] > 0 and 0 <= r["data_wait"] <= 1
+    assert 0 <= records(learned_run, "knn")[0]["r1"] <= 1
+    assert len(records(learned_run, "val")) == 4
+    ckpt = read_checkpoint(learned_run / "checkpoints" / "last.pt")
+    assert (ckpt["epoch"], ckpt["step"], ckpt["epoch_step"], ckpt["stream"]) == (4, 16, 0, "rgb")
+    assert (learned_run / "checkpoints" / "best.pt").is_file()
+    assert "mem_size: 32" in (learned_run / "config.yaml").read_text()
+    assert any((learned_run / "tb").iterdir())
+    model, _ = load_pretrained(learned_run / "checkpoints" / "best.pt")
+    assert model.config["name"] == "memdpc_r18" and model.features(torch.randn(1, 5, 3, 3, 64, 64)).shape == (1, 32)
+
+
+@pytest.mark.slow
+def test_sigkill_mid_epoch_and_resume_give_bit_identical_weights(train_shards, tmp_path):
+    """Two epochs of 4 steps, checkpoints every 3 steps (mid-epoch), a DataLoader worker, validation each epoch."""
+    args = [*TINY, "--shards", str(train_shards), "--epochs", "2", "--ckpt-every-steps", "3", "--num-workers", "1"]
+    whole = subprocess.Popen(train_cmd(*args, "--out", str(tmp_path / "whole")), env=subprocess_env(),
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    killed = subprocess.Popen(train_cmd(*args, "--out", str(tmp_path / "killed")), env=subprocess_env(),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    last = tmp_path / "killed" / "checkpoints" / "last.pt"
+    deadline = time.monotonic() + 240
+    while not last.exists() and killed.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    killed.send_signal(signal.SIGKILL)
+    assert killed.wait() == -signal.SIGKILL
+    at_kill = read_checkpoint(last)
+    assert at_kill["step"] < 8 and at_kill["epoch_step"] > 0  # killed mid-epoch, with work left
+    resumed = subprocess.run(train_cmd(*args, "--out", str(tmp_path / "killed")), env=subprocess_env(),
+                             capture_output=True, text=True, timeout=240)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resuming" in resumed.stderr
+    assert whole.wait(timeout=240) == 0, whole.stderr.read().decode()
+    a = read_checkpoint(tmp_path / "whole" / "checkpoints" / "last.pt")
+    b = read_checkpoint(last)
+    assert a["step"] == b["step"] == 8
+    assert a["model"].keys() == b["model"].keys()
+    assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
+    assert not torch.equal(a["model"]["backbone.conv1.weight"], at_kill["model"]["backbone.conv1.weight"])
+    opt_a, opt_b = a["optimizer"]["state"], b["optimizer"]["state"]
+    assert all(torch.equal(opt_a[i]["exp_avg_sq"], opt_b[i]["exp_avg_sq"]) for i in opt_a)
+    # the metrics of the resumed run continue without duplicates
+    steps = [r["step"] for r in records(tmp_path / "killed", "train")]
+    assert steps == list(range(1, 9))
+
+
+@pytest.mark.slow
+def test_torchrun_two_gloo_ranks_train_and_agree(train_shards, tmp_path):
+    out = tmp_path / "ddp"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+           "-m", "memdpc.cli", "train", *TINY, "--shards", str(train_shards), "--out", str(out), "--epochs", "2",
+           "--global-negatives"]
+    res = subprocess.run(cmd, env=subprocess_env(), capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    ckpt = read_checkpoint(out / "checkpoints" / "last.pt")
+    assert ckpt["world_size"] == 2 and len(ckpt["rng"]) == 2
+    # 18 clips in 5 shards: rank 0 reads 10, rank 1 reads 8 -> 2 full batches of 4 per rank and epoch
+    assert ckpt["step"] == 4
+    model, _ = load_pretrained(out / "checkpoints" / "last.pt")
+    digest = param_digest(model)
+    assert ckpt["rank_digests"] == [digest, digest]
+    assert records(out, "train")[0]["top1"] <= 1
+    # the run resumes only with the same number of processes
+    res = cli(*TINY, "--shards", str(train_shards), "--out", str(out), "--epochs", "3", "--global-negatives")
+    assert res.exit_code == 2 and "written by 2 process(es)" in res.output
+
+
+def test_wrong_stream_shards_are_refused(train_shards, tmp_path):
+    res = cli(*TINY, "--shards", str(train_shards), "--out", str(tmp_path / "r"), "--stream", "flow")
+    assert res.exit_code == 2
+    assert f"{train_shards}: holds rgb shards, not flow shards (--stream flow)" in res.output
+    fake = tmp_path / "shards"  # a flow folder whose manifests say rgb
+    (fake / "flow").mkdir(parents=True)
+    for m in (train_shards / "rgb").glob("manifest-*.json"):
+        shutil.copy(m, fake / "flow" / m.name)
+    res = cli(*TINY, "--shards", str(fake), "--out", str(tmp_path / "r"), "--stream", "flow")
+    assert res.exit_code == 2 and "manifest-train.json: not a flow/train shard manifest" in res.output
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.slow
+def test_mismatched_checkpoints_and_run_dirs_are_refused(learned_run, train_shards, tmp_path):
+    last = learned_run / "checkpoints" / "last.pt"
+    same = ["--arch", "memdpc_r18", "--widths", "8,16,32,32", "--mem-size", "32", "--size", "64", "--knn-every", "4",
+            "--log-every", "2"]
+    res = cli(*TINY, "--shards", str(train_shards), "--out", str(tmp_path / "a"), "--resume", str(last))
+    assert res.exit_code == 2 and f"{last}: checkpoint is of another architecture" in res.output
+    res = cli(*TINY, *same, "--shards", str(train_shards), "--out", str(tmp_path / "b"), "--resume", str(last),
+              "--stream", "flow")
+    assert res.exit_code == 2 and f"{last}: checkpoint was trained on the rgb stream, not flow" in res.output
+    res = cli(*TINY, *same, "--shards", str(train_shards), "--out", str(learned_run), "--lr", "0.01")
+    assert res.exit_code == 2
+    assert "config.yaml: this run directory holds a different config (lr: 0.001 → 0.01)" in res.output
+    junk = tmp_path / "junk.pt"
+    junk.write_bytes(b"\x00" * 64)
+    res = cli(*TINY, "--shards", str(train_shards), "--out", str(tmp_path / "c"), "--resume", str(junk))
+    assert res.exit_code == 2 and "junk.pt: not a readable checkpoint" in res.output
+    # the same settings resume the finished run and train further (epochs may grow)
+    assert read_checkpoint(last)["epoch"] == 4
+
+
+def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(train_shards, tmp_path, one_thread):
+    out = tmp_path / "nan"
+    res = cli(*TINY, "--shards", str(train_shards), "--out", str(out), "--lr", "1e30", "--lr-min", "1e29",
+              "--ckpt-every-steps", "1", "--val-split", "none")
+    assert res.exit_code == 2
+    assert "loss is not finite (nan) at epoch 0, step 2: training stopped; the last good checkpoint is" in res.output
+    ckpt = read_checkpoint(out / "checkpoints" / "last.pt")
+    assert ckpt["step"] == 1
+    assert records(out, "train")[-1]["step"] == 1
