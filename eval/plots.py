@@ -72,7 +72,7 @@ def retrieval_examples(path: str | os.PathLike, data: EvalData, q_ids: Sequence[
             if jpegs:
                 ax.imshow(frame_strip(jpegs, num_blocks))
             ax.set_title(title, fontsize=8, color=color)
-    fig.tight_layout()
+    fig.subplots_adjust(left=0.01, right=0.99, bottom=0.01, top=0.93, wspace=0.05, hspace=0.3)
     return _save(fig, path)
 
 
