@@ -99,7 +99,7 @@ def _read_frames(samples: list[Sample], sources: dict[str, FrameSource]) -> dict
         src = sources[vid]
         with open(src.path, "rb") as f:
             for i in sorted(indices):
-                offset, size = src.frames[i]
+                offset, size = int(src.offsets[i]), int(src.sizes[i])
                 f.seek(offset)
                 data = f.read(size)
                 if len(data) != size:
@@ -109,8 +109,8 @@ def _read_frames(samples: list[Sample], sources: dict[str, FrameSource]) -> dict
 
 
 def _members(s: Sample, frames: dict[tuple[str, int], bytes]) -> list[tuple[str, bytes]]:
-    key = s.key
-    out = [(f"{key}.f{j:02d}.jpg", frames[s.video_id, i]) for j, i in enumerate(s.indices)]
+    key, vid = s.key, s.video_id
+    out = [(f"{key}.f{j:02d}.jpg", frames[vid, i]) for j, i in enumerate(s.indices)]
     return out + [(f"{key}.cls", struct.pack("<i", s.label)), (f"{key}.json", s.json_bytes)]
 
 

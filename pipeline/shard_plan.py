@@ -41,26 +41,51 @@ _FRAME = re.compile(r"^(\d{6})\.jpg$")
 DEFAULT_CLIP = ClipSpec()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class FrameSource:
-    """One scanned frame archive: its metadata and (data offset, size) of every frame, in order."""
+    """One scanned frame archive: its metadata and the data offset and size of every frame, in order
+    (numpy arrays: a Kinetics-size plan holds tens of millions of frames)."""
 
     path: Path
     meta: dict[str, Any]
-    frames: list[tuple[int, int]]
+    offsets: np.ndarray
+    sizes: np.ndarray
+
+    @property
+    def num_frames(self) -> int:
+        return len(self.sizes)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, slots=True)
 class Sample:
-    video_id: str
+    """One window of one video; frame indices and JSON are derived on demand to keep plans small."""
+
+    rec: VideoRecord
     start: int
-    indices: tuple[int, ...]
-    json_bytes: bytes
-    label: int
+    usable: int  # frames the window rule may use (see usable_frames)
+    fps: Any
+    stream: str
+    clip: ClipSpec
+
+    @property
+    def video_id(self) -> str:
+        return self.rec.id
+
+    @property
+    def label(self) -> int:
+        return self.rec.label
 
     @property
     def key(self) -> str:
-        return f"{self.video_id}_{self.start:05d}"
+        return f"{self.rec.id}_{self.start:05d}"
+
+    @property
+    def indices(self) -> list[int]:
+        return self.clip.frame_indices(self.start, self.usable)
+
+    @property
+    def json_bytes(self) -> bytes:
+        return sample_json(self.rec, self.start, self.fps, self.stream)
 
 
 @dataclass
@@ -136,7 +161,8 @@ def scan_archive(path: Path) -> FrameSource:
         raise UserError(
             f"{path}: {n} frames (not numbered 0…{n - 1}), but {META} says {meta.get('num_frames')}"
         )
-    return FrameSource(path, meta, [frames[i] for i in range(n)])
+    table = np.array([frames[i] for i in range(n)], dtype=np.int64).reshape(n, 2)
+    return FrameSource(path, meta, table[:, 0].copy(), table[:, 1].copy())
 
 
 def sample_json(rec: VideoRecord, start: int, fps: Any, stream: str) -> bytes:
@@ -176,18 +202,15 @@ def _expected_frames(rec: VideoRecord, stream: str) -> int | None:
 def _video_samples(
     rec: VideoRecord, src: FrameSource, stream: str, clip: ClipSpec, train: bool, window_step: int
 ) -> list[Sample]:
-    usable = usable_frames(stream, len(src.frames))
+    usable = usable_frames(stream, src.num_frames)
     starts = clip.train_starts(usable, window_step) if train else clip.eval_starts(usable)
-    fps = src.meta.get("fps")
-    return [
-        Sample(rec.id, s, tuple(clip.frame_indices(s, usable)), sample_json(rec, s, fps, stream), rec.label)
-        for s in starts
-    ]
+    return [Sample(rec, s, usable, src.meta.get("fps"), stream, clip) for s in starts]
 
 
-def sample_bytes(sample: Sample, src: FrameSource) -> list[int]:
-    """Member sizes of a sample in tar order: frames, ``cls``, ``json``."""
-    return [src.frames[i][1] for i in sample.indices] + [4, len(sample.json_bytes)]
+def sample_bytes(sample: Sample, src: FrameSource) -> int:
+    """Bytes the sample's members take in a tar (headers, data, padding): frames, ``cls``, ``json``."""
+    sizes = np.append(src.sizes[sample.indices], [4, len(sample.json_bytes)])
+    return int((ustar.BLOCK + sizes + (-sizes % ustar.BLOCK)).sum())
 
 
 def _cut(
@@ -196,9 +219,8 @@ def _cut(
     shards: list[ShardPlan] = []
     cur: list[Sample] = []
     body = 0  # bytes of the current shard's members, headers and padding
-
     for s in samples:
-        members = sum(ustar.BLOCK + n + ustar.padding(n) for n in sample_bytes(s, sources[s.video_id]))
+        members = sample_bytes(s, sources[s.video_id])
         if cur and (len(cur) >= max_count or _total(body + members) > max_size):
             shards.append(ShardPlan(f"{split}-{len(shards):06d}.tar", cur, _total(body)))
             cur, body = [], 0
@@ -267,16 +289,16 @@ def make_plan(
         try:
             src = scan_archive(archive_path(archive_root, stream, rec.id))
             expected = _expected_frames(rec, stream)
-            if expected is not None and len(src.frames) < expected:
-                raise UserError(f"{src.path}: {len(src.frames)} frames, but the index says {expected}")
-            if usable_frames(stream, len(src.frames)) < 1:
-                raise UserError(f"{src.path}: too few frames ({len(src.frames)}) for a {stream} sample")
+            if expected is not None and src.num_frames < expected:
+                raise UserError(f"{src.path}: {src.num_frames} frames, but the index says {expected}")
+            if usable_frames(stream, src.num_frames) < 1:
+                raise UserError(f"{src.path}: too few frames ({src.num_frames}) for a {stream} sample")
         except UserError as e:
             if strict:
                 raise
             skipped.append({"video_id": rec.id, "reason": str(e)})
             continue
-        if usable_frames(stream, len(src.frames)) < clip.span:
+        if usable_frames(stream, src.num_frames) < clip.span:
             num_short += 1
             if short == "drop":
                 continue
