@@ -2,12 +2,18 @@
 
 Frames are stored as JPEG so that shard members decode on the GPU (DALI ``mixed`` decode). For flow the
 image holds codes, not colours, in the order (x, y, third) as R, G, B; JPEG's default 4:2:0 chroma
-subsampling averages colour over 2×2 pixels, which mixes x and y. :func:`code_error` measures what an
+subsampling averages colour over 2×2 pixels, which mixes x and y. Without subsampling, 8-bit YCbCr still
+cannot hold every code triple (129, 128, 128 decodes as 128, 128, 128), so small motions carry about a
+third of a code of error (most in B = Y + 1.772 Cb). ``sampling="rgb"`` writes a JPEG without the colour
+transform (Adobe APP14 transform 0, via Pillow): ~0.1 code error and a third of the size, decoded alike by
+OpenCV and DALI's CPU decoder — but nvImageCodec (DALI's GPU decode) parses every 3-channel JPEG as
+YCbCr, so it is an option for CPU decoding, not the default. :func:`code_error` measures what an
 encoding does to the codes; ``bench/flow.py`` prints the table behind the default :data:`FLOW_ENCODING`.
 """
 
 from __future__ import annotations
 
+import io
 from dataclasses import dataclass
 
 import cv2
@@ -24,7 +30,8 @@ _SAMPLING = {
 
 @dataclass(frozen=True)
 class JpegEncoding:
-    """JPEG at ``quality`` (1–100) with chroma ``sampling`` 420, 422 or 444 (444: no subsampling)."""
+    """JPEG at ``quality`` (1–100) with chroma ``sampling`` 420, 422 or 444 (444: no subsampling), or
+    ``rgb``: R, G, B coded directly, without the YCbCr transform and without subsampling."""
 
     quality: int = 90
     sampling: str = "420"
@@ -32,9 +39,9 @@ class JpegEncoding:
     def validate(self, option: str = "--quality") -> None:
         if not 1 <= self.quality <= 100:
             raise UserError(f"{option} must be between 1 and 100, not {self.quality}")
-        if self.sampling not in _SAMPLING:
+        if self.sampling not in (*_SAMPLING, "rgb"):
             raise UserError(
-                f"JPEG chroma sampling must be one of {', '.join(_SAMPLING)}, not {self.sampling}"
+                f"JPEG chroma sampling must be one of {', '.join(_SAMPLING)} or rgb, not {self.sampling}"
             )
 
     @property
@@ -44,6 +51,8 @@ class JpegEncoding:
 
     def encode_bgr(self, image: np.ndarray) -> bytes:
         """Encode a BGR (H, W, 3) uint8 image (an OpenCV frame)."""
+        if self.sampling == "rgb":
+            return self.encode_rgb(image[..., ::-1])
         params = [
             cv2.IMWRITE_JPEG_QUALITY,
             self.quality,
@@ -57,14 +66,24 @@ class JpegEncoding:
 
     def encode_rgb(self, image: np.ndarray) -> bytes:
         """Encode an (H, W, 3) uint8 array whose channels are R, G, B (e.g. flow codes x, y, third)."""
-        return self.encode_bgr(np.ascontiguousarray(image[..., ::-1]))
+        if self.sampling != "rgb":
+            return self.encode_bgr(np.ascontiguousarray(image[..., ::-1]))
+        from PIL import Image
+
+        buf = io.BytesIO()
+        Image.fromarray(np.ascontiguousarray(image)).save(
+            buf, "JPEG", quality=self.quality, subsampling=0, keep_rgb=True
+        )
+        return buf.getvalue()
 
 
 RGB_ENCODING = JpegEncoding(90, "420")
-# Chosen by measurement (bench/flow.py, storage table; tests/preprocess/test_flow.py): without chroma
-# subsampling, quality 100 keeps the mean absolute code error ≤ 0.5 with a margin also on small, sharp flow
-# fields, where quality 95 reaches 0.52. The floor (about 0.4) is YCbCr rounding, largest in the B channel.
+# Chosen by measurement (bench/flow.py, storage table): a standard YCbCr JPEG, which every decoder (nvJPEG
+# included) reads alike, without chroma subsampling, at quality 100: mean absolute code error about 0.36 on
+# real 256² TV-L1 fields and 0.35–0.62 on small ones (quality 95: 0.43; 4:2:0 mixes x and y).
+# ``FLOW_ENCODING_RGB`` (``--flow-encoding rgb``) is smaller and more exact, for CPU decoders.
 FLOW_ENCODING = JpegEncoding(100, "444")
+FLOW_ENCODING_RGB = JpegEncoding(90, "rgb")
 
 
 def decode_rgb(data: bytes) -> np.ndarray:

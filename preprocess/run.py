@@ -34,11 +34,12 @@ from memdpc.atomic import TMP_PREFIX, write_json_atomic
 from memdpc.errors import UserError
 from memdpc.preprocess.archive import ArchiveWriter, archive_path
 from memdpc.preprocess.decode import DecodeError, DecodeSpec, PartialVideo, VideoStream
-from memdpc.preprocess.encode import FLOW_ENCODING, RGB_ENCODING, JpegEncoding, code_error
+from memdpc.preprocess.encode import FLOW_ENCODING, FLOW_ENCODING_RGB, RGB_ENCODING, JpegEncoding, code_error
 from memdpc.preprocess.flow import BACKENDS, BOUND, FlowStage, TVL1Params, make_backend
 from memdpc.preprocess.video_index import VideoRecord, read_index
 
 STREAMS = ("rgb", "flow")
+FLOW_ENCODINGS = {"ycc": FLOW_ENCODING, "rgb": FLOW_ENCODING_RGB}
 DASK_CONNECT_TIMEOUT = 30  # seconds
 
 
@@ -372,7 +373,8 @@ def preprocess(
     square: int = 0,
     fps: float = 0.0,
     quality: int = RGB_ENCODING.quality,
-    flow_quality: int = FLOW_ENCODING.quality,
+    flow_encoding: str = "ycc",
+    flow_quality: int | None = None,
     tvl1: dict[str, Any] | None = None,
     part: str = "0/1",
     progress: bool = True,
@@ -380,15 +382,20 @@ def preprocess(
 ) -> dict:
     """The library entry of ``memdpc preprocess frames|flow``: options as the CLI gives them → run report.
 
-    ``streams`` is a comma-separated list (``rgb``, ``flow``); ``tvl1`` holds :class:`TVL1Params` fields;
-    the other keywords are :class:`PreprocessConfig` fields. Options are checked before any work.
+    ``streams`` is a comma-separated list (``rgb``, ``flow``); ``flow_encoding`` is ``ycc`` (standard JPEG
+    4:4:4, default quality 100) or ``rgb`` (JPEG without colour transform, default quality 90); ``tvl1``
+    holds :class:`TVL1Params` fields; the other keywords are :class:`PreprocessConfig` fields. Options are
+    checked before any work.
     """
+    if flow_encoding not in FLOW_ENCODINGS:
+        raise UserError(f"--flow-encoding must be one of {', '.join(FLOW_ENCODINGS)}, not {flow_encoding}")
+    flow_enc = FLOW_ENCODINGS[flow_encoding]
     cfg = PreprocessConfig(
         out=str(out),
         streams=tuple(s.strip() for s in streams.split(",") if s.strip()),
         decode=DecodeSpec(size=size, square=square, fps=fps),
         rgb_encoding=JpegEncoding(quality, RGB_ENCODING.sampling),
-        flow_encoding=JpegEncoding(flow_quality, FLOW_ENCODING.sampling),
+        flow_encoding=JpegEncoding(flow_quality or flow_enc.quality, flow_enc.sampling),
         tvl1=TVL1Params(**(tvl1 or {})),
         part=parse_part(part),
         **kw,

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import cv2
 import numpy as np
 import pytest
 
 from memdpc.errors import UserError
-from memdpc.preprocess.encode import FLOW_ENCODING, JpegEncoding, code_error, decode_rgb
 from memdpc.preprocess.flow import (
     FlowStage,
     OpenCVTVL1,
@@ -110,45 +108,6 @@ def test_params_reach_opencv_and_are_validated():
     for bad in (dict(tau=0.3), dict(scales=0), dict(scale_step=1.0), dict(median_filtering=4)):
         with pytest.raises(UserError, match="out of range"):
             TVL1Params(**bad).validate()
-
-
-def _real_codes() -> list[np.ndarray]:
-    out = []
-    for i, cls in enumerate(("MoveRight", "ZoomIn", "ShakeVertical")):
-        frames = render_video(cls, 64, 3, np.random.default_rng(10 + i))
-        stage = FlowStage(OpenCVTVL1())
-        out += [x for f in frames for x in stage.push(f)]
-    return out
-
-
-def test_flow_storage_error_within_half_a_code():
-    codes = _real_codes()
-    errors = [code_error(c, FLOW_ENCODING.encode_rgb(c)) for c in codes]
-    assert np.mean([m for m, _ in errors]) <= 0.5
-    decoded = decode_rgb(FLOW_ENCODING.encode_rgb(codes[0]))
-    assert decoded.shape == codes[0].shape
-    assert abs(decoded[..., 0].astype(float).mean() - codes[0][..., 0].mean()) < 0.5  # x stays in channel R
-
-
-def test_chroma_subsampling_mixes_x_and_y():
-    """Opposite x and y codes on a fine checkerboard: 4:2:0 blurs them into each other, 4:4:4 does not."""
-    x = (np.indices((32, 32)).sum(0) % 2 * 255).astype(np.uint8)
-    codes = np.stack([x, 255 - x, np.full_like(x, 128)], axis=-1)
-    err420 = code_error(codes, JpegEncoding(95, "420").encode_rgb(codes))[0]
-    err444 = code_error(codes, JpegEncoding(95, "444").encode_rgb(codes))[0]
-    assert err420 > 4 * err444
-
-
-def test_jpeg_encoding_validation():
-    assert FLOW_ENCODING.name.startswith("jpeg-q") and FLOW_ENCODING.name.endswith("-444")
-    with pytest.raises(UserError, match="--quality"):
-        JpegEncoding(0).validate()
-    with pytest.raises(UserError, match="sampling"):
-        JpegEncoding(90, "411").validate()
-    assert (
-        cv2.imdecode(np.frombuffer(JpegEncoding(90).encode_bgr(np.zeros((8, 8, 3), np.uint8)), np.uint8), 1)
-        is not None
-    )
 
 
 def _codes(stage: FlowStage, frames) -> list[np.ndarray]:
