@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -32,7 +31,3 @@ def load_encoder(checkpoint: str | os.PathLike, stream: str | None, device: torc
 def default_size(ckpt: dict[str, Any]) -> int:
     """The input size the checkpoint was trained at (128 when it does not say)."""
     return int((ckpt.get("config") or {}).get("size") or ckpt["model_config"].get("input_size") or 128)
-
-
-def checkpoint_name(checkpoint: str | os.PathLike) -> str:
-    return str(Path(checkpoint).resolve())

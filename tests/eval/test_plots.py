@@ -1,0 +1,34 @@
+"""Figures: confusion counts by hand, and real PNG files from matplotlib's Agg backend."""
+
+from __future__ import annotations
+
+import cv2
+import numpy as np
+
+from memdpc.eval.plots import confusion, confusion_matrix, frame_strip, memory_norms
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def test_confusion_counts_by_hand():
+    m = confusion(np.array([0, 1, 1, 2, 0]), np.array([0, 1, 2, 2, 1]), 3)
+    assert m.tolist() == [[1, 0, 0], [1, 1, 0], [0, 1, 1]]
+
+
+def test_confusion_matrix_and_memory_norm_pngs(tmp_path):
+    probs = np.array([[0.9, 0.1], [0.2, 0.8], [0.6, 0.4]])
+    assert confusion_matrix(tmp_path / "c.png", probs, np.array([0, 1, 1]), ["a", "b"]).read_bytes()[:8] == PNG
+    memory = np.zeros((32, 4))
+    memory[7] = 5.0
+    assert memory_norms(tmp_path / "m.png", memory, highlight=3).read_bytes()[:8] == PNG
+    assert not list(tmp_path.glob(".tmp-*"))
+
+
+def test_frame_strip_takes_the_middle_frame_of_every_block():
+    frames = []
+    for i in range(6):  # 2 blocks × 3 frames, frame i filled with the value 40·i
+        ok, buf = cv2.imencode(".png", np.full((4, 5, 3), 40 * i, np.uint8))
+        frames.append(buf.tobytes())
+    strip = frame_strip(frames, num_blocks=2)
+    assert strip.shape == (4, 10, 3)
+    assert strip[0, 0, 0] == 40 and strip[0, 5, 0] == 160  # frames 1 and 4
