@@ -58,10 +58,13 @@ def topk_neighbours(pairs: Sequence[tuple[np.ndarray, np.ndarray]], k: int, chun
         hi = min(lo + chunk, num_q)
         sim = sum(torch.from_numpy(np.ascontiguousarray(q[lo:hi], dtype=np.float32)) @ g.T
                   for (q, _), g in zip(pairs, gallery, strict=True))  # (chunk, G)
-        # a stable descending sort keeps gallery order among exact ties (topk does not promise that)
-        order = torch.sort(sim, dim=1, descending=True, stable=True).indices[:, :k]
-        idx_out[lo:hi] = order.numpy()
-        sim_out[lo:hi] = torch.gather(sim, 1, order).numpy()
+        vals, idx = torch.topk(sim, k, dim=1)  # O(G) per query, no full sort
+        # topk leaves ties in any order: sort the k by gallery index, then stably by similarity
+        by_index = torch.argsort(idx, dim=1)
+        idx, vals = idx.gather(1, by_index), vals.gather(1, by_index)
+        by_sim = torch.sort(vals, dim=1, descending=True, stable=True).indices
+        idx_out[lo:hi] = idx.gather(1, by_sim).numpy()
+        sim_out[lo:hi] = vals.gather(1, by_sim).numpy()
     return idx_out, sim_out
 
 
