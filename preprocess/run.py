@@ -332,6 +332,8 @@ def run_preprocess(records: list[VideoRecord], cfg: PreprocessConfig, progress: 
     counts, fps, seconds per stage, and the measured flow storage error.
     """
     cfg.validate()
+    if "flow" in cfg.streams:
+        make_backend(cfg.flow_backend, cfg.tvl1, cfg.device)  # an unusable backend or device fails now
     mine = select_part(records, cfg.part)
     videos = [{"id": r.id, "path": r.path, "status": "skipped"} for r in mine if _is_done(r, cfg)]
     todo = [r for r in mine if not _is_done(r, cfg)]

@@ -211,6 +211,26 @@ def test_out_of_range_options_fail_before_any_work(index, tmp_path, flags, messa
     assert not (tmp_path / "o").exists()
 
 
+def test_unusable_flow_device_fails_before_any_work(index, tmp_path):
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is available: the option is usable here")
+    args = [
+        "preprocess",
+        "flow",
+        str(index),
+        "--out",
+        str(tmp_path / "o"),
+        "--flow-backend",
+        "torch",
+        "--device",
+        "cuda",
+    ]
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 2 and "no CUDA device" in res.output
+    assert not (tmp_path / "o").exists()
+
+
 def test_part_partitions_are_disjoint_and_cover(index, tmp_path):
     recs = read_index(index)
     for n in (1, 2, 4, 11):
@@ -258,18 +278,19 @@ def test_kill_and_resume(index, tmp_path):
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
-    finished = {p.stem for p in (out / "flow").glob("[!.]*.tar")}
-    assert 1 <= len(finished) < 9, "the kill should land mid-run"
+    final = {s: {p.stem for p in (out / s).glob("[!.]*.tar")} for s in ("rgb", "flow")}
+    complete = final["rgb"] & final["flow"]
+    assert final["flow"] and len(complete) < 9, "the kill should land mid-run"
     for s in ("rgb", "flow"):
         for p in (out / s).glob("*.tar"):
-            if p.name.startswith("."):  # a temporary archive of the video in progress: never complete
-                assert p.stem.split("-", 2)[2] not in finished
+            if p.name.startswith("."):  # a temporary archive of a video in progress: never complete
+                assert p.stem.split("-", 2)[2] not in final[s]
             else:
                 assert read_archive(p)[0]["num_frames"] in (29, 30)
-    stamps = {p: p.stat().st_mtime_ns for p in (out / "flow").glob("[!.]*.tar")}
+    stamps = {p: p.stat().st_mtime_ns for p in out.glob("*/[!.]*.tar")}
 
     report = preprocess(index, out, "rgb,flow", size=0, tvl1=FAST, progress=False)
-    assert report["summary"]["skipped"] == len(finished) and report["summary"]["done"] == 9 - len(finished)
+    assert report["summary"]["skipped"] == len(complete) and report["summary"]["done"] == 9 - len(complete)
     assert not [p for p in out.rglob(".tmp-*")]
     rgb, flow = archives(out, "rgb"), archives(out, "flow")
     assert len(rgb) == len(flow) == 9
