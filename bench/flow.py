@@ -4,7 +4,9 @@ Generates real-looking videos (textured scenes with moving objects, ``preprocess
 then in one run:
 
 1. throughput of ``preprocess --streams rgb,flow`` with 1 worker and with N workers (flow pairs/s, and
-   the ratio; target ≥ 1.8 × with 2 workers on 2 cores) and time per stage summed over videos
+   the ratio; target ≥ 1.8 × with 2 workers on 2 cores), the CPU seconds per pair (does not depend on
+   how busy the machine is, unlike the wall time; the 1-minute load average is printed beside each run,
+   and the pool's start is part of the N-worker time) and time per stage summed over videos
    (decode, flow, encode + write; target: decode + encode ≤ 10 % of flow);
 2. the storage error of candidate encodings on real TV-L1 codes (mean / max absolute code error after
    decode, size per image; target mean ≤ 0.5) — the table behind the default flow encoding;
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing as mp
+import os
 import resource
 import tempfile
 import time
@@ -55,15 +58,18 @@ def throughput(recs: list[VideoRecord], root: Path, workers: list[int]) -> list[
     for w in workers:
         cfg = PreprocessConfig(out=str(root / f"out-w{w}"), streams=("rgb", "flow"), decode=DecodeSpec(size=0),
                                workers=w)  # fmt: skip
+        load = os.getloadavg()[0]
         t = time.perf_counter()
         rep = run_preprocess(recs, cfg, progress=False)
         wall = time.perf_counter() - t
         s = rep["summary"]
         assert s["done"] == len(recs), rep["failures"]
         pairs = sum(v["streams"]["flow"] for v in rep["videos"])
+        cpu = sum(v["cpu_seconds"] for v in rep["videos"])
         st = s["stage_seconds"]
         rows.append({"workers": w, "pairs": pairs, "seconds": round(wall, 2), "pairs_per_s": round(pairs / wall, 3),
-                     "stage_seconds": st, "overhead_vs_flow": round((st["decode"] + st["encode"]) / st["flow"], 4)})  # fmt: skip
+                     "cpu_s_per_pair": round(cpu / pairs, 3), "load_before": round(load, 2), "stage_seconds": st,
+                     "overhead_vs_flow": round((st["decode"] + st["encode"]) / st["flow"], 4)})  # fmt: skip
     for r in rows:
         r["speedup"] = round(r["pairs_per_s"] / rows[0]["pairs_per_s"], 3)
     return rows
@@ -154,23 +160,15 @@ def main() -> None:
     t = Table(
         title=f"flow throughput, rgb+flow, {args.videos} videos × {args.frames} frames of {args.size}² (xvid)"
     )
-    for c in (
-        "workers",
-        "pairs",
-        "s",
-        "pairs/s",
-        "speedup",
-        "decode s",
-        "flow s",
-        "encode+write s",
-        "(dec+enc)/flow",
-    ):
+    cols = ("workers", "load", "pairs", "s", "pairs/s", "speedup", "CPU s/pair", "decode s", "flow s", "encode+write s",
+            "(dec+enc)/flow")  # fmt: skip
+    for c in cols:
         t.add_column(c, justify="right")
     for r in thr:
         st = r["stage_seconds"]
-        t.add_row(str(r["workers"]), str(r["pairs"]), f"{r['seconds']:.1f}", f"{r['pairs_per_s']:.2f}",
-                  f"{r['speedup']:.2f}×", f"{st['decode']:.2f}", f"{st['flow']:.2f}", f"{st['encode']:.2f}",
-                  f"{100 * r['overhead_vs_flow']:.1f} %")  # fmt: skip
+        t.add_row(str(r["workers"]), f"{r['load_before']:.1f}", str(r["pairs"]), f"{r['seconds']:.1f}",
+                  f"{r['pairs_per_s']:.2f}", f"{r['speedup']:.2f}×", f"{r['cpu_s_per_pair']:.2f}", f"{st['decode']:.2f}",
+                  f"{st['flow']:.2f}", f"{st['encode']:.2f}", f"{100 * r['overhead_vs_flow']:.1f} %")  # fmt: skip
     console.print(t)
     t = Table(title=f"flow storage error: uint8 codes after decode vs before ({args.storage_pairs} "
                     f"TV-L1 fields of {args.size}², target mean ≤ 0.5)")  # fmt: skip

@@ -237,7 +237,7 @@ def process_video(rec: VideoRecord, cfg: PreprocessConfig) -> dict:
     ``status: failed`` with the reason; nothing is left under a final name for a failed video.
     """
     cv2.setNumThreads(1)  # parallelism comes from the executor: one OpenCV thread per worker
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     result: dict[str, Any] = {"id": rec.id, "path": rec.path, "status": "done", "streams": {}}
     todo = [s for s in cfg.streams if not archive_path(cfg.out, s, rec.id).exists()]
     if not todo:
@@ -250,6 +250,7 @@ def process_video(rec: VideoRecord, cfg: PreprocessConfig) -> dict:
         result.update(status="failed", reason=str(e).strip().splitlines()[-1] if str(e).strip() else repr(e))
         result["streams"] = {}
     result["seconds"] = round(time.perf_counter() - t0, 4)
+    result["cpu_seconds"] = round(time.process_time() - c0, 4)  # of the worker process
     return result
 
 
