@@ -1,0 +1,47 @@
+"""Global negatives across ranks with a real gloo process group (two CPU processes)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as tmp
+
+from memdpc.model.loss import dense_infonce
+
+
+def _tensors(rank: int) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(rank)
+    return torch.randn(2, 3, 8, 2, 2, generator=g), torch.randn(2, 3, 8, 2, 2, generator=g)
+
+
+def _worker(rank: int, world: int, init: str, out: str) -> None:
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
+    try:
+        pred, tgt = (t.requires_grad_() for t in _tensors(rank))
+        res = dense_infonce(pred, tgt, global_negatives=True)
+        res["loss"].backward()
+        torch.save({"loss": res["loss"].detach(), "pred_grad": pred.grad, "tgt_grad": tgt.grad},
+                   Path(out) / f"rank{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_global_negatives_match_one_process_over_the_joint_batch(tmp_path):
+    tmp.spawn(_worker, args=(2, f"file://{tmp_path / 'rdv'}", str(tmp_path)), nprocs=2, join=True)
+    got = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in range(2)]
+    preds, tgts = zip(*(tuple(t.requires_grad_() for t in _tensors(r)) for r in range(2)), strict=True)
+    rows = [p.permute(0, 1, 3, 4, 2).reshape(-1, 8) for p in preds]
+    cols = torch.cat([t.permute(0, 1, 3, 4, 2).reshape(-1, 8) for t in tgts])
+    losses = [torch.nn.functional.cross_entropy(r @ cols.t(), torch.arange(24) + 24 * k) for k, r in enumerate(rows)]
+    sum(losses).backward()
+    for r in range(2):
+        torch.testing.assert_close(got[r]["loss"], losses[r].detach())
+        torch.testing.assert_close(got[r]["pred_grad"], preds[r].grad)
+        torch.testing.assert_close(got[r]["tgt_grad"], tgts[r].grad)  # negatives of the other rank count too
+    local = dense_infonce(*_tensors(0))["loss"]
+    assert local < got[0]["loss"]  # more negatives, harder task
