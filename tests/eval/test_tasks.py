@@ -83,3 +83,10 @@ def test_oops_step_labels_and_metrics(eval_data, checkpoints, tmp_path, mode):
 def test_checkpoint_of_the_wrong_stream_is_refused(eval_data, checkpoints, tmp_path):
     with pytest.raises(UserError, match="trained on the rgb stream, not on the flow"):
         evaluate("retrieve", checkpoints["rgb"], stream="flow", shards=eval_data.shards, out=tmp_path, **COMMON)
+
+
+def test_random_init_baseline_is_a_separate_result(eval_data, checkpoints, tmp_path):
+    path = evaluate("finetune", checkpoints["rgb"], shards=eval_data.shards, out=tmp_path, random_init=True,
+                    label_fraction=0.5, fit={"epochs": 1}, **COMMON)
+    result, _ = load_result(path)
+    assert path.name == "finetune-rgb-scratch-frac0.5.json" and result["config"]["random_init"] is True
