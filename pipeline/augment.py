@@ -168,8 +168,9 @@ def _grey_map(rng: np.random.Generator) -> np.ndarray:
     return _affine(m)
 
 
-def colour_maps(rng: np.random.Generator, num_frames: int, stream: str, flip: bool,
-                spec: AugmentSpec) -> np.ndarray | None:
+def colour_maps(
+    rng: np.random.Generator, num_frames: int, stream: str, flip: bool, spec: AugmentSpec
+) -> np.ndarray | None:
     """Per-frame affine colour maps (F, 3, 4) float32, or None when the clip's colours stay as they are."""
     flow_flip = stream == "flow" and flip
     if not spec.colour_on(stream) and not flow_flip:
@@ -185,8 +186,9 @@ def colour_maps(rng: np.random.Generator, num_frames: int, stream: str, flip: bo
     return np.stack(maps).astype(np.float32)
 
 
-def sample_clip(rng: np.random.Generator, frame_size: tuple[int, int], num_frames: int, stream: str,
-                spec: AugmentSpec) -> ClipParams:
+def sample_clip(
+    rng: np.random.Generator, frame_size: tuple[int, int], num_frames: int, stream: str, spec: AugmentSpec
+) -> ClipParams:
     """Draw everything random for one training clip (``spec.enabled`` must be true)."""
     box = random_box(rng, frame_size[0], frame_size[1], spec)
     flip = bool(rng.random() < spec.flip_p)
@@ -205,3 +207,12 @@ def normalise(frames: torch.Tensor, num_blocks: int, spec: AugmentSpec) -> torch
     x = frames.reshape(*lead, num_blocks, f // num_blocks, h, w, c)  # (..., N, SL, H, W, 3)
     x = x.movedim(-1, -4).float()  # (..., N, 3, SL, H, W)
     return (x - mean).mul_(inv)
+
+
+def denormalise(clips: torch.Tensor, spec: AugmentSpec) -> torch.Tensor:
+    """The inverse of :func:`normalise`: float (..., N, 3, SL, H, W) → uint8 (..., F, H, W, 3), rounded."""
+    mean = torch.tensor(spec.mean, device=clips.device).view(3, 1, 1, 1) * 255
+    std = torch.tensor(spec.std, device=clips.device).view(3, 1, 1, 1) * 255
+    x = (clips * std + mean).round_().clamp_(0, 255).to(torch.uint8)
+    x = x.movedim(-4, -1)  # (..., N, SL, H, W, 3)
+    return x.flatten(-5, -4)

@@ -12,6 +12,7 @@ from memdpc.errors import UserError
 from memdpc.pipeline.augment import (
     AugmentSpec,
     colour_maps,
+    denormalise,
     eval_boxes,
     flow_flip_map,
     normalise,
@@ -53,8 +54,13 @@ def test_eval_boxes_centre_five_and_ten():
     spec = AugmentSpec(eval_scale=0.5)
     assert eval_boxes(60, 100, 1, spec) == [((0, 20, 60, 60), False)]
     five = eval_boxes(60, 100, 5, spec)
-    assert [b for b, _ in five] == [(0, 0, 30, 30), (0, 70, 30, 30), (30, 0, 30, 30), (30, 70, 30, 30),
-                                    (15, 35, 30, 30)]
+    assert [b for b, _ in five] == [
+        (0, 0, 30, 30),
+        (0, 70, 30, 30),
+        (30, 0, 30, 30),
+        (30, 70, 30, 30),
+        (15, 35, 30, 30),
+    ]
     ten = eval_boxes(60, 100, 10, spec)
     assert [b for b, _ in ten] == [b for b, _ in five] * 2 and [f for _, f in ten] == [False] * 5 + [True] * 5
     with pytest.raises(UserError, match="crops"):
@@ -110,3 +116,8 @@ def test_normalise_layout_and_values():
     assert x.shape == (2, 8, 3, 5, 4, 6) and x.dtype == torch.float32
     assert torch.allclose(x[0, 1, 1, 2], torch.full((4, 6), (1 - 0.456) / 0.224))
     assert torch.allclose(x[0, 0, 0, 0], torch.full((4, 6), -0.485 / 0.229))
+
+
+def test_denormalise_inverts_normalise():
+    frames = torch.randint(0, 256, (2, 3, 40, 4, 6, 3), dtype=torch.uint8)  # (B, K, F, H, W, 3)
+    assert torch.equal(denormalise(normalise(frames, 8, AugmentSpec()), AugmentSpec()), frames)

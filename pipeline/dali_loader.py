@@ -1,0 +1,200 @@
+"""The DALI loader: WebDataset shards → decoded, augmented clips, on the GPU (``mixed`` decode) or the CPU.
+
+Graph (one per epoch, so an epoch is reproducible from ``(seed, epoch)`` alone)::
+
+    readers.webdataset (index files, shard_id/num_shards = rank/world size, pad_last_batch)
+      → 40 × decoders.image → stack to (F, H, W, 3)
+      → train: resize with the clip's random ROI (flip = a mirrored ROI) → resize to the output size
+               → coord_transform with per-frame colour maps (uint8)
+        eval:  one slice/resize per crop (+ flip) → stack to (K, F, H, W, 3)
+
+Random parameters come from :mod:`memdpc.pipeline.augment` through an ``external_source``, the same draws
+the torch loader uses. The pipeline returns uint8; normalisation to float runs on the target device.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import numpy as np
+import torch
+
+from memdpc.pipeline.augment import eval_boxes, flow_flip_map, normalise, sample_clip
+from memdpc.pipeline.loader import Batch, LoaderPlan
+
+
+def _dali():
+    from nvidia.dali import fn, pipeline, types
+
+    return fn, pipeline, types
+
+
+class DaliLoader:
+    """Iterable over :class:`Batch` for one rank; ``len()`` = batches per epoch; ``set_epoch`` reshuffles."""
+
+    def __init__(self, plan: LoaderPlan) -> None:
+        self.plan = plan
+        self.epoch = 0
+        self._gpu = plan.device.startswith("cuda")
+        total = sum(plan.shard_samples)
+        lo, hi = (total * plan.rank) // plan.world_size, (total * (plan.rank + 1)) // plan.world_size
+        self._rank_samples = hi - lo  # DALI's own split of the sample sequence into num_shards parts
+        smallest = total // plan.world_size
+        if plan.drop_last:
+            self._len = smallest // plan.batch_size
+        else:
+            self._len = -(-self._rank_samples // plan.batch_size)
+
+    def __len__(self) -> int:
+        return self._len
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __iter__(self) -> Iterator[Batch]:
+        from nvidia.dali.plugin.base_iterator import LastBatchPolicy
+        from nvidia.dali.plugin.pytorch import DALIGenericIterator
+
+        pipe = self._build(self.epoch)
+        policy = LastBatchPolicy.DROP if self.plan.drop_last else LastBatchPolicy.PARTIAL
+        it = DALIGenericIterator(
+            [pipe],
+            ["video", "label", "meta"],
+            reader_name="reader",
+            last_batch_policy=policy,
+            auto_reset=False,
+        )
+        try:
+            for i, out in enumerate(it):
+                if i >= self._len:
+                    break
+                yield self._batch(out[0])
+        finally:
+            del it, pipe
+
+    # ------------------------------------------------------------------------------------------ graph
+    def _paths(self, epoch: int) -> list:
+        """Train: the shard order changes every epoch, the same on every rank (so ranks still partition)."""
+        shards = list(self.plan.shards)
+        if self.plan.train:
+            order = np.random.default_rng([self.plan.seed, epoch, 7]).permutation(len(shards))
+            shards = [shards[i] for i in order]
+        return shards
+
+    def _build(self, epoch: int):
+        fn, pipeline, types = _dali()
+        p = self.plan
+        pipe = pipeline.Pipeline(
+            batch_size=p.batch_size,
+            num_threads=max(1, p.num_workers),
+            device_id=self._device_id(),
+            seed=int(np.random.default_rng([p.seed, epoch, p.rank]).integers(2**31)),
+            prefetch_queue_depth=2,
+        )
+        shards = self._paths(epoch)
+        exts = [f"f{i:02d}.jpg" for i in range(p.num_frames)] + ["cls", "json"]
+        with pipe:
+            outs = fn.readers.webdataset(
+                paths=[str(t) for t, _ in shards],
+                index_paths=[str(i) for _, i in shards],
+                ext=exts,
+                dtypes=[types.UINT8] * p.num_frames + [types.INT32, types.UINT8],
+                missing_component_behavior="error",
+                shard_id=p.rank,
+                num_shards=p.world_size,
+                random_shuffle=p.train,
+                initial_fill=max(1, min(p.shuffle_buffer, sum(p.shard_samples))),
+                pad_last_batch=True,
+                name="reader",
+            )
+            decoder = "mixed" if self._gpu else "cpu"
+            frames = [
+                fn.decoders.image(f, device=decoder, output_type=types.RGB) for f in outs[: p.num_frames]
+            ]
+            seq = fn.stack(*frames, axis_name="F")  # (F, H, W, 3)
+            if p.train and p.spec.enabled:
+                video = self._train_ops(seq, epoch)
+            else:
+                video = self._eval_ops(seq)
+            pipe.set_outputs(video, outs[p.num_frames], fn.pad(outs[p.num_frames + 1], fill_value=0))
+        pipe.build()
+        return pipe
+
+    def _device_id(self) -> int | None:
+        if not self._gpu:
+            return None
+        dev = torch.device(self.plan.device)
+        return dev.index if dev.index is not None else torch.cuda.current_device()
+
+    def _train_ops(self, seq, epoch: int):
+        fn, _, types = _dali()
+        p = self.plan
+        colour = p.spec.colour_on(p.stream) or p.stream == "flow"
+        outs = fn.external_source(
+            source=self._draw(epoch), num_outputs=3 if colour else 2, batch=True, batch_info=True
+        )
+        first = p.spec.crop_size or p.size
+        video = fn.resize(seq, roi_start=outs[0], roi_end=outs[1], size=[first, first], antialias=True)
+        if first != p.size:
+            video = fn.resize(video, size=[p.size, p.size], antialias=True)
+        if colour:
+            video = fn.coord_transform(video, MT=fn.per_frame(outs[2]), dtype=types.UINT8)
+        return video
+
+    def _draw(self, epoch: int):
+        """external_source callback: the augmentation draws of one batch, from (seed, epoch, rank, batch)."""
+        p = self.plan
+        colour = p.spec.colour_on(p.stream) or p.stream == "flow"
+
+        def draw(info):
+            rng = np.random.default_rng([p.seed, epoch, p.rank, info.iteration])
+            starts, ends, maps = [], [], []
+            for _ in range(p.batch_size):
+                c = sample_clip(rng, p.frame_size, p.num_frames, p.stream, p.spec)
+                y0, x0, h, w = c.box
+                x_a, x_b = (x0 + w, x0) if c.flip else (x0, x0 + w)
+                starts.append(np.array([y0, x_a], np.float32))
+                ends.append(np.array([y0 + h, x_b], np.float32))
+                if colour:
+                    maps.append(
+                        c.colour
+                        if c.colour is not None
+                        else np.tile(np.eye(3, 4, dtype=np.float32), (p.num_frames, 1, 1))
+                    )
+            return (starts, ends, maps) if colour else (starts, ends)
+
+        return draw
+
+    def _eval_ops(self, seq):
+        fn, _, types = _dali()
+        p = self.plan
+        views = []
+        for (y0, x0, h, w), flipped in eval_boxes(*p.frame_size, p.views, p.spec):
+            if (h, w) == (p.size, p.size):
+                v = fn.slice(seq, start=[y0, x0], shape=[h, w], axis_names="HW")
+                v = fn.flip(v, horizontal=1) if flipped else v
+            else:
+                x_a, x_b = (x0 + w, x0) if flipped else (x0, x0 + w)
+                v = fn.resize(
+                    seq, roi_start=[y0, x_a], roi_end=[y0 + h, x_b], size=[p.size, p.size], antialias=True
+                )
+            if flipped and p.stream == "flow":
+                v = fn.coord_transform(
+                    v, MT=flow_flip_map().astype(np.float32).ravel().tolist(), dtype=types.UINT8
+                )
+            views.append(v)
+        return views[0] if len(views) == 1 else fn.stack(*views, axis_name="K")
+
+    # ------------------------------------------------------------------------------------------ batch
+    def _batch(self, out: dict) -> Batch:
+        p = self.plan
+        device = torch.device(p.device)
+        clips = normalise(out["video"].to(device, non_blocking=True), p.num_blocks, p.spec)
+        metas = [json.loads(bytes(row).rstrip(b"\0")) for row in out["meta"].cpu().numpy()]
+        return Batch(
+            clips=clips,
+            labels=out["label"].reshape(-1).long().to(device),
+            keys=[f"{m['video_id']}_{m['start']:05d}" for m in metas],
+            video_ids=[m["video_id"] for m in metas],
+        )

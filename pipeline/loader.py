@@ -1,0 +1,212 @@
+"""``make_loader``: pick a backend (DALI or the torch reference loader), check the shards, build the loader.
+
+Every check runs before the first batch: a manifest of another stream or clip shape, a missing shard or
+index, an empty shard list, fewer shards than ranks × workers — each is a :class:`UserError` naming the
+file and the problem.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from memdpc.errors import UserError
+from memdpc.pipeline.augment import AugmentSpec
+from memdpc.pipeline.clip import ClipSpec
+from memdpc.pipeline.manifest import load_manifest, manifest_path, shard_paths
+
+BACKENDS = ("auto", "dali", "torch")
+
+
+@dataclass
+class Batch:
+    """One batch of clips.
+
+    ``clips``: float32 (B, N, 3, SL, H, W), normalised; eval with ``crops`` > 1: (B, K, N, 3, SL, H, W).
+    ``labels``: int64 (B,). ``keys``: ``<video_id>_<start:05d>`` per clip. ``video_ids``: the clip's video.
+    """
+
+    clips: torch.Tensor
+    labels: torch.Tensor
+    keys: list[str]
+    video_ids: list[str]
+
+
+@dataclass(frozen=True)
+class LoaderPlan:
+    """What a backend needs: the checked shard list and manifest facts, and the request."""
+
+    shards: list[tuple[Path, Path]]
+    shard_samples: list[int]
+    stream: str
+    frame_size: tuple[int, int]
+    num_frames: int
+    num_blocks: int
+    train: bool
+    batch_size: int
+    size: int
+    crops: int
+    rank: int
+    world_size: int
+    seed: int
+    num_workers: int
+    device: str
+    spec: AugmentSpec
+    drop_last: bool = False
+    shuffle_buffer: int = 256
+
+    @property
+    def views(self) -> int:
+        """Crops per clip: always 1 in training."""
+        return 1 if self.train else self.crops
+
+
+def dali_available() -> bool:
+    return importlib.util.find_spec("nvidia.dali") is not None
+
+
+def resolve_backend(backend: str) -> str:
+    if backend not in BACKENDS:
+        raise UserError(f"loader backend must be one of {', '.join(BACKENDS)}, not {backend!r}")
+    if backend == "auto":
+        return "dali" if dali_available() else "torch"
+    if backend == "dali" and not dali_available():
+        raise UserError(
+            "loader backend 'dali' requested but nvidia-dali is not installed (use --backend torch)"
+        )
+    return backend
+
+
+def make_loader(
+    shard_dir: str | os.PathLike,
+    stream: str,
+    split: str,
+    *,
+    train: bool,
+    batch_size: int,
+    backend: str = "auto",
+    size: int = 128,
+    crops: int = 1,
+    rank: int = 0,
+    world_size: int = 1,
+    seed: int = 0,
+    num_workers: int | None = None,
+    device: str = "cpu",
+    spec: AugmentSpec | None = None,
+    clip: ClipSpec | None = None,
+    drop_last: bool = False,
+):
+    """A loader over ``<shard_dir>/<stream>/<split>-*.tar`` for one rank of ``world_size``.
+
+    Returns an iterable of :class:`Batch` with ``len()`` (batches per epoch on this rank) and
+    ``set_epoch(epoch)``. An epoch gives each sample exactly once across all ranks (``drop_last`` instead
+    cuts every rank to the same number of full batches, as DDP training wants). ``num_workers`` is the
+    DataLoader worker count (torch) or the DALI thread count; ``device`` is where normalised clips land
+    (``cuda`` also switches DALI to GPU decoding and augmentation).
+    """
+    backend = resolve_backend(backend)
+    plan = plan_loader(
+        shard_dir,
+        stream,
+        split,
+        train=train,
+        batch_size=batch_size,
+        backend=backend,
+        size=size,
+        crops=crops,
+        rank=rank,
+        world_size=world_size,
+        seed=seed,
+        num_workers=num_workers,
+        device=device,
+        spec=spec,
+        clip=clip,
+        drop_last=drop_last,
+    )
+    if backend == "dali":
+        from memdpc.pipeline.dali_loader import DaliLoader
+
+        return DaliLoader(plan)
+    from memdpc.pipeline.torch_loader import TorchLoader
+
+    return TorchLoader(plan)
+
+
+def plan_loader(
+    shard_dir,
+    stream: str,
+    split: str,
+    *,
+    train: bool,
+    batch_size: int,
+    backend: str,
+    size: int,
+    crops: int,
+    rank: int,
+    world_size: int,
+    seed: int,
+    num_workers: int | None,
+    device: str,
+    spec: AugmentSpec | None,
+    clip: ClipSpec | None,
+    drop_last: bool,
+) -> LoaderPlan:
+    """Read the manifest and check the request against it (see the module docstring)."""
+    _check_request(batch_size, size, crops, rank, world_size, device)
+    manifest = load_manifest(shard_dir, stream, split)
+    where = manifest_path(shard_dir, stream, split)
+    clip = clip or ClipSpec()
+    if manifest.get("clip") != clip.to_dict():
+        raise UserError(
+            f"{where}: shards hold clips {manifest.get('clip')}, the loader expects {clip.to_dict()}"
+        )
+    shards = shard_paths(shard_dir, manifest)
+    if not shards or manifest.get("num_samples", 0) == 0:
+        raise UserError(f"{where}: the shard list is empty")
+    for tar, idx in shards:
+        if not tar.is_file():
+            raise UserError(f"{tar}: shard listed in {where.name} is missing")
+        if not idx.is_file():
+            raise UserError(f"{idx}: DALI index of shard {tar.name} is missing")
+    if num_workers is None:
+        num_workers = 2 if backend == "torch" else (os.cpu_count() or 1)
+    workers = max(1, num_workers) if backend == "torch" else 1
+    if len(shards) < world_size * workers:
+        raise UserError(
+            f"{where}: {len(shards)} shard(s) for {world_size} rank(s) × {workers} worker(s); every "
+            f"worker needs at least one shard (write more, smaller shards, or use fewer workers)"
+        )
+    return LoaderPlan(
+        shards=shards,
+        shard_samples=[int(s["num_samples"]) for s in manifest["shards"]],
+        stream=stream,
+        frame_size=(int(manifest["frame_size"][0]), int(manifest["frame_size"][1])),
+        num_frames=clip.num_frames,
+        num_blocks=clip.num_blocks,
+        train=train,
+        batch_size=batch_size,
+        size=size,
+        crops=crops,
+        rank=rank,
+        world_size=world_size,
+        seed=seed,
+        num_workers=num_workers,
+        device=device,
+        spec=spec or AugmentSpec(),
+        drop_last=drop_last,
+    )
+
+
+def _check_request(batch_size: int, size: int, crops: int, rank: int, world_size: int, device: str) -> None:
+    if batch_size < 1 or size < 1:
+        raise UserError(f"batch size and clip size must be positive, got {batch_size} and {size}")
+    if crops not in (1, 5, 10):
+        raise UserError(f"crops must be 1, 5 or 10, not {crops}")
+    if not 0 <= rank < world_size:
+        raise UserError(f"rank {rank} is outside world size {world_size}")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise UserError(f"device {device!r} requested but no CUDA device is available")

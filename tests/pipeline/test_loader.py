@@ -1,0 +1,224 @@
+"""make_loader on real shards, both backends: the Batch contract, identity with augmentation off, exact
+epochs across ranks, eval windows, and the checks that run before the first batch."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tarfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from memdpc.errors import UserError
+from memdpc.pipeline.augment import AugmentSpec, denormalise
+from memdpc.pipeline.clip import ClipSpec
+from memdpc.pipeline.loader import Batch, make_loader
+from memdpc.pipeline.shard import shard_stream
+
+BACKENDS = ["dali", "torch"]
+
+
+def shard_keys(shard_dir: Path, stream: str, split: str) -> list[str]:
+    """Sample keys as the tar files hold them (from the ``.cls`` member names)."""
+    keys = []
+    for tar in sorted((shard_dir / stream).glob(f"{split}-*.tar")):
+        with tarfile.open(tar) as t:
+            keys += [m.name[: -len(".cls")] for m in t if m.name.endswith(".cls")]
+    return keys
+
+
+def one_epoch(loader) -> dict[str, tuple[torch.Tensor, int, str]]:
+    """key → (clip, label, video id) for one epoch; fails on a repeated key or a wrong batch count."""
+    out, batches = {}, 0
+    for b in loader:
+        batches += 1
+        assert isinstance(b, Batch) and b.clips.dtype == torch.float32 and b.labels.dtype == torch.int64
+        for key, clip, label, vid in zip(b.keys, b.clips, b.labels.tolist(), b.video_ids, strict=True):
+            assert key not in out, f"{key} came twice"
+            assert key.rsplit("_", 1)[0] == vid
+            out[key] = (clip, label, vid)
+    assert batches == len(loader)
+    return out
+
+
+@pytest.mark.parametrize("stream", ["rgb", "flow"])
+def test_augmentation_off_gives_identical_tensors_from_both_backends(tiny_shards, stream):
+    kw = dict(train=True, batch_size=4, size=32, num_workers=1, spec=AugmentSpec.off())
+    dali = one_epoch(make_loader(tiny_shards, stream, "train", backend="dali", **kw))
+    ref = one_epoch(make_loader(tiny_shards, stream, "train", backend="torch", **kw))
+    assert sorted(dali) == sorted(ref) == sorted(shard_keys(tiny_shards, stream, "train"))
+    for key in ref:
+        assert dali[key][0].shape == (8, 3, 5, 32, 32)
+        assert torch.equal(dali[key][0], ref[key][0]), key
+        assert dali[key][1:] == ref[key][1:]
+
+
+def test_augmentation_off_is_plain_decoding(tiny_shards):
+    """Both backends decode exactly what an OpenCV decode of the shard's JPEG members gives (RGB order)."""
+    import cv2
+
+    key = shard_keys(tiny_shards, "rgb", "test")[0]
+    with tarfile.open(sorted((tiny_shards / "rgb").glob("test-*.tar"))[0]) as t:
+        jpgs = [t.extractfile(f"{key}.f{i:02d}.jpg").read() for i in range(40)]
+    want = np.stack([cv2.imdecode(np.frombuffer(j, np.uint8), cv2.IMREAD_COLOR)[..., ::-1] for j in jpgs])
+    for backend in BACKENDS:
+        got = one_epoch(
+            make_loader(
+                tiny_shards, "rgb", "test", train=False, batch_size=2, size=32, backend=backend, num_workers=1
+            )
+        )[key][0]
+        assert np.array_equal(denormalise(got, AugmentSpec()).numpy(), want), backend
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_epoch_yields_each_sample_once_across_two_ranks(tiny_shards, backend):
+    seen: list[str] = []
+    for rank in (0, 1):
+        loader = make_loader(
+            tiny_shards,
+            "rgb",
+            "train",
+            train=True,
+            batch_size=2,
+            size=32,
+            backend=backend,
+            rank=rank,
+            world_size=2,
+            num_workers=1,
+            seed=3,
+        )
+        loader.set_epoch(1)
+        seen += list(one_epoch(loader))
+    assert sorted(seen) == sorted(shard_keys(tiny_shards, "rgb", "train"))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_drop_last_gives_every_rank_the_same_number_of_full_batches(tiny_shards, backend):
+    counts = []
+    for rank in (0, 1):
+        loader = make_loader(
+            tiny_shards,
+            "rgb",
+            "train",
+            train=True,
+            batch_size=2,
+            size=32,
+            backend=backend,
+            rank=rank,
+            world_size=2,
+            num_workers=1,
+            drop_last=True,
+        )
+        batches = list(loader)
+        assert all(len(b.keys) == 2 for b in batches)
+        counts.append((len(loader), len(batches)))
+    assert counts[0] == counts[1] and counts[0][0] == counts[0][1] >= 1
+
+
+@pytest.fixture(scope="module")
+def long_shards(long_archives, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("long_shards")
+    for split in ("train", "test"):
+        shard_stream(long_archives.root, long_archives.records, "rgb", out, split, max_count=3, seed=0)
+    return out
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_eval_yields_every_window_of_every_video_once(long_archives, long_shards, backend):
+    clip = ClipSpec()
+    for split in ("train", "test"):
+        loader = make_loader(
+            long_shards,
+            "rgb",
+            split,
+            train=False,
+            batch_size=3,
+            size=16,
+            crops=10,
+            backend=backend,
+            num_workers=1,
+        )
+        got = one_epoch(loader)
+        want = set()
+        for r in long_archives.records:
+            if r.split == split:
+                usable = r.num_frames - 1  # windows sit on frames with a flow partner
+                starts = clip.train_starts(usable, 20) if split == "train" else clip.eval_starts(usable)
+                want |= {f"{r.id}_{s:05d}" for s in starts}
+        assert set(got) == want and len(want) > len({k.rsplit("_", 1)[0] for k in want}) - (split == "test")
+        labels = {r.id: r.label for r in long_archives.records}
+        for clip_t, label, vid in got.values():
+            assert clip_t.shape == (10, 8, 3, 5, 16, 16) and label == labels[vid]
+
+
+# ---------------------------------------------------------------------------------- checks up front
+def copy_stream(tiny_shards: Path, tmp_path: Path, stream: str = "rgb") -> Path:
+    shutil.copytree(tiny_shards / stream, tmp_path / stream)
+    return tmp_path
+
+
+def edit_manifest(root: Path, stream: str, split: str, **changes) -> None:
+    path = root / stream / f"manifest-{split}.json"
+    manifest = json.loads(path.read_text())
+    manifest.update(changes)
+    path.write_text(json.dumps(manifest))
+
+
+def test_missing_manifest(tmp_path):
+    with pytest.raises(UserError, match="manifest not found"):
+        make_loader(tmp_path, "rgb", "train", train=True, batch_size=2, backend="torch")
+
+
+def test_manifest_of_another_stream(tiny_shards, tmp_path):
+    shutil.copytree(tiny_shards / "rgb", tmp_path / "flow")
+    with pytest.raises(UserError, match="not a flow/train shard manifest"):
+        make_loader(tmp_path, "flow", "train", train=True, batch_size=2, backend="torch")
+
+
+def test_clip_shape_mismatch(tiny_shards):
+    with pytest.raises(UserError, match=r"manifest-train\.json: shards hold clips"):
+        make_loader(
+            tiny_shards, "rgb", "train", train=True, batch_size=2, backend="dali", clip=ClipSpec(num_blocks=4)
+        )
+
+
+def test_missing_index(tiny_shards, tmp_path):
+    root = copy_stream(tiny_shards, tmp_path)
+    (root / "rgb" / "train-000001.idx").unlink()
+    with pytest.raises(UserError, match=r"train-000001\.idx: DALI index .* missing"):
+        make_loader(root, "rgb", "train", train=True, batch_size=2, backend="dali")
+
+
+def test_empty_shard_list(tiny_shards, tmp_path):
+    root = copy_stream(tiny_shards, tmp_path)
+    edit_manifest(root, "rgb", "train", shards=[], num_samples=0)
+    with pytest.raises(UserError, match="shard list is empty"):
+        make_loader(root, "rgb", "train", train=True, batch_size=2, backend="torch")
+
+
+def test_fewer_shards_than_ranks_times_workers(tiny_shards):
+    with pytest.raises(UserError, match=r"3 shard\(s\) for 2 rank\(s\) × 2 worker\(s\)"):
+        make_loader(
+            tiny_shards,
+            "rgb",
+            "train",
+            train=True,
+            batch_size=2,
+            backend="torch",
+            world_size=2,
+            num_workers=2,
+        )
+    with pytest.raises(UserError, match=r"3 shard\(s\) for 4 rank\(s\) × 1 worker"):
+        make_loader(tiny_shards, "rgb", "train", train=True, batch_size=2, backend="dali", world_size=4)
+
+
+def test_bad_request(tiny_shards):
+    with pytest.raises(UserError, match="backend"):
+        make_loader(tiny_shards, "rgb", "train", train=True, batch_size=2, backend="ffcv")
+    with pytest.raises(UserError, match="crops"):
+        make_loader(tiny_shards, "rgb", "test", train=False, batch_size=2, crops=3)
+    with pytest.raises(UserError, match="rank 2"):
+        make_loader(tiny_shards, "rgb", "train", train=True, batch_size=2, rank=2, world_size=2)
