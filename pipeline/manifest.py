@@ -129,6 +129,9 @@ def verify_manifest(path: Path) -> VerifyResult:
             continue
         if idx.read_text() != format_index(scan_tar(tar)):
             res.problems.append(f"{s['index']}: index does not match its shard")
+        checksum = tar.with_suffix(".sha256")
+        if checksum.is_file() and checksum.read_text().split(" ", 1)[0] != s["sha256"]:
+            res.problems.append(f"{checksum.name}: differs from the manifest's SHA-256")
         count, vids = _check_samples(
             tar,
             manifest["clip"]["num_blocks"] * manifest["clip"]["block_len"],

@@ -125,13 +125,11 @@ def test_counts_match_manifest_and_verify_passes(tiny_shards, tiny_archives):
 
 def test_index_files_equal_wds2idx_output(tiny_shards, long_shards, tmp_path):
     tool = Path(sys.executable).parent / "wds2idx"
-    for root in (tiny_shards, long_shards):
-        for idx in sorted(root.glob("*/*.idx")):
-            ref = tmp_path / "ref.idx"
-            subprocess.run(
-                [str(tool), str(idx.with_suffix(".tar")), str(ref)], check=True, capture_output=True
-            )
-            assert idx.read_bytes() == ref.read_bytes(), idx
+    # every long shard (both streams and splits) and the tiny RGB train shards: ~15 runs of the tool
+    for idx in sorted(long_shards.glob("*/*.idx")) + sorted(tiny_shards.glob("rgb/train-*.idx")):
+        ref = tmp_path / "ref.idx"
+        subprocess.run([str(tool), str(idx.with_suffix(".tar")), str(ref)], check=True, capture_output=True)
+        assert idx.read_bytes() == ref.read_bytes(), idx
 
 
 def test_webdataset_reads_every_shard(tiny_shards):
@@ -354,3 +352,13 @@ def test_cli_shards_verifies_and_reports_user_errors(tiny_archives, tmp_path):
     assert res.exit_code == 2 and "another configuration" in res.output and "Traceback" not in res.output
     res = runner.invoke(main, ["shard", str(tiny_archives.root), "--stream", "rgb"])
     assert res.exit_code == 2 and "--index" in res.output
+
+
+def test_split_all_takes_every_video_with_train_windows(long_archives, tmp_path):
+    shard_stream(long_archives.root, long_archives.records, "flow", tmp_path, "all", window_step=30)
+    samples = all_samples(tmp_path, "flow", "all")
+    want = {f"{r.id}_{s:05d}" for r in long_archives.records for s in CLIP.train_starts(r.num_frames - 1, 30)}
+    assert set(samples) == want
+    assert {json.loads(p["json"])["split"] for p in samples.values()} == {"train", "test"}
+    m = load_manifest(tmp_path, "flow", "all")
+    assert m["windows"]["mode"] == "train" and m["windows"]["window_step"] == 30
