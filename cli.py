@@ -309,9 +309,15 @@ def preprocess_flow(index: Path, **kw) -> None:
     show_default=True,
     help="Videos shorter than one window: pad with the last frame, or drop them (as the reference code).",
 )
-@click.option("--max-count", type=click.IntRange(min=1), default=1000, show_default=True, help="Samples.")
 @click.option(
-    "--max-size", type=click.IntRange(min=1), default=128 * 2**20, show_default=True, help="Bytes per shard."
+    "--max-count", type=click.IntRange(min=1), default=1000, show_default=True, help="Most samples per shard."
+)
+@click.option(
+    "--max-size",
+    type=click.IntRange(min=1),
+    default=128 * 2**20,
+    show_default=True,
+    help="Most bytes per shard (a larger single sample gets a shard of its own).",
 )
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the train shuffle.")
 @click.option("--strict", is_flag=True, help="Stop at the first bad video (default: skip and report it).")
