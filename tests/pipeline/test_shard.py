@@ -232,7 +232,7 @@ def test_kill_and_resume_gives_the_same_shards(long_archives, tmp_path):
     ref = _cli(*args, "--out", str(tmp_path / "ref"))
     assert ref.wait(timeout=120) == 0, ref.stderr.read()
     out = tmp_path / "killed"
-    proc = _cli(*args, "--out", str(out), env={THROTTLE_ENV: "0.1"})
+    proc = _cli(*args, "--out", str(out), env={THROTTLE_ENV: "0.3"})
     deadline = time.time() + 60
     while len(list(out.glob("flow/train-*.tar"))) < 2 and time.time() < deadline:
         time.sleep(0.02)
