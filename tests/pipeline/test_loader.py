@@ -222,3 +222,118 @@ def test_bad_request(tiny_shards):
         make_loader(tiny_shards, "rgb", "test", train=False, batch_size=2, crops=3)
     with pytest.raises(UserError, match="rank 2"):
         make_loader(tiny_shards, "rgb", "train", train=True, batch_size=2, rank=2, world_size=2)
+
+
+# ------------------------------------------------------------------------------------- augmentation
+def frames_u8(clip: torch.Tensor) -> np.ndarray:
+    """A loader clip (N, 3, SL, H, W) back to its uint8 frames (F, H, W, 3)."""
+    return denormalise(clip, AugmentSpec()).numpy()
+
+
+def train_epoch(tiny_shards, backend: str, stream: str = "rgb", seed: int = 0, epoch: int = 0, **spec):
+    loader = make_loader(
+        tiny_shards,
+        stream,
+        "train",
+        train=True,
+        batch_size=3,
+        size=24,
+        backend=backend,
+        num_workers=1,
+        seed=seed,
+        spec=AugmentSpec(**spec),
+    )
+    loader.set_epoch(epoch)
+    return one_epoch(loader)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_same_seed_repeats_and_another_epoch_differs(tiny_shards, backend):
+    a, b = (
+        train_epoch(tiny_shards, backend, seed=5, epoch=1),
+        train_epoch(tiny_shards, backend, seed=5, epoch=1),
+    )
+    assert list(a) == list(b) and all(torch.equal(a[k][0], b[k][0]) for k in a)
+    c = train_epoch(tiny_shards, backend, seed=5, epoch=2)
+    assert list(c) != list(a) or not all(torch.equal(a[k][0], c[k][0]) for k in a)
+
+
+# Tiny videos have 30 frames; a window's frames 10..39 all repeat the last usable frame (padding), so that
+# part of every sample is a static clip.
+STATIC = slice(10, 40)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_clip_consistent_ops_keep_a_static_clip_static(tiny_shards, backend):
+    got = train_epoch(tiny_shards, backend, brightness=0, contrast=0, saturation=0, hue=0, grey_p=0)
+    moved = 0
+    for clip, _, _ in got.values():
+        f = frames_u8(clip)[STATIC]
+        assert (f == f[0]).all()  # crop, resize and flip are the same for all 40 frames
+        moved += not np.array_equal(frames_u8(clip)[0], frames_u8(clip)[39])
+    assert moved  # the clip itself is not static everywhere
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_per_frame_jitter_differs_between_frames(tiny_shards, backend):
+    for clip, _, _ in train_epoch(tiny_shards, backend, grey_p=0.25).values():
+        f = frames_u8(clip)[STATIC].astype(int)
+        means = f.reshape(len(f), -1, 3).mean(1)
+        assert len({tuple(m.round(1)) for m in means}) > len(f) // 2  # different colours per frame
+        grey = (f == f[..., :1]).all(axis=(1, 2, 3))
+        assert 0 < grey.sum() < len(f)  # random grey hits some frames, not all
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_flipped_flow_has_negated_x(tiny_shards, backend):
+    geometry = dict(crop_area=(1.0, 1.0), crop_aspect=(1.0, 1.0), crop_size=None, jitter_flow=False)
+    plain = make_loader(
+        tiny_shards,
+        "flow",
+        "train",
+        train=True,
+        batch_size=3,
+        size=32,
+        backend=backend,
+        num_workers=1,
+        spec=AugmentSpec(flip_p=0.0, **geometry),
+    )
+    flipped = make_loader(
+        tiny_shards,
+        "flow",
+        "train",
+        train=True,
+        batch_size=3,
+        size=32,
+        backend=backend,
+        num_workers=1,
+        spec=AugmentSpec(flip_p=1.0, **geometry),
+    )
+    a, b = one_epoch(plain), one_epoch(flipped)
+    for key in a:
+        fa, fb = frames_u8(a[key][0]), frames_u8(b[key][0])[:, :, ::-1]  # mirror back
+        assert np.array_equal(fb[..., 0], 255 - fa[..., 0])
+        assert np.array_equal(fb[..., 1:], fa[..., 1:])
+        assert not np.array_equal(fa[..., 0], 255 - fa[..., 0])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_ten_crop_mirrors_negate_flow_x(tiny_shards, backend):
+    loader = make_loader(
+        tiny_shards,
+        "flow",
+        "test",
+        train=False,
+        batch_size=2,
+        size=32,
+        crops=10,
+        backend=backend,
+        num_workers=1,
+        spec=AugmentSpec(eval_scale=1.0),
+    )
+    for clip, _, _ in one_epoch(loader).values():
+        views = denormalise(clip, AugmentSpec()).numpy()  # (10, F, H, W, 3)
+        for k in range(5):
+            mirrored = views[k + 5][:, :, ::-1]
+            assert np.array_equal(mirrored[..., 0], 255 - views[k][..., 0])
+            assert np.array_equal(mirrored[..., 1:], views[k][..., 1:])

@@ -1,0 +1,91 @@
+"""DALI-specific behaviour: its sample-level split across ranks, and the GPU (``mixed`` decode) path."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from memdpc.pipeline.augment import AugmentSpec
+from memdpc.pipeline.loader import make_loader
+
+from .test_loader import one_epoch, shard_keys
+
+
+def test_uneven_sample_split_across_ranks_is_exact(tiny_shards):
+    """3 test samples over 2 ranks: DALI splits samples 1 + 2; len() and the batches agree, none repeats."""
+    seen, lengths = [], []
+    for rank in (0, 1):
+        loader = make_loader(
+            tiny_shards,
+            "rgb",
+            "test",
+            train=False,
+            batch_size=1,
+            size=32,
+            backend="dali",
+            rank=rank,
+            world_size=2,
+            num_workers=1,
+        )
+        lengths.append(len(loader))
+        seen += list(one_epoch(loader))
+    assert lengths == [1, 2]
+    assert sorted(seen) == sorted(shard_keys(tiny_shards, "rgb", "test"))
+
+
+def test_more_threads_same_clips(tiny_shards):
+    kw = dict(train=True, batch_size=3, size=24, backend="dali", seed=1)
+    one = one_epoch(make_loader(tiny_shards, "rgb", "train", num_workers=1, **kw))
+    two = one_epoch(make_loader(tiny_shards, "rgb", "train", num_workers=2, **kw))
+    assert list(one) == list(two) and all(torch.equal(one[k][0], two[k][0]) for k in one)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("train", [True, False])
+def test_gpu_mixed_decode(tiny_shards, train):
+    loader = make_loader(
+        tiny_shards,
+        "rgb",
+        "train",
+        train=train,
+        batch_size=2,
+        size=32,
+        backend="dali",
+        device="cuda",
+        num_workers=2,
+        crops=1 if train else 10,
+    )
+    got = one_epoch(loader)
+    assert sorted(got) == sorted(shard_keys(tiny_shards, "rgb", "train"))
+    for clip, _, _ in got.values():
+        assert clip.is_cuda and clip.shape == ((8, 3, 5, 32, 32) if train else (10, 8, 3, 5, 32, 32))
+    cpu = one_epoch(
+        make_loader(
+            tiny_shards,
+            "rgb",
+            "train",
+            train=False,
+            batch_size=2,
+            size=32,
+            backend="dali",
+            num_workers=2,
+            spec=AugmentSpec.off(),
+        )
+    )
+    gpu = one_epoch(
+        make_loader(
+            tiny_shards,
+            "rgb",
+            "train",
+            train=False,
+            batch_size=2,
+            size=32,
+            backend="dali",
+            device="cuda",
+            num_workers=2,
+            spec=AugmentSpec.off(),
+        )
+    )
+    for key in cpu:  # nvJPEG and libjpeg-turbo may differ by a few levels, not more
+        diff = (gpu[key][0].cpu() - cpu[key][0]).abs().max().item()
+        assert diff < 8 / 255 / 0.224
