@@ -362,3 +362,28 @@ def test_split_all_takes_every_video_with_train_windows(long_archives, tmp_path)
     assert {json.loads(p["json"])["split"] for p in samples.values()} == {"train", "test"}
     m = load_manifest(tmp_path, "flow", "all")
     assert m["windows"]["mode"] == "train" and m["windows"]["window_step"] == 30
+
+
+def test_cli_index_line_without_label_is_a_one_line_error(tiny_archives, tmp_path):
+    from click.testing import CliRunner
+
+    from memdpc.cli import main
+
+    lines = tiny_archives.index.read_text().splitlines()
+    broken = json.loads(lines[1])
+    del broken["label"]
+    index = tmp_path / "index.jsonl"
+    index.write_text("\n".join([lines[0], json.dumps(broken), *lines[2:]]) + "\n")
+    args = [
+        "shard",
+        str(tiny_archives.root),
+        "--index",
+        str(index),
+        "--stream",
+        "rgb",
+        "--out",
+        str(tmp_path),
+    ]
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 2 and f"{index}:2" in res.output and "Traceback" not in res.output
+    assert not (tmp_path / "rgb").exists()
