@@ -179,9 +179,11 @@ def _gather(env: dd.DistEnv, model: nn.Module, epoch_rng: dict[str, Any] | None)
 
 
 def _save(p: Parts, s: State, names: list[str]) -> None:
-    """Write the checkpoint (rank 0) under each of ``names`` in ``checkpoints/``; all ranks take part."""
+    """Write the checkpoint (rank 0) under each of ``names`` in ``checkpoints/``; all ranks take part, and
+    all raise when rank 0 could not write (a full disk), so that no rank waits for the others forever."""
     model = ck.unwrap(p.model)
     ranks = _gather(p.env, model, s.epoch_rng)
+    error = None
     if p.env.is_main:
         digests = [r.pop("digest") for r in ranks]
         if len(set(digests)) > 1:
@@ -194,9 +196,14 @@ def _save(p: Parts, s: State, names: list[str]) -> None:
             "best_val": s.best_val, "epoch_loss": list(s.epoch_loss), "rng": ranks, "rank_digests": digests,
             "world_size": p.env.world_size, "config": p.config.to_dict(),
         })
-        for name in names:
-            ck.write_checkpoint(data, p.run_dir / "checkpoints" / name)
-    dd.barrier(p.env)
+        try:
+            for name in names:
+                ck.write_checkpoint(data, p.run_dir / "checkpoints" / name)
+        except UserError as e:
+            error = str(e)
+    error = dd.broadcast_error(p.env, error)
+    if error:
+        raise UserError(error)
 
 
 def _restore(p: Parts, ckpt: dict[str, Any], path: Path) -> State:

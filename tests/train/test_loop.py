@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import shutil
 import signal
 import subprocess
@@ -22,6 +23,9 @@ from memdpc.train.checkpoint import load_pretrained, param_digest, read_checkpoi
 TINY = ["--stream", "rgb", "--arch", "dpc_r18", "--widths", "4,8,16,16", "--size", "32", "--num-blocks", "5",
         "--block-len", "3", "--pred-steps", "2", "--batch-size", "4", "--backend", "torch", "--num-workers", "0",
         "--no-progress", "--log-every", "1"]
+# The learning run: MemDPC at 64 px with the kNN monitor at the end.
+LEARNED = ["--arch", "memdpc_r18", "--widths", "8,16,32,32", "--mem-size", "32", "--size", "64", "--knn-every", "4",
+           "--log-every", "2"]
 
 
 @pytest.fixture
@@ -56,9 +60,7 @@ def learned_run(train_shards, tmp_path_factory) -> Path:
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        res = cli(*TINY, "--shards", str(train_shards), "--out", str(out), "--arch", "memdpc_r18",
-                  "--widths", "8,16,32,32", "--mem-size", "32", "--size", "64", "--epochs", "4", "--knn-every", "4",
-                  "--log-every", "2")
+        res = cli(*TINY, *LEARNED, "--shards", str(train_shards), "--out", str(out), "--epochs", "4")
     finally:
         torch.set_num_threads(before)
     assert res.exit_code == 0, res.output
@@ -156,14 +158,12 @@ def test_wrong_stream_shards_are_refused(train_shards, tmp_path):
 @pytest.mark.slow
 def test_mismatched_checkpoints_and_run_dirs_are_refused(learned_run, train_shards, tmp_path):
     last = learned_run / "checkpoints" / "last.pt"
-    same = ["--arch", "memdpc_r18", "--widths", "8,16,32,32", "--mem-size", "32", "--size", "64", "--knn-every", "4",
-            "--log-every", "2"]
     res = cli(*TINY, "--shards", str(train_shards), "--out", str(tmp_path / "a"), "--resume", str(last))
     assert res.exit_code == 2 and f"{last}: checkpoint is of another architecture" in res.output
-    res = cli(*TINY, *same, "--shards", str(train_shards), "--out", str(tmp_path / "b"), "--resume", str(last),
+    res = cli(*TINY, *LEARNED, "--shards", str(train_shards), "--out", str(tmp_path / "b"), "--resume", str(last),
               "--stream", "flow")
     assert res.exit_code == 2 and f"{last}: checkpoint was trained on the rgb stream, not flow" in res.output
-    res = cli(*TINY, *same, "--shards", str(train_shards), "--out", str(learned_run), "--lr", "0.01")
+    res = cli(*TINY, *LEARNED, "--shards", str(train_shards), "--out", str(learned_run), "--lr", "0.01")
     assert res.exit_code == 2
     assert "config.yaml: this run directory holds a different config (lr: 0.001 → 0.01)" in res.output
     junk = tmp_path / "junk.pt"
@@ -183,3 +183,24 @@ def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(train_shards, tmp_pat
     ckpt = read_checkpoint(out / "checkpoints" / "last.pt")
     assert ckpt["step"] == 1
     assert records(out, "train")[-1]["step"] == 1
+
+
+@pytest.mark.slow
+def test_full_disk_while_saving_keeps_the_previous_checkpoint(learned_run, train_shards, tmp_path, one_thread):
+    """Resume a copy of the learned run for one more epoch under a real file-size limit (EFBIG)."""
+    run = tmp_path / "run"
+    shutil.copytree(learned_run, run)
+    last = run / "checkpoints" / "last.pt"
+    before = last.read_bytes()
+    old_limit = resource.getrlimit(resource.RLIMIT_FSIZE)
+    old_handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (len(before) // 2, old_limit[1]))
+    try:
+        res = cli(*TINY, *LEARNED, "--shards", str(train_shards), "--out", str(run), "--epochs", "5")
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, old_limit)
+        signal.signal(signal.SIGXFSZ, old_handler)
+    assert res.exit_code == 2
+    assert f"{last}: could not write the checkpoint (File too large); the previous last.pt is unchanged" in res.output
+    assert last.read_bytes() == before
+    assert sorted(p.name for p in last.parent.iterdir()) == ["best.pt", "last.pt"]
