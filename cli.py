@@ -563,5 +563,33 @@ def eval_fuse(result_a: Path, result_b: Path, weights, out: Path | None) -> None
     fuse(result_a, result_b, out=out, weights=weights)
 
 
+# --------------------------------------------------------------------------------------------- bench
+@_group()
+def bench() -> None:
+    """Benchmarks: each prints a table and writes JSON."""
+
+
+main.add_command(bench)
+
+
+@bench.command("loader")
+@click.argument("shards", type=click.Path(path_type=Path, exists=True, file_okay=False))
+@click.option("--stream", type=click.Choice(["rgb", "flow"]), default="rgb", show_default=True, help="Stream.")
+@click.option("--split", default="train", show_default=True, help="Split whose shards are read.")
+@click.option("--size", type=int, default=128, show_default=True, help="Output clip size (full augmentation).")
+@click.option("--batch-size", type=int, default=8, show_default=True, help="Clips per batch.")
+@click.option("--batches", type=int, default=8, show_default=True, help="Timed batches per run (after 1 warm-up).")
+@click.option("--repeat", type=int, default=2, show_default=True, help="Alternating runs per loader (best counts).")
+@click.option("--workers", type=int, default=2, show_default=True, help="DataLoader workers / DALI threads.")
+@click.option("--device", default="cpu", show_default=True, help="cpu, or cuda for DALI mixed decode.")
+@click.option("--out", type=click.Path(path_type=Path), default=Path("bench/results/loader.json"),
+              show_default=True, help="JSON result file.")
+def bench_loader_cmd(shards: Path, **kw) -> None:
+    """DALI vs the torch loader on SHARDS: clips/s and CPU-ms per clip, with full augmentation and with none."""
+    from memdpc.bench.loader import LoaderBench, bench_loader
+
+    bench_loader(LoaderBench(shards=shards, **kw))
+
+
 if __name__ == "__main__":
     main()

@@ -1,0 +1,206 @@
+"""Benchmark: the DALI loader against the torch reference loader, side by side, on the same shards.
+
+Runs alternate (torch, DALI, torch, DALI, … for full augmentation, then for augmentation off = decode and a
+centre crop at the frame's own size, i.e. no resampling), so machine load hits both alike. Each run reads
+``--batches`` batches after one warm-up batch (pipeline build, worker start) and reports clips/s (wall) and
+CPU-ms per clip (this process and its DataLoader workers, all threads), best of ``--repeat``. The figure of
+merit is the DALI / torch clips/s ratio (target on CPU: ≥ 1.0 with full augmentation).
+
+    memdpc bench loader SHARDS [--stream rgb --split train --size 128 --batch-size 8 --batches 8]
+    python bench/loader.py [SHARDS]   # without SHARDS: renders a synthetic shard set first
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import psutil
+from rich.console import Console
+from rich.table import Table
+
+from memdpc.atomic import write_json_atomic
+from memdpc.errors import UserError
+from memdpc.pipeline.augment import AugmentSpec
+from memdpc.pipeline.loader import dali_available, make_loader
+from memdpc.pipeline.manifest import load_manifest
+
+DEFAULT_OUT = Path("bench/results/loader.json")
+
+
+@dataclass
+class LoaderBench:
+    shards: Path
+    stream: str = "rgb"
+    split: str = "train"
+    size: int = 128
+    batch_size: int = 8
+    batches: int = 8
+    repeat: int = 2
+    workers: int = 2
+    device: str = "cpu"
+    out: Path = DEFAULT_OUT
+
+
+def _cpu_seconds(proc: psutil.Process) -> float:
+    """CPU time of this process (all threads) and of its live children (DataLoader workers)."""
+    total = sum(proc.cpu_times()[:2])
+    for child in proc.children(recursive=True):
+        try:
+            total += sum(child.cpu_times()[:2])
+        except psutil.NoSuchProcess:
+            pass
+    return total
+
+
+def time_loader(cfg: LoaderBench, backend: str, augment: bool, frame_side: int) -> dict:
+    """One run: warm up on a batch, then time ``cfg.batches`` batches (wall and CPU)."""
+    spec = AugmentSpec() if augment else AugmentSpec.off()
+    size = cfg.size if augment else frame_side
+    loader = make_loader(
+        cfg.shards,
+        cfg.stream,
+        cfg.split,
+        train=True,
+        batch_size=cfg.batch_size,
+        backend=backend,
+        size=size,
+        num_workers=cfg.workers,
+        device=cfg.device,
+        spec=spec,
+        drop_last=True,
+    )
+    if len(loader) < cfg.batches + 1:
+        raise UserError(
+            f"{cfg.shards}: an epoch has {len(loader)} batches of {cfg.batch_size}; the bench "
+            f"needs {cfg.batches + 1} (use fewer --batches or a smaller --batch-size)"
+        )
+    proc = psutil.Process()
+    it = iter(loader)
+    next(it)
+    t0, c0 = time.perf_counter(), _cpu_seconds(proc)
+    clips = 0
+    for _ in range(cfg.batches):
+        clips += next(it).clips.shape[0]
+    wall, cpu = time.perf_counter() - t0, _cpu_seconds(proc) - c0
+    it.close()
+    return {
+        "clips": clips,
+        "seconds": wall,
+        "clips_per_s": clips / wall,
+        "cpu_ms_per_clip": 1000 * cpu / clips,
+    }
+
+
+def bench_loader(cfg: LoaderBench, console: Console | None = None) -> dict:
+    """Alternating runs of both backends, with and without augmentation; prints a table, writes JSON."""
+    console = console or Console()
+    if not dali_available():
+        raise UserError(
+            "the loader bench compares DALI with the torch loader, but nvidia-dali is not installed"
+        )
+    manifest = load_manifest(cfg.shards, cfg.stream, cfg.split)
+    side = min(manifest["frame_size"])
+    best: dict[tuple[str, str], dict] = {}
+    for _ in range(cfg.repeat):
+        for augment in (True, False):
+            for backend in ("torch", "dali"):
+                key = (backend, "full" if augment else "off")
+                run = time_loader(cfg, backend, augment, side)
+                if key not in best or run["clips_per_s"] > best[key]["clips_per_s"]:
+                    best[key] = run
+    rows = []
+    for aug in ("full", "off"):
+        base = best[("torch", aug)]["clips_per_s"]
+        for backend in ("torch", "dali"):
+            r = best[(backend, aug)]
+            rows.append(
+                {"backend": backend, "augmentation": aug, **r, "ratio_to_torch": r["clips_per_s"] / base}
+            )
+    _print(cfg, manifest, rows, console)
+    result = {
+        "config": {k: str(v) for k, v in asdict(cfg).items()},
+        "frame_size": manifest["frame_size"],
+        "results": rows,
+    }
+    write_json_atomic(cfg.out, result)
+    return result
+
+
+def _print(cfg: LoaderBench, manifest: dict, rows: list[dict], console: Console) -> None:
+    h, w = manifest["frame_size"]
+    table = Table(
+        title=f"loaders on {cfg.shards}/{cfg.stream} ({h}×{w} JPEG frames, 40 per clip), output "
+        f"{cfg.size}² (aug off: {min(h, w)}²), batch {cfg.batch_size}, {cfg.workers} workers/threads, "
+        f"best of {cfg.repeat}"
+    )
+    for col in ("backend", "augmentation", "clips", "clips/s", "CPU-ms/clip", "× torch"):
+        table.add_column(col, justify="left" if col in ("backend", "augmentation") else "right")
+    for r in rows:
+        table.add_row(
+            r["backend"],
+            r["augmentation"],
+            str(r["clips"]),
+            f"{r['clips_per_s']:.1f}",
+            f"{r['cpu_ms_per_clip']:.1f}",
+            f"{r['ratio_to_torch']:.2f}",
+        )
+    console.print(table)
+    full = next(r for r in rows if r["backend"] == "dali" and r["augmentation"] == "full")
+    target = 1000.0 if cfg.device.startswith("cuda") else None
+    if target:
+        met = full["clips_per_s"] >= target
+        console.print(
+            f"DALI on {cfg.device}: {full['clips_per_s']:.0f} clips/s (target ≥ {target:.0f}): "
+            f"{'[green]met' if met else '[red]missed'}"
+        )
+    else:
+        met = full["ratio_to_torch"] >= 1.0
+        console.print(
+            f"DALI CPU / torch with full augmentation: {full['ratio_to_torch']:.2f}× (target ≥ 1.0): "
+            f"{'[green]met' if met else '[red]missed'}"
+        )
+
+
+def synthetic_shards(root: Path, videos: int, frames: int, side: int) -> Path:
+    """Render and shard a synthetic train set (for running this file without a shard set)."""
+    from memdpc.bench.shard import make_archives
+    from memdpc.pipeline.shard import shard_stream
+
+    records = make_archives(root / "archives", videos, frames, side)
+    shard_stream(root / "archives", records, "rgb", root / "shards", "train", window_step=10, max_count=4)
+    return root / "shards"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("shards", type=Path, nargs="?", help="Shard directory (default: render a synthetic set).")
+    ap.add_argument("--videos", type=int, default=12, help="Synthetic set: videos.")
+    ap.add_argument("--frames", type=int, default=200, help="Synthetic set: frames per video.")
+    ap.add_argument("--frame-size", type=int, default=256, help="Synthetic set: frame side in pixels.")
+    for f in ("size", "batch_size", "batches", "repeat", "workers"):
+        ap.add_argument(f"--{f.replace('_', '-')}", type=int, default=getattr(LoaderBench, f))
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory(prefix="bench-loader-") as tmp:
+        shards = args.shards or synthetic_shards(Path(tmp), args.videos, args.frames, args.frame_size)
+        bench_loader(
+            LoaderBench(
+                shards=shards,
+                size=args.size,
+                batch_size=args.batch_size,
+                batches=args.batches,
+                repeat=args.repeat,
+                workers=args.workers,
+                device=args.device,
+                out=args.out,
+            )
+        )
+
+
+if __name__ == "__main__":
+    main()
