@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from memdpc.cli import main
-from memdpc.eval.results import load_result
+from memdpc.eval.results import load_result, save_result
 from memdpc.eval.run import evaluate
 
 from .conftest import run_cli
@@ -72,19 +72,24 @@ def test_empty_split_and_differing_label_sets_are_refused(eval_data, checkpoints
                     "classes differ")
 
 
-def test_fuse_writes_the_mean_and_refuses_other_splits(eval_data, checkpoints, tmp_path):
-    for stream in ("rgb", "flow"):
-        res = _cli("eval", "probe", str(checkpoints[stream]), "--shards", str(eval_data.shards),
-                   "--out", str(tmp_path), "--epochs", "2", *OPTS)
-        assert res.exit_code == 0, res.output
-    rgb, flow = tmp_path / "probe-linear-rgb.json", tmp_path / "probe-linear-flow.json"
+def _probs_result(path, stream, probs, **over):
+    result = {"kind": "probe-linear", "stream": stream, "dataset": "syn", "split": "test", "classes": ["a", "b"],
+              "metrics": {}, **over}
+    arrays = {"video_ids": np.array(["v1", "v2"]), "labels": np.array([0, 1]), "probs": np.array(probs, np.float32)}
+    return save_result(path, result, arrays)
+
+
+def test_fuse_writes_the_mean_and_refuses_other_datasets_and_splits(tmp_path):
+    # the fusion math is tested in test_fusion.py; here: the two spellings of the command and their errors
+    rgb = _probs_result(tmp_path / "rgb.json", "rgb", [[0.8, 0.2], [0.6, 0.4]])
+    flow = _probs_result(tmp_path / "flow.json", "flow", [[0.2, 0.8], [0.0, 1.0]])
     res = _cli("eval", "--fuse", str(rgb), str(flow), "--fuse-out", str(tmp_path / "fused.json"))
+    assert res.exit_code == 0 and "top1" in res.output, res.output
+    np.testing.assert_allclose(load_result(tmp_path / "fused.json")[1]["probs"], [[0.5, 0.5], [0.3, 0.7]])
+    res = _cli("eval", "fuse", str(rgb), str(flow), "--weights", "3", "1", "--out", str(tmp_path / "w.json"))
     assert res.exit_code == 0, res.output
-    _, fused = load_result(tmp_path / "fused.json")
-    mean = (load_result(rgb)[1]["probs"] + load_result(flow)[1]["probs"]) / 2
-    np.testing.assert_allclose(fused["probs"], mean, atol=1e-6)
-    other = json.loads(flow.read_text())
-    (tmp_path / "other.json").write_text(json.dumps({**other, "split": "val"}))
-    _one_line_error(_cli("eval", "fuse", str(rgb), str(tmp_path / "other.json")), "split 'val' differs")
-    (tmp_path / "ds.json").write_text(json.dumps({**other, "dataset": "hmdb51"}))
-    _one_line_error(_cli("eval", "--fuse", str(rgb), str(tmp_path / "ds.json")), "dataset 'hmdb51' differs")
+    np.testing.assert_allclose(load_result(tmp_path / "w.json")[1]["probs"][1], [0.45, 0.55], atol=1e-6)
+    other = _probs_result(tmp_path / "val.json", "flow", [[0, 1], [0, 1]], split="val")
+    _one_line_error(_cli("eval", "fuse", str(rgb), str(other)), "split 'val' differs")
+    other = _probs_result(tmp_path / "ds.json", "flow", [[0, 1], [0, 1]], dataset="hmdb51")
+    _one_line_error(_cli("eval", "--fuse", str(rgb), str(other)), "dataset 'hmdb51' differs")
