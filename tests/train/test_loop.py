@@ -89,8 +89,9 @@ def test_short_run_lowers_the_loss_and_records_everything(learned_run):
 
 @pytest.mark.slow
 def test_sigkill_mid_epoch_and_resume_give_bit_identical_weights(train_shards, tmp_path):
-    """Two epochs of 4 steps, checkpoints every 3 steps (mid-epoch), a DataLoader worker, validation each epoch."""
-    args = [*TINY, "--shards", str(train_shards), "--epochs", "2", "--ckpt-every-steps", "3", "--num-workers", "1"]
+    """Two epochs of 4 steps, checkpoints every 3 steps (mid-epoch), a DataLoader worker."""
+    args = [*TINY, "--shards", str(train_shards), "--epochs", "2", "--ckpt-every-steps", "3", "--num-workers", "1",
+            "--val-split", "none"]
     whole = subprocess.Popen(train_cmd(*args, "--out", str(tmp_path / "whole")), env=subprocess_env(),
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     killed = subprocess.Popen(train_cmd(*args, "--out", str(tmp_path / "killed")), env=subprocess_env(),
@@ -126,7 +127,7 @@ def test_torchrun_two_gloo_ranks_train_and_agree(train_shards, tmp_path):
     out = tmp_path / "ddp"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
            "-m", "memdpc.cli", "train", *TINY, "--shards", str(train_shards), "--out", str(out), "--epochs", "2",
-           "--global-negatives"]
+           "--global-negatives", "--val-split", "none"]
     res = subprocess.run(cmd, env=subprocess_env(), capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
     ckpt = read_checkpoint(out / "checkpoints" / "last.pt")
@@ -138,7 +139,8 @@ def test_torchrun_two_gloo_ranks_train_and_agree(train_shards, tmp_path):
     assert ckpt["rank_digests"] == [digest, digest]
     assert records(out, "train")[0]["top1"] <= 1
     # the run resumes only with the same number of processes
-    res = cli(*TINY, "--shards", str(train_shards), "--out", str(out), "--epochs", "3", "--global-negatives")
+    res = cli(*TINY, "--shards", str(train_shards), "--out", str(out), "--epochs", "3", "--global-negatives",
+              "--val-split", "none")
     assert res.exit_code == 2 and "written by 2 process(es)" in res.output
 
 
