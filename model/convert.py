@@ -24,8 +24,13 @@ from memdpc.model.resnet2d3d import DEPTHS
 
 _GRU_CELL = re.compile(r"^(ConvGRUCell_00|cell_list\.0)\.")
 _AGG = {"agg": "agg_f", "agg_f": "agg_f", "convrnn": "agg_f", "agg_b": "agg_b"}
-_PLAIN = {"backbone": "backbone", "resnet": "backbone", "network_pred": "predictor",
-          "final_bn": "head.final_bn", "final_fc": "head.final_fc"}
+_PLAIN = {
+    "backbone": "backbone",
+    "resnet": "backbone",
+    "network_pred": "predictor",
+    "final_bn": "head.final_bn",
+    "final_fc": "head.final_fc",
+}
 
 
 @dataclass
@@ -46,8 +51,12 @@ def load_file(path: Path) -> dict:
         raise UserError(f"{path}: no such checkpoint file")
     scalar = np._core.multiarray.scalar
     # files written under numpy 1 name the scalar constructor numpy.core.multiarray.scalar
-    safe = [np.dtype, scalar, (scalar, "numpy.core.multiarray.scalar"),
-            *(type(np.dtype(c)) for c in "bBhHiIlLqQefdg?")]
+    safe = [
+        np.dtype,
+        scalar,
+        (scalar, "numpy.core.multiarray.scalar"),
+        *(type(np.dtype(c)) for c in "bBhHiIlLqQefdg?"),
+    ]
     try:
         with torch.serialization.safe_globals(safe):
             obj = torch.load(path, map_location="cpu", weights_only=True)
@@ -62,7 +71,9 @@ def load_file(path: Path) -> dict:
 def _state_dict_of(obj: dict, path: Path) -> dict[str, torch.Tensor]:
     sd = obj.get("state_dict", obj)
     if not isinstance(sd, dict) or not sd or not all(torch.is_tensor(v) for v in sd.values()):
-        raise UserError(f"{path}: no 'state_dict' of tensors in this checkpoint (keys: {', '.join(map(str, obj))})")
+        raise UserError(
+            f"{path}: no 'state_dict' of tensors in this checkpoint (keys: {', '.join(map(str, obj))})"
+        )
     return sd
 
 
@@ -87,14 +98,16 @@ def _map_reference(sd: dict[str, torch.Tensor], path: Path) -> tuple[dict[str, t
         if new is None:
             unused.append(key)
         elif new in out and not torch.equal(out[new], value):
-            raise UserError(f"{path}: duplicated GRU tensor {key} differs from its twin; the file is inconsistent")
+            raise UserError(
+                f"{path}: duplicated GRU tensor {key} differs from its twin; the file is inconsistent"
+            )
         else:
             out[new] = value
     return out, unused
 
 
 def _count(sd: dict, prefix: str) -> int:
-    return len({k[len(prefix):].split(".")[0] for k in sd if k.startswith(prefix)})
+    return len({k[len(prefix) :].split(".")[0] for k in sd if k.startswith(prefix)})
 
 
 def _infer_config(sd: dict[str, torch.Tensor], path: Path) -> tuple[str, dict]:
@@ -103,8 +116,11 @@ def _infer_config(sd: dict[str, torch.Tensor], path: Path) -> tuple[str, dict]:
     if depth is None:
         raise UserError(f"{path}: no 2D3D-ResNet18/34 encoder found (blocks per stage {blocks})")
     widths = [sd[f"backbone.layer{i}.0.conv1.weight"].shape[0] for i in range(1, 5)]
-    cfg = {"widths": widths, "bidirectional": any(k.startswith("agg_b.") for k in sd),
-           "track_running_stats": "backbone.bn1.running_mean" in sd}
+    cfg = {
+        "widths": widths,
+        "bidirectional": any(k.startswith("agg_b.") for k in sd),
+        "track_running_stats": "backbone.bn1.running_mean" in sd,
+    }
     if "head.final_fc.1.weight" in sd:
         return f"classifier_r{depth}", {**cfg, "num_classes": sd["head.final_fc.1.weight"].shape[0]}
     if "memory" in sd:
@@ -120,10 +136,13 @@ def import_reference(sd: dict[str, torch.Tensor], path: Path = Path("<state_dict
     own = model.state_dict()
     for key, value in mapped.items():
         if key in own and own[key].shape != value.shape:
-            raise UserError(f"{path}: {key} has shape {tuple(value.shape)}, the model expects {tuple(own[key].shape)}")
+            raise UserError(
+                f"{path}: {key} has shape {tuple(value.shape)}, the model expects {tuple(own[key].shape)}"
+            )
     unused += [k for k in mapped if k not in own]
     model.load_state_dict({k: v for k, v in mapped.items() if k in own}, strict=False)
-    missing = sorted(k for k in own if k not in mapped)  # load_state_dict forgives absent BN counters; we report
+    # load_state_dict forgives absent BatchNorm counters; report them anyway
+    missing = sorted(k for k in own if k not in mapped)
     return model, ConvertReport(name.split("_r")[0], model.config, sorted(unused), missing)
 
 
@@ -133,9 +152,14 @@ def export_reference(state_dict: dict[str, torch.Tensor], config: dict) -> tuple
     if family == "dpc" and config.get("bidirectional"):
         raise UserError("a bidirectional DPC model has no counterpart in the reference DPC code")
     uni_clf = family == "classifier" and not config.get("bidirectional", True)
-    names = {"memory": "mb", "predictor": "network_pred", "head": "",
-             "backbone": "resnet" if uni_clf else "backbone",
-             "agg_f": "agg" if family == "dpc" else "convrnn" if uni_clf else "agg_f", "agg_b": "agg_b"}
+    names = {
+        "memory": "mb",
+        "predictor": "network_pred",
+        "head": "",
+        "backbone": "resnet" if uni_clf else "backbone",
+        "agg_f": "agg" if family == "dpc" else "convrnn" if uni_clf else "agg_f",
+        "agg_b": "agg_b",
+    }
     prefix = "module." if family == "dpc" else ""
     out, unused = {}, []
     for key, value in state_dict.items():
@@ -159,14 +183,24 @@ def convert_file(src: Path, dst: Path, to: str = "memdpc", stream: str | None = 
     obj = load_file(src)
     if to == "memdpc":
         model, report = import_reference(_state_dict_of(obj, src), src)
-        out = {"model": model.state_dict(), "model_config": model.config, "stream": stream,
-               "epoch": obj.get("epoch"), "converted_from": str(src)}
+        out = {
+            "model": model.state_dict(),
+            "model_config": model.config,
+            "stream": stream,
+            "epoch": obj.get("epoch"),
+            "converted_from": str(src),
+        }
     elif to == "reference":
         if "model" not in obj or "model_config" not in obj:
             raise UserError(f"{src}: not a memdpc checkpoint (needs 'model' and 'model_config')")
         sd, report = export_reference(obj["model"], obj["model_config"])
-        out = {"epoch": obj.get("epoch", 0), "state_dict": sd, "best_acc": 0.0, "optimizer": None,
-               "iteration": obj.get("step", 0)}
+        out = {
+            "epoch": obj.get("epoch", 0),
+            "state_dict": sd,
+            "best_acc": 0.0,
+            "optimizer": None,
+            "iteration": obj.get("step", 0),
+        }
         if report.kind == "classifier":
             out["backbone"] = f"resnet{obj['model_config']['name'].split('_r')[1]}"
     else:

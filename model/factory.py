@@ -19,9 +19,11 @@ from memdpc.model.heads import Classifier
 from memdpc.model.memdpc import MemDPC
 
 # family -> (class, fixed arguments, overridable defaults)
-_FAMILIES = {"memdpc": (MemDPC, {"memory": True}, {"bidirectional": True}),
-             "dpc": (MemDPC, {"memory": False}, {"bidirectional": False}),
-             "classifier": (Classifier, {}, {})}
+_FAMILIES = {
+    "memdpc": (MemDPC, {"memory": True}, {"bidirectional": True}),
+    "dpc": (MemDPC, {"memory": False}, {"bidirectional": False}),
+    "classifier": (Classifier, {}, {}),
+}
 MODEL_NAMES = tuple(f"{fam}_r{d}" for fam in _FAMILIES for d in (18, 34))
 
 
@@ -46,7 +48,9 @@ def create_model(name: str, seed: int | None = None, **kw) -> nn.Module:
     allowed = set(inspect.signature(cls.__init__).parameters) - {"self", *fixed}
     unknown = sorted(set(kw) - allowed)
     if unknown:
-        raise UserError(f"model {name}: unknown option(s) {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}")
+        raise UserError(
+            f"model {name}: unknown option(s) {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}"
+        )
     kw = {**defaults, **kw}
     if "widths" in kw:
         kw["widths"] = tuple(kw["widths"])

@@ -31,8 +31,13 @@ class MLPHead(nn.Module):
 
     def __init__(self, in_dim: int, num_classes: int, hidden: int = 512, dropout: float = 0.5):
         super().__init__()
-        self.net = nn.Sequential(nn.BatchNorm1d(in_dim), nn.Linear(in_dim, hidden), nn.ReLU(inplace=True),
-                                 nn.Dropout(dropout), nn.Linear(hidden, num_classes))
+        self.net = nn.Sequential(
+            nn.BatchNorm1d(in_dim),
+            nn.Linear(in_dim, hidden),
+            nn.ReLU(inplace=True),
+            nn.Dropout(dropout),
+            nn.Linear(hidden, num_classes),
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x)
@@ -60,9 +65,17 @@ class Classifier(nn.Module):
     :meth:`from_pretrained`, or from scratch (random init) with ``create_model("classifier_r18", ...)``.
     """
 
-    def __init__(self, num_classes: int, depth: int = 18, widths: Sequence[int] = DEFAULT_WIDTHS, *,
-                 bidirectional: bool = True, dropout: float = 0.9, gru_dropout: float = 0.1,
-                 track_running_stats: bool = True):
+    def __init__(
+        self,
+        num_classes: int,
+        depth: int = 18,
+        widths: Sequence[int] = DEFAULT_WIDTHS,
+        *,
+        bidirectional: bool = True,
+        dropout: float = 0.9,
+        gru_dropout: float = 0.1,
+        track_running_stats: bool = True,
+    ):
         super().__init__()
         self.backbone = ResNet2d3d(depth, widths, track_running_stats)
         dim = self.backbone.out_channels
@@ -73,9 +86,15 @@ class Classifier(nn.Module):
                 init_orthogonal(m, 1.0)
         self.feature_dim = dim * (2 if bidirectional else 1)
         self.head = LinearHead(self.feature_dim, num_classes, dropout)
-        self.hparams = dict(num_classes=num_classes, depth=depth, widths=list(self.backbone.widths),
-                            bidirectional=bidirectional, dropout=dropout, gru_dropout=gru_dropout,
-                            track_running_stats=track_running_stats)
+        self.hparams = dict(
+            num_classes=num_classes,
+            depth=depth,
+            widths=list(self.backbone.widths),
+            bidirectional=bidirectional,
+            dropout=dropout,
+            gru_dropout=gru_dropout,
+            track_running_stats=track_running_stats,
+        )
         self.config: dict = {}
 
     @classmethod
@@ -84,8 +103,15 @@ class Classifier(nn.Module):
         from memdpc.model.factory import finish_config
 
         hp = model.hparams
-        clf = cls(num_classes, hp["depth"], hp["widths"], bidirectional=hp["bidirectional"], dropout=dropout,
-                  gru_dropout=hp["gru_dropout"], track_running_stats=hp["track_running_stats"])
+        clf = cls(
+            num_classes,
+            hp["depth"],
+            hp["widths"],
+            bidirectional=hp["bidirectional"],
+            dropout=dropout,
+            gru_dropout=hp["gru_dropout"],
+            track_running_stats=hp["track_running_stats"],
+        )
         clf.backbone.load_state_dict(copy.deepcopy(model.backbone.state_dict()))
         clf.agg_f.load_state_dict(copy.deepcopy(model.agg_f.state_dict()))
         if clf.agg_b is not None:

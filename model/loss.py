@@ -25,7 +25,9 @@ def _gather_targets(targets: torch.Tensor) -> tuple[torch.Tensor, int]:
     return torch.cat(all_gather(targets)), dist.get_rank() * targets.shape[0]
 
 
-def topk_accuracy(scores: torch.Tensor, labels: torch.Tensor, ks: tuple[int, ...] = (1, 5)) -> list[torch.Tensor]:
+def topk_accuracy(
+    scores: torch.Tensor, labels: torch.Tensor, ks: tuple[int, ...] = (1, 5)
+) -> list[torch.Tensor]:
     """Fraction of rows whose label is among the k highest scores (k capped at the number of columns)."""
     kmax = min(max(ks), scores.shape[1])
     top = scores.topk(kmax, dim=1).indices  # (rows, kmax)
@@ -33,8 +35,9 @@ def topk_accuracy(scores: torch.Tensor, labels: torch.Tensor, ks: tuple[int, ...
     return [hit[:, : min(k, kmax)].any(dim=1).float().mean() for k in ks]
 
 
-def dense_infonce(pred: torch.Tensor, target: torch.Tensor, temperature: float | None = None,
-                  global_negatives: bool = False) -> dict[str, torch.Tensor]:
+def dense_infonce(
+    pred: torch.Tensor, target: torch.Tensor, temperature: float | None = None, global_negatives: bool = False
+) -> dict[str, torch.Tensor]:
     """Contrastive loss of predictions against targets, both (B, T, D, H, W).
 
     Scores are raw dot products (the reference), or cosine similarities divided by ``temperature`` when one

@@ -49,14 +49,29 @@ def pooled_context(z: torch.Tensor, agg_f: ConvGRU, agg_b: ConvGRU | None) -> to
 class MemDPC(nn.Module):
     """MemDPC (``memory=True``) or the DPC baseline (``memory=False``: φ outputs ẑ directly)."""
 
-    def __init__(self, depth: int = 18, widths: Sequence[int] = DEFAULT_WIDTHS, *, memory: bool = True,
-                 bidirectional: bool = True, mem_size: int = 1024, pred_steps: int = 3, num_blocks: int = 8,
-                 block_len: int = 5, input_size: int = 128, temperature: float | None = None,
-                 global_negatives: bool = False, track_running_stats: bool = True, gru_dropout: float = 0.1,
-                 init_gain: float = 0.1):
+    def __init__(
+        self,
+        depth: int = 18,
+        widths: Sequence[int] = DEFAULT_WIDTHS,
+        *,
+        memory: bool = True,
+        bidirectional: bool = True,
+        mem_size: int = 1024,
+        pred_steps: int = 3,
+        num_blocks: int = 8,
+        block_len: int = 5,
+        input_size: int = 128,
+        temperature: float | None = None,
+        global_negatives: bool = False,
+        track_running_stats: bool = True,
+        gru_dropout: float = 0.1,
+        init_gain: float = 0.1,
+    ):
         super().__init__()
         if not 0 < pred_steps < num_blocks:
-            raise ValueError(f"pred_steps must be in 1..num_blocks-1, got {pred_steps} of {num_blocks} blocks")
+            raise ValueError(
+                f"pred_steps must be in 1..num_blocks-1, got {pred_steps} of {num_blocks} blocks"
+            )
         self.pred_steps, self.temperature, self.global_negatives = pred_steps, temperature, global_negatives
         # creation order (backbone, memory, GRUs, predictor) follows the reference
         self.backbone = ResNet2d3d(depth, widths, track_running_stats)
@@ -67,17 +82,29 @@ class MemDPC(nn.Module):
             self.register_parameter("memory", None)
         self.agg_f = ConvGRU(dim, dim, 1, gru_dropout)
         self.agg_b = ConvGRU(dim, dim, 1, gru_dropout) if bidirectional else None
-        self.predictor = nn.Sequential(nn.Conv2d(dim, dim, 1), nn.ReLU(inplace=True),
-                                       nn.Conv2d(dim, mem_size if memory else dim, 1))
+        self.predictor = nn.Sequential(
+            nn.Conv2d(dim, dim, 1), nn.ReLU(inplace=True), nn.Conv2d(dim, mem_size if memory else dim, 1)
+        )
         for m in (self.agg_f, self.agg_b, self.predictor):
             if m is not None:
                 init_orthogonal(m, init_gain)
         self.feature_dim = dim * (2 if bidirectional else 1)
-        self.hparams = dict(depth=depth, widths=list(self.backbone.widths), memory=memory,
-                            bidirectional=bidirectional, mem_size=mem_size, pred_steps=pred_steps,
-                            num_blocks=num_blocks, block_len=block_len, input_size=input_size,
-                            temperature=temperature, global_negatives=global_negatives,
-                            track_running_stats=track_running_stats, gru_dropout=gru_dropout, init_gain=init_gain)
+        self.hparams = dict(
+            depth=depth,
+            widths=list(self.backbone.widths),
+            memory=memory,
+            bidirectional=bidirectional,
+            mem_size=mem_size,
+            pred_steps=pred_steps,
+            num_blocks=num_blocks,
+            block_len=block_len,
+            input_size=input_size,
+            temperature=temperature,
+            global_negatives=global_negatives,
+            track_running_stats=track_running_stats,
+            gru_dropout=gru_dropout,
+            init_gain=init_gain,
+        )
         self.config: dict = {}  # set by the factory: create_model(**model.config) rebuilds this model
 
     # ------------------------------------------------------------------ prediction
@@ -113,8 +140,9 @@ class MemDPC(nn.Module):
             dirs.append(("b", self.agg_b, z.flip(1)))
         out: dict[str, torch.Tensor] = {}
         for tag, agg, seq in dirs:
-            res = dense_infonce(self.rollout(agg, seq), seq[:, -self.pred_steps:], self.temperature,
-                                self.global_negatives)
+            res = dense_infonce(
+                self.rollout(agg, seq), seq[:, -self.pred_steps :], self.temperature, self.global_negatives
+            )
             out.update({f"{k}_{tag}": v for k, v in res.items()})
         out["loss"] = sum(out[f"loss_{t}"] for t, _, _ in dirs)
         for k in ("top1", "top5"):

@@ -23,8 +23,15 @@ class BasicBlock(nn.Module):
     ``final_relu=False`` leaves the output unrectified (used for the very last block of the encoder).
     """
 
-    def __init__(self, in_ch: int, out_ch: int, stride: int, temporal: bool, track_running_stats: bool,
-                 final_relu: bool = True):
+    def __init__(
+        self,
+        in_ch: int,
+        out_ch: int,
+        stride: int,
+        temporal: bool,
+        track_running_stats: bool,
+        final_relu: bool = True,
+    ):
         super().__init__()
         k, pad = ((3, 3, 3), (1, 1, 1)) if temporal else ((1, 3, 3), (0, 1, 1))
         st = (stride, stride, stride) if temporal else (1, stride, stride)
@@ -51,7 +58,9 @@ class BasicBlock(nn.Module):
 class ResNet2d3d(nn.Module):
     """(2+3D)-ResNet: (B', 3, T, H, W) -> (B', widths[-1], ceil(T/4), H/32, W/32), not rectified."""
 
-    def __init__(self, depth: int = 18, widths: Sequence[int] = DEFAULT_WIDTHS, track_running_stats: bool = True):
+    def __init__(
+        self, depth: int = 18, widths: Sequence[int] = DEFAULT_WIDTHS, track_running_stats: bool = True
+    ):
         super().__init__()
         if depth not in DEPTHS:
             raise ValueError(f"depth must be one of {sorted(DEPTHS)}, got {depth}")
@@ -68,8 +77,16 @@ class ResNet2d3d(nn.Module):
             blocks = []
             for j in range(n):
                 last = i == 3 and j == n - 1
-                blocks.append(BasicBlock(in_ch, w, stride=2 if (i > 0 and j == 0) else 1, temporal=i >= 2,
-                                         track_running_stats=track_running_stats, final_relu=not last))
+                blocks.append(
+                    BasicBlock(
+                        in_ch,
+                        w,
+                        stride=2 if (i > 0 and j == 0) else 1,
+                        temporal=i >= 2,
+                        track_running_stats=track_running_stats,
+                        final_relu=not last,
+                    )
+                )
                 in_ch = w
             setattr(self, f"layer{i + 1}", nn.Sequential(*blocks))
         self.out_channels = in_ch

@@ -24,10 +24,19 @@ def _reference_memdpc(seed: int = 0) -> dict[str, torch.Tensor]:
     g = torch.Generator().manual_seed(seed)
     backbone = create_model("memdpc_r18", widths=TINY).backbone.state_dict()
     sd = {"mb": torch.randn(16, 64, generator=g)}
-    sd.update({f"backbone.{k}": torch.randn(v.shape, generator=g) if v.is_floating_point() else v
-               for k, v in backbone.items()})
-    sd.update({f"backbone.{k}": torch.rand(v.shape, generator=g) + 0.5 for k, v in backbone.items()
-               if k.endswith("running_var")})
+    sd.update(
+        {
+            f"backbone.{k}": torch.randn(v.shape, generator=g) if v.is_floating_point() else v
+            for k, v in backbone.items()
+        }
+    )
+    sd.update(
+        {
+            f"backbone.{k}": torch.rand(v.shape, generator=g) + 0.5
+            for k, v in backbone.items()
+            if k.endswith("running_var")
+        }
+    )
     for agg in ("agg_f", "agg_b"):
         for name in GATES:
             shape = (64, 128, 1, 1) if name.endswith("weight") else (64,)
@@ -58,8 +67,9 @@ def test_imports_a_reference_layout_checkpoint_file(tmp_path):
     sd["backbone.fc.weight"] = torch.zeros(1)  # a stray key must be reported, not used
     del sd["backbone.layer4.1.bn2.num_batches_tracked"]
     src = tmp_path / "epoch99.pth.tar"
-    _save_as_numpy1({"epoch": 99, "state_dict": sd, "best_acc": np.float64(0.4), "optimizer": {},
-                     "iteration": 7}, src)
+    _save_as_numpy1(
+        {"epoch": 99, "state_dict": sd, "best_acc": np.float64(0.4), "optimizer": {}, "iteration": 7}, src
+    )
     report = convert_file(src, tmp_path / "out" / "memdpc.pt", stream="rgb")
     assert report.kind == "memdpc" and report.unused == ["backbone.fc.weight"]
     assert report.missing == ["backbone.layer4.1.bn2.num_batches_tracked"]
@@ -71,15 +81,22 @@ def test_imports_a_reference_layout_checkpoint_file(tmp_path):
     assert torch.equal(model.memory, sd["mb"])
     assert torch.equal(model.agg_b.cell.out_gate.weight, sd["agg_b.cell_list.0.out_gate.weight"])
     assert torch.equal(model.predictor[2].bias, sd["network_pred.2.bias"])
-    assert torch.equal(model.backbone.layer3[0].downsample[1].running_var,
-                       sd["backbone.layer3.0.downsample.1.running_var"])
+    assert torch.equal(
+        model.backbone.layer3[0].downsample[1].running_var, sd["backbone.layer3.0.downsample.1.running_var"]
+    )
     assert [p.name for p in (tmp_path / "out").iterdir()] == ["memdpc.pt"]
 
 
-@pytest.mark.parametrize("name, kw", [("memdpc_r18", {}), ("memdpc_r18", {"bidirectional": False}),
-                                      ("dpc_r18", {"track_running_stats": False}),
-                                      ("classifier_r18", {"num_classes": 5}),
-                                      ("classifier_r18", {"num_classes": 5, "bidirectional": False})])
+@pytest.mark.parametrize(
+    "name, kw",
+    [
+        ("memdpc_r18", {}),
+        ("memdpc_r18", {"bidirectional": False}),
+        ("dpc_r18", {"track_running_stats": False}),
+        ("classifier_r18", {"num_classes": 5}),
+        ("classifier_r18", {"num_classes": 5, "bidirectional": False}),
+    ],
+)
 def test_export_then_import_round_trips_exactly(name, kw, clips):
     model = create_model(name, widths=TINY, seed=0, **kw).eval()
     ref, _ = export_reference(model.state_dict(), model.config)
@@ -90,8 +107,11 @@ def test_export_then_import_round_trips_exactly(name, kw, clips):
         assert torch.equal(v, back.state_dict()[k]), k
     back.eval()
     with torch.no_grad():
-        out, again = (model(clips), back(clips)) if name.startswith("classifier") else (
-            model.features(clips), back.features(clips))
+        out, again = (
+            (model(clips), back(clips))
+            if name.startswith("classifier")
+            else (model.features(clips), back.features(clips))
+        )
     assert torch.equal(out, again)
 
 
@@ -99,7 +119,9 @@ def test_export_layouts_follow_the_reference():
     dpc = create_model("dpc_r18", widths=TINY)
     ref, _ = export_reference(dpc.state_dict(), dpc.config)
     assert all(k.startswith("module.") for k in ref)
-    assert "module.agg.ConvGRUCell_00.reset_gate.weight" in ref and "module.agg.cell_list.0.out_gate.bias" in ref
+    assert (
+        "module.agg.ConvGRUCell_00.reset_gate.weight" in ref and "module.agg.cell_list.0.out_gate.bias" in ref
+    )
     clf = create_model("classifier_r18", widths=TINY, num_classes=3)
     ref, _ = export_reference(clf.state_dict(), clf.config)
     assert {"final_bn.running_mean", "final_fc.1.weight", "agg_b.cell_list.0.update_gate.weight"} <= set(ref)
@@ -116,7 +138,9 @@ def test_cli_converts_both_ways(tmp_path):
     res = runner.invoke(main, ["convert", str(src), str(tmp_path / "m.pt"), "--stream", "flow"])
     assert res.exit_code == 0, res.output
     assert "memdpc_r18" in res.output and "unused" in res.output
-    res = runner.invoke(main, ["convert", str(tmp_path / "m.pt"), str(tmp_path / "back.pth.tar"), "--to", "reference"])
+    res = runner.invoke(
+        main, ["convert", str(tmp_path / "m.pt"), str(tmp_path / "back.pth.tar"), "--to", "reference"]
+    )
     assert res.exit_code == 0, res.output
     back = torch.load(tmp_path / "back.pth.tar", weights_only=True)
     assert set(back) == {"epoch", "state_dict", "best_acc", "optimizer", "iteration"}
@@ -138,7 +162,9 @@ def _user_error(tmp_path: Path, obj=None, raw: bytes | None = None, to: str = "m
 
 
 def test_bad_checkpoints_are_user_errors(tmp_path):
-    assert "no such checkpoint" in str(pytest.raises(UserError, convert_file, tmp_path / "x", tmp_path / "y").value)
+    assert "no such checkpoint" in str(
+        pytest.raises(UserError, convert_file, tmp_path / "x", tmp_path / "y").value
+    )
     assert "not a readable PyTorch checkpoint" in _user_error(tmp_path, raw=b"\x80\x02}q\x00garbage")
     assert "expected a dict" in _user_error(tmp_path, [1, 2])
     assert "no 'state_dict'" in _user_error(tmp_path, {"epoch": 1})
@@ -148,8 +174,12 @@ def test_bad_checkpoints_are_user_errors(tmp_path):
     assert "differs from its twin" in _user_error(tmp_path, {"state_dict": sd})
     sd = _reference_memdpc()
     sd["network_pred.2.bias"] = torch.zeros(3)
-    assert "network_pred" not in (msg := _user_error(tmp_path, {"state_dict": sd})) and "predictor.2.bias" in msg
-    assert "not a memdpc checkpoint" in _user_error(tmp_path, {"state_dict": _reference_memdpc()}, to="reference")
+    assert (
+        "network_pred" not in (msg := _user_error(tmp_path, {"state_dict": sd})) and "predictor.2.bias" in msg
+    )
+    assert "not a memdpc checkpoint" in _user_error(
+        tmp_path, {"state_dict": _reference_memdpc()}, to="reference"
+    )
 
 
 def test_cli_reports_bad_file_in_one_line(tmp_path):

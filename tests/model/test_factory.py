@@ -14,8 +14,12 @@ def _params(model: torch.nn.Module) -> int:
 
 
 def test_parameter_counts_match_reference():
-    assert _params(create_model("memdpc_r18", bidirectional=True, mem_size=1024, input_size=128)) == 15_436_608
-    assert _params(create_model("memdpc_r34", bidirectional=True, mem_size=1024, input_size=224)) == 33_801_280
+    assert (
+        _params(create_model("memdpc_r18", bidirectional=True, mem_size=1024, input_size=128)) == 15_436_608
+    )
+    assert (
+        _params(create_model("memdpc_r34", bidirectional=True, mem_size=1024, input_size=224)) == 33_801_280
+    )
 
 
 def test_config_rebuilds_identical_model():
@@ -45,8 +49,9 @@ def test_all_names_build_and_defaults():
     assert create_model("classifier_r18", widths=TINY, num_classes=7).head.final_fc[1].out_features == 7
 
 
-@pytest.mark.parametrize("name, kw", [("memdpc_r50", {}), ("memdpc_r18", {"bogus": 1}),
-                                      ("memdpc_r18", {"pred_steps": 8})])
+@pytest.mark.parametrize(
+    "name, kw", [("memdpc_r50", {}), ("memdpc_r18", {"bogus": 1}), ("memdpc_r18", {"pred_steps": 8})]
+)
 def test_bad_names_and_options_are_user_errors(name, kw):
     with pytest.raises(UserError, match="model"):
         create_model(name, **kw)

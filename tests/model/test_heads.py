@@ -31,8 +31,11 @@ def test_linear_head_is_batchnorm_dropout_linear():
     head = LinearHead(6, 3, dropout=0.5).eval()
     x = torch.randn(10, 6)
     bn = head.final_bn
-    expected = F.linear((x - bn.running_mean) / torch.sqrt(bn.running_var + bn.eps), head.final_fc[1].weight,
-                        head.final_fc[1].bias)
+    expected = F.linear(
+        (x - bn.running_mean) / torch.sqrt(bn.running_var + bn.eps),
+        head.final_fc[1].weight,
+        head.final_fc[1].bias,
+    )
     torch.testing.assert_close(head(x), expected)
 
 

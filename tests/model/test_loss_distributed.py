@@ -24,8 +24,10 @@ def _worker(rank: int, world: int, init: str, out: str) -> None:
         pred, tgt = (t.requires_grad_() for t in _tensors(rank))
         res = dense_infonce(pred, tgt, global_negatives=True)
         res["loss"].backward()
-        torch.save({"loss": res["loss"].detach(), "pred_grad": pred.grad, "tgt_grad": tgt.grad},
-                   Path(out) / f"rank{rank}.pt")
+        torch.save(
+            {"loss": res["loss"].detach(), "pred_grad": pred.grad, "tgt_grad": tgt.grad},
+            Path(out) / f"rank{rank}.pt",
+        )
     finally:
         dist.destroy_process_group()
 
@@ -37,7 +39,9 @@ def test_global_negatives_match_one_process_over_the_joint_batch(tmp_path):
     preds, tgts = zip(*(tuple(t.requires_grad_() for t in _tensors(r)) for r in range(2)), strict=True)
     rows = [p.permute(0, 1, 3, 4, 2).reshape(-1, 8) for p in preds]
     cols = torch.cat([t.permute(0, 1, 3, 4, 2).reshape(-1, 8) for t in tgts])
-    losses = [torch.nn.functional.cross_entropy(r @ cols.t(), torch.arange(24) + 24 * k) for k, r in enumerate(rows)]
+    losses = [
+        torch.nn.functional.cross_entropy(r @ cols.t(), torch.arange(24) + 24 * k) for k, r in enumerate(rows)
+    ]
     sum(losses).backward()
     for r in range(2):
         torch.testing.assert_close(got[r]["loss"], losses[r].detach())

@@ -46,8 +46,9 @@ def test_encoder_targets_beat_shuffled_targets(clips):
 def _shared(dpc, mem):
     """DPC takes all of MemDPC's weights that it has a place for."""
     own = dpc.state_dict()
-    dpc.load_state_dict({k: v for k, v in mem.state_dict().items() if k in own and own[k].shape == v.shape},
-                        strict=False)
+    dpc.load_state_dict(
+        {k: v for k, v in mem.state_dict().items() if k in own and own[k].shape == v.shape}, strict=False
+    )
 
 
 def test_dpc_and_memdpc_differ_only_in_predictor_output_and_memory(clips):
@@ -56,7 +57,9 @@ def test_dpc_and_memdpc_differ_only_in_predictor_output_and_memory(clips):
     a, b = mem.state_dict(), dpc.state_dict()
     assert set(a) - set(b) == {"memory"} and set(b) <= set(a)
     assert [k for k in b if a[k].shape != b[k].shape] == ["predictor.2.weight", "predictor.2.bias"]
-    assert {k: v for k, v in mem.config.items() if k != "name"} == {k: v for k, v in dpc.config.items() if k != "name"}
+    assert {k: v for k, v in mem.config.items() if k != "name"} == {
+        k: v for k, v in dpc.config.items() if k != "name"
+    }
     _shared(dpc, mem)
     with torch.no_grad():
         torch.testing.assert_close(dpc.features(clips), mem.features(clips))

@@ -10,10 +10,19 @@ def test_r18_stage_shapes_for_a_5x128_block():
     with torch.no_grad():
         stages = net.stages(torch.randn(1, 3, 5, 128, 128))
     # (C, T, H, W) of stem conv, pool, res2, res3, res4, res5 (paper appendix table)
-    expected = [(64, 5, 64, 64), (64, 5, 32, 32), (64, 5, 32, 32), (128, 5, 16, 16), (256, 3, 8, 8), (256, 2, 4, 4)]
+    expected = [
+        (64, 5, 64, 64),
+        (64, 5, 32, 32),
+        (64, 5, 32, 32),
+        (128, 5, 16, 16),
+        (256, 3, 8, 8),
+        (256, 2, 4, 4),
+    ]
     assert [tuple(s.shape[1:]) for s in stages] == expected
     with torch.no_grad():
-        assert torch.equal(net(torch.zeros(1, 3, 5, 128, 128)), net.stages(torch.zeros(1, 3, 5, 128, 128))[-1])
+        assert torch.equal(
+            net(torch.zeros(1, 3, 5, 128, 128)), net.stages(torch.zeros(1, 3, 5, 128, 128))[-1]
+        )
 
 
 def test_last_block_is_not_rectified_and_earlier_ones_are():
@@ -28,7 +37,9 @@ def test_widths_and_depth_set_channels_and_blocks():
     net = ResNet2d3d(34, widths=(8, 8, 16, 24))
     assert net.out_channels == 24
     assert [len(getattr(net, f"layer{i}")) for i in range(1, 5)] == [3, 4, 6, 3]
-    kernels = {name: m.kernel_size for name, m in net.named_modules() if name.endswith("conv1") and "." in name}
+    kernels = {
+        name: m.kernel_size for name, m in net.named_modules() if name.endswith("conv1") and "." in name
+    }
     assert kernels["layer2.0.conv1"] == (1, 3, 3) and kernels["layer3.0.conv1"] == (3, 3, 3)
 
 
