@@ -365,19 +365,28 @@ def _train_options(fn):
 
 @main.command("train")
 @_train_options
-def train_cmd(config_file: Path | None, **options) -> None:
+@click.option("--init-only", is_flag=True,
+              help="Write the untrained, seeded model as <out>/checkpoints/init.pt and stop (random-init baseline).")
+def train_cmd(config_file: Path | None, init_only: bool, **options) -> None:
     """Self-supervised pretraining on one stream's shards (runs alone, under torchrun or srun).
 
     Example: memdpc train --stream rgb --shards shards/ --out runs/rgb. A run directory that already holds
     a checkpoint resumes exactly where it stopped.
     """
     from memdpc.train.config import config_from_dict, read_config_file
-    from memdpc.train.loop import train
 
     values = read_config_file(config_file) if config_file else {}
     values.update({k: v for k, v in options.items() if v is not None})
-    run_dir = train(config_from_dict(values, where=str(config_file or "options")))
-    Console(stderr=True).print(f"run directory: {run_dir}")
+    config = config_from_dict(values, where=str(config_file or "options"))
+    if init_only:
+        from memdpc.train.checkpoint import write_initial_checkpoint
+
+        path = write_initial_checkpoint(config, Path(config.out) / "checkpoints" / "init.pt")
+        Console(stderr=True).print(f"untrained checkpoint: {path}")
+        return
+    from memdpc.train.loop import train
+
+    Console(stderr=True).print(f"run directory: {train(config)}")
 
 
 # ------------------------------------------------------------------------------------------- convert
@@ -561,6 +570,22 @@ def eval_fuse(result_a: Path, result_b: Path, weights, out: Path | None) -> None
     from memdpc.eval.run import fuse
 
     fuse(result_a, result_b, out=out, weights=weights)
+
+
+# ---------------------------------------------------------------------------------------- quickstart
+@main.command("quickstart")
+@click.option("--out", type=click.Path(path_type=Path), default=Path("quickstart"), show_default=True,
+              help="Folder for everything the run makes (data, frames, shards, runs, eval, the table).")
+@click.option("--tiny", is_flag=True, help="A reduced run (3 classes, 32² frames, 2 epochs) for CI and smoke tests.")
+@click.option("--workers", type=click.IntRange(min=1), default=2, show_default=True,
+              help="Preprocessing processes and loader workers.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Random seed of every stage.")
+def quickstart_cmd(out: Path, tiny: bool, workers: int, seed: int) -> None:
+    """The main job end to end on the built-in data: data, preprocess, shard, train rgb and flow, evaluate
+    MemDPC against random init (retrieval, linear probe, late fusion) and print one table."""
+    from memdpc.quickstart import quickstart
+
+    quickstart(out, tiny=tiny, workers=workers, seed=seed)
 
 
 # --------------------------------------------------------------------------------------------- bench

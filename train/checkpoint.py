@@ -148,3 +148,17 @@ def load_pretrained(path: str | Path, map_location: str | torch.device = "cpu") 
     model = create_model(**ckpt["model_config"])
     model.load_state_dict(ckpt["model"])
     return model.to(map_location).eval(), ckpt
+
+
+def write_initial_checkpoint(config: Any, path: str | Path) -> Path:
+    """Write the untrained model of ``config`` (a TrainConfig), seeded as training would seed it, as a
+    checkpoint that evaluation reads like a trained one: the random-init baseline of the paper's tables."""
+    from memdpc import __version__
+    from memdpc.model import create_model
+
+    path = Path(path)
+    model = create_model(**config.model_kwargs(), seed=config.seed)
+    write_checkpoint(serialize({"format": FORMAT, "memdpc_version": __version__, "model": model.state_dict(),
+                                "model_config": model.config, "stream": config.stream, "epoch": 0, "step": 0,
+                                "config": config.to_dict()}), path)
+    return path

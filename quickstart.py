@@ -1,0 +1,212 @@
+"""``memdpc quickstart``: the main job end to end on the built-in data, with the same library calls a user
+makes by hand (see README: each step has its command-line equivalent).
+
+synthetic videos → index → preprocess rgb + flow → shards → train rgb, train flow → retrieval and linear
+probe of the MemDPC encoders and of randomly initialised ones → late fusion → one table (JSON + Markdown).
+Every step resumes: re-running the command after a kill finishes the job without redoing finished work.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from memdpc.atomic import atomic_path, write_json_atomic
+from memdpc.pipeline.clip import ClipSpec
+from memdpc.preprocess.synthetic import SyntheticConfig
+
+STREAMS = ("rgb", "flow")
+MODELS = ("random", "memdpc")
+MODEL_NAMES = {"random": "random init", "memdpc": "MemDPC"}
+COLUMNS = (("retrieval", "R@1"), ("retrieval", "R@5"), ("probe-linear", "top1"))
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Sizes of one quickstart run: data, clip geometry, model and optimisation.
+
+    The default is a small configuration that finishes on 2 CPU cores in minutes: 64² frames, clips of
+    8 blocks × 5 consecutive frames (stride 1 instead of the paper's 3, because the example videos are
+    short), a 2D3D-ResNet18 with a quarter of the channels (16, 32, 64, 64), memory 1024, and TV-L1 with 3
+    pyramid scales and 3 warps instead of OpenCV's 5 and 5 (64² frames need no deeper pyramid; 2× faster).
+    """
+
+    synthetic: SyntheticConfig
+    clip: ClipSpec
+    window_step: int
+    train: dict[str, Any] = field(default_factory=dict)
+    tvl1: dict[str, Any] = field(default_factory=lambda: {"scales": 3, "warps": 3})
+    probe_epochs: int = 100
+
+
+PROFILES = {
+    "default": Profile(
+        synthetic=SyntheticConfig(videos_per_class=6, frames=48, size=64, num_classes=10),
+        clip=ClipSpec(num_blocks=8, block_len=5, stride=1),
+        window_step=4,
+        train=dict(size=64, widths=[16, 32, 64, 64], batch_size=16, epochs=12, patience=4),
+    ),
+    "tiny": Profile(
+        synthetic=SyntheticConfig(videos_per_class=3, frames=24, size=32, num_classes=3),
+        clip=ClipSpec(num_blocks=4, block_len=4, stride=1),
+        window_step=4,
+        train=dict(size=32, widths=[8, 16, 16, 16], batch_size=4, epochs=2, pred_steps=1, mem_size=64),
+        probe_epochs=20,
+    ),
+}
+
+
+def _step(console: Console, text: str) -> None:
+    console.rule(f"[bold]{text}")
+
+
+def _data(out: Path, p: Profile, seed: int, console: Console) -> Path:
+    from memdpc.preprocess.datasets import build_index
+    from memdpc.preprocess.synthetic import make_synthetic
+    from memdpc.preprocess.video_index import write_index
+
+    _step(console, "1/6 example data and index")
+    root = make_synthetic(out / "data", replace(p.synthetic, seed=seed))
+    index = out / "index.jsonl"
+    write_index(build_index(root, "ucf101", 1), index)
+    return index
+
+
+def _frames(out: Path, index: Path, p: Profile, workers: int, console: Console) -> Path:
+    from memdpc.preprocess.run import preprocess
+
+    _step(console, "2/6 preprocess: RGB frames and TV-L1 flow")
+    preprocess(index, out / "frames", "rgb,flow", size=p.synthetic.size, tvl1=p.tvl1, workers=workers)
+    return out / "frames"
+
+
+def _shards(out: Path, frames: Path, index: Path, p: Profile, seed: int, console: Console) -> Path:
+    from memdpc.pipeline.shard import shard_stream
+
+    _step(console, "3/6 shard")
+    for stream in STREAMS:
+        for split in ("train", "test"):
+            shard_stream(
+                frames,
+                index,
+                stream,
+                out / "shards",
+                split,
+                clip=p.clip,
+                window_step=p.window_step,
+                seed=seed,
+                console=console,
+            )
+    return out / "shards"
+
+
+def _train_config(out: Path, shards: Path, stream: str, p: Profile, seed: int, workers: int):
+    from memdpc.train.config import TrainConfig
+
+    return TrainConfig(
+        stream=stream,
+        shards=str(shards),
+        out=str(out / "runs" / stream),
+        seed=seed,
+        num_blocks=p.clip.num_blocks,
+        block_len=p.clip.block_len,
+        num_workers=workers,
+        **p.train,
+    )
+
+
+def _checkpoints(out: Path, shards: Path, p: Profile, seed: int, workers: int, console: Console) -> dict:
+    from memdpc.train.checkpoint import write_initial_checkpoint
+    from memdpc.train.loop import train
+
+    _step(console, "4/6 self-supervised training, one run per stream")
+    ckpts = {}
+    for stream in STREAMS:
+        config = _train_config(out, shards, stream, p, seed, workers)
+        run = train(config)
+        ckpts["memdpc", stream] = run / "checkpoints" / "last.pt"
+        random_run = Path(config.out).with_name(f"random-{stream}")
+        ckpts["random", stream] = write_initial_checkpoint(config, random_run / "checkpoints" / "init.pt")
+    return ckpts
+
+
+def _evaluate(out: Path, shards: Path, ckpts: dict, p: Profile, workers: int, console: Console) -> dict:
+    from memdpc.eval.run import evaluate, fuse
+
+    _step(console, "5/6 evaluation: retrieval and linear probe, per stream, then late fusion")
+    results: dict[tuple[str, str, str], Path] = {}
+    for model in MODELS:
+        for stream in STREAMS:
+            folder = out / "eval" / f"{model}-{stream}"
+            common = dict(shards=shards, out=folder, num_workers=workers, console=console)
+            results[model, stream, "retrieval"] = evaluate("retrieve", ckpts[model, stream], **common)
+            results[model, stream, "probe-linear"] = evaluate(
+                "probe", ckpts[model, stream], head="linear", fit={"epochs": p.probe_epochs}, **common
+            )
+        for kind in ("retrieval", "probe-linear"):
+            results[model, "fused", kind] = fuse(
+                results[model, "rgb", kind],
+                results[model, "flow", kind],
+                out=out / "eval" / f"{model}-fused" / f"{kind}.json",
+                console=console,
+            )
+    return results
+
+
+def summary_table(results: dict) -> list[dict[str, Any]]:
+    """One row per (model, stream): R@1, R@5 and linear-probe top-1 in percent."""
+    rows = []
+    for model in MODELS:
+        for stream in (*STREAMS, "fused"):
+            row: dict[str, Any] = {"model": MODEL_NAMES[model], "stream": stream}
+            for kind, metric in COLUMNS:
+                metrics = json.loads(Path(results[model, stream, kind]).read_text())["metrics"]
+                name = "probe top-1" if kind.startswith("probe") else metric
+                row[name] = round(100 * metrics[metric], 1)
+            rows.append(row)
+    return rows
+
+
+def _markdown(rows: list[dict[str, Any]]) -> str:
+    cols = list(rows[0])
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    lines += ["| " + " | ".join(str(r[c]) for c in cols) + " |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def _write(out: Path, rows: list[dict[str, Any]], console: Console) -> None:
+    _step(console, "6/6 summary")
+    write_json_atomic(out / "quickstart.json", rows)
+    with atomic_path(out / "quickstart.md") as tmp:
+        tmp.write_text(_markdown(rows))
+    table = Table(title="memdpc quickstart (percent)")
+    for c in rows[0]:
+        table.add_column(c, justify="left" if c in ("model", "stream") else "right")
+    for r in rows:
+        table.add_row(*(str(v) for v in r.values()))
+    Console().print(table)
+    console.print(f"wrote {out / 'quickstart.json'} and {out / 'quickstart.md'}")
+
+
+def quickstart(
+    out: str | Path = "quickstart",
+    tiny: bool = False,
+    workers: int = 2,
+    seed: int = 0,
+    console: Console | None = None,
+) -> list[dict[str, Any]]:
+    """Run the whole job in ``out``; return the summary rows (also written as JSON and Markdown)."""
+    console = console or Console(stderr=True)
+    out, p = Path(out), PROFILES["tiny" if tiny else "default"]
+    index = _data(out, p, seed, console)
+    frames = _frames(out, index, p, workers, console)
+    shards = _shards(out, frames, index, p, seed, console)
+    ckpts = _checkpoints(out, shards, p, seed, workers, console)
+    rows = summary_table(_evaluate(out, shards, ckpts, p, workers, console))
+    _write(out, rows, console)
+    return rows

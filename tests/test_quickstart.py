@@ -1,0 +1,41 @@
+"""The main job end to end (reduced): every stage runs for real and the summary table is complete."""
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from memdpc.quickstart import COLUMNS, MODEL_NAMES, STREAMS
+
+MEMDPC = str(Path(sys.executable).parent / "memdpc")
+
+
+@pytest.mark.slow
+def test_tiny_quickstart_writes_complete_table(tmp_path):
+    out = tmp_path / "qs"
+    res = subprocess.run(
+        [MEMDPC, "quickstart", "--tiny", "--out", str(out), "--workers", "1"], capture_output=True, text=True
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    rows = json.loads((out / "quickstart.json").read_text())
+    expected = {(m, s) for m in MODEL_NAMES.values() for s in (*STREAMS, "fused")}
+    assert {(r["model"], r["stream"]) for r in rows} == expected
+    metrics = ["R@1", "R@5", "probe top-1"]
+    assert len(metrics) == len(COLUMNS)
+    for r in rows:
+        for m in metrics:
+            assert isinstance(r[m], float) and not math.isnan(r[m]) and 0 <= r[m] <= 100, r
+    md = (out / "quickstart.md").read_text().splitlines()
+    assert len(md) == 2 + len(expected) and all(m in md[0] for m in metrics)
+    # each stage left its real output behind
+    assert (out / "shards" / "flow" / "manifest-train.json").is_file()
+    assert (out / "runs" / "rgb" / "checkpoints" / "last.pt").is_file()
+    # a re-run resumes: nothing is redone and the table is the same
+    again = subprocess.run(
+        [MEMDPC, "quickstart", "--tiny", "--out", str(out), "--workers", "1"], capture_output=True, text=True
+    )
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert json.loads((out / "quickstart.json").read_text()) == rows
