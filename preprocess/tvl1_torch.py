@@ -1,19 +1,22 @@
 """Batched dual TV-L1 optical flow in PyTorch, a port of OpenCV contrib's CPU ``DualTVL1OpticalFlow``.
 
-It follows ``modules/optflow/src/tvl1flow.cpp`` step by step, so that its flows agree with OpenCV's to a
-small fraction of a pixel, while running many frame pairs at once (B, H, W) on CPU or CUDA:
+It follows ``modules/optflow/src/tvl1flow.cpp`` (and the OpenCV 5 ``resize``/``remap`` it calls) operation
+by operation, down to the rounding, so that on the CPU its flows equal OpenCV 5's bit for bit (up to the
+order of one float sum in the stopping rule), while running many frame pairs at once (B, H, W), on CPU
+or CUDA:
 
 - pyramid: each level is the previous one resized by ``scale_step`` with bilinear ``cv::resize`` (no
   blur; sizes rounded like OpenCV's), stopping before a level narrower or shorter than 16 px;
 - gradients of I1 by centred differences (halved one-sided ones at the border), warping of I1 and its
-  gradients by bicubic ``cv::remap`` (A = -0.75, sub-pixel positions on OpenCV's 1/32 grid, zero outside);
+  gradients by bicubic ``cv::remap`` (A = -0.75, zero outside the image);
 - per warp, up to ``outer_iterations`` × ``inner_iterations`` primal-dual steps with OpenCV's forward
   gradient and divergence, a 5×5 median filter of the flow before every outer iteration, and OpenCV's
   stopping rule *per pair*: stop once the summed squared update of one step is ≤ epsilon² · H · W;
 - the flow is carried to the next finer level by bilinear resize and multiplied by 1 / ``scale_step``.
 
-Pairs that have stopped are frozen (and dropped from the working set when enough of them have), so a
-pair's result does not depend on what else is in its batch.
+Pairs that have stopped are frozen (and dropped from the working set), so a pair's result does not depend
+on what else is in its batch. Differences to OpenCV 4.x: its ``remap`` rounds sub-pixel positions to 1/32
+px and its ``resize`` rounds differently, so flows agree with 4.x only to a small fraction of a pixel.
 """
 
 from __future__ import annotations
@@ -86,15 +89,19 @@ def level_sizes(height: int, width: int, params: TVL1Params) -> list[tuple[int, 
 def _linear_taps(n_src: int, n_dst: int, scale: float, device) -> tuple[torch.Tensor, ...]:
     """Source indices (left, right) and float32 right weights of ``cv::resize`` INTER_LINEAR along one axis.
 
-    Position ``(dx + 0.5) · scale − 0.5`` and its fraction in double (as OpenCV 5), clamped at the edges.
+    Position ``(dx + 0.5) · scale − 0.5`` and its fraction in double (as OpenCV 5), clamped at the edges:
+    before the first pixel, weight 0 on the right; past the last, OpenCV 5 takes the last pixel itself when
+    enlarging but interpolates the last two with weight 1 when shrinking (which can differ by an ulp).
     """
     pos = (np.arange(n_dst, dtype=np.float64) + 0.5) * scale - 0.5
     s = np.floor(pos).astype(np.int64)
     f = (pos - s).astype(np.float32)
     low, high = s < 0, s >= n_src - 1
-    f[low | high] = 0.0
+    f[low] = 0.0
     s[low] = 0
-    s[high] = n_src - 1
+    shrink = scale > 1 and n_src > 1
+    f[high] = 1.0 if shrink else 0.0
+    s[high] = n_src - 2 if shrink else n_src - 1
     i1 = np.minimum(s + 1, n_src - 1)
     return torch.from_numpy(s).to(device), torch.from_numpy(i1).to(device), torch.from_numpy(f).to(device)
 
@@ -120,26 +127,33 @@ def _lerp(a: torch.Tensor, b: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
     return (a.double() + (b - a).double() * t.double()).float()
 
 
-def _cubic_weights(t: torch.Tensor) -> torch.Tensor:
-    """Bicubic (A = -0.75) weights of the 4 taps for sub-pixel offsets ``t`` in [0, 1): (..., 4)."""
-    a = -0.75
-    t1, s = t + 1.0, 1.0 - t
-    c0 = ((a * t1 - 5.0 * a) * t1 + 8.0 * a) * t1 - 4.0 * a
-    c1 = ((a + 2.0) * t - (a + 3.0)) * t * t + 1.0
-    c2 = ((a + 2.0) * s - (a + 3.0)) * s * s + 1.0
-    return torch.stack([c0, c1, c2, 1.0 - c0 - c1 - c2], dim=-1)
+def _fma(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+    """float32 fused multiply-add ``a · b + c`` (via float64, where the product of two floats is exact)."""
+    return (a.double() * b.double() + c.double()).float()
+
+
+def _cubic_weights(t: torch.Tensor) -> list[torch.Tensor]:
+    """Bicubic (A = -0.75) weights of the 4 taps at sub-pixel offsets ``t`` in [0, 1), rounded as OpenCV 5's
+    remap computes them: A·t·(1−t)², (A+2)·t³ − (A+3)·t² + 1 (fused), A·(1−t)·t², and 1 minus the others."""
+    a, s = -0.75, 1.0 - t
+    t2, s2 = t * t, s * s
+    c0 = (t * s2) * a
+    c3 = (s * t2) * a
+    c1 = _fma(_fma(torch.full_like(t, a + 2.0), t, torch.full_like(t, -(a + 3.0))), t2, torch.ones_like(t))
+    return [c0, c1, ((1.0 - c0) - c1) - c3, c3]
 
 
 def remap_cubic(images: torch.Tensor, map_x: torch.Tensor, map_y: torch.Tensor) -> torch.Tensor:
     """``cv::remap(..., INTER_CUBIC, BORDER_CONSTANT 0)`` of (B, C, H, W) at float maps (B, H, W).
 
-    As OpenCV 5 does for float maps, the 4×4 taps are weighted by products of the 1-D cubic
-    coefficients of the exact sub-pixel offsets, and taps outside the image count as 0.
+    As OpenCV 5 does for float maps: exact sub-pixel offsets, each of the 4 rows of taps interpolated along
+    x by a chain of fused multiply-adds, then the 4 rows along y; taps outside the image count as 0.
     """
     b, c, h, w = images.shape
     padded = F.pad(images, (1, 1, 1, 1)).reshape(b, c, (h + 2) * (w + 2))
     ix, iy = torch.floor(map_x), torch.floor(map_y)
-    wx, wy = _cubic_weights(map_x - ix), _cubic_weights(map_y - iy)  # (B, H, W, 4)
+    wx = [k[:, None] for k in _cubic_weights(map_x - ix)]  # 4 × (B, 1, H, W)
+    wy = [k[:, None] for k in _cubic_weights(map_y - iy)]
     ix = ix.clamp(-4, w + 4).long()
     iy = iy.clamp(-4, h + 4).long()
     # padded column of tap (ix - 1 + j) is ix + j, clamped into the zero border
@@ -147,12 +161,12 @@ def remap_cubic(images: torch.Tensor, map_x: torch.Tensor, map_y: torch.Tensor) 
     out = None
     for i in range(4):
         row_off = torch.clamp(iy + i, 0, h + 1) * (w + 2)
-        acc = None
+        row = None
         for j in range(4):
             idx = (row_off + cols[j]).reshape(b, 1, h * w).expand(b, c, h * w)
-            term = padded.gather(2, idx).reshape(b, c, h, w) * (wy[..., i] * wx[..., j])[:, None]
-            acc = term if acc is None else acc + term
-        out = acc if out is None else out + acc
+            tap = padded.gather(2, idx).reshape(b, c, h, w)
+            row = tap * wx[j] if row is None else _fma(tap, wx[j], row)
+        out = row * wy[i] if out is None else _fma(row, wy[i], out)
     return out
 
 
@@ -239,13 +253,16 @@ def forward_gradient(u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def divergence(v1: torch.Tensor, v2: torch.Tensor) -> torch.Tensor:
-    """OpenCV's ``divergence``: backward differences with zeros before the first column / row."""
+    """OpenCV's ``divergence``: backward differences with zeros before the first column / row (and, like
+    OpenCV, ``(v1 + v2) − v2[y − 1]`` in the first column rather than ``v1 + (v2 − v2[y − 1])``)."""
     v1x, v2y = torch.empty_like(v1), torch.empty_like(v2)
     torch.sub(v1[:, :, 1:], v1[:, :, :-1], out=v1x[:, :, 1:])
     v1x[:, :, 0] = v1[:, :, 0]
     torch.sub(v2[:, 1:], v2[:, :-1], out=v2y[:, 1:])
     v2y[:, 0] = v2[:, 0]
-    return v1x.add_(v2y)
+    div = v1x.add_(v2y)
+    div[:, 1:, 0] = (v1[:, 1:, 0] + v2[:, 1:, 0]) - v2[:, :-1, 0]
+    return div
 
 
 def primal_dual_step(state: list[torch.Tensor], data: list[torch.Tensor], consts: list[torch.Tensor]):

@@ -81,9 +81,9 @@ def test_resize_matches_opencv():
     img = np.random.default_rng(0).uniform(0, 255, (57, 73)).astype(np.float32)
     down = cv2.resize(img, None, fx=0.8, fy=0.8, interpolation=cv2.INTER_LINEAR)
     ours = resize_linear(_t(img)[None], down.shape, (1 / 0.8, 1 / 0.8))[0].numpy()
-    np.testing.assert_allclose(ours, down, atol=1e-4, rtol=0)
+    np.testing.assert_array_equal(ours, down)  # bit for bit, edges included
     up = cv2.resize(img, (91, 70), interpolation=cv2.INTER_LINEAR)
-    np.testing.assert_allclose(resize_linear(_t(img)[None], (70, 91))[0].numpy(), up, atol=1e-4, rtol=0)
+    np.testing.assert_array_equal(resize_linear(_t(img)[None], (70, 91))[0].numpy(), up)
 
 
 def test_bicubic_remap_matches_opencv_inside_and_at_the_border():
@@ -93,7 +93,7 @@ def test_bicubic_remap_matches_opencv_inside_and_at_the_border():
     map_y = (np.arange(40)[:, None] + rng.normal(0, 3, (40, 50))).astype(np.float32)
     expected = cv2.remap(img, map_x, map_y, cv2.INTER_CUBIC)  # BORDER_CONSTANT 0, as TV-L1 calls it
     ours = remap_cubic(_t(img)[None, None], _t(map_x)[None], _t(map_y)[None])[0, 0].numpy()
-    np.testing.assert_allclose(ours, expected, atol=1e-3, rtol=0)
+    np.testing.assert_array_equal(ours, expected)
 
 
 @pytest.mark.parametrize("ksize", [3, 5])
@@ -117,6 +117,15 @@ def test_known_subpixel_shift_error_is_opencvs(shift):
     assert abs(err_torch - err_cv) <= max(0.05 * err_cv, 1e-3)
 
 
+def test_bit_for_bit_with_opencv_without_the_stopping_rule(scene_pairs):
+    """With the stopping rule out of play (tiny epsilon), every float operation follows OpenCV's."""
+    prev, nxt = (a[:2] for a in scene_pairs)
+    params = TVL1Params(nscales=3, warps=3, outer_iterations=2, inner_iterations=10, epsilon=1e-9)
+    np.testing.assert_array_equal(
+        tvl1_flow(_t(prev), _t(nxt), params).numpy(), opencv_flow(prev, nxt, params)
+    )
+
+
 def test_agrees_with_opencv_on_real_looking_frames(scene_pairs):
     prev, nxt = scene_pairs
     expected = opencv_flow(prev, nxt)
@@ -127,9 +136,9 @@ def test_agrees_with_opencv_on_real_looking_frames(scene_pairs):
 
 
 def test_batch_size_and_schedule_do_not_change_results(scene_pairs):
-    prev, nxt = (_t(a[:4]) for a in scene_pairs)
+    prev, nxt = (_t(a[::2]) for a in scene_pairs)
     together = tvl1_flow(prev, nxt)
-    alone = torch.cat([tvl1_flow(prev[k : k + 1], nxt[k : k + 1]) for k in range(4)])
+    alone = torch.cat([tvl1_flow(prev[k : k + 1], nxt[k : k + 1]) for k in range(3)])
     torch.testing.assert_close(together, alone, atol=1e-6, rtol=0)
     # the GPU-style schedule (stop checks every few iterations, masking, late compaction)
     masked = tvl1_flow(prev, nxt, schedule=Schedule(check_every=7, compact_below=0.5))
