@@ -58,6 +58,7 @@ class ArchiveWriter:
 
     def add(self, data: bytes) -> None:
         _add(self._tar, frame_name(self.num_frames, self.ext), data)
+        self._tar.members.clear()  # a writing TarFile keeps every header; drop them so memory stays flat
         self.num_frames += 1
 
     def commit(self, meta: dict[str, Any]) -> None:
