@@ -206,3 +206,15 @@ def test_full_disk_while_saving_keeps_the_previous_checkpoint(learned_run, train
     assert f"{last}: could not write the checkpoint (File too large); the previous last.pt is unchanged" in res.output
     assert last.read_bytes() == before
     assert sorted(p.name for p in last.parent.iterdir()) == ["best.pt", "last.pt"]
+
+
+@pytest.mark.gpu
+def test_gpu_run_with_bf16_and_dali(train_shards, tmp_path):
+    """One GPU: DALI mixed decoding, bf16 autocast, deterministic algorithms; weights stay finite."""
+    out = tmp_path / "gpu"
+    res = cli(*TINY, "--shards", str(train_shards), "--out", str(out), "--device", "cuda", "--backend", "auto",
+              "--amp", "bf16", "--deterministic", "--epochs", "2")
+    assert res.exit_code == 0, res.output
+    ckpt = read_checkpoint(out / "checkpoints" / "last.pt")
+    assert ckpt["step"] == 8 and all(torch.isfinite(v).all() for v in ckpt["model"].values() if v.is_floating_point())
+    assert records(out, "val")
