@@ -62,10 +62,6 @@ class Parts:
     logger: MetricsLogger
 
 
-class NonFiniteLoss(Exception):
-    pass
-
-
 def train(config: TrainConfig) -> Path:
     """Train (or resume) the run ``config.out``; return the run directory."""
     env = dd.setup(config.device)
