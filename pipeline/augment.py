@@ -125,47 +125,58 @@ def eval_boxes(h: int, w: int, crops: int, spec: AugmentSpec) -> list[tuple[Box,
 
 
 # --------------------------------------------------------------------------------------------- colour
-def _affine(m: np.ndarray, t: np.ndarray | float = 0.0) -> np.ndarray:
-    out = np.zeros((3, 4))
-    out[:, :3], out[:, 3] = m, t
+# Colour maps are handled as homogeneous 4×4 matrices (rows 0–2 = the 3×4 affine map), batched over frames.
+
+
+def _homogeneous(n: int) -> np.ndarray:
+    out = np.zeros((n, 4, 4))
+    out[:, 3, 3] = 1.0
     return out
-
-
-def _then(first: np.ndarray, second: np.ndarray) -> np.ndarray:
-    """The affine map ``second ∘ first`` (both 3×4)."""
-    return _affine(second[:, :3] @ first[:, :3], second[:, :3] @ first[:, 3] + second[:, 3])
 
 
 def flow_flip_map() -> np.ndarray:
-    """A horizontal flip of a flow image negates its x channel: x → 255 − x."""
-    return _affine(np.diag([-1.0, 1.0, 1.0]), [255.0, 0.0, 0.0])
+    """A horizontal flip of a flow image negates its x channel: x → 255 − x (3×4 affine map)."""
+    return np.array([[-1.0, 0, 0, 255.0], [0, 1, 0, 0], [0, 0, 1, 0]])
 
 
-def _jitter_map(rng: np.random.Generator, spec: AugmentSpec) -> np.ndarray:
-    """Brightness, contrast, saturation, hue, each as a linear map, composed in a random order."""
+def _jitter_maps(rng: np.random.Generator, n: int, spec: AugmentSpec) -> np.ndarray:
+    """(n, 4, 4): per frame brightness, contrast, saturation and hue as linear maps, in a random order."""
+    b = rng.uniform(max(0.0, 1 - spec.brightness), 1 + spec.brightness, n)[:, None, None]
+    c = rng.uniform(max(0.0, 1 - spec.contrast), 1 + spec.contrast, n)[:, None, None]
+    s = rng.uniform(max(0.0, 1 - spec.saturation), 1 + spec.saturation, n)[:, None, None]
+    theta = 2 * np.pi * rng.uniform(-spec.hue, spec.hue, n)
     eye = np.eye(3)
-    b = rng.uniform(max(0.0, 1 - spec.brightness), 1 + spec.brightness)
-    c = rng.uniform(max(0.0, 1 - spec.contrast), 1 + spec.contrast)
-    s = rng.uniform(max(0.0, 1 - spec.saturation), 1 + spec.saturation)
-    theta = 2 * math.pi * rng.uniform(-spec.hue, spec.hue)
-    rot = np.array([[1, 0, 0], [0, math.cos(theta), -math.sin(theta)], [0, math.sin(theta), math.cos(theta)]])
-    ops = [
-        _affine(b * eye),
-        _affine(c * eye, (1 - c) * 128.0),
-        _affine(s * eye + (1 - s) * np.outer(np.ones(3), _LUMA)),
-        _affine(_YIQ2RGB @ rot @ _RGB2YIQ),
-    ]
-    out = _affine(eye)
-    for i in rng.permutation(4):
-        out = _then(out, ops[i])
+    ops = _homogeneous(4 * n).reshape(4, n, 4, 4)
+    ops[0, :, :3, :3] = b * eye
+    ops[1, :, :3, :3] = c * eye
+    ops[1, :, :3, 3] = (1 - c[:, :, 0]) * 128.0
+    ops[2, :, :3, :3] = s * eye + (1 - s) * np.outer(np.ones(3), _LUMA)
+    rot = np.zeros((n, 3, 3))
+    rot[:, 0, 0] = 1.0
+    rot[:, 1, 1], rot[:, 1, 2], rot[:, 2, 1], rot[:, 2, 2] = (
+        np.cos(theta),
+        -np.sin(theta),
+        np.sin(theta),
+        np.cos(theta),
+    )
+    ops[3, :, :3, :3] = _YIQ2RGB @ rot @ _RGB2YIQ
+    order = rng.permuted(np.tile(np.arange(4), (n, 1)), axis=1)  # (n, 4): each frame's op order
+    out = _homogeneous(n)
+    out[:, :3, :3] = eye
+    for k in range(4):
+        out = ops[order[:, k], np.arange(n)] @ out
     return out
 
 
-def _grey_map(rng: np.random.Generator) -> np.ndarray:
-    """*(ref)*'s random grey: one random channel copied to all three."""
-    m = np.zeros((3, 3))
-    m[:, rng.integers(0, 3)] = 1.0
-    return _affine(m)
+def _grey_maps(rng: np.random.Generator, n: int, p: float) -> np.ndarray:
+    """(n, 4, 4): with probability p *(ref)*'s random grey (one random channel copied to all three), else I."""
+    out = _homogeneous(n)
+    out[:, :3, :3] = np.eye(3)
+    grey = np.flatnonzero(rng.random(n) < p)
+    channel = rng.integers(0, 3, len(grey))
+    out[grey, :3, :3] = 0.0
+    out[grey, :3, channel] = 1.0
+    return out
 
 
 def colour_maps(
@@ -175,15 +186,11 @@ def colour_maps(
     flow_flip = stream == "flow" and flip
     if not spec.colour_on(stream) and not flow_flip:
         return None
-    maps = []
-    for _ in range(num_frames):
-        m = flow_flip_map() if flow_flip else _affine(np.eye(3))
-        if spec.colour_on(stream):
-            m = _then(m, _jitter_map(rng, spec))
-            if rng.random() < spec.grey_p:
-                m = _then(m, _grey_map(rng))
-        maps.append(m)
-    return np.stack(maps).astype(np.float32)
+    maps = _homogeneous(num_frames)
+    maps[:, :3] = flow_flip_map() if flow_flip else np.eye(3, 4)
+    if spec.colour_on(stream):
+        maps = _grey_maps(rng, num_frames, spec.grey_p) @ _jitter_maps(rng, num_frames, spec) @ maps
+    return maps[:, :3].astype(np.float32)
 
 
 def sample_clip(

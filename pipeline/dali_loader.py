@@ -3,10 +3,10 @@
 Graph (one per epoch, so an epoch is reproducible from ``(seed, epoch)`` alone)::
 
     readers.webdataset (index files, shard_id/num_shards = rank/world size, pad_last_batch)
-      → 40 × decoders.image → stack to (F, H, W, 3)
-      → train: resize with the clip's random ROI (flip = a mirrored ROI) → resize to the output size
-               → coord_transform with per-frame colour maps (uint8)
-        eval:  one slice/resize per crop (+ flip) → stack to (K, F, H, W, 3)
+      train: 40 × decoders.image_slice (only the clip's crop box is decoded) → stack to (F, h, w, 3)
+             → resize (a mirrored ROI flips) to crop_size → resize to the output size
+             → coord_transform with per-frame colour maps (uint8)
+      eval:  40 × decoders.image → stack → one slice/resize per crop (+ flip) → stack to (K, F, H, W, 3)
 
 Random parameters come from :mod:`memdpc.pipeline.augment` through an ``external_source``, the same draws
 the torch loader uses. The pipeline returns uint8; normalisation to float runs on the target device.
@@ -37,6 +37,7 @@ class DaliLoader:
         self.plan = plan
         self.epoch = 0
         self._gpu = plan.device.startswith("cuda")
+        self._decoder = "mixed" if self._gpu else "cpu"
         total = sum(plan.shard_samples)
         lo, hi = (total * plan.rank) // plan.world_size, (total * (plan.rank + 1)) // plan.world_size
         self._rank_samples = hi - lo  # DALI's own split of the sample sequence into num_shards parts
@@ -108,15 +109,10 @@ class DaliLoader:
                 pad_last_batch=True,
                 name="reader",
             )
-            decoder = "mixed" if self._gpu else "cpu"
-            frames = [
-                fn.decoders.image(f, device=decoder, output_type=types.RGB) for f in outs[: p.num_frames]
-            ]
-            seq = fn.stack(*frames, axis_name="F")  # (F, H, W, 3)
             if p.train and p.spec.enabled:
-                video = self._train_ops(seq, epoch)
+                video = self._train_ops(outs[: p.num_frames], epoch)
             else:
-                video = self._eval_ops(seq)
+                video = self._eval_ops(outs[: p.num_frames])
             pipe.set_outputs(video, outs[p.num_frames], fn.pad(outs[p.num_frames + 1], fill_value=0))
         pipe.build()
         return pipe
@@ -127,48 +123,63 @@ class DaliLoader:
         dev = torch.device(self.plan.device)
         return dev.index if dev.index is not None else torch.cuda.current_device()
 
-    def _train_ops(self, seq, epoch: int):
+    def _train_ops(self, encoded: list, epoch: int):
+        """Decode only each frame's crop (one box per clip), resize (flip = mirrored ROI), colour per frame."""
         fn, _, types = _dali()
         p = self.plan
         colour = p.spec.colour_on(p.stream) or p.stream == "flow"
-        outs = fn.external_source(
-            source=self._draw(epoch), num_outputs=3 if colour else 2, batch=True, batch_info=True
+        draws = fn.external_source(
+            source=self._draw(epoch), num_outputs=5 if colour else 4, batch=True, batch_info=True
         )
+        anchor, shape, roi_start, roi_end = draws[:4]
+        frames = [
+            fn.decoders.image_slice(
+                f,
+                anchor,
+                shape,
+                device=self._decoder,
+                output_type=types.RGB,
+                axis_names="HW",
+                normalized_anchor=False,
+                normalized_shape=False,
+            )
+            for f in encoded
+        ]
+        seq = fn.stack(*frames, axis_name="F")  # (F, h, w, 3): the crop of every frame
         first = p.spec.crop_size or p.size
-        video = fn.resize(seq, roi_start=outs[0], roi_end=outs[1], size=[first, first], antialias=True)
+        video = fn.resize(seq, roi_start=roi_start, roi_end=roi_end, size=[first, first], antialias=True)
         if first != p.size:
             video = fn.resize(video, size=[p.size, p.size], antialias=True)
         if colour:
-            video = fn.coord_transform(video, MT=fn.per_frame(outs[2]), dtype=types.UINT8)
+            video = fn.coord_transform(video, MT=fn.per_frame(draws[4]), dtype=types.UINT8)
         return video
 
     def _draw(self, epoch: int):
         """external_source callback: the augmentation draws of one batch, from (seed, epoch, rank, batch)."""
         p = self.plan
         colour = p.spec.colour_on(p.stream) or p.stream == "flow"
+        identity = np.tile(np.eye(3, 4, dtype=np.float32), (p.num_frames, 1, 1))
 
         def draw(info):
             rng = np.random.default_rng([p.seed, epoch, p.rank, info.iteration])
-            starts, ends, maps = [], [], []
+            cols: list[list[np.ndarray]] = [[], [], [], [], []]
             for _ in range(p.batch_size):
                 c = sample_clip(rng, p.frame_size, p.num_frames, p.stream, p.spec)
                 y0, x0, h, w = c.box
-                x_a, x_b = (x0 + w, x0) if c.flip else (x0, x0 + w)
-                starts.append(np.array([y0, x_a], np.float32))
-                ends.append(np.array([y0 + h, x_b], np.float32))
-                if colour:
-                    maps.append(
-                        c.colour
-                        if c.colour is not None
-                        else np.tile(np.eye(3, 4, dtype=np.float32), (p.num_frames, 1, 1))
-                    )
-            return (starts, ends, maps) if colour else (starts, ends)
+                cols[0].append(np.array([y0, x0], np.float32))
+                cols[1].append(np.array([h, w], np.float32))
+                cols[2].append(np.array([0, w if c.flip else 0], np.float32))
+                cols[3].append(np.array([h, 0 if c.flip else w], np.float32))
+                cols[4].append(c.colour if c.colour is not None else identity)
+            return tuple(cols) if colour else tuple(cols[:4])
 
         return draw
 
-    def _eval_ops(self, seq):
+    def _eval_ops(self, encoded: list):
         fn, _, types = _dali()
         p = self.plan
+        frames = [fn.decoders.image(f, device=self._decoder, output_type=types.RGB) for f in encoded]
+        seq = fn.stack(*frames, axis_name="F")  # (F, H, W, 3)
         views = []
         for (y0, x0, h, w), flipped in eval_boxes(*p.frame_size, p.views, p.spec):
             if (h, w) == (p.size, p.size):
