@@ -101,6 +101,9 @@ def _train(config: TrainConfig, env: dd.DistEnv) -> Path:
 def _read_resume(path: Path, config: TrainConfig, env: dd.DistEnv) -> dict[str, Any]:
     ckpt = ck.read_checkpoint(path)
     ck.check_config_compatible(ckpt, path, config.stream, config.model_kwargs())
+    if "optimizer" not in ckpt or "rng" not in ckpt:
+        raise UserError(f"{path}: holds weights only (no optimiser, RNG or loader state), so training cannot "
+                        "resume from it")
     diff = config_differences(ckpt["config"], config)
     if diff:
         raise UserError(f"{path}: checkpoint of a different config ({'; '.join(diff)})")

@@ -172,8 +172,12 @@ def test_mismatched_checkpoints_and_run_dirs_are_refused(learned_run, train_shar
     junk.write_bytes(b"\x00" * 64)
     res = cli(*TINY, "--shards", str(train_shards), "--out", str(tmp_path / "c"), "--resume", str(junk))
     assert res.exit_code == 2 and "junk.pt: not a readable checkpoint" in res.output
-    # the same settings resume the finished run and train further (epochs may grow)
-    assert read_checkpoint(last)["epoch"] == 4
+    res = CliRunner().invoke(main, ["train", *TINY, *LEARNED, "--shards", str(train_shards), "--out",
+                                    str(tmp_path / "d"), "--init-only"])
+    assert res.exit_code == 0, res.output
+    init = tmp_path / "d" / "checkpoints" / "init.pt"
+    res = cli(*TINY, *LEARNED, "--shards", str(train_shards), "--out", str(tmp_path / "e"), "--resume", str(init))
+    assert res.exit_code == 2 and f"{init}: holds weights only" in res.output
 
 
 def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(train_shards, tmp_path, one_thread):
