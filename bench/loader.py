@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import psutil
@@ -43,6 +43,7 @@ class LoaderBench:
     workers: int = 2
     device: str = "cpu"
     out: Path = DEFAULT_OUT
+    spec: AugmentSpec = field(default_factory=AugmentSpec)  # the "full" augmentation
 
 
 def _cpu_seconds(proc: psutil.Process) -> float:
@@ -58,7 +59,7 @@ def _cpu_seconds(proc: psutil.Process) -> float:
 
 def time_loader(cfg: LoaderBench, backend: str, augment: bool, frame_side: int) -> dict:
     """One run: warm up on a batch, then time ``cfg.batches`` batches (wall and CPU)."""
-    spec = AugmentSpec() if augment else AugmentSpec.off()
+    spec = cfg.spec if augment else AugmentSpec.off()
     size = cfg.size if augment else frame_side
     loader = make_loader(
         cfg.shards,

@@ -203,8 +203,18 @@ def sample_clip(
 
 
 # ------------------------------------------------------------------------------------------ normalise
+def apply_colour(frames: torch.Tensor, maps: torch.Tensor) -> torch.Tensor:
+    """Per-frame affine colour maps on uint8 frames: (B, F, H, W, 3) with (B, F, 3, 4) → float32, rounded and
+    clamped to [0, 255] exactly as ``cv2.transform`` writes uint8 (the torch loader applies the maps there)."""
+    b, f, h, w, c = frames.shape
+    x = frames.reshape(b * f, h * w, c).float()
+    m = maps.to(device=frames.device, dtype=torch.float32).reshape(b * f, 3, 4)
+    x = torch.baddbmm(m[:, None, :, 3], x, m[:, :, :3].transpose(1, 2))  # (B·F, H·W, 3)
+    return x.round_().clamp_(0, 255).reshape(b, f, h, w, c)
+
+
 def normalise(frames: torch.Tensor, num_blocks: int, spec: AugmentSpec) -> torch.Tensor:
-    """uint8 (..., F, H, W, 3) → float32 (..., N, 3, SL, H, W), scaled to [0, 1] and mean/std normalised.
+    """uint8 or float (..., F, H, W, 3) in [0, 255] → float32 (..., N, 3, SL, H, W), mean/std normalised.
 
     Runs on whatever device ``frames`` lives on (the training device), so loaders ship uint8.
     """

@@ -11,6 +11,7 @@ import torch
 from memdpc.errors import UserError
 from memdpc.pipeline.augment import (
     AugmentSpec,
+    apply_colour,
     colour_maps,
     denormalise,
     eval_boxes,
@@ -121,3 +122,20 @@ def test_normalise_layout_and_values():
 def test_denormalise_inverts_normalise():
     frames = torch.randint(0, 256, (2, 3, 40, 4, 6, 3), dtype=torch.uint8)  # (B, K, F, H, W, 3)
     assert torch.equal(denormalise(normalise(frames, 8, AugmentSpec()), AugmentSpec()), frames)
+
+
+def test_apply_colour_matches_cv2_transform():
+    import cv2
+
+    rng = np.random.default_rng(0)
+    frames = torch.from_numpy(rng.integers(0, 256, (2, 40, 6, 5, 3), dtype=np.uint8))
+    maps = np.stack([colour_maps(rng, 40, "rgb", False, AugmentSpec()) for _ in range(2)])
+    got = apply_colour(frames, torch.from_numpy(maps))
+    want = np.stack(
+        [
+            [cv2.transform(f, m) for f, m in zip(fs, ms, strict=True)]
+            for fs, ms in zip(frames.numpy(), maps, strict=True)
+        ]
+    )
+    assert np.abs(got.numpy() - want).max() <= 1  # OpenCV rounds its fixed-point products: ±1
+    assert (got.numpy() == want).mean() > 0.9
