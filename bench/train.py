@@ -12,10 +12,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing
 import tempfile
 import time
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import cv2
@@ -116,9 +114,7 @@ def main() -> None:
     console = Console()
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        # in a fresh process: OpenCV's thread pool must not be started in the parent of DataLoader workers
-        with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
-            shards = pool.submit(make_shards, work, args.videos, args.frames, args.frame_size).result()
+        shards = make_shards(work, args.videos, args.frames, args.frame_size)
         results = {"in-memory batch (ceiling)": run_ceiling(args)}
         for backend in backends:
             results[f"loader: {backend}"] = run_loader(args, shards, work, backend)
