@@ -123,12 +123,29 @@ def resize_linear(
 
 
 def _lerp(a: torch.Tensor, b: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
-    """float32 ``fma(b − a, t, a)`` as OpenCV 5's resize computes it (via float64: exact product)."""
-    return (a.double() + (b - a).double() * t.double()).float()
+    """float32 ``fma(b − a, t, a)``, as OpenCV 5's resize interpolates."""
+    return _fma(b - a, t, a)
+
+
+@functools.cache
+def _addcmul_is_fused(device_type: str) -> bool:
+    """Whether ``torch.addcmul`` rounds once (a fused multiply-add) on this device type, checked on random
+    values in the layouts used here (contiguous with a ragged tail, strided, broadcast)."""
+    g = torch.Generator().manual_seed(0)
+    a, b, c = (torch.randn(2, 4099, generator=g) for _ in range(3))
+    cases = [(a, b, c), (a[:, ::2], b[:, ::2], c[:, ::2]), (a, b[:1], c)]
+    for x, y, z in cases:
+        fused = torch.addcmul(z.to(device_type), x.to(device_type), y.to(device_type)).cpu()
+        if not torch.equal(fused, (x.double() * y.double() + z.double()).float()):
+            return False
+    return True
 
 
 def _fma(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
-    """float32 fused multiply-add ``a · b + c`` (via float64, where the product of two floats is exact)."""
+    """float32 fused multiply-add ``a · b + c``: ``torch.addcmul`` where it is fused, else via float64 (where
+    the product of two floats is exact)."""
+    if _addcmul_is_fused(a.device.type):
+        return torch.addcmul(c, a, b)
     return (a.double() * b.double() + c.double()).float()
 
 
@@ -143,6 +160,9 @@ def _cubic_weights(t: torch.Tensor) -> list[torch.Tensor]:
     return [c0, c1, ((1.0 - c0) - c1) - c3, c3]
 
 
+REMAP_PAD = 4  # zeros around the image: a 4×4 window wholly outside it reads only zeros
+
+
 def remap_cubic(images: torch.Tensor, map_x: torch.Tensor, map_y: torch.Tensor) -> torch.Tensor:
     """``cv::remap(..., INTER_CUBIC, BORDER_CONSTANT 0)`` of (B, C, H, W) at float maps (B, H, W).
 
@@ -150,24 +170,24 @@ def remap_cubic(images: torch.Tensor, map_x: torch.Tensor, map_y: torch.Tensor) 
     x by a chain of fused multiply-adds, then the 4 rows along y; taps outside the image count as 0.
     """
     b, c, h, w = images.shape
-    padded = F.pad(images, (1, 1, 1, 1)).reshape(b, c, (h + 2) * (w + 2))
+    p = REMAP_PAD
+    hp, wp = h + 2 * p, w + 2 * p
+    flat = F.pad(images, (p, p, p, p)).transpose(0, 1).reshape(c, b * hp * wp)  # channel-major pixels
     ix, iy = torch.floor(map_x), torch.floor(map_y)
-    wx = [k[:, None] for k in _cubic_weights(map_x - ix)]  # 4 × (B, 1, H, W)
-    wy = [k[:, None] for k in _cubic_weights(map_y - iy)]
-    ix = ix.clamp(-4, w + 4).long()
-    iy = iy.clamp(-4, h + 4).long()
-    # padded column of tap (ix - 1 + j) is ix + j, clamped into the zero border
-    cols = [torch.clamp(ix + j, 0, w + 1) for j in range(4)]
+    wx = [k.reshape(1, -1) for k in _cubic_weights(map_x - ix)]  # 4 × (1, B·H·W)
+    wy = [k.reshape(1, -1) for k in _cubic_weights(map_y - iy)]
+    # the 4×4 window's top-left tap is (iy − 1, ix − 1); clamped far outside, it still reads only zeros
+    tx = (ix.long() - 1).clamp_(-p, w) + p
+    ty = (iy.long() - 1).clamp_(-p, h) + p
+    base = (torch.arange(b, device=images.device).reshape(b, 1, 1) * (hp * wp) + ty * wp + tx).reshape(-1)
     out = None
     for i in range(4):
-        row_off = torch.clamp(iy + i, 0, h + 1) * (w + 2)
         row = None
         for j in range(4):
-            idx = (row_off + cols[j]).reshape(b, 1, h * w).expand(b, c, h * w)
-            tap = padded.gather(2, idx).reshape(b, c, h, w)
-            row = tap * wx[j] if row is None else _fma(tap, wx[j], row)
-        out = row * wy[i] if out is None else _fma(row, wy[i], out)
-    return out
+            tap = flat.index_select(1, base + (i * wp + j))  # (C, B·H·W)
+            row = tap * wx[0] if row is None else _fma(tap, wx[j], row)
+        out = row * wy[0] if out is None else _fma(row, wy[i], out)
+    return out.reshape(c, b, h, w).transpose(0, 1)
 
 
 def _sorting_network(n: int) -> list[tuple[int, int]]:
@@ -282,6 +302,10 @@ def primal_dual_step(state: list[torch.Tensor], data: list[torch.Tensor], consts
     n1 = (u1 + fi * i1wx) + theta * divergence(p11, p12)
     n2 = (u2 + fi * i1wy) + theta * divergence(p21, p22)
     d1, d2 = (n1 - u1).flatten(1), (n2 - u2).flatten(1)
+    if (
+        d1.is_cuda
+    ):  # CUDA's summation order depends on the batch size: sum in double to keep pairs independent
+        d1, d2 = d1.double(), d2.double()
     error = (d1 * d1).sum(1) + (d2 * d2).sum(1)
     u1x, u1y = forward_gradient(n1)
     u2x, u2y = forward_gradient(n2)
@@ -321,7 +345,8 @@ class Schedule:
             pairs that stop in between are frozen by masking, so results are unchanged.
         compact_below: drop stopped pairs from the working set once fewer than this fraction of it runs
             (1.0: as soon as one stops; then no masking is needed when ``check_every`` is 1).
-        compile: run the inner iteration and the median filter through ``torch.compile``.
+        compile: run the inner iteration and the median filter through ``torch.compile`` (meant for
+            CUDA; on CPU it does not pay: minutes of compilation, recompiles as the working set shrinks).
     """
 
     check_every: int = 1
