@@ -184,6 +184,7 @@ def main() -> None:
     ap.add_argument("--frame-size", type=int, default=256, help="Synthetic set: frame side in pixels.")
     for f in ("size", "batch_size", "batches", "repeat", "workers"):
         ap.add_argument(f"--{f.replace('_', '-')}", type=int, default=getattr(LoaderBench, f))
+    ap.add_argument("--crop-size", type=int, default=224, help="Intermediate crop size; 0 = resize once.")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = ap.parse_args()
@@ -196,6 +197,7 @@ def main() -> None:
                 batch_size=args.batch_size,
                 batches=args.batches,
                 repeat=args.repeat,
+                spec=AugmentSpec(crop_size=args.crop_size or None),
                 workers=args.workers,
                 device=args.device,
                 out=args.out,
