@@ -93,11 +93,17 @@ class OpenCVTVL1:
         tv.setOuterIterations(params.outer_iterations)
         tv.setMedianFiltering(params.median_filtering)
         tv.setGamma(params.gamma)
-        self._tv = tv
+        self._tv, self._scales = tv, params.scales
 
     def __call__(self, prev: np.ndarray, nxt: np.ndarray) -> np.ndarray:
         # (B, H, W) uint8 ×2 -> (B, H, W, 2) float32
-        return np.stack([self._tv.calc(a, b, None) for a, b in zip(prev, nxt, strict=True)])
+        return np.stack([self._calc(a, b) for a, b in zip(prev, nxt, strict=True)])
+
+    def _calc(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        # OpenCV lowers the object's scale count for good after a frame too small for the full pyramid;
+        # restoring it makes every video's flow independent of the videos this worker saw before.
+        self._tv.setScalesNumber(self._scales)
+        return self._tv.calc(a, b, None)
 
 
 class TorchTVL1:

@@ -135,3 +135,13 @@ def test_torch_backend_on_gpu_matches_opencv():
         _codes(FlowStage(make_backend("torch", TVL1Params(), "cuda")), frames),
     )
     assert np.mean([np.abs(x.astype(int) - y).mean() for x, y in zip(a, b, strict=True)]) < 0.1
+
+
+def test_flow_does_not_depend_on_the_videos_a_worker_saw_before():
+    """OpenCV lowers a TV-L1 object's scale count after a small frame; the backend must undo that."""
+    big = [np.ascontiguousarray(texture(np.random.default_rng(s), 96, 96)[..., 0]) for s in (0, 1)]
+    small = np.ascontiguousarray(texture(np.random.default_rng(2), 24, 24)[..., 0])
+    fresh = OpenCVTVL1(TVL1Params())(big[0][None], big[1][None])
+    reused = OpenCVTVL1(TVL1Params())
+    reused(small[None], small[None])
+    assert np.array_equal(reused(big[0][None], big[1][None]), fresh)
