@@ -14,8 +14,8 @@ flags, per-frame 3×4 colour matrices), so both loaders apply the same semantics
   optional (``jitter_flow``, the paper: yes).
 
 Colour ops are linear maps of RGB, so each frame's ops compose into one affine map ``out = M·rgb + T``,
-applied with a single rounding and clamping to [0, 255] at the end (DALI ``coord_transform``,
-OpenCV ``cv2.transform``). Two differences from torchvision, for the same reason: contrast blends with
+applied with a single rounding and clamping to [0, 255] at the end (:func:`apply_colour`: ``cv2.transform``
+on the CPU, a batched matmul on the GPU). Two differences from torchvision, for the same reason: contrast blends with
 grey 128 instead of the frame's mean grey (DALI's ``color_twist`` does the same) and hue rotates about the
 grey axis in YIQ space instead of shifting HSV hue.
 """
