@@ -320,6 +320,11 @@ def preprocess_flow(index: Path, **kw) -> None:
     help="Most bytes per shard (a larger single sample gets a shard of its own).",
 )
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the train shuffle.")
+@click.option("--blocks", "num_blocks", type=click.IntRange(min=1), default=8, show_default=True,
+              help="Blocks per sample.")
+@click.option("--block-len", type=click.IntRange(min=1), default=5, show_default=True, help="Frames per block.")
+@click.option("--clip-stride", "stride", type=click.IntRange(min=1), default=3, show_default=True,
+              help="Source frames between the frames of a sample (a sample spans blocks × block-len × stride).")
 @click.option("--strict", is_flag=True, help="Stop at the first bad video (default: skip and report it).")
 @click.option(
     "--verify",
@@ -330,6 +335,7 @@ def preprocess_flow(index: Path, **kw) -> None:
 )
 def shard_cmd(archive_root: Path | None, verify: Path | None, **kw) -> None:
     """Cut per-video frame archives into WebDataset shards of 40-frame samples, with DALI indexes."""
+    from memdpc.pipeline.clip import ClipSpec
     from memdpc.pipeline.manifest import print_verify, verify_shards
     from memdpc.pipeline.shard import run_shard
 
@@ -342,6 +348,7 @@ def shard_cmd(archive_root: Path | None, verify: Path | None, **kw) -> None:
     if missing:
         raise click.UsageError(f"missing {', '.join(missing)} (or give --verify DIR)")
     index, stream, out, split = kw.pop("index"), kw.pop("stream"), kw.pop("out"), kw.pop("split")
+    kw["clip"] = ClipSpec(kw.pop("num_blocks"), kw.pop("block_len"), kw.pop("stride"))
     run_shard(archive_root, index, stream, out, split, console=Console(), **kw)
 
 

@@ -387,3 +387,38 @@ def test_cli_index_line_without_label_is_a_one_line_error(tiny_archives, tmp_pat
     res = CliRunner().invoke(main, args)
     assert res.exit_code == 2 and f"{index}:2" in res.output and "Traceback" not in res.output
     assert not (tmp_path / "rgb").exists()
+
+
+def test_cli_clip_geometry_options_reach_the_samples(tiny_archives, tmp_path):
+    from click.testing import CliRunner
+
+    from memdpc.cli import main
+    from memdpc.pipeline.manifest import load_manifest
+
+    out = tmp_path / "shards"
+    args = [
+        "shard",
+        str(tiny_archives.root),
+        "--index",
+        str(tiny_archives.index),
+        "--out",
+        str(out),
+        "--stream",
+        "rgb",
+        "--split",
+        "test",
+        "--blocks",
+        "4",
+        "--block-len",
+        "3",
+        "--clip-stride",
+        "1",
+    ]
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 0, res.output
+    manifest = load_manifest(out, "rgb", "test")
+    assert manifest["clip"] == {"num_blocks": 4, "block_len": 3, "stride": 1}
+    with tarfile.open(out / "rgb" / manifest["shards"][0]["name"]) as tar:
+        names = tar.getnames()
+    key = names[0].split(".")[0]
+    assert sorted(n for n in names if n.startswith(key + ".f")) == [f"{key}.f{i:02d}.jpg" for i in range(12)]
