@@ -41,22 +41,23 @@ class Profile:
     window_step: int
     train: dict[str, Any] = field(default_factory=dict)
     tvl1: dict[str, Any] = field(default_factory=lambda: {"scales": 3, "warps": 3})
-    probe_epochs: int = 100
+    # the probe sees ~100 windows: full-batch steps at the paper's lr 1e-3 would leave it untrained
+    probe: dict[str, Any] = field(default_factory=lambda: {"epochs": 300, "lr": 3e-3})
 
 
 PROFILES = {
     "default": Profile(
         synthetic=SyntheticConfig(videos_per_class=6, frames=48, size=64, num_classes=10),
         clip=ClipSpec(num_blocks=8, block_len=5, stride=1),
-        window_step=4,
-        train=dict(size=64, widths=[16, 32, 64, 64], batch_size=16, epochs=12, patience=4),
+        window_step=2,
+        train=dict(size=64, widths=[8, 16, 32, 32], batch_size=16, epochs=30, patience=6),
     ),
     "tiny": Profile(
         synthetic=SyntheticConfig(videos_per_class=3, frames=24, size=32, num_classes=3),
         clip=ClipSpec(num_blocks=4, block_len=4, stride=1),
         window_step=4,
         train=dict(size=32, widths=[8, 16, 16, 16], batch_size=4, epochs=2, pred_steps=1, mem_size=64),
-        probe_epochs=20,
+        probe={"epochs": 30, "lr": 3e-3},
     ),
 }
 
@@ -146,7 +147,7 @@ def _evaluate(out: Path, shards: Path, ckpts: dict, p: Profile, workers: int, co
             common = dict(shards=shards, out=folder, num_workers=workers, console=console)
             results[model, stream, "retrieval"] = evaluate("retrieve", ckpts[model, stream], **common)
             results[model, stream, "probe-linear"] = evaluate(
-                "probe", ckpts[model, stream], head="linear", fit={"epochs": p.probe_epochs}, **common
+                "probe", ckpts[model, stream], head="linear", fit=p.probe, **common
             )
         for kind in ("retrieval", "probe-linear"):
             results[model, "fused", kind] = fuse(

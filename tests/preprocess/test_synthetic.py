@@ -73,3 +73,17 @@ def test_bad_options_exit_2(tmp_path, args):
     assert res.exit_code == 2, res.output
     assert "Traceback" not in res.output
     assert not (tmp_path / "x").exists()
+
+
+def test_appearance_narrows_to_a_pair_of_opposite_motions():
+    """The object's colour leans towards its pair's tint (MoveRight/MoveLeft: red; MoveUp/MoveDown: green)."""
+    from memdpc.preprocess.synthetic import render_video
+
+    def red_minus_green(cls: str) -> float:
+        rng = np.random.default_rng(5)
+        return float(
+            np.mean([render_video(cls, 48, 2, rng)[..., [2, 1]].mean((0, 1, 2)) @ [1, -1] for _ in range(6)])
+        )
+
+    assert red_minus_green("MoveRight") > red_minus_green("MoveUp") + 5
+    assert red_minus_green("MoveLeft") > red_minus_green("MoveDown") + 5
