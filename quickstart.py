@@ -49,8 +49,8 @@ PROFILES = {
     "default": Profile(
         synthetic=SyntheticConfig(videos_per_class=6, frames=48, size=64, num_classes=10),
         clip=ClipSpec(num_blocks=8, block_len=5, stride=1),
-        window_step=2,
-        train=dict(size=64, widths=[8, 16, 32, 32], batch_size=16, epochs=30, patience=6),
+        window_step=4,
+        train=dict(size=64, widths=[16, 32, 64, 64], batch_size=16, epochs=12, patience=4),
     ),
     "tiny": Profile(
         synthetic=SyntheticConfig(videos_per_class=3, frames=24, size=32, num_classes=3),
