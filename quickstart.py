@@ -41,8 +41,8 @@ class Profile:
     window_step: int
     train: dict[str, Any] = field(default_factory=dict)
     tvl1: dict[str, Any] = field(default_factory=lambda: {"scales": 3, "warps": 3})
-    # the probe sees ~100 windows: full-batch steps at the paper's lr 1e-3 would leave it untrained
-    probe: dict[str, Any] = field(default_factory=lambda: {"epochs": 300, "lr": 3e-3})
+    # the probe sees ~100 windows: full-batch steps at lr 1e-3 would leave it untrained (lr_min = lr/10, as the CLI)
+    probe: dict[str, Any] = field(default_factory=lambda: {"epochs": 300, "lr": 3e-3, "lr_min": 3e-4})
 
 
 PROFILES = {
@@ -57,7 +57,7 @@ PROFILES = {
         clip=ClipSpec(num_blocks=4, block_len=4, stride=1),
         window_step=4,
         train=dict(size=32, widths=[8, 16, 16, 16], batch_size=4, epochs=2, pred_steps=1, mem_size=64),
-        probe={"epochs": 30, "lr": 3e-3},
+        probe={"epochs": 30, "lr": 3e-3, "lr_min": 3e-4},
     ),
 }
 
