@@ -164,6 +164,11 @@ def plan_loader(
         raise UserError(
             f"{where}: shards hold clips {manifest.get('clip')}, the loader expects {clip.to_dict()}"
         )
+    if manifest.get("frame_size") is None:
+        raise UserError(
+            f"{where}: the shards hold videos of several frame sizes; the loaders crop with one frame size, "
+            "so preprocess with --square (e.g. --square 256, the paper's) and shard again"
+        )
     shards = shard_paths(shard_dir, manifest)
     if not shards or manifest.get("num_samples", 0) == 0:
         raise UserError(f"{where}: the shard list is empty")

@@ -199,6 +199,13 @@ def test_empty_shard_list(tiny_shards, tmp_path):
         make_loader(root, "rgb", "train", train=True, batch_size=2, backend="torch")
 
 
+def test_shards_of_several_frame_sizes(tiny_shards, tmp_path):
+    root = copy_stream(tiny_shards, tmp_path)
+    edit_manifest(root, "rgb", "train", frame_size=None)
+    with pytest.raises(UserError, match=r"manifest-train\.json: the shards hold videos of several frame sizes"):
+        make_loader(root, "rgb", "train", train=True, batch_size=2, backend="torch")
+
+
 def test_fewer_shards_than_ranks_times_workers(tiny_shards):
     with pytest.raises(UserError, match=r"3 shard\(s\) for 2 rank\(s\) × 2 worker\(s\)"):
         make_loader(
