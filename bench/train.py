@@ -16,19 +16,15 @@ import tempfile
 import time
 from pathlib import Path
 
-import cv2
-import numpy as np
 import torch
 from rich.console import Console
 from rich.table import Table
+from shard import make_archives  # bench/shard.py, beside this script: the same rendered RGB archives
 
 from memdpc.atomic import write_json_atomic
 from memdpc.pipeline.clip import ClipSpec
 from memdpc.pipeline.loader import dali_available
 from memdpc.pipeline.shard import shard_stream
-from memdpc.preprocess.archive import archive_path, write_archive
-from memdpc.preprocess.synthetic import CLASSES, render_video
-from memdpc.preprocess.video_index import VideoRecord
 from memdpc.train.config import TrainConfig
 from memdpc.train.loop import train
 
@@ -36,15 +32,7 @@ WARMUP = 2  # steps left out of the averages (worker start-up, first allocations
 
 
 def make_shards(root: Path, videos: int, frames: int, frame_size: int) -> Path:
-    records = []
-    for v in range(videos):
-        cls = CLASSES[v % len(CLASSES)]
-        imgs = render_video(cls, frame_size, frames, np.random.default_rng(v))
-        vid = f"v_{cls}_g{v:03d}"
-        jpegs = (cv2.imencode(".jpg", f, [cv2.IMWRITE_JPEG_QUALITY, 90])[1].tobytes() for f in imgs)
-        meta = {"fps": 25.0, "height": frame_size, "width": frame_size, "stream": "rgb", "encoding": "jpeg"}
-        write_archive(archive_path(root / "archives", "rgb", vid), jpegs, meta)
-        records.append(VideoRecord(vid, f"/bench/{vid}.avi", v % len(CLASSES), cls, "train", 25.0, frames))
+    records = make_archives(root / "archives", videos, frames, frame_size)
     shard_stream(root / "archives", records, "rgb", root / "shards", "train", clip=ClipSpec(), window_step=5,
                  max_count=8, seed=0)
     return root / "shards"
