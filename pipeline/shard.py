@@ -331,29 +331,11 @@ def shard_stream(
     stream: str,
     out_dir: str | os.PathLike,
     split: str,
-    clip: ClipSpec = DEFAULT_CLIP,
-    window_step: int = DEFAULT_WINDOW_STEP,
-    short: str = "pad",
-    max_count: int = DEFAULT_MAX_COUNT,
-    max_size: int = DEFAULT_MAX_SIZE,
-    seed: int = 0,
-    **kw,
+    **kw: Any,
 ) -> Path:
-    """Shard one stream and split; return the manifest path (``<out>/<stream>/manifest-<split>.json``)."""
-    return run_shard(
-        archive_root,
-        index_records,
-        stream,
-        out_dir,
-        split,
-        clip=clip,
-        window_step=window_step,
-        short=short,
-        max_count=max_count,
-        max_size=max_size,
-        seed=seed,
-        **kw,
-    ).manifest
+    """Shard one stream and split with the options of :func:`run_shard`; return the manifest path
+    (``<out>/<stream>/manifest-<split>.json``)."""
+    return run_shard(archive_root, index_records, stream, out_dir, split, **kw).manifest
 
 
 def print_report(r: ShardReport, console: Console) -> None:
