@@ -19,9 +19,9 @@ from pathlib import Path
 import torch
 from rich.console import Console
 from rich.table import Table
-from shard import make_archives  # bench/shard.py, beside this script: the same rendered RGB archives
 
 from memdpc.atomic import write_json_atomic
+from memdpc.bench.shard import make_archives
 from memdpc.pipeline.clip import ClipSpec
 from memdpc.pipeline.loader import dali_available
 from memdpc.pipeline.shard import shard_stream

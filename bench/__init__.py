@@ -1,0 +1,1 @@
+"""Benchmarks: each prints a table and writes JSON; `memdpc bench loader` runs bench/loader.py."""
