@@ -17,6 +17,17 @@ DEPTHS = {18: (2, 2, 2, 2), 34: (3, 4, 6, 3)}
 DEFAULT_WIDTHS = (64, 128, 256, 256)
 
 
+class FrameMaxPool(nn.Module):
+    """The stem's 3×3 / stride-2 max pool on each frame: the reference's ``MaxPool3d((1, 3, 3), (1, 2, 2),
+    (0, 1, 1))``, computed as a 2D pool over (B, C·T, H, W) because CUDA has no deterministic backward for
+    ``max_pool3d`` (``--deterministic`` training would fail) while ``max_pool2d``'s is deterministic."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, c, t, h, w = x.shape
+        y = nn.functional.max_pool2d(x.reshape(b, c * t, h, w), 3, stride=2, padding=1)
+        return y.reshape(b, c, t, *y.shape[-2:])
+
+
 class BasicBlock(nn.Module):
     """Two convolutions with a residual shortcut; 2D (1×3×3) or 3D (3×3×3) kernels.
 
@@ -71,7 +82,7 @@ class ResNet2d3d(nn.Module):
         self.conv1 = nn.Conv3d(3, stem, (1, 7, 7), stride=(1, 2, 2), padding=(0, 3, 3), bias=False)
         self.bn1 = nn.BatchNorm3d(stem, track_running_stats=track_running_stats)
         self.relu = nn.ReLU(inplace=True)
-        self.maxpool = nn.MaxPool3d((1, 3, 3), stride=(1, 2, 2), padding=(0, 1, 1))
+        self.maxpool = FrameMaxPool()
         in_ch = stem
         for i, (n, w) in enumerate(zip(DEPTHS[depth], self.widths, strict=True)):
             blocks = []

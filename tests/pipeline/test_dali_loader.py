@@ -86,6 +86,12 @@ def test_gpu_mixed_decode(tiny_shards, train):
             spec=AugmentSpec.off(),
         )
     )
-    for key in cpu:  # nvJPEG and libjpeg-turbo may differ by a few levels, not more
-        diff = (gpu[key][0].cpu() - cpu[key][0]).abs().max().item()
-        assert diff < 8 / 255 / 0.224
+    # nvJPEG's hardware decoder upsamples chroma unlike libjpeg-turbo: on an H200 the 32² synthetic frames
+    # differed by 5.7 levels on average per pixel (p99 25, max 60). Over 8×8 blocks that averages out, while a
+    # shifted, flipped or mismatched frame would not.
+    def blocks(clip):
+        return torch.nn.functional.avg_pool2d(clip.cpu().flatten(0, -3) * 0.224 * 255, 8)
+
+    diff = torch.stack([(blocks(gpu[k][0]) - blocks(cpu[k][0])).abs() for k in cpu])
+    print(f"GPU vs CPU decode, 8×8 block means: mean {diff.mean():.2f}, max {diff.max():.1f} levels")
+    assert sorted(gpu) == sorted(cpu) and diff.mean() < 2 and diff.max() < 16
