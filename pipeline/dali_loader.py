@@ -156,7 +156,10 @@ class DaliLoader:
         ]
         seq = fn.stack(*frames, axis_name="F")  # (F, h, w, 3): the crop of every frame
         first = p.spec.crop_size or p.size
-        video = fn.resize(seq, roi_start=roi_start, roi_end=roi_end, size=[first, first], antialias=True)
+        # DALI's CPU resize is ~20 % faster without its antialiasing filter, which only matters when shrinking
+        # by more than ~1.25× (256² frames: crops of at most 256 px go to 224, a 1.14× shrink at most)
+        shrink = max(p.frame_size) / first
+        video = fn.resize(seq, roi_start=roi_start, roi_end=roi_end, size=[first, first], antialias=shrink > 1.25)
         if first != p.size:
             video = fn.resize(video, size=[p.size, p.size], antialias=True)
         return video, list(draws[4:])

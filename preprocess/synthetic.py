@@ -1,11 +1,11 @@
 """The built-in example dataset: short videos whose class is a motion, in the UCF101 layout.
 
 Every video shows a textured object on a textured, slowly drifting background, plus a smaller distractor
-object with its own random motion. Textures are random; the object's colour leans towards a tint shared by
-two classes of opposite motion (right/left, up/down, clockwise/counter-clockwise, in/out, horizontal/
-vertical shake), as scene context does in real datasets. Appearance therefore narrows a video down to a
-pair of classes at best; only the motion (direction, rotation, zoom, oscillation), which is what optical
-flow sees, tells the class. Deterministic for a seed.
+object with its own random motion. Textures are random; the object's shape and the tint its colour leans
+towards are shared by two classes of opposite motion (right/left, up/down, clockwise/counter-clockwise,
+in/out, horizontal/vertical shake), as objects and scene context are in real datasets. Appearance therefore
+narrows a video down to a pair of classes at best; only the motion (direction, rotation, zoom,
+oscillation), which is what optical flow sees, tells the class. Deterministic for a seed.
 """
 
 from __future__ import annotations
@@ -112,15 +112,26 @@ def _paste(
     frame[:] = (frame * (1 - alpha) + warped * alpha).astype(np.uint8)
 
 
-def _shape_mask(rng: np.random.Generator, n: int) -> np.ndarray:
-    """A random blob mask (n, n) float32 in [0, 1]: an ellipse or a rectangle, softened at the edge."""
+# The object's shape, one per pair of classes like the tint: a cue that colour jitter leaves intact.
+PAIR_SHAPES = ("disc", "square", "triangle", "ring", "cross")
+
+
+def _shape_mask(rng: np.random.Generator, n: int, shape: str) -> np.ndarray:
+    """A blob mask (n, n) float32 in [0, 1] of the given ``shape``, random in size, softened at the edge."""
     mask = np.zeros((n, n), np.float32)
-    if rng.random() < 0.5:
-        axes = (int(n * rng.uniform(0.3, 0.48)), int(n * rng.uniform(0.3, 0.48)))
-        cv2.ellipse(mask, (n // 2, n // 2), axes, float(rng.uniform(0, 180)), 0, 360, 1.0, -1)
-    else:
-        a, b = int(n * rng.uniform(0.1, 0.25)), int(n * rng.uniform(0.1, 0.25))
-        mask[a : n - a, b : n - b] = 1.0
+    c, r = n // 2, int(n * rng.uniform(0.36, 0.48))
+    if shape in ("disc", "ring"):
+        cv2.circle(mask, (c, c), r, 1.0, -1)
+        if shape == "ring":
+            cv2.circle(mask, (c, c), r // 2, 0.0, -1)
+    elif shape == "square":
+        mask[c - r : c + r, c - r : c + r] = 1.0
+    elif shape == "triangle":
+        pts = np.int32([[c, c - r], [c - r, c + r * 3 // 4], [c + r, c + r * 3 // 4]])
+        cv2.fillPoly(mask, [pts], 1.0)
+    else:  # cross
+        t = max(1, r // 3)
+        mask[c - r : c + r, c - t : c + t] = mask[c - t : c + t, c - r : c + r] = 1.0
     return cv2.GaussianBlur(mask, (3, 3), 0)
 
 
@@ -129,9 +140,10 @@ def render_video(cls: str, size: int, frames: int, rng: np.random.Generator) -> 
     bg = texture(rng, size * 2, size * 2)
     bg_v = rng.uniform(-0.3, 0.3, 2)
     n = size // 2
-    obj, mask = texture(rng, n, n, PAIR_TINTS[CLASSES.index(cls) // 2]), _shape_mask(rng, n)
+    pair = CLASSES.index(cls) // 2
+    obj, mask = texture(rng, n, n, PAIR_TINTS[pair]), _shape_mask(rng, n, PAIR_SHAPES[pair])
     dn = size // 4
-    dis, dis_mask = texture(rng, dn, dn), _shape_mask(rng, dn)
+    dis, dis_mask = texture(rng, dn, dn), _shape_mask(rng, dn, PAIR_SHAPES[rng.integers(len(PAIR_SHAPES))])
     dis_p, dis_v = rng.uniform(0.2 * size, 0.8 * size, 2), rng.uniform(-0.6, 0.6, 2)
     params = {
         "cx": size / 2 + rng.uniform(-0.1, 0.1) * size,

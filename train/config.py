@@ -43,6 +43,7 @@ class TrainConfig:
     val_split: str = _f("test", "Shard split for the validation loss; 'none' to use the training loss.")
     backend: str = _f("auto", "Loader backend.")
     num_workers: int = _f(2, "Loader worker processes per rank (torch backend) / threads (DALI).")
+    jitter_flow: bool = _f(True, "Per-frame colour jitter and random grey on flow images too (the paper: yes).")
     # model
     arch: str = _f("memdpc_r18", "Model architecture.")
     bidirectional: bool = _f(False, "Bidirectional MemDPC (a second, backward aggregator).")
@@ -183,10 +184,13 @@ def write_config(config: TrainConfig, path: Path) -> None:
 
 
 def config_differences(recorded: dict[str, Any], config: TrainConfig) -> list[str]:
-    """Settings (outside :data:`RESTART_FREE`) whose value differs between ``recorded`` and ``config``."""
+    """Settings (outside :data:`RESTART_FREE`) whose value differs between ``recorded`` and ``config``.
+
+    A setting that ``recorded`` lacks (added in a later version) counts as its default, which the run had."""
     now = config.to_dict()
+    then = {**TrainConfig().to_dict(), **recorded}
     keys = (set(recorded) | set(now)) - RESTART_FREE
-    return [f"{k}: {recorded.get(k)!r} → {now.get(k)!r}" for k in sorted(keys) if recorded.get(k) != now.get(k)]
+    return [f"{k}: {then.get(k)!r} → {now.get(k)!r}" for k in sorted(keys) if then.get(k) != now.get(k)]
 
 
 @dataclass(frozen=True)

@@ -156,10 +156,11 @@ def _scheduler(config: TrainConfig, optimizer: torch.optim.Optimizer):
 def _loader(config: TrainConfig, env: dd.DistEnv, split: str, clip: ClipSpec, train: bool,
             rank: int | None = None, world_size: int | None = None):
     """A loader of one split; training drops the last partial batch, so every rank takes equal steps."""
+    from memdpc.pipeline.augment import AugmentSpec
     from memdpc.pipeline.loader import make_loader
 
     return make_loader(config.shards, config.stream, split, train=train, batch_size=config.batch_size,
-                       backend=config.backend, size=config.size,
+                       backend=config.backend, size=config.size, spec=AugmentSpec(jitter_flow=config.jitter_flow),
                        rank=env.rank if rank is None else rank,
                        world_size=env.world_size if world_size is None else world_size,
                        seed=config.seed, num_workers=config.num_workers, device=str(env.device), clip=clip,

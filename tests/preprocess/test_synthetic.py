@@ -87,3 +87,15 @@ def test_appearance_narrows_to_a_pair_of_opposite_motions():
 
     assert red_minus_green("MoveRight") > red_minus_green("MoveUp") + 5
     assert red_minus_green("MoveLeft") > red_minus_green("MoveDown") + 5
+
+
+def test_each_pair_of_classes_has_its_own_object_shape():
+    from memdpc.preprocess.synthetic import PAIR_SHAPES, _shape_mask
+
+    masks = {s: _shape_mask(np.random.default_rng(0), 32, s) > 0.5 for s in PAIR_SHAPES}
+    for a in PAIR_SHAPES:
+        for b in PAIR_SHAPES:
+            if a < b:
+                iou = (masks[a] & masks[b]).sum() / (masks[a] | masks[b]).sum()
+                assert iou < 0.85, (a, b, iou)
+    assert [s for s, m in masks.items() if not m[16, 16]] == ["ring"]  # only the ring is hollow

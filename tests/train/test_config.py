@@ -65,6 +65,15 @@ def test_differences_ignore_settings_free_to_change_on_restart():
     assert "lr" not in RESTART_FREE and "seed" not in RESTART_FREE
 
 
+def test_a_setting_newer_than_the_recorded_run_counts_as_its_default():
+    recorded = TrainConfig(shards="/a", out="/r").to_dict()
+    del recorded["jitter_flow"]  # a run directory written before the setting existed
+    assert config_differences(recorded, TrainConfig(shards="/a", out="/r")) == []
+    assert config_differences(recorded, TrainConfig(shards="/a", out="/r", jitter_flow=False)) == [
+        "jitter_flow: True → False"
+    ]
+
+
 def test_every_field_is_an_option_with_help():
     specs = option_specs()
     assert {s.name for s in specs} == set(TrainConfig().to_dict())

@@ -224,3 +224,17 @@ def test_gpu_run_with_bf16_and_dali(train_shards, tmp_path):
     ckpt = read_checkpoint(out / "checkpoints" / "last.pt")
     assert ckpt["step"] == 8 and all(torch.isfinite(v).all() for v in ckpt["model"].values() if v.is_floating_point())
     assert records(out, "val")
+
+
+@pytest.mark.parametrize("jitter", [True, False])
+def test_jitter_flow_setting_reaches_the_loader(train_shards, jitter):
+    from memdpc.pipeline.clip import ClipSpec
+    from memdpc.train.config import TrainConfig
+    from memdpc.train.distributed import DistEnv
+    from memdpc.train.loop import _loader
+
+    config = TrainConfig(shards=str(train_shards), out="unused", backend="torch", size=32, num_blocks=5,
+                         block_len=3, pred_steps=2, jitter_flow=jitter)
+    env = DistEnv(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))
+    loader = _loader(config, env, "train", ClipSpec(5, 3, stride=1), train=True)
+    assert loader.plan.spec.jitter_flow is jitter and loader.plan.spec.colour_on("flow") is jitter
