@@ -1,8 +1,8 @@
 """Batched dual TV-L1 optical flow in PyTorch, a port of OpenCV contrib's CPU ``DualTVL1OpticalFlow``.
 
 It follows ``modules/optflow/src/tvl1flow.cpp`` (and the OpenCV 5 ``resize``/``remap`` it calls) operation
-by operation, down to the rounding, so that on the CPU its flows equal OpenCV 5's bit for bit (up to the
-order of one float sum in the stopping rule), while running many frame pairs at once (B, H, W), on CPU
+by operation, down to the rounding, so that on the CPU its flows equal OpenCV 5's up to float rounding
+(bit for bit on some scenes; ≤ 1e-4 px on others), while running many frame pairs at once (B, H, W), on CPU
 or CUDA:
 
 - pyramid: each level is the previous one resized by ``scale_step`` with bilinear ``cv::resize`` (no
