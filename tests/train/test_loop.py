@@ -17,7 +17,11 @@ import torch
 from click.testing import CliRunner
 
 from memdpc.cli import main
+from memdpc.pipeline.clip import ClipSpec
 from memdpc.train.checkpoint import load_pretrained, param_digest, read_checkpoint
+from memdpc.train.config import TrainConfig
+from memdpc.train.distributed import DistEnv
+from memdpc.train.loop import _loader
 
 # A tiny network on 5×3-frame clips of 32 px; each run adds its own settings.
 TINY = ["--stream", "rgb", "--arch", "dpc_r18", "--widths", "4,8,16,16", "--size", "32", "--num-blocks", "5",
@@ -228,11 +232,6 @@ def test_gpu_run_with_bf16_and_dali(train_shards, tmp_path):
 
 @pytest.mark.parametrize("jitter", [True, False])
 def test_jitter_flow_setting_reaches_the_loader(train_shards, jitter):
-    from memdpc.pipeline.clip import ClipSpec
-    from memdpc.train.config import TrainConfig
-    from memdpc.train.distributed import DistEnv
-    from memdpc.train.loop import _loader
-
     config = TrainConfig(shards=str(train_shards), out="unused", backend="torch", size=32, num_blocks=5,
                          block_len=3, pred_steps=2, jitter_flow=jitter)
     env = DistEnv(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))
