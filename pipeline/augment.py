@@ -203,17 +203,39 @@ def sample_clip(
     return ClipParams(box, flip, colour_maps(rng, num_frames, stream, flip, spec))
 
 
+# ------------------------------------------------------------------------------- OpenCV (host) ops
+def resize_frames(frames: np.ndarray, size: int) -> np.ndarray:
+    """Resize every frame of (F, h, w, C) to size × size (area filter when shrinking, like antialiasing)."""
+    if frames.shape[1:3] == (size, size):
+        return frames
+    interp = cv2.INTER_AREA if min(frames.shape[1:3]) > size else cv2.INTER_LINEAR
+    return np.stack([cv2.resize(f, (size, size), interpolation=interp) for f in frames])
+
+
+def crop_resize(frames: np.ndarray, box: Box, flip: bool, size: int, spec: AugmentSpec) -> np.ndarray:
+    """A training clip's geometry on decoded frames (F, H, W, C), in any channel order: its crop box resized
+    to ``spec.crop_size`` and then to ``size``, mirrored when ``flip``."""
+    y0, x0, h, w = box
+    video = resize_frames(resize_frames(frames[:, y0 : y0 + h, x0 : x0 + w], spec.crop_size or size), size)
+    return video[:, :, ::-1] if flip else video
+
+
+def colour_frames(frames: np.ndarray, maps: np.ndarray) -> np.ndarray:
+    """Per-frame affine colour maps with ``cv2.transform``: (F, H, W, 3) uint8 with (F, 3, 4) → uint8."""
+    out = np.empty(frames.shape, np.uint8)
+    for i, m in enumerate(maps.astype(np.float32, copy=False)):
+        cv2.transform(frames[i], m, dst=out[i])
+    return out
+
+
 # ------------------------------------------------------------------------------------------ normalise
 def apply_colour(frames: torch.Tensor, maps: torch.Tensor) -> torch.Tensor:
     """Per-frame affine colour maps on uint8 frames: (B, F, H, W, 3) with (B, F, 3, 4) → uint8, rounded and
     saturated. On the CPU with ``cv2.transform`` (what the torch loader uses; DALI's CPU ``coord_transform``
     is ~25× slower), elsewhere as a batched matmul on the frames' device."""
     if frames.device.type == "cpu":
-        fr, ms = frames.numpy(), maps.numpy().astype(np.float32)
-        out = np.empty_like(fr)
-        for i in np.ndindex(fr.shape[:2]):
-            cv2.transform(fr[i], ms[i], dst=out[i])
-        return torch.from_numpy(out)
+        fr, ms = frames.numpy(), maps.numpy()
+        return torch.from_numpy(np.stack([colour_frames(f, m) for f, m in zip(fr, ms, strict=True)]))
     b, f, h, w, c = frames.shape
     x = frames.reshape(b * f, h * w, c).float()
     m = maps.to(device=frames.device, dtype=torch.float32).reshape(b * f, 3, 4)

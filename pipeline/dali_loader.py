@@ -3,10 +3,12 @@
 Graph (one per epoch, so an epoch is reproducible from ``(seed, epoch)`` alone)::
 
     readers.webdataset (index files, shard_id/num_shards = rank/world size, pad_last_batch)
-      train: 40 × decoders.image_slice (only the clip's crop box is decoded) → stack to (F, h, w, 3)
-             → resize (a mirrored ROI flips) to crop_size → resize to the output size
-             (+ the per-frame colour maps, applied on the target device by apply_colour: DALI's CPU
-             coord_transform costs ~25× cv2.transform, ~35 ms per clip)
+      train: 40 × decoders.image (whole frames) → stack to (F, H, W, 3)
+             GPU: resize of the crop (a mirrored ROI flips) to crop_size → resize to the output size
+             CPU: the frames and the draws go to the host, where OpenCV crops, resizes and flips them
+             (crop_resize, the torch loader's code) in a thread pool: DALI's CPU resize is slower than its decode
+             (+ the per-frame colour maps, applied on the target device: DALI's CPU coord_transform costs
+             ~25× cv2.transform, ~35 ms per clip)
       eval:  40 × decoders.image → stack → one slice/resize per crop (+ flip) → stack to (K, F, H, W, 3)
 
 Random parameters come from :mod:`memdpc.pipeline.augment` through an ``external_source``, the same draws
@@ -17,12 +19,22 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import torch
 
-from memdpc.pipeline.augment import apply_colour, eval_boxes, flow_flip_map, normalise, sample_clip
+from memdpc.pipeline.augment import (
+    apply_colour,
+    colour_frames,
+    crop_resize,
+    eval_boxes,
+    flow_flip_map,
+    normalise,
+    sample_clip,
+)
 from memdpc.pipeline.loader import Batch, LoaderPlan
+from memdpc.preprocess.encode import gpu_decodes_alike
 
 
 def _dali():
@@ -34,17 +46,28 @@ def _dali():
 class DaliLoader:
     """Iterable over :class:`Batch` for one rank; ``len()`` = batches per epoch; ``set_epoch`` reshuffles."""
 
-    def __init__(self, plan: LoaderPlan) -> None:
+    def __init__(self, plan: LoaderPlan, host_geometry: bool | None = None) -> None:
         self.plan = plan
         self.epoch = 0
         self._gpu = plan.device.startswith("cuda")
-        # All JPEGs to the hardware decoder where the GPU has one (A100, H100, H200): on an H200, 698 clips/s
-        # against 600 with DALI's default split (0.65) and 524 with none (bench loader shards, batch 64).
-        self._decode = {"device": "mixed", "hw_decoder_load": 1.0} if self._gpu else {"device": "cpu"}
-        colour = (
-            plan.train and plan.spec.enabled and (plan.spec.colour_on(plan.stream) or plan.stream == "flow")
-        )
-        self._outputs = ["video", "label", "meta"] + (["colour"] if colour else [])
+        # On the GPU every JPEG goes to the hardware decoder (A100, H100, H200): on an H200, 698 clips/s against
+        # 600 with DALI's default split (0.65) and 524 with none. Encodings nvJPEG misreads decode on the CPU
+        # and are uploaded (see gpu_decodes_alike).
+        mixed = self._gpu and gpu_decodes_alike(plan.encoding)
+        self._decode = {"device": "mixed", "hw_decoder_load": 1.0} if mixed else {"device": "cpu"}
+        self._upload = self._gpu and not mixed
+        # The training crop's two resizes: DALI's on the GPU; on the CPU OpenCV's (crop_resize, as in the torch
+        # loader) in a thread pool, since DALI's CPU resize costs ~2.6× as much (crop → 224 → 128: ~100 against
+        # ~38 CPU-ms per 40-frame clip of 256² frames), more than the decode itself.
+        self._host_geometry = not self._gpu if host_geometry is None else host_geometry
+        if self._host_geometry and self._gpu:
+            raise ValueError("host_geometry is for the CPU pipeline")
+        augment = plan.train and plan.spec.enabled
+        colour = augment and (plan.spec.colour_on(plan.stream) or plan.stream == "flow")
+        geometry = ("box", "flip") if self._host_geometry else ("roi_start", "roi_end")
+        self._draw_names = (geometry + (("colour",) if colour else ())) if augment else ()
+        host = [n for n in self._draw_names if n not in ("roi_start", "roi_end")]
+        self._outputs = ["video", "label", "meta", *host]  # the draws the host still needs come along
         total = sum(plan.shard_samples)
         lo, hi = (total * plan.rank) // plan.world_size, (total * (plan.rank + 1)) // plan.world_size
         self._rank_samples = hi - lo  # DALI's own split of the sample sequence into num_shards parts
@@ -73,12 +96,15 @@ class DaliLoader:
             last_batch_policy=policy,
             auto_reset=False,
         )
+        pool = ThreadPoolExecutor(max(1, self.plan.num_workers)) if "box" in self._outputs else None
         try:
             for i, out in enumerate(it):
                 if i >= self._len:
                     break
-                yield self._batch(out[0])
+                yield self._batch(out[0], pool)
         finally:
+            if pool is not None:
+                pool.shutdown()
             del it, pipe
 
     # ------------------------------------------------------------------------------------------ graph
@@ -116,12 +142,12 @@ class DaliLoader:
                 pad_last_batch=True,
                 name="reader",
             )
-            colour = []
+            host = []
             if p.train and p.spec.enabled:
-                video, colour = self._train_ops(outs[: p.num_frames], epoch)
+                video, host = self._train_ops(outs[: p.num_frames], epoch)
             else:
                 video = self._eval_ops(outs[: p.num_frames])
-            pipe.set_outputs(video, outs[p.num_frames], fn.pad(outs[p.num_frames + 1], fill_value=0), *colour)
+            pipe.set_outputs(video, outs[p.num_frames], fn.pad(outs[p.num_frames + 1], fill_value=0), *host)
         pipe.build()
         return pipe
 
@@ -132,64 +158,64 @@ class DaliLoader:
         return dev.index if dev.index is not None else torch.cuda.current_device()
 
     def _train_ops(self, encoded: list, epoch: int):
-        """Decode only each frame's crop (one box per clip), resize (flip = a mirrored ROI); also return the
-        per-frame colour maps (when the stream gets any) for :func:`apply_colour` on the target device."""
+        """Decode whole frames (nvJPEG has no region-of-interest decoding); on the GPU resize the crop (flip =
+        a mirrored ROI). Also returns the draws the host applies: the crop box and flip when OpenCV resizes,
+        the per-frame colour maps (when the stream gets any) for :func:`apply_colour` on the target device."""
         fn, _, types = _dali()
         p = self.plan
-        colour = "colour" in self._outputs
         draws = fn.external_source(
-            source=self._draw(epoch), num_outputs=5 if colour else 4, batch=True, batch_info=True
+            source=self._draw(epoch), num_outputs=len(self._draw_names), batch=True, batch_info=True
         )
-        anchor, shape, roi_start, roi_end = draws[:4]
-        frames = [
-            fn.decoders.image_slice(
-                f,
-                anchor,
-                shape,
-                output_type=types.RGB,
-                axis_names="HW",
-                normalized_anchor=False,
-                normalized_shape=False,
-                **self._decode,
-            )
-            for f in encoded
-        ]
-        seq = fn.stack(*frames, axis_name="F")  # (F, h, w, 3): the crop of every frame
+        d = dict(zip(self._draw_names, draws, strict=True))
+        seq = self._stack([fn.decoders.image(f, output_type=types.RGB, **self._decode) for f in encoded])
+        host = [d[name] for name in self._outputs[3:]]
+        if self._host_geometry:
+            return seq, host
         first = p.spec.crop_size or p.size
-        # DALI's CPU resize is ~20 % faster without its antialiasing filter, which only matters when shrinking
-        # by more than ~1.25× (256² frames: crops of at most 256 px go to 224, a 1.14× shrink at most)
+        # the antialiasing filter costs time and only matters when shrinking by more than ~1.25× (256² frames:
+        # crops of at most 256 px go to 224, a 1.14× shrink at most)
         shrink = max(p.frame_size) / first
-        video = fn.resize(seq, roi_start=roi_start, roi_end=roi_end, size=[first, first], antialias=shrink > 1.25)
+        video = fn.resize(
+            seq, roi_start=d["roi_start"], roi_end=d["roi_end"], size=[first, first], antialias=shrink > 1.25
+        )
         if first != p.size:
             video = fn.resize(video, size=[p.size, p.size], antialias=True)
-        return video, list(draws[4:])
+        return video, host
 
     def _draw(self, epoch: int):
         """external_source callback: the augmentation draws of one batch, from (seed, epoch, rank, batch)."""
         p = self.plan
-        colour = "colour" in self._outputs
         identity = np.tile(np.eye(3, 4, dtype=np.float32), (p.num_frames, 1, 1))
 
         def draw(info):
             rng = np.random.default_rng([p.seed, epoch, p.rank, info.iteration])
-            cols: list[list[np.ndarray]] = [[], [], [], [], []]
+            cols: dict[str, list[np.ndarray]] = {name: [] for name in self._draw_names}
             for _ in range(p.batch_size):
                 c = sample_clip(rng, p.frame_size, p.num_frames, p.stream, p.spec)
                 y0, x0, h, w = c.box
-                cols[0].append(np.array([y0, x0], np.float32))
-                cols[1].append(np.array([h, w], np.float32))
-                cols[2].append(np.array([0, w if c.flip else 0], np.float32))
-                cols[3].append(np.array([h, 0 if c.flip else w], np.float32))
-                cols[4].append(c.colour if c.colour is not None else identity)
-            return tuple(cols) if colour else tuple(cols[:4])
+                row = {
+                    "box": np.array(c.box, np.int32),
+                    "flip": np.array([c.flip], np.int32),
+                    "roi_start": np.array([y0, x0 + (w if c.flip else 0)], np.float32),
+                    "roi_end": np.array([y0 + h, x0 + (0 if c.flip else w)], np.float32),
+                    "colour": c.colour if c.colour is not None else identity,
+                }
+                for name, col in cols.items():
+                    col.append(row[name])
+            return tuple(cols.values())
 
         return draw
+
+    def _stack(self, frames: list):
+        """The decoded frames as one (F, H, W, 3) sequence, on the GPU when the graph runs there."""
+        fn, _, _ = _dali()
+        seq = fn.stack(*frames, axis_name="F")
+        return seq.gpu() if self._upload else seq
 
     def _eval_ops(self, encoded: list):
         fn, _, types = _dali()
         p = self.plan
-        frames = [fn.decoders.image(f, output_type=types.RGB, **self._decode) for f in encoded]
-        seq = fn.stack(*frames, axis_name="F")  # (F, H, W, 3)
+        seq = self._stack([fn.decoders.image(f, output_type=types.RGB, **self._decode) for f in encoded])
         views = []
         for (y0, x0, h, w), flipped in eval_boxes(*p.frame_size, p.views, p.spec):
             if (h, w) == (p.size, p.size):
@@ -208,12 +234,15 @@ class DaliLoader:
         return views[0] if len(views) == 1 else fn.stack(*views, axis_name="K")
 
     # ------------------------------------------------------------------------------------------ batch
-    def _batch(self, out: dict) -> Batch:
+    def _batch(self, out: dict, pool: ThreadPoolExecutor | None) -> Batch:
         p = self.plan
         device = torch.device(p.device)
-        frames = out["video"].to(device, non_blocking=True)
-        if "colour" in out:
-            frames = apply_colour(frames, out["colour"])
+        if pool is not None:
+            frames = self._host_train(out, pool)
+        else:
+            frames = out["video"].to(device, non_blocking=True)
+            if "colour" in out:
+                frames = apply_colour(frames, out["colour"])
         clips = normalise(frames, p.num_blocks, p.spec)
         metas = [json.loads(bytes(row).rstrip(b"\0")) for row in out["meta"].cpu().numpy()]
         return Batch(
@@ -222,3 +251,16 @@ class DaliLoader:
             keys=[f"{m['video_id']}_{m['start']:05d}" for m in metas],
             video_ids=[m["video_id"] for m in metas],
         )
+
+    def _host_train(self, out: dict, pool: ThreadPoolExecutor) -> torch.Tensor:
+        """OpenCV's crop, resizes, flip and colour maps on DALI's decoded frames, one clip per pool thread
+        (OpenCV releases the GIL)."""
+        p = self.plan
+        video, boxes, flips = out["video"].numpy(), out["box"].numpy(), out["flip"].numpy()
+        maps = out["colour"].numpy() if "colour" in out else None
+
+        def one(i: int) -> np.ndarray:
+            clip = crop_resize(video[i], tuple(int(v) for v in boxes[i]), bool(flips[i, 0]), p.size, p.spec)
+            return colour_frames(clip, maps[i]) if maps is not None else np.ascontiguousarray(clip)
+
+        return torch.from_numpy(np.stack(list(pool.map(one, range(len(video))))))

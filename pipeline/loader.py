@@ -44,6 +44,7 @@ class LoaderPlan:
     shard_samples: list[int]
     stream: str
     frame_size: tuple[int, int]
+    encoding: str  # the images' encoding, as recorded in the manifest (e.g. jpeg-q100-444)
     num_frames: int
     num_blocks: int
     train: bool
@@ -190,6 +191,7 @@ def plan_loader(
         shard_samples=[int(s["num_samples"]) for s in manifest["shards"]],
         stream=stream,
         frame_size=(int(manifest["frame_size"][0]), int(manifest["frame_size"][1])),
+        encoding=str(manifest.get("encoding") or ""),
         num_frames=clip.num_frames,
         num_blocks=clip.num_blocks,
         train=train,

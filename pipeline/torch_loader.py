@@ -26,21 +26,20 @@ import torch
 import webdataset as wds
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from memdpc.pipeline.augment import eval_boxes, flow_flip_map, normalise, sample_clip
+from memdpc.pipeline.augment import (
+    crop_resize,
+    eval_boxes,
+    flow_flip_map,
+    normalise,
+    resize_frames,
+    sample_clip,
+)
 from memdpc.pipeline.loader import Batch, LoaderPlan
 
 
 def split_by_rank(src, rank: int, world_size: int):
     """``wds.split_by_node`` with an explicit rank."""
     yield from islice(src, rank, None, world_size)
-
-
-def _resize(frames: np.ndarray, size: int) -> np.ndarray:
-    """Resize every frame of (F, h, w, 3) to size × size (area filter when shrinking, like antialiasing)."""
-    if frames.shape[1:3] == (size, size):
-        return frames
-    interp = cv2.INTER_AREA if min(frames.shape[1:3]) > size else cv2.INTER_LINEAR
-    return np.stack([cv2.resize(f, (size, size), interpolation=interp) for f in frames])
 
 
 def _to_rgb(frames_bgr: np.ndarray, maps: np.ndarray | None) -> np.ndarray:
@@ -84,16 +83,11 @@ class ClipTransform:
     def _train(self, frames: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         p = self.plan
         c = sample_clip(rng, frames.shape[1:3], p.num_frames, p.stream, p.spec)
-        y0, x0, h, w = c.box
-        video = _resize(frames[:, y0 : y0 + h, x0 : x0 + w], p.spec.crop_size or p.size)
-        video = _resize(video, p.size)
-        if c.flip:
-            video = video[:, :, ::-1]
-        return _to_rgb(video, c.colour)
+        return _to_rgb(crop_resize(frames, c.box, c.flip, p.size, p.spec), c.colour)
 
     def _view(self, frames: np.ndarray, box, flipped: bool) -> np.ndarray:
         y0, x0, h, w = box
-        video = _resize(frames[:, y0 : y0 + h, x0 : x0 + w], self.plan.size)
+        video = resize_frames(frames[:, y0 : y0 + h, x0 : x0 + w], self.plan.size)
         if flipped:
             video = video[:, :, ::-1]
         maps = None

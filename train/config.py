@@ -44,6 +44,8 @@ class TrainConfig:
     backend: str = _f("auto", "Loader backend.")
     num_workers: int = _f(2, "Loader worker processes per rank (torch backend) / threads (DALI).")
     jitter_flow: bool = _f(True, "Per-frame colour jitter and random grey on flow images too (the paper: yes).")
+    crop_size: int = _f(224, "The random crop is resized to this, then to --size (the paper: 224); 0 = straight "
+                             "to --size (for frames much smaller than 224).")
     # model
     arch: str = _f("memdpc_r18", "Model architecture.")
     bidirectional: bool = _f(False, "Bidirectional MemDPC (a second, backward aggregator).")
@@ -88,6 +90,8 @@ class TrainConfig:
                      "log_every", "knn_max_batches"):
             if getattr(self, name) < 1:
                 raise UserError(f"{name} must be ≥ 1, not {getattr(self, name)}")
+        if self.crop_size < 0:
+            raise UserError(f"crop_size must be ≥ 0 (0 = resize the crop once), not {self.crop_size}")
         if self.pred_steps >= self.num_blocks:
             raise UserError(f"pred_steps ({self.pred_steps}) must be smaller than num_blocks ({self.num_blocks})")
         if not (0 < self.lr_min <= self.lr):

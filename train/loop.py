@@ -159,8 +159,9 @@ def _loader(config: TrainConfig, env: dd.DistEnv, split: str, clip: ClipSpec, tr
     from memdpc.pipeline.augment import AugmentSpec
     from memdpc.pipeline.loader import make_loader
 
+    spec = AugmentSpec(jitter_flow=config.jitter_flow, crop_size=config.crop_size or None)
     return make_loader(config.shards, config.stream, split, train=train, batch_size=config.batch_size,
-                       backend=config.backend, size=config.size, spec=AugmentSpec(jitter_flow=config.jitter_flow),
+                       backend=config.backend, size=config.size, spec=spec,
                        rank=env.rank if rank is None else rank,
                        world_size=env.world_size if world_size is None else world_size,
                        seed=config.seed, num_workers=config.num_workers, device=str(env.device), clip=clip,

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from memdpc.pipeline.augment import AugmentSpec
+from memdpc.pipeline.dali_loader import DaliLoader
 from memdpc.pipeline.loader import make_loader
 
 from .test_loader import one_epoch, shard_keys
@@ -38,6 +39,18 @@ def test_more_threads_same_clips(tiny_shards):
     one = one_epoch(make_loader(tiny_shards, "rgb", "train", num_workers=1, **kw))
     two = one_epoch(make_loader(tiny_shards, "rgb", "train", num_workers=2, **kw))
     assert list(one) == list(two) and all(torch.equal(one[k][0], two[k][0]) for k in one)
+
+
+def test_gpu_graph_on_the_cpu_matches_the_opencv_geometry(tiny_shards):
+    """The GPU's graph (DALI crops, resizes and flips by a mirrored ROI) run on the CPU gives the clips of the
+    CPU's default (OpenCV resizes the same draws), up to the two libraries' interpolation."""
+    kw = dict(train=True, batch_size=3, size=24, backend="dali", seed=3, num_workers=1)
+    host = make_loader(tiny_shards, "rgb", "train", **kw)
+    dali = DaliLoader(host.plan, host_geometry=False)
+    a, b = one_epoch(host), one_epoch(dali)
+    assert sorted(a) == sorted(b)
+    diff = torch.stack([(a[k][0] - b[k][0]).abs().mean() for k in a]) * 0.224 * 255
+    assert diff.max() < 3, f"mean difference per clip up to {diff.max():.2f} levels"
 
 
 @pytest.mark.gpu
@@ -95,3 +108,23 @@ def test_gpu_mixed_decode(tiny_shards, train):
     diff = torch.stack([(blocks(gpu[k][0]) - blocks(cpu[k][0])).abs() for k in cpu])
     print(f"GPU vs CPU decode, 8×8 block means: mean {diff.mean():.2f}, max {diff.max():.1f} levels")
     assert sorted(gpu) == sorted(cpu) and diff.mean() < 2 and diff.max() < 16
+
+
+@pytest.mark.gpu
+def test_gpu_loader_decodes_rgb_coded_flow_on_the_cpu(tiny_archives, tmp_path):
+    """nvJPEG misreads R, G, B-coded JPEGs (``--flow-encoding rgb``): on a GPU the loader decodes those on the
+    CPU and uploads them, so GPU and CPU loaders return the same clips."""
+    from memdpc.pipeline.shard import shard_stream
+    from memdpc.preprocess.archive import archive_path, read_archive, write_archive
+    from memdpc.preprocess.encode import FLOW_ENCODING_RGB, decode_rgb
+
+    root = tmp_path / "archives"
+    for r in tiny_archives.records:
+        meta, images = read_archive(archive_path(tiny_archives.root, "flow", r.id))
+        jpegs = [FLOW_ENCODING_RGB.encode_rgb(decode_rgb(j)) for j in images]
+        write_archive(archive_path(root, "flow", r.id), jpegs, {**meta, "encoding": FLOW_ENCODING_RGB.name})
+    shard_stream(root, tiny_archives.records, "flow", tmp_path / "shards", "test", max_count=2, seed=0)
+    kw = dict(train=False, batch_size=2, size=32, backend="dali", num_workers=2, spec=AugmentSpec.off())
+    gpu = one_epoch(make_loader(tmp_path / "shards", "flow", "test", device="cuda", **kw))
+    cpu = one_epoch(make_loader(tmp_path / "shards", "flow", "test", **kw))
+    assert sorted(gpu) == sorted(cpu) and all(torch.equal(gpu[k][0].cpu(), cpu[k][0]) for k in cpu)

@@ -6,7 +6,14 @@ import numpy as np
 import pytest
 
 from memdpc.errors import UserError
-from memdpc.preprocess.encode import FLOW_ENCODING, FLOW_ENCODING_RGB, JpegEncoding, code_error, decode_rgb
+from memdpc.preprocess.encode import (
+    FLOW_ENCODING,
+    FLOW_ENCODING_RGB,
+    JpegEncoding,
+    code_error,
+    decode_rgb,
+    gpu_decodes_alike,
+)
 from memdpc.preprocess.flow import FlowStage, OpenCVTVL1
 from memdpc.preprocess.synthetic import render_video
 
@@ -78,7 +85,8 @@ def test_jpeg_encoding_validation():
 
 @pytest.mark.gpu
 def test_dali_gpu_decodes_flow_jpegs_like_the_cpu(real_codes):
-    """Both flow encodings decode to the same codes with DALI's GPU (nvJPEG) decoder as on the CPU."""
+    """The default flow encoding decodes to the same codes with DALI's GPU (nvJPEG) decoder as on the CPU; the
+    R, G, B-coded one does not (the loader decodes those on the CPU): what ``gpu_decodes_alike`` says."""
     from nvidia.dali import fn, pipeline_def, types
 
     for enc in (FLOW_ENCODING, FLOW_ENCODING_RGB):
@@ -97,5 +105,6 @@ def test_dali_gpu_decodes_flow_jpegs_like_the_cpu(real_codes):
             out = out.as_cpu() if device == "mixed" else out
             outs[device] = [np.array(out.at(i)).astype(int) for i in range(len(data))]
         assert np.mean([np.abs(cpu - codes).mean() for cpu, codes in zip(outs["cpu"], real_codes, strict=True)]) <= 0.5
-        for cpu, gpu in zip(outs["cpu"], outs["mixed"], strict=True):
-            assert np.abs(gpu - cpu).mean() < 0.1, enc.name
+        diff = max(np.abs(gpu - cpu).mean() for cpu, gpu in zip(outs["cpu"], outs["mixed"], strict=True))
+        print(f"{enc.name}: GPU vs CPU decode, largest mean difference per image {diff:.3f} codes")
+        assert (diff < 0.1) == gpu_decodes_alike(enc.name)

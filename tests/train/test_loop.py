@@ -230,10 +230,11 @@ def test_gpu_run_with_bf16_and_dali(train_shards, tmp_path):
     assert records(out, "val")
 
 
-@pytest.mark.parametrize("jitter", [True, False])
-def test_jitter_flow_setting_reaches_the_loader(train_shards, jitter):
+@pytest.mark.parametrize(("jitter", "crop_size"), [(True, 224), (False, 0)])
+def test_augmentation_settings_reach_the_loader(train_shards, jitter, crop_size):
     config = TrainConfig(shards=str(train_shards), out="unused", backend="torch", size=32, num_blocks=5,
-                         block_len=3, pred_steps=2, jitter_flow=jitter)
+                         block_len=3, pred_steps=2, jitter_flow=jitter, crop_size=crop_size)
     env = DistEnv(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))
-    loader = _loader(config, env, "train", ClipSpec(5, 3, stride=1), train=True)
-    assert loader.plan.spec.jitter_flow is jitter and loader.plan.spec.colour_on("flow") is jitter
+    spec = _loader(config, env, "train", ClipSpec(5, 3, stride=1), train=True).plan.spec
+    assert spec.jitter_flow is jitter and spec.colour_on("flow") is jitter
+    assert spec.crop_size == (crop_size or None)
