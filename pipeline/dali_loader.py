@@ -44,7 +44,10 @@ def _dali():
 
 
 class DaliLoader:
-    """Iterable over :class:`Batch` for one rank; ``len()`` = batches per epoch; ``set_epoch`` reshuffles."""
+    """Iterable over :class:`Batch` for one rank; ``len()`` = batches per epoch; ``set_epoch`` reshuffles.
+
+    ``host_geometry=False`` runs the GPU's graph (DALI crops and resizes) on the CPU too, for comparison.
+    """
 
     def __init__(self, plan: LoaderPlan, host_geometry: bool | None = None) -> None:
         self.plan = plan

@@ -42,6 +42,7 @@ def test_option_strings_are_coerced():
     ("lr: [\n", "not valid YAML"),
     ("pred_steps: 8\n", "pred_steps (8) must be smaller than num_blocks (8)"),
     ("schedule: milestones\n", "needs --milestones"),
+    ("crop_size: -1\n", "crop_size must be ≥ 0 (0 = resize the crop once), not -1"),
 ])
 def test_bad_config_files_name_the_file_and_problem(tmp_path, text, message):
     path = tmp_path / "bad.yaml"
