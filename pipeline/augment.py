@@ -23,6 +23,7 @@ grey axis in YIQ space instead of shifting HSV hue.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 import cv2
@@ -204,19 +205,21 @@ def sample_clip(
 
 
 # ------------------------------------------------------------------------------- OpenCV (host) ops
-def resize_frames(frames: np.ndarray, size: int) -> np.ndarray:
-    """Resize every frame of (F, h, w, C) to size × size (area filter when shrinking, like antialiasing)."""
-    if frames.shape[1:3] == (size, size):
-        return frames
-    interp = cv2.INTER_AREA if min(frames.shape[1:3]) > size else cv2.INTER_LINEAR
+def resize_frames(frames: Sequence[np.ndarray], size: int) -> np.ndarray:
+    """Resize every frame of (F, h, w, C) (or a list of F frames) to size × size (area filter when shrinking,
+    like antialiasing)."""
+    if frames[0].shape[:2] == (size, size):
+        return np.asarray(frames)
+    interp = cv2.INTER_AREA if min(frames[0].shape[:2]) > size else cv2.INTER_LINEAR
     return np.stack([cv2.resize(f, (size, size), interpolation=interp) for f in frames])
 
 
-def crop_resize(frames: np.ndarray, box: Box, flip: bool, size: int, spec: AugmentSpec) -> np.ndarray:
-    """A training clip's geometry on decoded frames (F, H, W, C), in any channel order: its crop box resized
-    to ``spec.crop_size`` and then to ``size``, mirrored when ``flip``."""
+def crop_resize(frames: Sequence[np.ndarray], box: Box, flip: bool, size: int, spec: AugmentSpec) -> np.ndarray:
+    """A training clip's geometry on decoded frames (F, H, W, C) (or a list of F frames), in any channel order:
+    its crop box resized to ``spec.crop_size`` and then to ``size``, mirrored when ``flip``."""
     y0, x0, h, w = box
-    video = resize_frames(resize_frames(frames[:, y0 : y0 + h, x0 : x0 + w], spec.crop_size or size), size)
+    crops = [f[y0 : y0 + h, x0 : x0 + w] for f in frames]
+    video = resize_frames(resize_frames(crops, spec.crop_size or size), size)
     return video[:, :, ::-1] if flip else video
 
 

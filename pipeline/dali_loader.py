@@ -3,10 +3,12 @@
 Graph (one per epoch, so an epoch is reproducible from ``(seed, epoch)`` alone)::
 
     readers.webdataset (index files, shard_id/num_shards = rank/world size, pad_last_batch)
-      train: 40 × decoders.image (whole frames) → stack to (F, H, W, 3)
-             GPU: resize of the crop (a mirrored ROI flips) to crop_size → resize to the output size
-             CPU: the frames and the draws go to the host, where OpenCV crops, resizes and flips them
-             (crop_resize, the torch loader's code) in a thread pool: DALI's CPU resize is slower than its decode
+      train: 40 × decoders.image (whole frames)
+             GPU: stack to (F, H, W, 3) → resize of the crop (a mirrored ROI flips) to crop_size → resize to
+             the output size
+             CPU: the 40 frames (unstacked) and the draws go to the host, where OpenCV crops, resizes and flips
+             them (crop_resize, the torch loader's code) in a thread pool: DALI's CPU resize is slower than its
+             decode
              (+ the per-frame colour maps, applied on the target device: DALI's CPU coord_transform costs
              ~25× cv2.transform, ~35 ms per clip)
       eval:  40 × decoders.image → stack → one slice/resize per crop (+ flip) → stack to (K, F, H, W, 3)
@@ -69,8 +71,11 @@ class DaliLoader:
         colour = augment and (plan.spec.colour_on(plan.stream) or plan.stream == "flow")
         geometry = ("box", "flip") if self._host_geometry else ("roi_start", "roi_end")
         self._draw_names = (geometry + (("colour",) if colour else ())) if augment else ()
-        host = [n for n in self._draw_names if n not in ("roi_start", "roi_end")]
-        self._outputs = ["video", "label", "meta", *host]  # the draws the host still needs come along
+        self._host_draws = [n for n in self._draw_names if n not in ("roi_start", "roi_end")]
+        # the host gets the frames unstacked (DALI's CPU stack of 40 frames cost a quarter of the decode graph's
+        # time) and the draws it still has to apply
+        video = [f"f{i:02d}" for i in range(plan.num_frames)] if "box" in self._host_draws else ["video"]
+        self._outputs = [*video, "label", "meta", *self._host_draws]
         total = sum(plan.shard_samples)
         lo, hi = (total * plan.rank) // plan.world_size, (total * (plan.rank + 1)) // plan.world_size
         self._rank_samples = hi - lo  # DALI's own split of the sample sequence into num_shards parts
@@ -99,7 +104,7 @@ class DaliLoader:
             last_batch_policy=policy,
             auto_reset=False,
         )
-        pool = ThreadPoolExecutor(max(1, self.plan.num_workers)) if "box" in self._outputs else None
+        pool = ThreadPoolExecutor(max(1, self.plan.num_workers)) if "box" in self._host_draws else None
         try:
             for i, out in enumerate(it):
                 if i >= self._len:
@@ -150,7 +155,8 @@ class DaliLoader:
                 video, host = self._train_ops(outs[: p.num_frames], epoch)
             else:
                 video = self._eval_ops(outs[: p.num_frames])
-            pipe.set_outputs(video, outs[p.num_frames], fn.pad(outs[p.num_frames + 1], fill_value=0), *host)
+            videos = video if isinstance(video, list) else [video]
+            pipe.set_outputs(*videos, outs[p.num_frames], fn.pad(outs[p.num_frames + 1], fill_value=0), *host)
         pipe.build()
         return pipe
 
@@ -170,10 +176,11 @@ class DaliLoader:
             source=self._draw(epoch), num_outputs=len(self._draw_names), batch=True, batch_info=True
         )
         d = dict(zip(self._draw_names, draws, strict=True))
-        seq = self._stack([fn.decoders.image(f, output_type=types.RGB, **self._decode) for f in encoded])
-        host = [d[name] for name in self._outputs[3:]]
+        frames = [fn.decoders.image(f, output_type=types.RGB, **self._decode) for f in encoded]
+        host = [d[name] for name in self._host_draws]
         if self._host_geometry:
-            return seq, host
+            return frames, host
+        seq = self._stack(frames)
         first = p.spec.crop_size or p.size
         # the antialiasing filter costs time and only matters when shrinking by more than ~1.25× (256² frames:
         # crops of at most 256 px go to 224, a 1.14× shrink at most)
@@ -259,11 +266,13 @@ class DaliLoader:
         """OpenCV's crop, resizes, flip and colour maps on DALI's decoded frames, one clip per pool thread
         (OpenCV releases the GIL)."""
         p = self.plan
-        video, boxes, flips = out["video"].numpy(), out["box"].numpy(), out["flip"].numpy()
+        frames = [out[f"f{k:02d}"].numpy() for k in range(p.num_frames)]  # F × (B, H, W, 3)
+        boxes, flips = out["box"].numpy(), out["flip"].numpy()
         maps = out["colour"].numpy() if "colour" in out else None
 
         def one(i: int) -> np.ndarray:
-            clip = crop_resize(video[i], tuple(int(v) for v in boxes[i]), bool(flips[i, 0]), p.size, p.spec)
+            clip = [f[i] for f in frames]
+            clip = crop_resize(clip, tuple(int(v) for v in boxes[i]), bool(flips[i, 0]), p.size, p.spec)
             return colour_frames(clip, maps[i]) if maps is not None else np.ascontiguousarray(clip)
 
-        return torch.from_numpy(np.stack(list(pool.map(one, range(len(video))))))
+        return torch.from_numpy(np.stack(list(pool.map(one, range(len(boxes))))))
