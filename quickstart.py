@@ -33,10 +33,10 @@ class Profile:
     The default is a small configuration that finishes on 2 CPU cores in about 11 minutes: 10 classes × 8
     videos of 48 frames at 64², clips of 8 blocks × 5 consecutive frames (stride 1 instead of the paper's 3,
     because the example videos are short), trained at 96² (the crop is resized straight to 96, giving a 3 × 3
-    final feature map: at 64², with a 2 × 2 map, the loss stalled and pretraining did not beat random init; going
-    through 224 first would only upsample 64² frames, and made loading 3× slower), a
-    2D3D-ResNet18 with a quarter of the channels (16, 32, 64, 64), memory 1024, and TV-L1 with 3 pyramid
-    scales and 3 warps instead of OpenCV's 5 and 5 (64² frames need no deeper pyramid; 2× faster).
+    final feature map: at 64², with a 2 × 2 map, the loss stalled and pretraining did not beat random init;
+    going through 224 first would only upsample 64² frames, and made loading 3× slower), a 2D3D-ResNet18 with
+    a quarter of the channels (16, 32, 64, 64), memory 1024, and TV-L1 with 3 pyramid scales and 3 warps
+    instead of OpenCV's 5 and 5 (64² frames need no deeper pyramid; 2× faster).
     Validation reads one batch per epoch (the whole test split would cost a third of the training time).
     """
 

@@ -72,9 +72,10 @@ class DaliLoader:
         geometry = ("box", "flip") if self._host_geometry else ("roi_start", "roi_end")
         self._draw_names = (geometry + (("colour",) if colour else ())) if augment else ()
         self._host_draws = [n for n in self._draw_names if n not in ("roi_start", "roi_end")]
+        self._host_augment = self._host_geometry and augment
         # the host gets the frames unstacked (DALI's CPU stack of 40 frames cost a quarter of the decode graph's
         # time) and the draws it still has to apply
-        video = [f"f{i:02d}" for i in range(plan.num_frames)] if "box" in self._host_draws else ["video"]
+        video = [f"f{i:02d}" for i in range(plan.num_frames)] if self._host_augment else ["video"]
         self._outputs = [*video, "label", "meta", *self._host_draws]
         total = sum(plan.shard_samples)
         lo, hi = (total * plan.rank) // plan.world_size, (total * (plan.rank + 1)) // plan.world_size
@@ -104,7 +105,7 @@ class DaliLoader:
             last_batch_policy=policy,
             auto_reset=False,
         )
-        pool = ThreadPoolExecutor(max(1, self.plan.num_workers)) if "box" in self._host_draws else None
+        pool = ThreadPoolExecutor(max(1, self.plan.num_workers)) if self._host_augment else None
         try:
             for i, out in enumerate(it):
                 if i >= self._len:

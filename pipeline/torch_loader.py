@@ -27,6 +27,7 @@ import webdataset as wds
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from memdpc.pipeline.augment import (
+    colour_frames,
     crop_resize,
     eval_boxes,
     flow_flip_map,
@@ -47,7 +48,7 @@ def _to_rgb(frames_bgr: np.ndarray, maps: np.ndarray | None) -> np.ndarray:
     if maps is None:
         return np.ascontiguousarray(frames_bgr[..., ::-1])
     bgr_in = maps[:, :, [2, 1, 0, 3]]  # the map reads BGR pixels and writes RGB
-    return np.stack([cv2.transform(f, m) for f, m in zip(frames_bgr, bgr_in, strict=True)])
+    return colour_frames(frames_bgr, bgr_in)
 
 
 class ClipTransform:
