@@ -587,12 +587,14 @@ def eval_fuse(result_a: Path, result_b: Path, weights, out: Path | None) -> None
 @click.option("--workers", type=click.IntRange(min=1), default=2, show_default=True,
               help="Preprocessing processes and loader workers.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Random seed of every stage.")
-def quickstart_cmd(out: Path, tiny: bool, workers: int, seed: int) -> None:
+@click.option("--backend", type=click.Choice(["auto", "dali", "torch"]), default="auto", show_default=True,
+              help="Loader backend for training and evaluation (auto: DALI where installed).")
+def quickstart_cmd(out: Path, tiny: bool, workers: int, seed: int, backend: str) -> None:
     """The main job end to end on the built-in data: data, preprocess, shard, train rgb and flow, evaluate
     MemDPC against random init (retrieval, linear probe, late fusion) and print one table."""
     from memdpc.quickstart import quickstart
 
-    quickstart(out, tiny=tiny, workers=workers, seed=seed)
+    quickstart(out, tiny=tiny, workers=workers, seed=seed, backend=backend)
 
 
 # --------------------------------------------------------------------------------------------- bench

@@ -30,7 +30,7 @@ COLUMNS = (("retrieval", "R@1"), ("retrieval", "R@5"), ("probe-linear", "top1"))
 class Profile:
     """Sizes of one quickstart run: data, clip geometry, model and optimisation.
 
-    The default is a small configuration that finishes on 2 CPU cores in about 11 minutes: 10 classes × 8
+    The default is a small configuration that finishes on 2 CPU cores in about 10 minutes: 10 classes × 8
     videos of 48 frames at 64², clips of 8 blocks × 5 consecutive frames (stride 1 instead of the paper's 3,
     because the example videos are short), trained at 96² (the crop is resized straight to 96, giving a 3 × 3
     final feature map: at 64², with a 2 × 2 map, the loss stalled and pretraining did not beat random init;
@@ -38,11 +38,14 @@ class Profile:
     a quarter of the channels (16, 32, 64, 64), memory 1024, and TV-L1 with 3 pyramid scales and 3 warps
     instead of OpenCV's 5 and 5 (64² frames need no deeper pyramid; 2× faster).
     Validation reads one batch per epoch (the whole test split would cost a third of the training time).
+    Shards hold ``max_count`` clips each, so that every loader worker has shards of its own (the torch
+    loader gives each worker whole shards): the default's 30 test clips make 8 shards.
     """
 
     synthetic: SyntheticConfig
     clip: ClipSpec
     window_step: int
+    max_count: int
     train: dict[str, Any] = field(default_factory=dict)
     tvl1: dict[str, Any] = field(default_factory=lambda: {"scales": 3, "warps": 3})
     # the probe sees ~100 windows: full-batch steps at lr 1e-3 would leave it untrained (lr_min = lr/10, as the CLI)
@@ -54,6 +57,7 @@ PROFILES = {
         synthetic=SyntheticConfig(videos_per_class=8, frames=48, size=64, num_classes=10),
         clip=ClipSpec(num_blocks=8, block_len=5, stride=1),
         window_step=4,
+        max_count=4,
         train=dict(
             size=96, crop_size=0, widths=[16, 32, 64, 64], batch_size=16, epochs=10, patience=4, val_max_batches=1
         ),
@@ -62,6 +66,7 @@ PROFILES = {
         synthetic=SyntheticConfig(videos_per_class=3, frames=24, size=32, num_classes=3),
         clip=ClipSpec(num_blocks=4, block_len=4, stride=1),
         window_step=4,
+        max_count=1,
         train=dict(size=32, crop_size=0, widths=[8, 16, 16, 16], batch_size=4, epochs=2, pred_steps=1, mem_size=64),
         probe={"epochs": 30, "lr": 3e-3, "lr_min": 3e-4},
     ),
@@ -106,13 +111,14 @@ def _shards(out: Path, frames: Path, index: Path, p: Profile, seed: int, console
                 split,
                 clip=p.clip,
                 window_step=p.window_step,
+                max_count=p.max_count,
                 seed=seed,
                 console=console,
             )
     return out / "shards"
 
 
-def _train_config(out: Path, shards: Path, stream: str, p: Profile, seed: int, workers: int):
+def _train_config(out: Path, shards: Path, stream: str, p: Profile, seed: int, workers: int, backend: str):
     from memdpc.train.config import TrainConfig
 
     return TrainConfig(
@@ -123,18 +129,21 @@ def _train_config(out: Path, shards: Path, stream: str, p: Profile, seed: int, w
         num_blocks=p.clip.num_blocks,
         block_len=p.clip.block_len,
         num_workers=workers,
+        backend=backend,
         **p.train,
     )
 
 
-def _checkpoints(out: Path, shards: Path, p: Profile, seed: int, workers: int, console: Console) -> dict:
+def _checkpoints(
+    out: Path, shards: Path, p: Profile, seed: int, workers: int, backend: str, console: Console
+) -> dict:
     from memdpc.train.checkpoint import write_initial_checkpoint
     from memdpc.train.loop import train
 
     _step(console, "4/6 self-supervised training, one run per stream")
     ckpts = {}
     for stream in STREAMS:
-        config = _train_config(out, shards, stream, p, seed, workers)
+        config = _train_config(out, shards, stream, p, seed, workers, backend)
         run = train(config)
         ckpts["memdpc", stream] = run / "checkpoints" / "last.pt"
         random_run = Path(config.out).with_name(f"random-{stream}")
@@ -142,7 +151,9 @@ def _checkpoints(out: Path, shards: Path, p: Profile, seed: int, workers: int, c
     return ckpts
 
 
-def _evaluate(out: Path, shards: Path, ckpts: dict, p: Profile, workers: int, console: Console) -> dict:
+def _evaluate(
+    out: Path, shards: Path, ckpts: dict, p: Profile, workers: int, backend: str, console: Console
+) -> dict:
     from memdpc.eval.run import evaluate, fuse
 
     _step(console, "5/6 evaluation: retrieval and linear probe, per stream, then late fusion")
@@ -150,7 +161,7 @@ def _evaluate(out: Path, shards: Path, ckpts: dict, p: Profile, workers: int, co
     for model in MODELS:
         for stream in STREAMS:
             folder = out / "eval" / f"{model}-{stream}"
-            common = dict(shards=shards, out=folder, num_workers=workers, console=console)
+            common = dict(shards=shards, out=folder, num_workers=workers, backend=backend, console=console)
             results[model, stream, "retrieval"] = evaluate("retrieve", ckpts[model, stream], **common)
             results[model, stream, "probe-linear"] = evaluate(
                 "probe", ckpts[model, stream], head="linear", fit=p.probe, **common
@@ -204,6 +215,7 @@ def quickstart(
     out: str | Path = "quickstart",
     tiny: bool = False,
     workers: int = 2,
+    backend: str = "auto",
     seed: int = 0,
     console: Console | None = None,
 ) -> list[dict[str, Any]]:
@@ -213,7 +225,7 @@ def quickstart(
     index = _data(out, p, seed, console)
     frames = _frames(out, index, p, workers, console)
     shards = _shards(out, frames, index, p, seed, console)
-    ckpts = _checkpoints(out, shards, p, seed, workers, console)
-    rows = summary_table(_evaluate(out, shards, ckpts, p, workers, console))
+    ckpts = _checkpoints(out, shards, p, seed, workers, backend, console)
+    rows = summary_table(_evaluate(out, shards, ckpts, p, workers, backend, console))
     _write(out, rows, console)
     return rows
