@@ -190,19 +190,27 @@ def summary_table(results: dict) -> list[dict[str, Any]]:
     return rows
 
 
-def _markdown(rows: list[dict[str, Any]]) -> str:
+def sample_note(results: dict) -> str:
+    """How many videos the percentages count, so that a reader can tell a difference from noise."""
+    metrics = json.loads(Path(results["random", "rgb", "retrieval"]).read_text())["metrics"]
+    queries, gallery = metrics["queries"], metrics["gallery"]
+    return (f"{queries} test videos (one video = {100 / queries:.1f} points), each retrieving among {gallery} "
+            "train videos; the probes are scored on the same test videos.")
+
+
+def _markdown(rows: list[dict[str, Any]], note: str) -> str:
     cols = list(rows[0])
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     lines += ["| " + " | ".join(str(r[c]) for c in cols) + " |" for r in rows]
-    return "\n".join(lines) + "\n"
+    return "\n".join([*lines, "", note]) + "\n"
 
 
-def _write(out: Path, rows: list[dict[str, Any]], console: Console) -> None:
+def _write(out: Path, rows: list[dict[str, Any]], note: str, console: Console) -> None:
     _step(console, "6/6 summary")
     write_json_atomic(out / "quickstart.json", rows)
     with atomic_path(out / "quickstart.md") as tmp:
-        tmp.write_text(_markdown(rows))
-    table = Table(title="memdpc quickstart (percent)")
+        tmp.write_text(_markdown(rows, note))
+    table = Table(title="memdpc quickstart (percent)", caption=note)
     for c in rows[0]:
         table.add_column(c, justify="left" if c in ("model", "stream") else "right")
     for r in rows:
@@ -226,6 +234,7 @@ def quickstart(
     frames = _frames(out, index, p, workers, console)
     shards = _shards(out, frames, index, p, seed, console)
     ckpts = _checkpoints(out, shards, p, seed, workers, backend, console)
-    rows = summary_table(_evaluate(out, shards, ckpts, p, workers, backend, console))
-    _write(out, rows, console)
+    results = _evaluate(out, shards, ckpts, p, workers, backend, console)
+    rows = summary_table(results)
+    _write(out, rows, sample_note(results), console)
     return rows

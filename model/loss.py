@@ -1,6 +1,8 @@
 """Dense InfoNCE: every prediction against every target of the batch, in one matrix product (DESIGN 2.5).
 
 A prediction at (batch b, step t, position p) must pick its own target (b, t, p) among all B·T·H·W targets.
+Features that encode only the position p (zero padding gives it away) already lower the loss from
+ln(B·T·H·W) to ln(B·T); :func:`content_share` measures how much of the features is more than that.
 """
 
 from __future__ import annotations
@@ -59,3 +61,15 @@ def dense_infonce(
     loss = F.cross_entropy(scores.float(), labels)
     top1, top5 = topk_accuracy(scores.detach(), labels)
     return {"loss": loss, "top1": top1, "top5": top5}
+
+
+def content_share(z: torch.Tensor) -> torch.Tensor:
+    """Share of the variance of features z (B, T, D, H, W) that tells clips and time steps apart, against the
+    variance that only tells map positions apart: 1 when every position looks alike, near 0 when the features
+    say where on the map they are and hardly anything about the clip (the dense loss's positional shortcut).
+    """
+    z = z.detach().float()
+    per_position = z.mean(dim=(0, 1))  # (D, H, W): the part every clip and step shares
+    content = (z - per_position).pow(2).mean()
+    position = (per_position - per_position.mean(dim=(1, 2), keepdim=True)).pow(2).mean()
+    return content / (content + position).clamp_min(torch.finfo(torch.float32).tiny)

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from memdpc.model.convgru import ConvGRU, init_orthogonal
-from memdpc.model.loss import dense_infonce
+from memdpc.model.loss import content_share, dense_infonce
 from memdpc.model.resnet2d3d import DEFAULT_WIDTHS, ResNet2d3d
 
 
@@ -128,7 +128,8 @@ class MemDPC(nn.Module):
         return torch.stack(preds, dim=1)
 
     def forward(self, clips: torch.Tensor) -> dict[str, torch.Tensor]:
-        """clips (B, N, 3, SL, H, W) -> scalar ``loss``, ``top1``, ``top5`` and per direction ``*_f``/``*_b``.
+        """clips (B, N, 3, SL, H, W) -> scalar ``loss``, ``top1``, ``top5`` and per direction ``*_f``/``*_b``,
+        and the encoder features' ``content_share`` (see :func:`~memdpc.model.loss.content_share`).
 
         ``loss`` is the sum of the per-direction mean losses (the reference), top-k the mean over directions.
         """
@@ -147,6 +148,7 @@ class MemDPC(nn.Module):
         out["loss"] = sum(out[f"loss_{t}"] for t, _, _ in dirs)
         for k in ("top1", "top5"):
             out[k] = torch.stack([out[f"{k}_{t}"] for t, _, _ in dirs]).mean()
+        out["content_share"] = content_share(z)
         return out
 
     # ------------------------------------------------------------------ features for evaluation

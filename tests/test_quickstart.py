@@ -27,7 +27,9 @@ def _check_table(out: Path) -> list[dict]:
         for m in metrics:
             assert isinstance(r[m], float) and not math.isnan(r[m]) and 0 <= r[m] <= 100, r
     md = (out / "quickstart.md").read_text().splitlines()
-    assert len(md) == 2 + len(expected) and all(m in md[0] for m in metrics)
+    assert len(md) == 2 + len(expected) + 2 and all(m in md[0] for m in metrics)
+    tests = json.loads((out / "shards" / "rgb" / "manifest-test.json").read_text())["num_videos"]
+    assert md[-1].startswith(f"{tests} test videos (one video = {100 / tests:.1f} points)"), md[-1]
     return rows
 
 

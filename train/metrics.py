@@ -1,7 +1,8 @@
 """Training metrics: a running meter, and a logger writing JSONL + TensorBoard + a rich progress display.
 
 Only rank 0 writes. Each record has ``kind`` (``train``, ``val`` or ``knn``), ``epoch`` and ``step``; train
-records carry the loss, contrastive top-1/top-5 (overall and per direction ``_f``/``_b``), ``lr``,
+records carry the loss, contrastive top-1/top-5 (overall and per direction ``_f``/``_b``), the encoder
+features' ``content_share`` (:func:`memdpc.model.loss.content_share`; val records too), ``lr``,
 ``clips_per_s`` (all ranks) and ``data_wait`` (fraction of wall time spent waiting for the loader).
 """
 

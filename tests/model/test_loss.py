@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from memdpc.model.loss import dense_infonce, topk_accuracy
+from memdpc.model.loss import content_share, dense_infonce, topk_accuracy
 
 
 def _targets(b=3, t=3, d=32, hw=2):
@@ -54,3 +54,16 @@ def test_topk_accuracy_counts_hits_and_caps_k():
     top1, top2 = topk_accuracy(scores, torch.tensor([0, 0, 2]), (1, 2))
     assert top1.item() == pytest.approx(1 / 3) and top2.item() == pytest.approx(2 / 3)
     assert topk_accuracy(scores, torch.tensor([0, 0, 2]), (5,))[0].item() == 1.0
+
+
+def test_content_share_separates_what_tells_clips_apart_from_what_tells_positions_apart():
+    g = torch.Generator().manual_seed(2)
+    where = torch.randn(1, 1, 8, 3, 3, generator=g).expand(4, 3, 8, 3, 3)  # the same map for every clip and step
+    which = torch.randn(4, 3, 8, 1, 1, generator=g).expand(4, 3, 8, 3, 3)  # the same vector at every position
+    assert content_share(where).item() == pytest.approx(0.0, abs=1e-6)
+    assert content_share(which).item() == pytest.approx(1.0)
+    assert content_share(where + 1e-2 * which).item() < 1e-3 < content_share(where + which).item()
+    # the positional shortcut: features that only say where they are take the loss from ln(B·T·H·W) to ln(B·T)
+    onehot = 10 * torch.eye(9).view(1, 1, 9, 3, 3).expand(4, 3, 9, 3, 3)
+    assert content_share(onehot).item() == 0.0
+    assert dense_infonce(onehot, onehot)["loss"].item() == pytest.approx(math.log(4 * 3), rel=1e-3)

@@ -77,8 +77,9 @@ def test_short_run_lowers_the_loss_and_records_everything(learned_run):
     per_epoch = [sum(r["loss"] for r in train if r["epoch"] == e) for e in range(4)]
     assert per_epoch[-1] < per_epoch[0] * 0.97, per_epoch
     r = train[-1]
-    for key in ("loss", "top1", "top5", "loss_f", "top1_f", "top5_f", "lr", "clips_per_s", "data_wait"):
+    for key in ("loss", "top1", "top5", "loss_f", "top1_f", "top5_f", "content_share", "lr", "clips_per_s", "data_wait"):
         assert key in r
+    assert all(0 <= v["content_share"] <= 1 for v in records(learned_run, "val"))
     assert r["lr"] == 1e-3 and r["clips_per_s"] > 0 and 0 <= r["data_wait"] <= 1
     assert 0 <= records(learned_run, "knn")[0]["r1"] <= 1
     assert len(records(learned_run, "val")) == 4
