@@ -16,10 +16,9 @@ import torch
 
 from memdpc.errors import UserError
 from memdpc.pipeline.augment import AugmentSpec
+from memdpc.pipeline.backends import BACKENDS
 from memdpc.pipeline.clip import ClipSpec
 from memdpc.pipeline.manifest import load_manifest, manifest_path, shard_paths
-
-BACKENDS = ("auto", "dali", "torch")
 
 
 @dataclass

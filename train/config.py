@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 
 from memdpc.errors import UserError
+from memdpc.pipeline.backends import BACKENDS
 
 ARCHS = ("memdpc_r18", "memdpc_r34", "dpc_r18", "dpc_r34")
 CHOICES: dict[str, tuple[str, ...]] = {
@@ -22,7 +23,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "arch": ARCHS,
     "schedule": ("plateau", "milestones", "constant"),
     "amp": ("none", "bf16", "fp16"),
-    "backend": ("auto", "dali", "torch"),
+    "backend": BACKENDS,
     "device": ("auto", "cpu", "cuda"),
 }
 

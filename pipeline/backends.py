@@ -1,0 +1,3 @@
+"""The loader backends' names, in a module without torch so that the command line can offer them quickly."""
+
+BACKENDS = ("auto", "dali", "torch")
