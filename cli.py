@@ -13,7 +13,7 @@ from rich.table import Table
 
 from memdpc import __version__
 from memdpc.errors import UserError
-from memdpc.train.config import CHOICES as TRAIN_CHOICES  # torch-free: the loader backends' names
+from memdpc.pipeline.backends import BACKENDS as LOADER_BACKENDS
 
 console = Console(stderr=True)
 
@@ -473,7 +473,7 @@ def _eval_options(fn):
         click.option("--size", type=int, default=None, help="Input size (default: the checkpoint's training size)."),
         click.option("--batch-size", type=click.IntRange(min=1), default=16, show_default=True,
                      help="Clips per batch (per rank)."),
-        click.option("--backend", type=click.Choice(TRAIN_CHOICES["backend"]), default="auto", show_default=True,
+        click.option("--backend", type=click.Choice(LOADER_BACKENDS), default="auto", show_default=True,
                      help="Loader backend."),
         click.option("--workers", "num_workers", type=click.IntRange(min=0), default=None,
                      help="Loader workers (torch) / threads (DALI)."),
@@ -588,7 +588,7 @@ def eval_fuse(result_a: Path, result_b: Path, weights, out: Path | None) -> None
 @click.option("--workers", type=click.IntRange(min=1), default=2, show_default=True,
               help="Preprocessing processes and loader workers.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Random seed of every stage.")
-@click.option("--backend", type=click.Choice(TRAIN_CHOICES["backend"]), default="auto", show_default=True,
+@click.option("--backend", type=click.Choice(LOADER_BACKENDS), default="auto", show_default=True,
               help="Loader backend for training and evaluation (auto: DALI where installed).")
 def quickstart_cmd(out: Path, tiny: bool, workers: int, seed: int, backend: str) -> None:
     """The main job end to end on the built-in data: data, preprocess, shard, train rgb and flow, evaluate
