@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from memdpc.quickstart import COLUMNS, MODEL_NAMES, STREAMS
 
@@ -42,6 +43,8 @@ def test_tiny_quickstart_writes_complete_table(tmp_path):
     # each stage left its real output behind
     assert (out / "shards" / "flow" / "manifest-train.json").is_file()
     assert (out / "runs" / "rgb" / "checkpoints" / "last.pt").is_file()
+    # flow trained without per-frame colour jitter (it swamps the example videos' small motions), as README says
+    assert yaml.safe_load((out / "runs" / "flow" / "config.yaml").read_text())["jitter_flow"] is False
     # a re-run resumes: nothing is redone and the table is the same
     again = _run(out, "--workers", "1")
     assert again.returncode == 0, again.stderr[-3000:]
