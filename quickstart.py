@@ -184,6 +184,10 @@ def _evaluate(
     return results
 
 
+def _metrics(result: Path) -> dict[str, Any]:
+    return json.loads(Path(result).read_text())["metrics"]
+
+
 def summary_table(results: dict) -> list[dict[str, Any]]:
     """One row per (model, stream): R@1, R@5 and linear-probe top-1 in percent."""
     rows = []
@@ -191,7 +195,7 @@ def summary_table(results: dict) -> list[dict[str, Any]]:
         for stream in (*STREAMS, "fused"):
             row: dict[str, Any] = {"model": MODEL_NAMES[model], "stream": stream}
             for kind, metric in COLUMNS:
-                metrics = json.loads(Path(results[model, stream, kind]).read_text())["metrics"]
+                metrics = _metrics(results[model, stream, kind])
                 name = "probe top-1" if kind.startswith("probe") else metric
                 row[name] = round(100 * metrics[metric], 1)
             rows.append(row)
@@ -200,7 +204,7 @@ def summary_table(results: dict) -> list[dict[str, Any]]:
 
 def sample_note(results: dict) -> str:
     """How many videos the percentages count, so that a reader can tell a difference from noise."""
-    metrics = json.loads(Path(results["random", "rgb", "retrieval"]).read_text())["metrics"]
+    metrics = _metrics(results["random", "rgb", "retrieval"])
     queries, gallery = metrics["queries"], metrics["gallery"]
     return (f"{queries} test videos (one video = {100 / queries:.1f} points), each retrieving among {gallery} "
             "train videos; the probes are scored on the same test videos.")
