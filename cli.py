@@ -16,6 +16,8 @@ from memdpc.errors import UserError
 from memdpc.pipeline.backends import BACKENDS as LOADER_BACKENDS
 
 console = Console(stderr=True)
+# an output folder: click rejects an existing file of that name before any work starts
+OUT_DIR = click.Path(path_type=Path, file_okay=False)
 
 
 class _Group(click.Group):
@@ -84,7 +86,7 @@ main.add_command(data)
 
 
 @data.command("synthetic")
-@click.argument("out", type=click.Path(path_type=Path))
+@click.argument("out", type=OUT_DIR)
 @click.option("--videos-per-class", type=int, default=8, show_default=True, help="Videos per class.")
 @click.option("--frames", type=int, default=48, show_default=True, help="Frames per video.")
 @click.option("--size", type=int, default=64, show_default=True, help="Frame width and height in pixels.")
@@ -140,7 +142,7 @@ def _preprocess_options(default_streams: str):
         click.argument("index", type=click.Path(path_type=Path)),
         click.option(
             "--out",
-            type=click.Path(path_type=Path),
+            type=OUT_DIR,
             required=True,
             help="Output root: writes OUT/rgb/<id>.tar and/or OUT/flow/<id>.tar.",
         ),
@@ -288,7 +290,7 @@ def preprocess_flow(index: Path, **kw) -> None:
 @click.argument("archive_root", type=click.Path(path_type=Path), required=False)
 @click.option("--index", "index", type=click.Path(path_type=Path), help="Video index (JSONL) of the videos.")
 @click.option("--stream", type=click.Choice(["rgb", "flow"]), help="Which archives to shard.")
-@click.option("--out", "out", type=click.Path(path_type=Path), help="Shard folder (gets <stream>/ inside).")
+@click.option("--out", "out", type=OUT_DIR, help="Shard folder (gets <stream>/ inside).")
 @click.option(
     "--split",
     type=click.Choice(["train", "test", "val", "all"]),
@@ -463,7 +465,7 @@ def _eval_options(fn):
         click.argument("checkpoint", type=click.Path(path_type=Path)),
         click.option("--shards", type=click.Path(path_type=Path), required=True,
                      help="Shard folder (holding <stream>/manifest-<split>.json)."),
-        click.option("--out", type=click.Path(path_type=Path), required=True,
+        click.option("--out", type=OUT_DIR, required=True,
                      help="Folder for results JSON/npz, feature caches and plots."),
         click.option("--stream", type=click.Choice(["rgb", "flow"]), default=None,
                      help="Stream to evaluate (default: the checkpoint's; another one is refused)."),
@@ -582,7 +584,7 @@ def eval_fuse(result_a: Path, result_b: Path, weights, out: Path | None) -> None
 
 # ---------------------------------------------------------------------------------------- quickstart
 @main.command("quickstart")
-@click.option("--out", type=click.Path(path_type=Path), default=Path("quickstart"), show_default=True,
+@click.option("--out", type=OUT_DIR, default=Path("quickstart"), show_default=True,
               help="Folder for everything the run makes (data, frames, shards, runs, eval, the table).")
 @click.option("--tiny", is_flag=True, help="A reduced run (3 classes, 32² frames, 2 epochs) for CI and smoke tests.")
 @click.option("--workers", type=click.IntRange(min=1), default=2, show_default=True,

@@ -2,6 +2,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from memdpc import __version__
 
 # the console script installed beside the running interpreter (works with or without an activated venv)
@@ -23,3 +25,23 @@ def test_unknown_path_is_one_line_error(tmp_path):
     assert res.returncode == 2
     assert "dataset root is not a folder" in res.stderr
     assert "Traceback" not in res.stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["data", "synthetic", "{out}"],
+        ["preprocess", "flow", "index.jsonl", "--out", "{out}"],
+        ["shard", "frames", "--index", "index.jsonl", "--stream", "rgb", "--out", "{out}", "--split", "test"],
+        ["eval", "retrieve", "last.pt", "--shards", "shards", "--out", "{out}"],
+        ["quickstart", "--out", "{out}"],
+    ],
+    ids=lambda a: " ".join(a[:2]),
+)
+def test_an_output_folder_that_is_a_file_is_a_usage_error(tmp_path, args):
+    out = tmp_path / "taken"
+    out.write_text("keep me")
+    res = subprocess.run([MEMDPC, *(a.format(out=out) for a in args)], capture_output=True, text=True, cwd=tmp_path)
+    assert res.returncode == 2, res.stderr
+    assert f"'{out}' is a file" in res.stderr and "Traceback" not in res.stderr
+    assert out.read_text() == "keep me"
