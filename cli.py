@@ -586,7 +586,7 @@ def eval_fuse(result_a: Path, result_b: Path, weights, out: Path | None) -> None
 @main.command("quickstart")
 @click.option("--out", type=OUT_DIR, default=Path("quickstart"), show_default=True,
               help="Folder for everything the run makes (data, frames, shards, runs, eval, the table).")
-@click.option("--tiny", is_flag=True, help="A reduced run (3 classes, 32² frames, 2 epochs) for CI and smoke tests.")
+@click.option("--tiny", is_flag=True, help="A reduced run (3 classes, 32² frames, 2–3 epochs) for CI and smoke tests.")
 @click.option("--workers", type=click.IntRange(min=1), default=2, show_default=True,
               help="Preprocessing processes and loader workers.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Random seed of every stage.")

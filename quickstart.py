@@ -32,11 +32,16 @@ class Profile:
 
     The default is a small configuration that finishes on 2 CPU cores in about 10 minutes: 10 classes × 8
     videos of 48 frames at 64², clips of 8 blocks × 5 consecutive frames (stride 1 instead of the paper's 3,
-    because the example videos are short), trained at 96² (the crop is resized straight to 96, giving a 3 × 3
-    final feature map: at 64², with a 2 × 2 map, the loss stalled and pretraining did not beat random init;
-    going through 224 first would only upsample 64² frames, and made loading 3× slower), a 2D3D-ResNet18 with
-    a quarter of the channels (16, 32, 64, 64), memory 1024, and TV-L1 with 3 pyramid scales and 3 warps
-    instead of OpenCV's 5 and 5 (64² frames need no deeper pyramid; 2× faster).
+    because the example videos are short), a 2D3D-ResNet18 with a quarter of the channels (16, 32, 64, 64),
+    memory 1024, and TV-L1 with 3 pyramid scales and 3 warps instead of OpenCV's 5 and 5 (64² frames need no
+    deeper pyramid; 2× faster). The crop is resized straight to the training size (going through 224 first
+    would only upsample 64² frames, and made loading 3× slower), which differs per stream (``stream_train``):
+    flow trains at 96² for 10 epochs (a 3 × 3 final feature map; at 64², with a 2 × 2 map, its loss stalled
+    and pretraining did not beat random init; at 32², 40 epochs, it fell below random init); RGB trains at 32²
+    for 40 epochs (a 1 × 1 map). With more than one position the dense loss first learns where a cell is,
+    before what it shows; RGB at 96² spent all of its 60 steps there and came out below random init (probe
+    top-1 16.7 against 33.3). At 32² there is no position to learn, a step costs about a sixth, and 240 steps
+    make the RGB encoder beat random init.
     Flow images skip the per-frame colour jitter (``jitter_flow=False``; the paper jitters both streams): the
     example objects move about 1.3 px per frame, 8.5 codes off the zero-flow 128, while a ±50 % brightness
     jitter moves that 128 by up to ±64 codes, differently in every frame; with it, flow pretraining did not
@@ -51,6 +56,7 @@ class Profile:
     window_step: int
     max_count: int
     train: dict[str, Any] = field(default_factory=dict)
+    stream_train: dict[str, dict[str, Any]] = field(default_factory=dict)  # per stream, over ``train``
     tvl1: dict[str, Any] = field(default_factory=lambda: {"scales": 3, "warps": 3})
     # the probe sees ~100 windows: full-batch steps at lr 1e-3 would leave it untrained (lr_min = lr/10, as the CLI)
     probe: dict[str, Any] = field(default_factory=lambda: {"epochs": 300, "lr": 3e-3, "lr_min": 3e-4})
@@ -64,8 +70,8 @@ PROFILES = {
         max_count=4,
         train=dict(
             size=96, crop_size=0, widths=[16, 32, 64, 64], batch_size=16, epochs=10, patience=4, val_max_batches=1,
-            jitter_flow=False,
         ),
+        stream_train={"rgb": dict(size=32, epochs=40, patience=8), "flow": dict(jitter_flow=False)},
     ),
     "tiny": Profile(
         synthetic=SyntheticConfig(videos_per_class=3, frames=24, size=32, num_classes=3),
@@ -74,8 +80,8 @@ PROFILES = {
         max_count=1,
         train=dict(
             size=32, crop_size=0, widths=[8, 16, 16, 16], batch_size=4, epochs=2, pred_steps=1, mem_size=64,
-            jitter_flow=False,
         ),
+        stream_train={"rgb": dict(epochs=3), "flow": dict(jitter_flow=False)},  # RGB longer, like the default
         probe={"epochs": 30, "lr": 3e-3, "lr_min": 3e-4},
     ),
 }
@@ -138,7 +144,7 @@ def _train_config(out: Path, shards: Path, stream: str, p: Profile, seed: int, w
         block_len=p.clip.block_len,
         num_workers=workers,
         backend=backend,
-        **p.train,
+        **{**p.train, **p.stream_train.get(stream, {})},
     )
 
 

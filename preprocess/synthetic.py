@@ -1,11 +1,12 @@
 """The built-in example dataset: short videos whose class is a motion, in the UCF101 layout.
 
-Every video shows a textured object on a textured, slowly drifting background, plus a smaller distractor
-object with its own random motion. Textures are random; the object's shape and the tint its colour leans
-towards are shared by two classes of opposite motion (right/left, up/down, clockwise/counter-clockwise,
-in/out, horizontal/vertical shake), as objects and scene context are in real datasets. Appearance therefore
-narrows a video down to a pair of classes at best; only the motion (direction, rotation, zoom,
-oscillation), which is what optical flow sees, tells the class. Deterministic for a seed.
+Every video shows a textured object on a textured, slowly drifting background (the scene), plus a smaller
+distractor object with its own random motion. Textures are random; the object's shape, the tint its colour
+leans towards and the tint the scene leans towards are shared by two classes of opposite motion (right/left,
+up/down, clockwise/counter-clockwise, in/out, horizontal/vertical shake), as objects and scene context are in
+real datasets. Appearance therefore narrows a video down to a pair of classes at best; only the motion
+(direction, rotation, zoom, oscillation), which is what optical flow sees, tells the class. Deterministic for
+a seed.
 """
 
 from __future__ import annotations
@@ -56,6 +57,11 @@ class SyntheticConfig:
 
 # BGR tints of the object, one per pair of classes (CLASSES[2i], CLASSES[2i + 1]): red, green, blue, yellow, magenta
 PAIR_TINTS = ((0.3, 0.3, 1.0), (0.3, 1.0, 0.3), (1.0, 0.3, 0.3), (0.3, 1.0, 1.0), (1.0, 0.3, 1.0))
+# BGR tints of the scene, one per pair, unlike the object's: teal, purple, orange, indigo, olive. The scene fills
+# most of the frame: without a pair tint of its own its random colour drowned the object's, and appearance did
+# not even narrow a video down to its pair (a colour-histogram classifier found the pair for 20 % of videos,
+# chance; with it, 80 %).
+SCENE_TINTS = ((0.8, 0.7, 0.2), (0.8, 0.3, 0.6), (0.2, 0.6, 1.0), (0.7, 0.3, 0.3), (0.2, 0.7, 0.5))
 
 
 def texture(
@@ -137,10 +143,10 @@ def _shape_mask(rng: np.random.Generator, n: int, shape: str) -> np.ndarray:
 
 def render_video(cls: str, size: int, frames: int, rng: np.random.Generator) -> np.ndarray:
     """Render one video of class ``cls``: (frames, size, size, 3) uint8 BGR."""
-    bg = texture(rng, size * 2, size * 2)
+    pair = CLASSES.index(cls) // 2
+    bg = texture(rng, size * 2, size * 2, SCENE_TINTS[pair])
     bg_v = rng.uniform(-0.3, 0.3, 2)
     n = size // 2
-    pair = CLASSES.index(cls) // 2
     obj, mask = texture(rng, n, n, PAIR_TINTS[pair]), _shape_mask(rng, n, PAIR_SHAPES[pair])
     dn = size // 4
     dis, dis_mask = texture(rng, dn, dn), _shape_mask(rng, dn, PAIR_SHAPES[rng.integers(len(PAIR_SHAPES))])

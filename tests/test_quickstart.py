@@ -43,8 +43,11 @@ def test_tiny_quickstart_writes_complete_table(tmp_path):
     # each stage left its real output behind
     assert (out / "shards" / "flow" / "manifest-train.json").is_file()
     assert (out / "runs" / "rgb" / "checkpoints" / "last.pt").is_file()
-    # flow trained without per-frame colour jitter (it swamps the example videos' small motions), as README says
-    assert yaml.safe_load((out / "runs" / "flow" / "config.yaml").read_text())["jitter_flow"] is False
+    # each stream trained with its own settings: flow without per-frame colour jitter (it swamps the example
+    # videos' small motions), RGB longer, as README says
+    config = {s: yaml.safe_load((out / "runs" / s / "config.yaml").read_text()) for s in STREAMS}
+    assert config["flow"]["jitter_flow"] is False
+    assert (config["rgb"]["epochs"], config["flow"]["epochs"]) == (3, 2)
     # a re-run resumes: nothing is redone and the table is the same
     again = _run(out, "--workers", "1")
     assert again.returncode == 0, again.stderr[-3000:]
