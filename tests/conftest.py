@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 import torch
 
 from memdpc.preprocess.synthetic import SyntheticConfig, make_synthetic
+
+if not torch.cuda.is_available():  # before anything imports Triton: its kernels then run in the interpreter
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
 def pytest_collection_modifyitems(config, items):

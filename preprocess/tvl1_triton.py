@@ -1,0 +1,332 @@
+"""Fused Triton kernels for the batched dual TV-L1 of :mod:`memdpc.preprocess.tvl1_torch`.
+
+Same algorithm, pyramid, rounding choices and per-pair stopping rule as the torch port (which is the
+reference these kernels are tested against), but each step is one pass over memory:
+
+- ``_warp_kernel`` (once per warp): the bicubic remap of I1 and its two gradients at x + u (OpenCV's
+  ``remap``, A = -0.75, zero outside the image) and the data term's constants I1wx, I1wy, ρ_c;
+- ``_median_kernel`` (before every outer iteration): the 3×3 or 5×5 median of u1 and u2 (replicated
+  border), by the selection networks of the torch port;
+- per inner iteration, ``_u_kernel`` (estimateV, divergence, estimateU, and the squared update of u summed
+  per tile) and ``_p_kernel`` (forward gradient of the new u, the dual update, and the pair's stopping
+  decision from ``_u_kernel``'s tile sums). Two kernels, because the dual update needs the new u of the
+  neighbouring pixels; both update their fields in place.
+
+Stopping is decided on the device: ``_p_kernel`` sums a pair's tile sums in a fixed order and clears the
+pair's flag once the update is ≤ ε²·H·W (OpenCV's rule); every kernel skips pairs whose flag is clear, so a
+stopped pair is frozen and its flow does not depend on the other pairs of the batch. The host only asks
+whether any pair still runs, every ``check_every`` inner iterations, to leave the loops early.
+
+Products and sums are not contracted into fused multiply-adds (``enable_fp_fusion=False``) except where
+OpenCV's remap uses them, and divisions and square roots round to nearest, as in the torch port. Tile sums
+are float32 and a pair's total float64, a different summation order than the torch port's, so the two can
+differ in the rare iteration whose update lies within rounding of the threshold.
+
+On the CPU the kernels run in Triton's interpreter when ``TRITON_INTERPRET=1`` is set before Triton is first
+imported (slowly: for checks on small frames).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import torch
+import triton
+import triton.language as tl
+from triton import knobs
+
+from memdpc.preprocess.tvl1_median import median9, median25
+from memdpc.preprocess.tvl1_torch import (
+    FLT_EPSILON,
+    TVL1Params,
+    centered_gradient,
+    level_sizes,
+    resize_linear,
+)
+
+# Pixels per program: (tile rows, tile columns) of the iteration kernels and a run of pixels for the warp
+# and median kernels. In the CPU interpreter, where each program costs Python time, larger ones.
+TILES = {"cuda": (16, 64, 256), "cpu": (64, 64, 4096)}
+CHECK_EVERY_CUDA = 10  # inner iterations between host checks on CUDA (each check is a synchronisation)
+
+_EPS = tl.constexpr(FLT_EPSILON)
+_INF = tl.constexpr(float("inf"))
+
+
+# --------------------------------------------------------------------------------------------- kernels
+@triton.jit
+def _cubic_weights(t):
+    """OpenCV 5's bicubic weights (A = -0.75) of the 4 taps at sub-pixel offsets ``t``, rounded as it does."""
+    s = 1.0 - t
+    c0 = (t * (s * s)) * -0.75
+    c3 = (s * (t * t)) * -0.75
+    c1 = tl.fma(tl.fma(tl.full(t.shape, 1.25, tl.float32), t, -2.25), t * t, 1.0)
+    return c0, c1, ((1.0 - c0) - c1) - c3, c3
+
+
+@triton.jit
+def _cubic_row(ptr, row, ix, W, ok, c0, c1, c2, c3):
+    """One row of 4 taps (zero outside the image) interpolated along x by a chain of fused multiply-adds."""
+    t0 = tl.load(ptr + row + ix, mask=ok & (ix >= 0) & (ix < W), other=0.0)
+    t1 = tl.load(ptr + row + ix + 1, mask=ok & (ix >= -1) & (ix < W - 1), other=0.0)
+    t2 = tl.load(ptr + row + ix + 2, mask=ok & (ix >= -2) & (ix < W - 2), other=0.0)
+    t3 = tl.load(ptr + row + ix + 3, mask=ok & (ix >= -3) & (ix < W - 3), other=0.0)
+    return tl.fma(t3, c3, tl.fma(t2, c2, tl.fma(t1, c1, t0 * c0)))
+
+
+@triton.jit
+def _cubic_sample(ptr, base, ix, iy, H, W, inside, cx0, cx1, cx2, cx3, cy0, cy1, cy2, cy3):
+    """Bicubic value of one image at the 4×4 windows whose top-left taps are (iy, ix)."""
+    r0 = _cubic_row(ptr, base + iy * W, ix, W, inside & (iy >= 0) & (iy < H), cx0, cx1, cx2, cx3)
+    r1 = _cubic_row(ptr, base + (iy + 1) * W, ix, W, inside & (iy >= -1) & (iy < H - 1), cx0, cx1, cx2, cx3)
+    r2 = _cubic_row(ptr, base + (iy + 2) * W, ix, W, inside & (iy >= -2) & (iy < H - 2), cx0, cx1, cx2, cx3)
+    r3 = _cubic_row(ptr, base + (iy + 3) * W, ix, W, inside & (iy >= -3) & (iy < H - 3), cx0, cx1, cx2, cx3)
+    return tl.fma(r3, cy3, tl.fma(r2, cy2, tl.fma(r1, cy1, r0 * cy0)))
+
+
+@triton.jit
+def _warp_kernel(i0_ptr, i1_ptr, i1x_ptr, i1y_ptr, u1_ptr, u2_ptr, wx_ptr, wy_ptr, rc_ptr, H, W,
+                 BLOCK: tl.constexpr):  # fmt: skip
+    """I1 and its gradients warped by u (bicubic), then I1wx, I1wy and ρ_c = I1w − I1wx·u1 − I1wy·u2 − I0."""
+    blk, b = tl.program_id(0), tl.program_id(1)
+    p = blk * BLOCK + tl.arange(0, BLOCK)
+    inside = p < H * W
+    base = b.to(tl.int64) * H * W
+    u1 = tl.load(u1_ptr + base + p, mask=inside, other=0.0)
+    u2 = tl.load(u2_ptr + base + p, mask=inside, other=0.0)
+    mx = (p % W).to(tl.float32) + u1
+    my = (p // W).to(tl.float32) + u2
+    fx, fy = tl.floor(mx), tl.floor(my)
+    cx0, cx1, cx2, cx3 = _cubic_weights(mx - fx)
+    cy0, cy1, cy2, cy3 = _cubic_weights(my - fy)
+    # top-left tap of the 4×4 window; clamped far outside the image, where every tap reads zero anyway
+    ix = tl.minimum(tl.maximum(fx, -8.0), W + 8.0).to(tl.int32) - 1
+    iy = tl.minimum(tl.maximum(fy, -8.0), H + 8.0).to(tl.int32) - 1
+    i1w = _cubic_sample(i1_ptr, base, ix, iy, H, W, inside, cx0, cx1, cx2, cx3, cy0, cy1, cy2, cy3)
+    wx = _cubic_sample(i1x_ptr, base, ix, iy, H, W, inside, cx0, cx1, cx2, cx3, cy0, cy1, cy2, cy3)
+    wy = _cubic_sample(i1y_ptr, base, ix, iy, H, W, inside, cx0, cx1, cx2, cx3, cy0, cy1, cy2, cy3)
+    i0 = tl.load(i0_ptr + base + p, mask=inside, other=0.0)
+    tl.store(wx_ptr + base + p, wx, mask=inside)
+    tl.store(wy_ptr + base + p, wy, mask=inside)
+    tl.store(rc_ptr + base + p, ((i1w - wx * u1) - wy * u2) - i0, mask=inside)
+
+
+@triton.jit
+def _median_kernel(
+    src1_ptr, src2_ptr, dst1_ptr, dst2_ptr, flag_ptr, H, W, K: tl.constexpr, BLOCK: tl.constexpr
+):
+    """K×K median (K = 3 or 5) of u1 and u2 into dst; pairs that have stopped are copied unchanged."""
+    blk, b = tl.program_id(0), tl.program_id(1)
+    p = blk * BLOCK + tl.arange(0, BLOCK)
+    inside = p < H * W
+    base = b.to(tl.int64) * H * W
+    if tl.load(flag_ptr + b) == 0:
+        tl.store(dst1_ptr + base + p, tl.load(src1_ptr + base + p, mask=inside), mask=inside)
+        tl.store(dst2_ptr + base + p, tl.load(src2_ptr + base + p, mask=inside), mask=inside)
+    else:
+        y, x = p // W, p % W
+        if K == 3:
+            m1 = median9(src1_ptr, base, y, x, H, W, inside)
+            m2 = median9(src2_ptr, base, y, x, H, W, inside)
+        else:
+            m1 = median25(src1_ptr, base, y, x, H, W, inside)
+            m2 = median25(src2_ptr, base, y, x, H, W, inside)
+        tl.store(dst1_ptr + base + p, m1, mask=inside)
+        tl.store(dst2_ptr + base + p, m2, mask=inside)
+
+
+@triton.jit
+def _divergence(p1_ptr, p2_ptr, off, W, xs, ys, inside):
+    """OpenCV's divergence: backward differences, zeros before the first column / row, and
+    ``(p1 + p2) − p2[y − 1]`` in the first column."""
+    a = tl.load(p1_ptr + off, mask=inside, other=0.0)
+    a_left = tl.load(p1_ptr + off - 1, mask=inside & (xs > 0), other=0.0)
+    c = tl.load(p2_ptr + off, mask=inside, other=0.0)
+    c_up = tl.load(p2_ptr + off - W, mask=inside & (ys > 0), other=0.0)
+    div = tl.where(xs > 0, a - a_left, a) + tl.where(ys > 0, c - c_up, c)
+    return tl.where((xs == 0) & (ys > 0), (a + c) - c_up, div)
+
+
+@triton.jit
+def _u_kernel(u1_ptr, u2_ptr, p11_ptr, p12_ptr, p21_ptr, p22_ptr, wx_ptr, wy_ptr, rc_ptr, flag_ptr,
+              part_ptr, H, W, tiles_x, n_tiles, l_t, theta, BH: tl.constexpr, BW: tl.constexpr):  # fmt: skip
+    """estimateV + divergence + estimateU in place; the tile's summed squared update into ``part``."""
+    tile, b = tl.program_id(0), tl.program_id(1)
+    if tl.load(flag_ptr + b) == 0:
+        return
+    ys = (tile // tiles_x) * BH + tl.arange(0, BH)[:, None]
+    xs = (tile % tiles_x) * BW + tl.arange(0, BW)[None, :]
+    inside = (ys < H) & (xs < W)
+    off = b.to(tl.int64) * H * W + ys * W + xs
+    u1 = tl.load(u1_ptr + off, mask=inside, other=0.0)
+    u2 = tl.load(u2_ptr + off, mask=inside, other=0.0)
+    wx = tl.load(wx_ptr + off, mask=inside, other=0.0)
+    wy = tl.load(wy_ptr + off, mask=inside, other=0.0)
+    rho = tl.load(rc_ptr + off, mask=inside, other=0.0) + (wx * u1 + wy * u2)
+    grad = wx * wx + wy * wy
+    lg = l_t * grad
+    neg_grad = tl.where(grad > _EPS, -grad, _INF)
+    fi = tl.where(rho < -lg, l_t, tl.where(rho > lg, -l_t, tl.math.div_rn(rho, neg_grad)))
+    n1 = (u1 + fi * wx) + theta * _divergence(p11_ptr, p12_ptr, off, W, xs, ys, inside)
+    n2 = (u2 + fi * wy) + theta * _divergence(p21_ptr, p22_ptr, off, W, xs, ys, inside)
+    d1, d2 = n1 - u1, n2 - u2
+    tl.store(part_ptr + b * n_tiles + tile, tl.sum(tl.where(inside, d1 * d1 + d2 * d2, 0.0)))
+    tl.store(u1_ptr + off, n1, mask=inside)
+    tl.store(u2_ptr + off, n2, mask=inside)
+
+
+@triton.jit
+def _hypot(x, y):
+    """float32 hypot, through float64 (where the squares are exact)."""
+    x64, y64 = x.to(tl.float64), y.to(tl.float64)
+    return tl.sqrt(x64 * x64 + y64 * y64).to(tl.float32)
+
+
+@triton.jit
+def _dual_update(u_ptr, pa_ptr, pb_ptr, off, H, W, xs, ys, inside, taut):
+    """OpenCV's forwardGradient of u and estimateDualVariables for one flow component, in place."""
+    u = tl.load(u_ptr + off, mask=inside, other=0.0)
+    u_right = tl.load(u_ptr + off + 1, mask=inside & (xs < W - 1), other=0.0)
+    u_down = tl.load(u_ptr + off + W, mask=inside & (ys < H - 1), other=0.0)
+    ux = tl.where(xs < W - 1, u_right - u, 0.0)
+    uy = tl.where(ys < H - 1, u_down - u, 0.0)
+    ng = _hypot(ux, uy) * taut + 1.0
+    pa = tl.load(pa_ptr + off, mask=inside, other=0.0)
+    pb = tl.load(pb_ptr + off, mask=inside, other=0.0)
+    tl.store(pa_ptr + off, tl.math.div_rn(ux * taut + pa, ng), mask=inside)
+    tl.store(pb_ptr + off, tl.math.div_rn(uy * taut + pb, ng), mask=inside)
+
+
+@triton.jit
+def _p_kernel(u1_ptr, u2_ptr, p11_ptr, p12_ptr, p21_ptr, p22_ptr, part_ptr, flag_in_ptr, flag_out_ptr,
+              H, W, tiles_x, n_tiles, scaled_eps, taut,
+              BH: tl.constexpr, BW: tl.constexpr, NT: tl.constexpr):  # fmt: skip
+    """The dual update of a running pair; tile 0 also writes whether the pair runs on (update > ε²·H·W)."""
+    tile, b = tl.program_id(0), tl.program_id(1)
+    running = tl.load(flag_in_ptr + b) != 0
+    if tile == 0:
+        t = tl.arange(0, NT)
+        error = tl.sum(tl.load(part_ptr + b * n_tiles + t, mask=t < n_tiles, other=0.0).to(tl.float64))
+        tl.store(flag_out_ptr + b, (running & (error > scaled_eps)).to(tl.int32))
+    if running:
+        ys = (tile // tiles_x) * BH + tl.arange(0, BH)[:, None]
+        xs = (tile % tiles_x) * BW + tl.arange(0, BW)[None, :]
+        inside = (ys < H) & (xs < W)
+        off = b.to(tl.int64) * H * W + ys * W + xs
+        _dual_update(u1_ptr, p11_ptr, p12_ptr, off, H, W, xs, ys, inside, taut)
+        _dual_update(u2_ptr, p21_ptr, p22_ptr, off, H, W, xs, ys, inside, taut)
+
+
+# ------------------------------------------------------------------------------------------ the solver
+_NO_FMA = {"enable_fp_fusion": False}
+
+
+def _solve_level(i0, i1, u1, u2, params: TVL1Params, check_every: int):
+    """OpenCV's ``procOneScale`` for a batch: all warps at one pyramid level; returns (u1, u2)."""
+    b, h, w = i0.shape
+    scaled_eps = float(np.float32(params.epsilon * params.epsilon * h * w))
+    l_t = float(np.float32(params.lambda_ * params.theta))
+    taut = float(np.float32(params.tau / params.theta))
+    th, tw, run = TILES[i0.device.type]
+    tiles_x = triton.cdiv(w, tw)
+    n_tiles = tiles_x * triton.cdiv(h, th)
+    tiles, pixels = (n_tiles, b), (triton.cdiv(h * w, run), b)
+    i1x, i1y = (g.contiguous() for g in centered_gradient(i1))
+    u1, u2 = u1.contiguous().clone(), u2.contiguous().clone()
+    p11, p12, p21, p22 = (torch.zeros_like(i0) for _ in range(4))
+    wx, wy, rc, m1, m2 = (torch.empty_like(i0) for _ in range(5))
+    part = torch.empty(b, n_tiles, dtype=torch.float32, device=i0.device)
+    flags = [torch.empty(b, dtype=torch.int32, device=i0.device) for _ in range(2)]
+    ksize = params.median_filtering
+    for _ in range(params.warps):
+        _warp_kernel[pixels](i0, i1, i1x, i1y, u1, u2, wx, wy, rc, h, w, BLOCK=run, **_NO_FMA)
+        flags[0].fill_(1)  # every pair runs again at each warp (OpenCV resets its error)
+        n, running = 0, True
+        for _ in range(params.outer_iterations):
+            if ksize > 1:
+                _median_kernel[pixels](u1, u2, m1, m2, flags[n % 2], h, w, K=ksize, BLOCK=run)
+                u1, m1, u2, m2 = m1, u1, m2, u2
+            for _ in range(params.inner_iterations):
+                flag_in, flag_out = flags[n % 2], flags[(n + 1) % 2]
+                _u_kernel[tiles](
+                    u1, u2, p11, p12, p21, p22, wx, wy, rc, flag_in, part, h, w, tiles_x, n_tiles,
+                    l_t, params.theta, BH=th, BW=tw, **_NO_FMA,
+                )  # fmt: skip
+                _p_kernel[tiles](
+                    u1, u2, p11, p12, p21, p22, part, flag_in, flag_out, h, w, tiles_x, n_tiles,
+                    scaled_eps, taut, BH=th, BW=tw, NT=triton.next_power_of_2(n_tiles), **_NO_FMA,
+                )  # fmt: skip
+                n += 1
+                if n % check_every == 0 and not bool(flag_out.any()):
+                    running = False
+                    break
+            if not running:
+                break
+    return u1, u2
+
+
+@torch.no_grad()
+def tvl1_flow(
+    prev: torch.Tensor,
+    next: torch.Tensor,
+    params: TVL1Params | None = None,
+    check_every: int | None = None,
+) -> torch.Tensor:
+    """Dual TV-L1 flow from ``prev`` to ``next`` for a batch of pairs, with the fused kernels.
+
+    Args:
+        prev, next: (B, H, W) greyscale frames, values in [0, 255] (uint8 or float), on a CUDA device (or
+            the CPU under ``TRITON_INTERPRET=1``).
+        params: the TV-L1 parameters (default: OpenCV's defaults).
+        check_every: inner iterations between the host's checks whether any pair still runs (speed only;
+            default 10 on CUDA, 1 on the CPU).
+
+    Returns:
+        (B, H, W, 2) float32 flow (x, y) in pixels, on the input's device.
+    """
+    if prev.shape != next.shape or prev.dim() != 3:
+        raise ValueError(
+            f"tvl1_flow: need two (B, H, W) tensors of one shape, got {prev.shape} and {next.shape}"
+        )
+    params = params or TVL1Params()
+    if check_every is None:
+        check_every = CHECK_EVERY_CUDA if prev.is_cuda else 1
+    sizes = level_sizes(prev.shape[1], prev.shape[2], params)
+    step = 1.0 / params.scale_step
+    i0s, i1s = [prev.float().contiguous()], [next.float().contiguous()]
+    for size in sizes[1:]:
+        i0s.append(resize_linear(i0s[-1], size, (step, step)).contiguous())
+        i1s.append(resize_linear(i1s[-1], size, (step, step)).contiguous())
+    u1 = torch.zeros_like(i0s[-1])
+    u2 = torch.zeros_like(i0s[-1])
+    up = float(np.float32(step))
+    for s in range(len(sizes) - 1, -1, -1):
+        u1, u2 = _solve_level(i0s[s], i1s[s], u1, u2, params, check_every)
+        if s > 0:
+            u1 = resize_linear(u1, sizes[s - 1]) * up
+            u2 = resize_linear(u2, sizes[s - 1]) * up
+    return torch.stack([u1, u2], dim=-1)
+
+
+@functools.cache
+def unavailable_reason(device: str) -> str | None:
+    """Why the kernels cannot run on ``device`` (None: they can), found by running them once on a small
+    pair (a compile or launch failure is a reason too)."""
+    dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        return "no CUDA device is available"
+    if dev.type == "cpu" and not knobs.runtime.interpret:
+        return "the Triton kernels run on CUDA devices (on the CPU only under TRITON_INTERPRET=1, for checks)"
+    if dev.type not in ("cuda", "cpu"):
+        return f"the Triton kernels do not run on '{device}'"
+    g = torch.Generator().manual_seed(0)
+    frames = torch.randint(0, 256, (2, 1, 20, 20), generator=g, dtype=torch.uint8).to(dev)
+    try:
+        tvl1_flow(frames[0], frames[1], TVL1Params(nscales=1, warps=1, inner_iterations=2, outer_iterations=1))  # fmt: skip
+    except Exception as e:  # any failure to compile or launch means: not usable here
+        return f"the Triton kernels failed on {device}: {type(e).__name__}: {str(e).strip().splitlines()[0]}"
+    return None
+
+
+__all__ = ["tvl1_flow", "unavailable_reason"]
