@@ -200,15 +200,17 @@ def _dual_update(u_ptr, pa_ptr, pb_ptr, off, H, W, xs, ys, inside, taut):
 
 @triton.jit
 def _p_kernel(u1_ptr, u2_ptr, p11_ptr, p12_ptr, p21_ptr, p22_ptr, part_ptr, flag_in_ptr, flag_out_ptr,
-              H, W, tiles_x, n_tiles, scaled_eps, taut,
+              count_ptr, H, W, tiles_x, n_tiles, scaled_eps, taut,
               BH: tl.constexpr, BW: tl.constexpr, NT: tl.constexpr):  # fmt: skip
-    """The dual update of a running pair; tile 0 also writes whether the pair runs on (update > ε²·H·W)."""
+    """The dual update of a running pair; tile 0 also writes whether the pair runs on (update > ε²·H·W)
+    and counts the pair's iterations."""
     tile, b = tl.program_id(0), tl.program_id(1)
     running = tl.load(flag_in_ptr + b) != 0
     if tile == 0:
         t = tl.arange(0, NT)
         error = tl.sum(tl.load(part_ptr + b * n_tiles + t, mask=t < n_tiles, other=0.0).to(tl.float64))
         tl.store(flag_out_ptr + b, (running & (error > scaled_eps)).to(tl.int32))
+        tl.store(count_ptr + b, tl.load(count_ptr + b) + running.to(tl.int32))
     if running:
         ys = (tile // tiles_x) * BH + tl.arange(0, BH)[:, None]
         xs = (tile % tiles_x) * BW + tl.arange(0, BW)[None, :]
@@ -223,7 +225,8 @@ _NO_FMA = {"enable_fp_fusion": False}
 
 
 def _solve_level(i0, i1, u1, u2, params: TVL1Params, check_every: int):
-    """OpenCV's ``procOneScale`` for a batch: all warps at one pyramid level; returns (u1, u2)."""
+    """OpenCV's ``procOneScale`` for a batch: all warps at one pyramid level; returns (u1, u2) and each
+    pair's number of inner iterations (B,)."""
     b, h, w = i0.shape
     scaled_eps = float(np.float32(params.epsilon * params.epsilon * h * w))
     l_t = float(np.float32(params.lambda_ * params.theta))
@@ -238,6 +241,7 @@ def _solve_level(i0, i1, u1, u2, params: TVL1Params, check_every: int):
     wx, wy, rc, m1, m2 = (torch.empty_like(i0) for _ in range(5))
     part = torch.empty(b, n_tiles, dtype=torch.float32, device=i0.device)
     flags = [torch.empty(b, dtype=torch.int32, device=i0.device) for _ in range(2)]
+    count = torch.zeros(b, dtype=torch.int32, device=i0.device)
     ksize = params.median_filtering
     for _ in range(params.warps):
         _warp_kernel[pixels](i0, i1, i1x, i1y, u1, u2, wx, wy, rc, h, w, BLOCK=run, **_NO_FMA)
@@ -254,7 +258,7 @@ def _solve_level(i0, i1, u1, u2, params: TVL1Params, check_every: int):
                     l_t, params.theta, BH=th, BW=tw, **_NO_FMA,
                 )  # fmt: skip
                 _p_kernel[tiles](
-                    u1, u2, p11, p12, p21, p22, part, flag_in, flag_out, h, w, tiles_x, n_tiles,
+                    u1, u2, p11, p12, p21, p22, part, flag_in, flag_out, count, h, w, tiles_x, n_tiles,
                     scaled_eps, taut, BH=th, BW=tw, NT=triton.next_power_of_2(n_tiles), **_NO_FMA,
                 )  # fmt: skip
                 n += 1
@@ -263,7 +267,7 @@ def _solve_level(i0, i1, u1, u2, params: TVL1Params, check_every: int):
                     break
             if not running:
                 break
-    return u1, u2
+    return u1, u2, count
 
 
 @torch.no_grad()
@@ -285,6 +289,18 @@ def tvl1_flow(
     Returns:
         (B, H, W, 2) float32 flow (x, y) in pixels, on the input's device.
     """
+    return tvl1_flow_with_iterations(prev, next, params, check_every)[0]
+
+
+@torch.no_grad()
+def tvl1_flow_with_iterations(
+    prev: torch.Tensor,
+    next: torch.Tensor,
+    params: TVL1Params | None = None,
+    check_every: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`tvl1_flow`, and the inner iterations each pair ran per pyramid level: (levels, B) int32,
+    finest level first (summed over its warps)."""
     if prev.shape != next.shape or prev.dim() != 3:
         raise ValueError(
             f"tvl1_flow: need two (B, H, W) tensors of one shape, got {prev.shape} and {next.shape}"
@@ -301,12 +317,13 @@ def tvl1_flow(
     u1 = torch.zeros_like(i0s[-1])
     u2 = torch.zeros_like(i0s[-1])
     up = float(np.float32(step))
+    counts = [None] * len(sizes)
     for s in range(len(sizes) - 1, -1, -1):
-        u1, u2 = _solve_level(i0s[s], i1s[s], u1, u2, params, check_every)
+        u1, u2, counts[s] = _solve_level(i0s[s], i1s[s], u1, u2, params, check_every)
         if s > 0:
             u1 = resize_linear(u1, sizes[s - 1]) * up
             u2 = resize_linear(u2, sizes[s - 1]) * up
-    return torch.stack([u1, u2], dim=-1)
+    return torch.stack([u1, u2], dim=-1), torch.stack(counts)
 
 
 @functools.cache
@@ -329,4 +346,4 @@ def unavailable_reason(device: str) -> str | None:
     return None
 
 
-__all__ = ["tvl1_flow", "unavailable_reason"]
+__all__ = ["tvl1_flow", "tvl1_flow_with_iterations", "unavailable_reason"]

@@ -63,11 +63,16 @@ def test_a_pairs_flow_does_not_depend_on_its_batch(pairs):
     assert together[3].abs().max() == 0  # identical frames: zero flow, the pair stopped at the first step
 
 
-def test_check_cadence_changes_nothing(pairs):
+def test_check_cadence_changes_nothing_and_iterations_are_counted(pairs):
     prev, nxt = (a[:2] for a in pairs)
-    every = tvl1_triton.tvl1_flow(prev, nxt, CHEAP, check_every=1)
-    rarely = tvl1_triton.tvl1_flow(prev, nxt, CHEAP, check_every=7)
+    every, counts = tvl1_triton.tvl1_flow_with_iterations(prev, nxt, CHEAP, check_every=1)
+    rarely, counts_rarely = tvl1_triton.tvl1_flow_with_iterations(prev, nxt, CHEAP, check_every=7)
     torch.testing.assert_close(every, rarely, atol=0, rtol=0)
+    assert counts.shape == (2, 2) and torch.equal(counts, counts_rarely)
+    # each level runs 1 to warps × outer × inner iterations per pair
+    assert counts.min() >= CHEAP.warps and counts.max() <= CHEAP.warps * 3 * 10
+    same, same_counts = tvl1_triton.tvl1_flow_with_iterations(nxt, nxt, CHEAP)
+    assert torch.equal(same_counts, torch.full_like(same_counts, CHEAP.warps))  # stops at once per warp
 
 
 def test_available_on_this_device_and_not_on_a_missing_one():
@@ -97,7 +102,7 @@ for name, consts in CONSTS.items():
     sig = {}
     for arg in inspect.signature(kernel.fn).parameters:
         sig[arg] = ("constexpr" if arg in consts else "i32" if arg in INTS else "fp32" if arg in FLOATS
-                    else "*i32" if arg.startswith("flag") else "*fp32")
+                    else "*i32" if arg.startswith(("flag", "count")) else "*fp32")
     compiled = triton.compile(ASTSource(kernel, sig, constexprs=consts), target=GPUTarget("cuda", 90, 32),
                               options={"enable_fp_fusion": False})
     ptx[name] = compiled.asm["ptx"]
