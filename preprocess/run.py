@@ -103,6 +103,8 @@ def process_video(rec: VideoRecord, cfg: PreprocessConfig) -> dict:
 
     Problems with the video (:class:`DecodeError`, OpenCV errors, unreadable files) are recorded as
     ``status: failed`` with the reason; nothing is left under a final name for a failed video.
+    ``cfg.flow_backend`` and ``cfg.device`` name one backend and device (:func:`run_preprocess` resolves
+    ``auto``).
     """
     cv2.setNumThreads(1)  # parallelism comes from the executor: one OpenCV thread per worker
     t0, c0 = time.perf_counter(), time.process_time()
