@@ -6,8 +6,9 @@ torch's kernels release the GIL):
 
 - ``threads`` decode threads each take the next video, decode it (:class:`VideoStream`), write its RGB
   archive when asked, convert its frames to grey and add its frame pairs to the batch of their frame size;
-- one device thread takes full batches (``backend.batch_size`` pairs; the partial ones once all decoding
-  is over), maps them to flow codes on the device (``backend.codes``) and passes the codes on;
+- one device thread takes full batches (``backend.batch_size`` pairs; a partial one when all decoding is
+  over, or when more than ``threads`` frame sizes wait with no video of theirs being decoded), maps them to
+  flow codes on the device (``backend.codes``) and passes the codes on;
 - ``threads`` encode threads JPEG-encode the codes, measure their storage error and append them in order to
   the video's flow archive; the video's last pair commits its archives and reports the video.
 
@@ -25,6 +26,7 @@ import os
 import queue
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from multiprocessing import get_context
@@ -110,6 +112,8 @@ class DeviceStage:
         self._ready: queue.Queue = queue.Queue(maxsize=2)  # full batches for the device thread
         self._coded: queue.Queue = queue.Queue(maxsize=2 * backend.batch_size)  # codes to encode
         self._buckets: dict[tuple[int, int], list[_Pair]] = {}  # pairs waiting for a batch, by frame size
+        self._producers: Counter[tuple[int, int]] = Counter()  # decode threads on videos of a frame size
+        self._idle: dict[tuple[int, int], None] = {}  # buckets without a producer, oldest first
         self._limit: dict[tuple[int, int], int] = {}  # the batch size that fits the device, by frame size
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -229,7 +233,7 @@ class DeviceStage:
 
     def _frames(self, video: _Video) -> None:
         """Decode, write the RGB frames, hand out the grey pairs."""
-        prev, rgb, encode_s, grey_s = None, video.writers.get("rgb"), 0.0, 0.0
+        prev, rgb, encode_s, grey_s, hw = None, video.writers.get("rgb"), 0.0, 0.0, None
         try:
             for frame in video.src:
                 if self._stop.is_set():
@@ -243,6 +247,9 @@ class DeviceStage:
                 t1 = time.perf_counter()
                 encode_s += t1 - t
                 if video.flow:
+                    if hw is None:
+                        hw = frame.shape[:2]
+                        self._producing(hw, 1)
                     grey = cv2.cvtColor(frame, cv2.COLOR_BGR2GRAY)
                     grey_s += time.perf_counter() - t1
                     if prev is not None:
@@ -254,6 +261,8 @@ class DeviceStage:
             with video.lock:
                 video.stages["encode"] += encode_s
                 video.stages["flow"] += grey_s
+            if hw is not None:
+                self._producing(hw, -1)
 
     def _add(self, pair: _Pair) -> None:
         hw = pair.prev.shape
@@ -264,9 +273,27 @@ class DeviceStage:
         if full:
             self._put(self._ready, full)
 
+    def _producing(self, hw: tuple[int, int], delta: int) -> None:
+        """Count the decode threads on videos of frame size ``hw``. At most ``threads`` buckets wait
+        without one; beyond that the oldest goes to the device as a partial batch, so memory stays bounded
+        however many frame sizes the videos have."""
+        with self._lock:
+            self._producers[hw] += delta
+            if self._producers[hw]:
+                self._idle.pop(hw, None)
+            elif self._buckets.get(hw):
+                self._idle[hw] = None
+            partial = []
+            while len(self._idle) > self.threads:
+                oldest = next(iter(self._idle))
+                del self._idle[oldest]
+                partial.append(self._buckets.pop(oldest))
+        for batch in partial:
+            self._put(self._ready, batch)
+
     def _take_buckets(self) -> list[list[_Pair]]:
         with self._lock:
-            batches, self._buckets = list(self._buckets.values()), {}
+            batches, self._buckets, self._idle = list(self._buckets.values()), {}, {}
         return batches
 
     # ------------------------------------------------------------------------------------------ device

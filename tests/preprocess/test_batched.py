@@ -124,6 +124,16 @@ def test_cross_video_batches_equal_the_per_video_path(records, reference, tmp_pa
     assert set(entry["stages"]) == {"decode", "flow", "encode"} and entry["flow_code_error"]["max_abs"] >= 0
 
 
+def test_waiting_frame_sizes_are_bounded(records, reference, tmp_path):
+    """One decode thread: at most one frame size waits without a video of its own being decoded; the
+    older one goes to the device as a partial batch instead of waiting for the end of the run."""
+    backend = RecordingTVL1(64)
+    entries = run_stage(backend, records, config(tmp_path), threads=1)
+    assert all(e["status"] == "done" for e in entries.values())
+    assert tars(tmp_path) == tars(reference)
+    assert backend.calls == [(29, 32, 32), (11, 32, 48), (29, 32, 32), (6, 32, 48), (29, 32, 32)]
+
+
 def test_run_preprocess_takes_the_batched_path_for_torch(records, reference, tmp_path):
     report = run_preprocess(records, config(tmp_path), progress=False)
     assert report["flow"] == {"backend": "torch", "devices": ["cpu"], "note": None}
