@@ -206,8 +206,8 @@ def _preprocess_options(default_streams: str):
             type=click.Choice([AUTO, *sorted(BACKENDS)]),
             default=config.flow_backend,
             show_default=True,
-            help="TV-L1 implementation: opencv (CPU, one video per worker), torch or triton (GPU, batched "
-            "across videos); auto: the GPU one where CUDA is available, else opencv.",
+            help="TV-L1 implementation: opencv (CPU, one video per worker) or a GPU one, fed batches from many "
+            "videos at once; auto: the fastest GPU one where CUDA is available, else opencv.",
         ),
         click.option(
             "--device",

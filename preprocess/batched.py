@@ -413,7 +413,7 @@ def _serve(
         out.put(("end", device))
 
 
-def run_batched(records: list[VideoRecord], cfg: PreprocessConfig, devices: list[str]) -> Iterator[dict]:
+def run_batched(cfg: PreprocessConfig, records: list[VideoRecord], devices: list[str]) -> Iterator[dict]:
     """Preprocess ``records`` on ``devices`` (one process each; a thread of this process for one device)
     and yield the videos' report entries as they finish."""
     threads = cfg.threads or max(2, (os.cpu_count() or 1) // len(devices))

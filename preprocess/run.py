@@ -1,5 +1,6 @@
 """The preprocessing run: per-video jobs (decode once → RGB frames and/or TV-L1 flow → archives) on an
-executor, with resumability, a progress bar and a JSON run report.
+executor — or, for flow on a batched (GPU) backend, the batched stage of ``batched.py`` — with
+resumability, a progress bar and a JSON run report.
 
 A video is one independent, idempotent unit: its archive ``<out>/<stream>/<id>.tar`` is renamed into place
 only when complete, so a re-run skips finished videos and a killed run leaves nothing half-written under a
@@ -163,10 +164,6 @@ def _results(cfg: PreprocessConfig, todo: list[VideoRecord]) -> Iterator[dict]:
         yield from (f.result() for f in as_completed([ex.submit(process_video, r, cfg) for r in todo]))
 
 
-def _batched(cfg: PreprocessConfig, todo: list[VideoRecord], devices: list[str]) -> Iterator[dict]:
-    return run_batched(todo, cfg, devices)
-
-
 def _progress(show: bool) -> Progress:
     return Progress(
         TextColumn("[bold]{task.description}"),
@@ -215,7 +212,7 @@ def run_preprocess(records: list[VideoRecord], cfg: PreprocessConfig, progress: 
         used = replace(cfg, flow_backend=name, device=device)
         backend = make_backend(name, cfg.tvl1, devices[0])  # an unusable backend or device fails now
         if isinstance(backend, BatchedFlowBackend) and not cfg.dask:
-            results = functools.partial(_batched, devices=devices)
+            results = functools.partial(run_batched, devices=devices)
         elif len(devices) > 1:
             raise UserError(
                 f"--device {cfg.device}: several devices need the batched flow stage (not --dask)"

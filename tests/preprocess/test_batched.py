@@ -284,7 +284,7 @@ def test_a_pair_too_large_even_alone_is_a_user_error(records, tmp_path):
 def test_one_process_per_device_and_the_entries_merged(records, reference, tmp_path):
     """Two device processes (both on the CPU here): the videos are divided between them."""
     cfg = config(tmp_path, threads=1)
-    entries = list(run_batched(records, cfg, ["cpu", "cpu"]))
+    entries = list(run_batched(cfg, records, ["cpu", "cpu"]))
     assert sorted(e["id"] for e in entries) == sorted(r.id for r in records)
     assert all(e["status"] == "done" for e in entries)
     assert tars(tmp_path) == tars(reference)
