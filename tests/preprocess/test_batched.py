@@ -298,3 +298,17 @@ def test_an_unexpected_error_stops_the_run_cleanly(records, tmp_path):
     with pytest.raises(ValueError, match="kernel bug"):
         run_stage(Broken(8), records, config(tmp_path))
     assert tars(tmp_path) == {}  # the videos in flight left no temporary archive
+
+
+@pytest.mark.gpu
+def test_on_the_gpu_cross_video_batches_equal_the_per_video_path(records, tmp_path):
+    """The auto choice on a CUDA machine, and the batched path against one video at a time on the GPU."""
+    cfg = config(tmp_path / "batched", flow_backend="auto", device="cuda:0")
+    report = run_preprocess(records, cfg, progress=False)
+    assert report["flow"]["backend"] in ("triton", "torch") and report["flow"]["devices"] == ["cuda:0"]
+    assert report["summary"]["done"] == len(records)
+    if report["flow"]["backend"] == "torch":
+        assert "Triton" in report["flow"]["note"]
+        ref = config(tmp_path / "ref", device="cuda:0")
+        assert all(process_video(rec, ref)["status"] == "done" for rec in records)
+        assert tars(tmp_path / "batched") == tars(tmp_path / "ref")
