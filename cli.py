@@ -135,9 +135,10 @@ _TVL1_OPTIONS = [  # (option, field, type, help); defaults are OpenCV's CPU Dual
 
 def _preprocess_options(default_streams: str):
     from memdpc.preprocess.encode import FLOW_ENCODING, FLOW_ENCODING_RGB, RGB_ENCODING
-    from memdpc.preprocess.flow import BACKENDS, TVL1Params
+    from memdpc.preprocess.flow import AUTO, BACKENDS, TVL1Params
+    from memdpc.preprocess.job import PreprocessConfig
 
-    defaults = TVL1Params()
+    defaults, config = TVL1Params(), PreprocessConfig(out="")
     opts = [
         click.argument("index", type=click.Path(path_type=Path)),
         click.option(
@@ -202,18 +203,33 @@ def _preprocess_options(default_streams: str):
         ),
         click.option(
             "--flow-backend",
-            type=click.Choice(sorted(BACKENDS)),
-            default="opencv",
+            type=click.Choice([AUTO, *sorted(BACKENDS)]),
+            default=config.flow_backend,
             show_default=True,
-            help="TV-L1 implementation: opencv (CPU) or torch (batched, GPU).",
+            help="TV-L1 implementation: opencv (CPU, one video per worker) or a GPU one, fed batches from many "
+            "videos at once; auto: the fastest GPU one where CUDA is available, else opencv.",
         ),
-        click.option("--device", default="cpu", show_default=True, help="Device of the flow backend."),
+        click.option(
+            "--device",
+            default=config.device,
+            show_default=True,
+            help="Flow device(s): cpu, cuda (every visible GPU), cuda:0,2 (those GPUs; one process each), "
+            "or auto.",
+        ),
         click.option(
             "--workers",
             type=int,
-            default=1,
+            default=config.workers,
             show_default=True,
-            help="Local worker processes (one OpenCV thread each).",
+            help="Local worker processes of the per-video (opencv) path, one OpenCV thread each.",
+        ),
+        click.option(
+            "--threads",
+            type=int,
+            default=config.threads,
+            show_default=True,
+            help="Decode threads and encode threads per device of the batched (GPU) path "
+            "(0: the CPU cores divided among the devices).",
         ),
         click.option(
             "--dask", default=None, help="Run on the Dask cluster at this scheduler address instead."
@@ -265,6 +281,10 @@ def _run_preprocess(index: Path, **kw) -> None:
         *(str(s[k]) for k in ("done", "partial", "skipped", "failed", "frames", "frames_per_s", "seconds"))
     )
     Console().print(table)
+    if "flow" in report:
+        flow = report["flow"]
+        note = f" ({flow['note']})" if flow["note"] else ""
+        Console().print(f"flow: {flow['backend']} on {', '.join(flow['devices'])}{note}")
     for f in report["failures"]:
         console.print(f"[red]failed[/red] {f['id']} ({f['path']}): {f['reason']}")
     if report["failures"] and kw["strict"]:

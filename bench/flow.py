@@ -56,7 +56,7 @@ def throughput(recs: list[VideoRecord], root: Path, workers: list[int]) -> list[
     rows = []
     for w in workers:
         cfg = PreprocessConfig(out=str(root / f"out-w{w}"), streams=("rgb", "flow"), decode=DecodeSpec(size=0),
-                               workers=w)  # fmt: skip
+                               flow_backend="opencv", workers=w)  # fmt: skip
         load = os.getloadavg()[0]
         t = time.perf_counter()
         rep = run_preprocess(recs, cfg, progress=False)
@@ -128,7 +128,11 @@ def memory(root: Path, lengths: list[int], size: int) -> list[dict]:
         write_video(path, render_video("MoveRight", size, n, np.random.default_rng(n)), 25.0, "xvid")
         rec = VideoRecord(f"long{n}", str(path), 0, "MoveRight", "train")
         cfg = PreprocessConfig(
-            out=str(root / "mem"), streams=("rgb", "flow"), decode=DecodeSpec(size=0), tvl1=CHEAP
+            out=str(root / "mem"),
+            streams=("rgb", "flow"),
+            decode=DecodeSpec(size=0),
+            tvl1=CHEAP,
+            flow_backend="opencv",
         )
         queue = ctx.Queue()
         proc = ctx.Process(target=_memory_job, args=(rec, cfg, queue))

@@ -6,6 +6,10 @@ A flow *backend* turns a batch of greyscale frame pairs into float flow: ``backe
 :data:`BACKENDS` (``"module:factory"``, imported on first use); a factory takes ``(params, device)``.
 ``opencv`` is OpenCV contrib's CPU ``DualTVL1OpticalFlow``; ``torch`` adapts the batched PyTorch port in
 ``memdpc.preprocess.tvl1_torch`` (GPU). A new backend is one more entry in :data:`BACKENDS`.
+
+A *batched* backend (:class:`BatchedFlowBackend`) also maps flow to codes on its device,
+``backend.codes(prev, nxt, third)``; the run feeds such a backend from many videos at once
+(``memdpc.preprocess.batched``). :func:`resolve_backend` turns ``auto`` into the backend and devices used.
 """
 
 from __future__ import annotations
@@ -13,17 +17,22 @@ from __future__ import annotations
 import dataclasses
 import functools
 import importlib
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import cv2
 import numpy as np
 
 from memdpc.errors import UserError
 
+if TYPE_CHECKING:
+    import torch
+
 BOUND = 20.0  # flow is clipped to [-BOUND, BOUND] pixels before the mapping to 0..255
+AUTO = "auto"  # --flow-backend and --device: chosen by resolve_backend
 
 
 @dataclass(frozen=True)
@@ -71,6 +80,20 @@ class FlowBackend(Protocol):
     batch_size: int
 
     def __call__(self, prev: np.ndarray, nxt: np.ndarray) -> np.ndarray: ...
+
+
+@runtime_checkable
+class BatchedFlowBackend(FlowBackend, Protocol):
+    """A backend that runs large batches on a device and maps flow to codes there.
+
+    ``codes(prev, nxt, third)``: (B, H, W) uint8 ×2 → (B, H, W, 3) uint8, equal to
+    ``flow_to_codes(backend(prev, nxt), third)``, so only codes cross back to the host. A pair's result must
+    not depend on the other pairs of its batch. A batch too large for the device's memory raises
+    ``torch.cuda.OutOfMemoryError`` (or ``MemoryError``, or a ``RuntimeError`` saying "out of memory");
+    the caller then splits it.
+    """
+
+    def codes(self, prev: np.ndarray, nxt: np.ndarray, third: int) -> np.ndarray: ...
 
 
 class OpenCVTVL1:
@@ -129,9 +152,15 @@ class TorchTVL1:
 
     def __call__(self, prev: np.ndarray, nxt: np.ndarray) -> np.ndarray:
         # (B, H, W) uint8 ×2 -> (B, H, W, 2) float32
+        return self._device_flow(prev, nxt).cpu().numpy()
+
+    def codes(self, prev: np.ndarray, nxt: np.ndarray, third: int) -> np.ndarray:
+        # (B, H, W) uint8 ×2 -> (B, H, W, 3) uint8, mapped on the device
+        return flow_to_codes_torch(self._device_flow(prev, nxt), third).cpu().numpy()
+
+    def _device_flow(self, prev: np.ndarray, nxt: np.ndarray) -> torch.Tensor:
         to = self._torch.from_numpy
-        flow = self._flow(to(prev).to(self.device), to(nxt).to(self.device), self._params)
-        return flow.cpu().numpy()
+        return self._flow(to(prev).to(self.device), to(nxt).to(self.device), self._params)
 
 
 BACKENDS: dict[str, str] = {
@@ -153,6 +182,74 @@ def make_backend(name: str, params: TVL1Params = TVL1Params(), device: str = "cp
     return make(params, device)
 
 
+def parse_devices(text: str, gpus: int) -> list[str]:
+    """The devices named by ``--device``, checked against the ``gpus`` CUDA devices visible here.
+
+    ``cpu``; ``cuda`` (every visible GPU); ``cuda:0,2`` or ``cuda:0,cuda:2`` (those GPUs); ``auto``
+    (every visible GPU, else the CPU). Returns e.g. ``["cuda:0", "cuda:2"]``; bad text → UserError.
+    """
+    spec = text.strip().lower()
+    if spec == AUTO:
+        spec = "cuda" if gpus else "cpu"
+    if spec == "cpu":
+        return ["cpu"]
+    m = re.fullmatch(r"cuda(?::(\d+(?:\s*,\s*(?:cuda:)?\d+)*))?", spec)
+    if not m:
+        raise UserError(f"--device must be {AUTO}, cpu, cuda or cuda:I[,J…], not '{text}'")
+    if not gpus:
+        raise UserError(f"--device {text}: no CUDA device is available on this machine")
+    if m[1] is None:
+        return [f"cuda:{i}" for i in range(gpus)]
+    ids = [int(x.strip().removeprefix("cuda:")) for x in m[1].split(",")]
+    if len(set(ids)) != len(ids) or max(ids) >= gpus:
+        raise UserError(
+            f"--device {text}: need distinct GPUs among the {gpus} visible here (cuda:0 … cuda:{gpus - 1})"
+        )
+    return [f"cuda:{i}" for i in ids]
+
+
+def _visible_gpus() -> int:
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def _triton_unavailable(device: str) -> str | None:
+    """Why the Triton kernels cannot run on ``device`` (None: they can)."""
+    if "triton" not in BACKENDS:
+        return "no triton flow backend in this installation"
+    try:
+        from memdpc.preprocess.tvl1_triton import unavailable_reason
+    except ImportError as e:
+        return str(e)
+    return unavailable_reason(device)
+
+
+def resolve_backend(requested: str, device: str, gpus: int | None = None) -> tuple[str, str, str | None]:
+    """The flow backend and devices a run uses: ``(backend, devices, note)``.
+
+    ``devices`` is a comma-separated list (``cpu``, ``cuda:0,cuda:1``). ``auto`` takes the GPU path where
+    CUDA is available and ``device`` is not ``cpu``: the Triton kernels, else the torch backend with a
+    ``note`` saying why not Triton; without CUDA it takes OpenCV on the CPU. An explicit backend keeps
+    ``device`` (``auto``: the GPUs for a GPU backend where there are any, else the CPU). ``gpus``: the
+    number of visible CUDA devices (default: ask torch).
+    """
+    if requested not in (AUTO, *BACKENDS):
+        raise UserError(f"unknown --flow-backend '{requested}' (choose from {', '.join((AUTO, *BACKENDS))})")
+    if requested == "opencv":
+        return "opencv", "cpu" if device == AUTO else device, None
+    gpus = _visible_gpus() if gpus is None else gpus
+    devices = parse_devices(device, gpus)
+    if requested != AUTO:
+        return requested, ",".join(devices), None
+    if devices == ["cpu"]:
+        return "opencv", "cpu", None
+    reason = _triton_unavailable(devices[0])
+    if reason is None:
+        return "triton", ",".join(devices), None
+    return "torch", ",".join(devices), f"Triton TV-L1 kernels unavailable ({reason}); using the torch backend"
+
+
 def flow_to_codes(flow: np.ndarray, third: int = 128, bound: float = BOUND) -> np.ndarray:
     """Map flow (..., H, W, 2) float to a (..., H, W, 3) uint8 image (x, y, third).
 
@@ -161,6 +258,15 @@ def flow_to_codes(flow: np.ndarray, third: int = 128, bound: float = BOUND) -> n
     f = np.clip(flow, -bound, bound)
     codes = np.floor((f + bound) * (255.0 / (2 * bound)) + 0.5).astype(np.uint8)
     return np.concatenate([codes, np.full(codes.shape[:-1] + (1,), third, np.uint8)], axis=-1)
+
+
+def flow_to_codes_torch(flow: torch.Tensor, third: int = 128, bound: float = BOUND) -> torch.Tensor:
+    """:func:`flow_to_codes` for a float32 tensor, on its device: the same uint8 codes, bit for bit (the
+    same float32 operations in the same order)."""
+    codes = ((flow.clamp(-bound, bound) + bound) * (255.0 / (2 * bound)) + 0.5).floor().byte()
+    out = codes.new_full((*codes.shape[:-1], 3), third)
+    out[..., :2] = codes
+    return out
 
 
 def codes_to_flow(codes: np.ndarray, bound: float = BOUND) -> np.ndarray:

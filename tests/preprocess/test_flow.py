@@ -7,12 +7,17 @@ import pytest
 
 from memdpc.errors import UserError
 from memdpc.preprocess.flow import (
+    BatchedFlowBackend,
     FlowStage,
     OpenCVTVL1,
+    TorchTVL1,
     TVL1Params,
     codes_to_flow,
     flow_to_codes,
+    flow_to_codes_torch,
     make_backend,
+    parse_devices,
+    resolve_backend,
 )
 from memdpc.preprocess.synthetic import render_video, texture
 
@@ -145,3 +150,76 @@ def test_flow_does_not_depend_on_the_videos_a_worker_saw_before():
     reused = OpenCVTVL1(TVL1Params())
     reused(small[None], small[None])
     assert np.array_equal(reused(big[0][None], big[1][None]), fresh)
+
+
+def test_torch_code_mapping_equals_the_numpy_one():
+    """Bit for bit, at the rounding boundaries (half codes) and beyond the bound too."""
+    torch = pytest.importorskip("torch")
+    step = np.float32(40 / 255)
+    edges = np.array([-20 + (k + 0.5) * step for k in range(255)], np.float32)  # half-code boundaries
+    near = np.concatenate(
+        [np.nextafter(edges, np.float32(-np.inf)), edges, np.nextafter(edges, np.float32(np.inf))]
+    )
+    rng = np.random.default_rng(0)
+    values = np.concatenate([near, rng.uniform(-25, 25, 200_000).astype(np.float32), [-1e9, -20, 0, 20, 1e9]])
+    flow = values.astype(np.float32).reshape(1, -1, 1, 1).repeat(2, axis=-1)  # (1, N, 1, 2)
+    flow[..., 1] *= -1
+    for third in (0, 128):
+        ours = flow_to_codes_torch(torch.from_numpy(flow), third)
+        assert ours.dtype == torch.uint8
+        assert np.array_equal(ours.numpy(), flow_to_codes(flow, third))
+
+
+def test_torch_backend_codes_are_its_flow_mapped():
+    frames = render_video("ZoomIn", 32, 4, np.random.default_rng(3))
+    grey = np.stack([f[..., 1] for f in frames])
+    backend = TorchTVL1(TVL1Params(scales=2, warps=1, outer_iterations=2), "cpu")
+    assert isinstance(backend, BatchedFlowBackend) and not isinstance(OpenCVTVL1(), BatchedFlowBackend)
+    codes = backend.codes(grey[:-1], grey[1:], 0)
+    assert codes.dtype == np.uint8 and codes.shape == (3, 32, 32, 3)
+    assert np.array_equal(codes, flow_to_codes(backend(grey[:-1], grey[1:]), 0))
+
+
+def test_device_strings():
+    assert parse_devices("cpu", 0) == parse_devices("auto", 0) == ["cpu"]
+    assert parse_devices("cuda", 3) == parse_devices("auto", 3) == ["cuda:0", "cuda:1", "cuda:2"]
+    assert parse_devices("cuda:0,2", 4) == parse_devices(" cuda:0, cuda:2 ", 4) == ["cuda:0", "cuda:2"]
+    assert parse_devices("CUDA:1", 2) == ["cuda:1"]
+    for text, gpus, message in [
+        ("cuda", 0, "no CUDA device"),
+        ("cuda:0", 0, "no CUDA device"),
+        ("cuda:2", 2, "distinct GPUs among the 2"),
+        ("cuda:0,0", 2, "distinct GPUs"),
+        ("gpu", 2, "must be auto, cpu, cuda"),
+        ("cuda:", 2, "must be"),
+        ("cpu,cuda", 2, "must be"),
+        ("", 0, "must be"),
+    ]:
+        with pytest.raises(UserError, match=message):
+            parse_devices(text, gpus)
+
+
+def test_backend_resolution():
+    gpu_note = "Triton TV-L1 kernels unavailable"
+    assert resolve_backend("auto", "auto", gpus=0) == ("opencv", "cpu", None)
+    assert resolve_backend("auto", "cpu", gpus=2) == ("opencv", "cpu", None)
+    name, devices, note = resolve_backend("auto", "auto", gpus=2)
+    assert (name, devices) == ("torch", "cuda:0,cuda:1") and gpu_note in note  # no triton backend here
+    assert resolve_backend("auto", "cuda:1", gpus=2)[:2] == ("torch", "cuda:1")
+    assert resolve_backend("torch", "auto", gpus=0) == ("torch", "cpu", None)
+    assert resolve_backend("torch", "cuda", gpus=1) == ("torch", "cuda:0", None)  # explicit: no note
+    assert resolve_backend("opencv", "auto") == ("opencv", "cpu", None)
+    assert resolve_backend("opencv", "cuda") == ("opencv", "cuda", None)  # refused by the backend, as before
+    with pytest.raises(UserError, match="no CUDA device"):
+        resolve_backend("auto", "cuda", gpus=0)
+    with pytest.raises(UserError, match="unknown --flow-backend 'nope'"):
+        resolve_backend("nope", "cpu")
+
+
+def test_auto_on_this_machine():
+    torch = pytest.importorskip("torch")
+    name, devices, note = resolve_backend("auto", "auto")
+    if torch.cuda.is_available():
+        assert name in ("triton", "torch") and devices.startswith("cuda:")
+    else:
+        assert (name, devices, note) == ("opencv", "cpu", None)

@@ -124,6 +124,7 @@ def test_known_translation_through_the_cli(tmp_path):
         ],
     )
     assert res.exit_code == 0, res.output
+    assert "flow: opencv on cpu" in res.output  # --flow-backend auto, without CUDA
     meta, data = read_archive(archive_path(tmp_path / "o", "flow", "shift"))
     assert len(data) == meta["num_frames"] == 3  # 4 frames -> 3 flows
     assert meta["encoding"] == "jpeg-q90-rgb" and meta["code_error"]["mean_abs"] < 0.2
@@ -229,6 +230,46 @@ def test_unusable_flow_device_fails_before_any_work(index, tmp_path):
     res = CliRunner().invoke(main, args)
     assert res.exit_code == 2 and "no CUDA device" in res.output
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("backend", ["auto", "torch"])
+def test_cuda_without_cuda_is_a_one_line_error(index, tmp_path, backend):
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is available: the option is usable here")
+    out = tmp_path / "o"
+    res = subprocess.run(
+        [
+            MEMDPC,
+            "preprocess",
+            "flow",
+            str(index),
+            "--out",
+            str(out),
+            "--flow-backend",
+            backend,
+            "--device",
+            "cuda",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert res.returncode == 2 and "--device cuda: no CUDA device is available" in res.stderr
+    assert "Traceback" not in res.stderr and not out.exists()
+
+
+def test_auto_is_the_default_and_the_report_names_what_ran(index, tmp_path):
+    torch = pytest.importorskip("torch")
+    assert PreprocessConfig(out="").flow_backend == PreprocessConfig(out="").device == "auto"
+    report = preprocess(index, tmp_path, "flow", size=16, part="0/9", tvl1=FAST, progress=False)
+    if not torch.cuda.is_available():
+        assert report["flow"] == {"backend": "opencv", "devices": ["cpu"], "note": None}
+        assert (
+            read_archive(archive_path(tmp_path, "flow", report["videos"][0]["id"]))[0]["flow"]["backend"]
+            == "opencv"
+        )
+    assert report["config"]["flow_backend"] == "auto"  # as asked; "flow" says what it became
+    assert "flow" not in preprocess(index, tmp_path, "rgb", size=16, part="0/9", progress=False)
 
 
 def test_part_partitions_are_disjoint_and_cover(index, tmp_path):

@@ -1,0 +1,314 @@
+"""The batched flow stage with real videos, real OpenCV, real archives and the real torch TV-L1 on the CPU:
+cross-video batches equal the per-video path byte for byte, bad videos, resume, splitting on out-of-memory
+and several device processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from memdpc.errors import UserError
+from memdpc.preprocess.archive import archive_path, read_archive
+from memdpc.preprocess.batched import DeviceStage, run_batched
+from memdpc.preprocess.datasets import build_index
+from memdpc.preprocess.decode import DecodeSpec
+from memdpc.preprocess.flow import TorchTVL1, TVL1Params
+from memdpc.preprocess.job import PreprocessConfig
+from memdpc.preprocess.run import process_video, run_preprocess
+from memdpc.preprocess.synthetic import texture, write_video
+from memdpc.preprocess.video_index import VideoRecord, write_index
+
+MEMDPC = str(Path(sys.executable).parent / "memdpc")
+CHEAP = TVL1Params(scales=2, warps=1, outer_iterations=2, inner_iterations=5)
+CHEAP_FLAGS = ["--scales", "2", "--warps", "1", "--outer-iterations", "2", "--inner-iterations", "5"]
+
+
+def wide_video(path: Path, n: int, seed: int) -> Path:
+    """A 48×32 (w × h) texture drifting right: a second frame size next to the tiny dataset's 32×32."""
+    tex = texture(np.random.default_rng(seed), 32, 48)
+    write_video(path, np.stack([np.roll(tex, 2 * k, axis=1) for k in range(n)]), 25.0, "mjpg")
+    return path
+
+
+@pytest.fixture(scope="module")
+def records(tiny_dataset, tmp_path_factory) -> list[VideoRecord]:
+    """Three 32×32 videos of 30 frames and two 48×32 ones of 12 and 7 frames, interleaved."""
+    tiny = build_index(tiny_dataset, "ucf101", 1)[:3]
+    folder = tmp_path_factory.mktemp("wide")
+    wide = [
+        VideoRecord(f"wide{i}", str(wide_video(folder / f"wide{i}.avi", n, i)), 0, "Wide", "train")
+        for i, n in enumerate((12, 7))
+    ]
+    return [tiny[0], wide[0], tiny[1], wide[1], tiny[2]]
+
+
+def config(out: Path, **kw) -> PreprocessConfig:
+    fields = dict(
+        streams=("rgb", "flow"), decode=DecodeSpec(size=0), tvl1=CHEAP, flow_backend="torch", device="cpu"
+    )
+    return PreprocessConfig(out=str(out), **{**fields, **kw})
+
+
+@pytest.fixture(scope="module")
+def reference(records, tmp_path_factory) -> Path:
+    """The archives of the per-video path (one FlowStage per video, torch backend on the CPU)."""
+    out = tmp_path_factory.mktemp("reference")
+    for rec in records:
+        assert process_video(rec, config(out))["status"] == "done"
+    return out
+
+
+def tars(out: Path) -> dict[str, bytes]:
+    """Every file under ``out/rgb`` and ``out/flow`` (temporary ones included) by relative path."""
+    return {str(p.relative_to(out)): p.read_bytes() for s in ("rgb", "flow") for p in (out / s).glob("*.tar")}
+
+
+class RecordingTVL1(TorchTVL1):
+    """The real torch backend, noting the shape of every batch it is given."""
+
+    def __init__(self, batch_size: int) -> None:
+        super().__init__(CHEAP, "cpu")
+        self.batch_size, self.calls = batch_size, []
+
+    def codes(self, prev: np.ndarray, nxt: np.ndarray, third: int) -> np.ndarray:
+        self.calls.append(prev.shape)
+        return super().codes(prev, nxt, third)
+
+
+class SmallCard(RecordingTVL1):
+    """The real torch backend refusing batches of more than ``fits`` pairs, as a card with too little
+    memory does (the error a CPU run can raise, or the message of ``torch.cuda.OutOfMemoryError``)."""
+
+    def __init__(self, batch_size: int, fits: int, error: type[Exception]) -> None:
+        super().__init__(batch_size)
+        self.fits, self.error, self.refused = fits, error, []
+
+    def codes(self, prev: np.ndarray, nxt: np.ndarray, third: int) -> np.ndarray:
+        if len(prev) > self.fits:
+            self.refused.append(prev.shape)
+            raise self.error("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return super().codes(prev, nxt, third)
+
+
+def run_stage(
+    backend, records: list[VideoRecord], cfg: PreprocessConfig, threads: int = 2
+) -> dict[str, dict]:
+    entries: list[dict] = []
+    DeviceStage(backend, cfg, threads).run(records, entries.append)
+    return {e["id"]: e for e in entries}
+
+
+@pytest.mark.parametrize("batch_size", [4, 64])
+def test_cross_video_batches_equal_the_per_video_path(records, reference, tmp_path, batch_size):
+    backend = RecordingTVL1(batch_size)
+    entries = run_stage(backend, records, config(tmp_path))
+    assert {k: e["status"] for k, e in entries.items()} == {r.id: "done" for r in records}
+    assert tars(tmp_path) == tars(reference)  # byte for byte, RGB and flow, meta.json included
+    sizes = {shape[1:] for shape in backend.calls}
+    assert sizes == {(32, 32), (32, 48)}  # bucketed by frame size
+    assert sum(shape[0] for shape in backend.calls) == 3 * 29 + 11 + 6
+    if batch_size == 64:  # a full batch and a partial one per frame size: pairs of several videos each
+        assert sorted(backend.calls) == [(17, 32, 48), (23, 32, 32), (64, 32, 32)]
+    else:
+        assert max(shape[0] for shape in backend.calls) == 4
+    entry = entries[records[0].id]
+    assert entry["streams"] == {"rgb": 30, "flow": 29} and entry["num_frames"] == 30
+    assert set(entry["stages"]) == {"decode", "flow", "encode"} and entry["flow_code_error"]["max_abs"] >= 0
+
+
+def test_waiting_frame_sizes_are_bounded(records, reference, tmp_path):
+    """One decode thread: at most one frame size waits without a video of its own being decoded; the
+    older one goes to the device as a partial batch instead of waiting for the end of the run."""
+    backend = RecordingTVL1(64)
+    entries = run_stage(backend, records, config(tmp_path), threads=1)
+    assert all(e["status"] == "done" for e in entries.values())
+    assert tars(tmp_path) == tars(reference)
+    assert backend.calls == [(29, 32, 32), (11, 32, 48), (29, 32, 32), (6, 32, 48), (29, 32, 32)]
+
+
+def test_run_preprocess_takes_the_batched_path_for_torch(records, reference, tmp_path):
+    report = run_preprocess(records, config(tmp_path), progress=False)
+    assert report["flow"] == {"backend": "torch", "devices": ["cpu"], "note": None}
+    assert report["summary"]["done"] == len(records) and not report["failures"]
+    assert tars(tmp_path) == tars(reference)
+    assert all(set(v) >= {"stages", "seconds", "cpu_seconds", "fps", "streams"} for v in report["videos"])
+
+
+@pytest.fixture(scope="module")
+def cut(records, tmp_path_factory) -> VideoRecord:
+    """The first half of the bytes of a 30-frame video: it decodes partway, then stops."""
+    path = tmp_path_factory.mktemp("cut") / "cut.avi"
+    data = Path(records[0].path).read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    return VideoRecord("cut", str(path), 0, "X", "train")
+
+
+@pytest.mark.parametrize("keep_partial", [False, True])
+def test_a_video_failing_halfway_loses_no_pair_of_its_batch_mates(
+    records, reference, cut, tmp_path, keep_partial
+):
+    """One decode thread: the cut video's pairs share batches of 8 with the tails and heads of the
+    videos before and after it (29 pairs per video)."""
+    ref = tmp_path / "ref"
+    expected = process_video(cut, config(ref, keep_partial=keep_partial))
+    assert expected["status"] == ("partial" if keep_partial else "failed")
+    assert 0 < expected["num_frames"] < 30 if keep_partial else "decoded only" in expected["reason"]
+    good = [records[0], records[2]]
+    backend = RecordingTVL1(8)
+    out = tmp_path / "out"
+    entries = run_stage(backend, [good[0], cut, good[1]], config(out, keep_partial=keep_partial), threads=1)
+    got = tars(out)
+    for rec in good:
+        assert entries[rec.id]["status"] == "done"
+        for s in ("rgb", "flow"):
+            name = str(archive_path("", s, rec.id))
+            assert got.pop(name) == tars(reference)[name]
+    pairs = sum(shape[0] for shape in backend.calls)
+    assert pairs > 2 * 29 and all(shape[0] == 8 for shape in backend.calls[:-1])  # mixed batches
+    if keep_partial:
+        assert entries["cut"]["status"] == "partial" and entries["cut"]["reason"] == expected["reason"]
+        assert got == tars(ref)  # what decoded, as the per-video path keeps it
+    else:
+        assert entries["cut"]["status"] == "failed" and entries["cut"]["reason"] == expected["reason"]
+        assert entries["cut"]["streams"] == {} and got == {}  # nothing under a final or temporary name
+
+
+def test_unreadable_and_one_frame_videos_are_reported(records, tmp_path):
+    (tmp_path / "text.avi").write_text("not a video\n" * 100)
+    one = wide_video(tmp_path / "one.avi", 1, 0)
+    bad = [
+        VideoRecord("text", str(tmp_path / "text.avi"), 0, "X", "train"),
+        VideoRecord("one", str(one), 0, "X", "train"),
+        VideoRecord("gone", str(tmp_path / "gone.avi"), 0, "X", "train"),
+    ]
+    entries = run_stage(RecordingTVL1(8), [*bad, records[1]], config(tmp_path / "out"))
+    assert {k: e["status"] for k, e in entries.items()} == {
+        "text": "failed",
+        "one": "failed",
+        "gone": "failed",
+        "wide0": "done",
+    }
+    assert "cannot open" in entries["text"]["reason"] and "not found" in entries["gone"]["reason"]
+    assert "only one frame" in entries["one"]["reason"]
+    assert sorted(tars(tmp_path / "out")) == ["flow/wide0.tar", "rgb/wide0.tar"]
+
+
+def test_resume_skips_finished_videos_and_clears_stale_temporaries(records, reference, tmp_path):
+    out = tmp_path / "out"
+    for s in ("rgb", "flow"):
+        (out / s).mkdir(parents=True)
+    for rec in records[:2]:  # finished by an earlier run
+        for s in ("rgb", "flow"):
+            archive_path(out, s, rec.id).write_bytes(archive_path(reference, s, rec.id).read_bytes())
+    archive_path(out, "rgb", records[2].id).write_bytes(
+        archive_path(reference, "rgb", records[2].id).read_bytes()
+    )
+    stale = out / "flow" / f".tmp-999999-{records[2].id}.tar"  # left by a killed run
+    stale.write_bytes(b"half an archive")
+    stamps = {p: p.stat().st_mtime_ns for p in out.glob("*/[!.]*.tar")}
+    report = run_preprocess(records, config(out), progress=False)
+    status = {v["id"]: v["status"] for v in report["videos"]}
+    assert status == {r.id: "skipped" if r in records[:2] else "done" for r in records}
+    assert next(v for v in report["videos"] if v["id"] == records[2].id)["streams"] == {"flow": 29}
+    assert not stale.exists() and tars(out) == tars(reference)
+    assert all(p.stat().st_mtime_ns == t for p, t in stamps.items())  # finished archives untouched
+
+
+def test_kill_and_resume(records, reference, tmp_path):
+    """SIGKILL a batched run mid-way: no archive under a final name is incomplete; a re-run completes the
+    rest. Four copies of each video (under other ids) make the run long enough to be caught."""
+    copies = [replace(r, id=f"{r.id}-{k}") for k in range(4) for r in records]
+    write_index(copies, tmp_path / "index.jsonl")
+    out = tmp_path / "out"
+    cmd = [MEMDPC, "preprocess", "flow", str(tmp_path / "index.jsonl"), "--out", str(out), "--size", "0"]
+    cmd += [
+        "--streams",
+        "rgb,flow",
+        "--flow-backend",
+        "torch",
+        "--device",
+        "cpu",
+        "--threads",
+        "1",
+        *CHEAP_FLAGS,
+    ]
+    proc = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while not list((out / "flow").glob("[!.]*.tar")) and time.monotonic() < deadline:
+            assert proc.poll() is None, "the run ended before it could be killed"
+            time.sleep(0.01)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    done = {p.stem for p in (out / "flow").glob("[!.]*.tar")}
+    assert done and len(done) < len(copies), "the kill should land mid-run"
+    stamps = {p: p.stat().st_mtime_ns for p in out.glob("*/[!.]*.tar")}
+    subprocess.run(cmd, check=True, capture_output=True)
+    assert not list(out.rglob(".tmp-*"))
+    for copy in copies:
+        for s in ("rgb", "flow"):
+            meta, frames = read_archive(archive_path(out, s, copy.id))
+            ref_meta, ref_frames = read_archive(archive_path(reference, s, copy.id.rsplit("-", 1)[0]))
+            assert frames == ref_frames and {**meta, "video_id": ref_meta["video_id"]} == ref_meta
+    assert all(p.stat().st_mtime_ns == t for p, t in stamps.items())  # finished archives were not redone
+
+
+@pytest.mark.parametrize("error", [RuntimeError, MemoryError])
+def test_a_batch_too_large_for_the_device_is_split_and_retried(records, reference, tmp_path, error):
+    card = SmallCard(8, fits=3, error=error)
+    entries = run_stage(card, records, config(tmp_path))
+    assert all(e["status"] == "done" for e in entries.values()) and len(entries) == len(records)
+    assert tars(tmp_path) == tars(reference)  # no pair lost or changed
+    # 8 → 4 → 2 once per frame size, then the smaller size is kept
+    assert sorted(shape[0] for shape in card.refused) == [4, 4, 8, 8]
+    assert {shape[1:] for shape in card.refused} == {(32, 32), (32, 48)}
+    assert max(shape[0] for shape in card.calls) == 2
+    assert sum(shape[0] for shape in card.calls) == 3 * 29 + 11 + 6
+
+
+def test_a_pair_too_large_even_alone_is_a_user_error(records, tmp_path):
+    with pytest.raises(UserError, match="--size: one 32×32 frame pair does not fit"):
+        run_stage(SmallCard(8, fits=0, error=RuntimeError), records[:1], config(tmp_path))
+    assert tars(tmp_path) == {}  # the video in flight left no temporary archive
+
+
+def test_one_process_per_device_and_the_entries_merged(records, reference, tmp_path):
+    """Two device processes (both on the CPU here): the videos are divided between them."""
+    cfg = config(tmp_path, threads=1)
+    entries = list(run_batched(cfg, records, ["cpu", "cpu"]))
+    assert sorted(e["id"] for e in entries) == sorted(r.id for r in records)
+    assert all(e["status"] == "done" for e in entries)
+    assert tars(tmp_path) == tars(reference)
+
+
+def test_an_unexpected_error_stops_the_run_cleanly(records, tmp_path):
+    class Broken(RecordingTVL1):
+        def codes(self, prev, nxt, third):
+            raise ValueError("kernel bug")
+
+    with pytest.raises(ValueError, match="kernel bug"):
+        run_stage(Broken(8), records, config(tmp_path))
+    assert tars(tmp_path) == {}  # the videos in flight left no temporary archive
+
+
+@pytest.mark.gpu
+def test_on_the_gpu_cross_video_batches_equal_the_per_video_path(records, tmp_path):
+    """The auto choice on a CUDA machine, and the batched path against one video at a time on the GPU."""
+    cfg = config(tmp_path / "batched", flow_backend="auto", device="cuda:0")
+    report = run_preprocess(records, cfg, progress=False)
+    assert report["flow"]["backend"] in ("triton", "torch") and report["flow"]["devices"] == ["cuda:0"]
+    assert report["summary"]["done"] == len(records)
+    if report["flow"]["backend"] == "torch":
+        assert "Triton" in report["flow"]["note"]
+        ref = config(tmp_path / "ref", device="cuda:0")
+        assert all(process_video(rec, ref)["status"] == "done" for rec in records)
+        assert tars(tmp_path / "batched") == tars(tmp_path / "ref")
