@@ -134,6 +134,7 @@ class TorchTVL1:
     ``batch_size`` pairs per call on ``device`` (a GPU, or the CPU for checks)."""
 
     batch_size = 32
+    kernels = "memdpc.preprocess.tvl1_torch"  # the module whose ``tvl1_flow`` runs the batch
 
     def __init__(self, params: TVL1Params = TVL1Params(), device: str = "cuda") -> None:
         import torch
@@ -148,7 +149,8 @@ class TorchTVL1:
             self._params = tvl1_torch.TVL1Params(**fields)
         except ValueError as e:
             raise UserError(f"flow backend torch: {e}") from None
-        self._flow, self._torch, self.device = tvl1_torch.tvl1_flow, torch, torch.device(device)
+        self._flow = importlib.import_module(self.kernels).tvl1_flow
+        self._torch, self.device = torch, torch.device(device)
 
     def __call__(self, prev: np.ndarray, nxt: np.ndarray) -> np.ndarray:
         # (B, H, W) uint8 ×2 -> (B, H, W, 2) float32
@@ -163,9 +165,24 @@ class TorchTVL1:
         return self._flow(to(prev).to(self.device), to(nxt).to(self.device), self._params)
 
 
+class TritonTVL1(TorchTVL1):
+    """The same batched TV-L1 with the fused Triton kernels (``memdpc.preprocess.tvl1_triton``): CUDA, or the
+    CPU under ``TRITON_INTERPRET=1`` for checks."""
+
+    batch_size = 128
+    kernels = "memdpc.preprocess.tvl1_triton"
+
+    def __init__(self, params: TVL1Params = TVL1Params(), device: str = "cuda") -> None:
+        reason = importlib.import_module(self.kernels).unavailable_reason(device)
+        if reason:
+            raise UserError(f"flow backend triton on '{device}': {reason}")
+        super().__init__(params, device)
+
+
 BACKENDS: dict[str, str] = {
     "opencv": "memdpc.preprocess.flow:OpenCVTVL1",
     "torch": "memdpc.preprocess.flow:TorchTVL1",
+    "triton": "memdpc.preprocess.flow:TritonTVL1",
 }
 
 

@@ -312,3 +312,16 @@ def test_on_the_gpu_cross_video_batches_equal_the_per_video_path(records, tmp_pa
         ref = config(tmp_path / "ref", device="cuda:0")
         assert all(process_video(rec, ref)["status"] == "done" for rec in records)
         assert tars(tmp_path / "batched") == tars(tmp_path / "ref")
+
+
+@pytest.mark.slow
+def test_the_triton_kernels_in_the_batched_run_give_the_torch_paths_archives(records, reference, tmp_path):
+    """The GPU path as a whole with the fused kernels (here in Triton's interpreter): the same flow
+    images as the per-video torch path, and the report names the backend."""
+    subset = [records[0], records[3]]  # one video of each frame size
+    report = run_preprocess(subset, config(tmp_path, streams=("flow",), flow_backend="triton"), progress=False)
+    assert report["flow"]["backend"] == "triton" and report["summary"]["done"] == 2
+    for rec in subset:
+        meta, frames = read_archive(archive_path(tmp_path, "flow", rec.id))
+        ref_meta, ref_frames = read_archive(archive_path(reference, "flow", rec.id))
+        assert frames == ref_frames and meta["flow"]["backend"] == "triton"

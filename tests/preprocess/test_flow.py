@@ -204,7 +204,7 @@ def test_backend_resolution():
     assert resolve_backend("auto", "auto", gpus=0) == ("opencv", "cpu", None)
     assert resolve_backend("auto", "cpu", gpus=2) == ("opencv", "cpu", None)
     name, devices, note = resolve_backend("auto", "auto", gpus=2)
-    assert (name, devices) == ("torch", "cuda:0,cuda:1") and gpu_note in note  # no triton backend here
+    assert (name, devices) == ("torch", "cuda:0,cuda:1") and gpu_note in note  # no CUDA here for the kernels
     assert resolve_backend("auto", "cuda:1", gpus=2)[:2] == ("torch", "cuda:1")
     assert resolve_backend("torch", "auto", gpus=0) == ("torch", "cpu", None)
     assert resolve_backend("torch", "cuda", gpus=1) == ("torch", "cuda:0", None)  # explicit: no note

@@ -1,0 +1,261 @@
+"""Benchmark: GPU TV-L1 flow, from the kernels to `memdpc preprocess flow` end to end, in one run.
+
+Four tables, side by side on the same frames and videos (real-looking synthetic scenes with moving objects,
+``preprocess.synthetic``, written as real video files for the end-to-end part):
+
+1. **kernel**: pairs/s of the fused Triton kernels (``tvl1_triton``) and of the torch port (``tvl1_torch``)
+   per frame size and batch size, after a warm-up call (targets on one H100 at 256²: ≥ 1500 pairs/s at the
+   best batch);
+2. **roofline**: the inner iterations each pair ran (counted by the kernels; "finest-level equivalent":
+   every level's iterations weighted by its share of the finest level's pixels), the bytes the iteration
+   kernels move per pair (``ITERATION_BYTES`` per pixel and iteration), the bandwidth that the best kernel
+   rate achieves against the card's (``--peak-gbps``), and the rate a single pass over 16 float fields
+   per iteration would allow at the card's bandwidth (the bound the target was set from);
+3. **fidelity** against OpenCV's CPU TV-L1 on the benchmark frames and on frames decoded from the video
+   files: mean end-point difference (target ≤ 0.02 px) and identical stored codes (target ≥ 99 %);
+4. **end to end**: ``run_preprocess`` (flow only) from the video files to archives on disk, per backend,
+   device and worker count, in pairs/s (target on one H100 at 256²: ≥ 1000).
+
+    python bench/flow_e2e.py [--sizes 128,256 --batches 16,64,256 --device cuda --videos 32 --frames 64 \
+        --cpu-workers 1,16 --out bench/results/flow_e2e.json]
+    TRITON_INTERPRET=1 python bench/flow_e2e.py --quick     # a check of the script on a CPU (slow kernels)
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import cv2
+import numpy as np
+import torch
+from rich.console import Console
+from rich.table import Table
+
+from memdpc.atomic import write_json_atomic
+from memdpc.bench.flow_backends import make_pairs
+from memdpc.preprocess import flow, tvl1_torch, tvl1_triton
+from memdpc.preprocess.decode import DecodeSpec, VideoStream
+from memdpc.preprocess.flow import flow_to_codes
+from memdpc.preprocess.run import PreprocessConfig, run_preprocess
+from memdpc.preprocess.synthetic import CLASSES, render_video, write_video
+from memdpc.preprocess.tvl1_torch import TVL1Params, level_sizes
+from memdpc.preprocess.video_index import VideoRecord
+
+console = Console(width=170)
+ITERATION_BYTES = 4 * (11 + 10)  # float32 fields read + written per pixel by _u_kernel and _p_kernel
+ONE_PASS_BYTES = 4 * 16  # the bound's model: 16 float fields per pixel and iteration, read or written once
+QUICK = TVL1Params(
+    nscales=2, warps=1, outer_iterations=2, inner_iterations=5
+)  # --quick: the interpreter is slow
+QUICK_RUN = flow.TVL1Params(
+    scales=2, warps=1, outer_iterations=2, inner_iterations=5
+)  # the same, as the run's
+PEAK_GBPS = {
+    "H100 80GB HBM3": 3350,
+    "H100 PCIe": 2000,
+    "H100 NVL": 3900,
+    "H200": 4800,
+    "A100-SXM4-80GB": 2039,
+}
+
+
+def _sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize(device)
+
+
+def _fill(prev: np.ndarray, nxt: np.ndarray, batch: int, device: str) -> tuple[torch.Tensor, torch.Tensor]:
+    reps = -(-batch // len(prev))
+    return tuple(torch.from_numpy(np.concatenate([a] * reps)[:batch]).to(device) for a in (prev, nxt))
+
+
+def time_kernel(fn, prev, nxt, device: str, batch: int, repeat: int) -> float:
+    """Pairs/s of ``fn`` on batches of ``batch`` pairs (the frames tiled to fill a batch), after a warm-up."""
+    p, n = _fill(prev, nxt, batch, device)
+    fn(p, n)  # warm-up: compilation, allocator
+    _sync(device)
+    t = time.perf_counter()
+    for _ in range(repeat):
+        fn(p, n)
+    _sync(device)
+    return batch * repeat / (time.perf_counter() - t)
+
+
+def roofline(prev, nxt, device: str, params: TVL1Params, kernel_rate: float, peak_gbps: float | None) -> dict:
+    """Iterations per pair, bytes moved per pair, achieved bandwidth at ``kernel_rate`` pairs/s."""
+    p, n = (torch.from_numpy(a).to(device) for a in (prev, nxt))
+    _, counts = tvl1_triton.tvl1_flow_with_iterations(p, n, params)
+    h, w = prev.shape[1:]
+    pixels = torch.tensor([a * b for a, b in level_sizes(h, w, params)], dtype=torch.float64)
+    per_pair = (counts.cpu().double() * pixels[:, None]).sum(0)  # pixel-iterations per pair
+    finest = per_pair / (h * w)
+    bytes_per_pair = float(per_pair.mean()) * ITERATION_BYTES
+    achieved = bytes_per_pair * kernel_rate / 1e9
+    out = {
+        "iterations_mean": float(finest.mean()),
+        "iterations_min": float(finest.min()),
+        "iterations_max": float(finest.max()),
+        "mb_per_pair": bytes_per_pair / 1e6,
+        "achieved_gbps": achieved,
+    }
+    if peak_gbps:
+        out |= {
+            "peak_gbps": peak_gbps,
+            "share_of_peak": achieved / peak_gbps,
+            "one_pass_bound_pairs_per_s": peak_gbps * 1e9 / (float(per_pair.mean()) * ONE_PASS_BYTES),
+        }
+    return out
+
+
+def fidelity(prev, nxt, device: str, params: TVL1Params) -> dict:
+    """The Triton kernels against OpenCV's CPU TV-L1 on the same pairs."""
+    p, n = torch.from_numpy(prev).to(device), torch.from_numpy(nxt).to(device)
+    ours = tvl1_triton.tvl1_flow(p, n, params).cpu().numpy()
+    ref = tvl1_torch.opencv_flow(prev, nxt, params)
+    epd = np.linalg.norm(ours - ref, axis=-1)
+    return {
+        "pairs": len(prev),
+        "epd_mean": float(epd.mean()),
+        "epd_max": float(epd.max()),
+        "identical_codes": float((flow_to_codes(ours) == flow_to_codes(ref))[..., :2].mean()),
+        "flow_magnitude_mean": float(np.linalg.norm(ref, axis=-1).mean()),
+    }
+
+
+def make_videos(root: Path, n: int, frames: int, size: int) -> list[VideoRecord]:
+    """``n`` real video files (xvid .avi) of ``frames`` frames at ``size``², and their index records."""
+    rng = np.random.default_rng(0)
+    records = []
+    for k in range(n):
+        path = root / f"v{k:03d}.avi"
+        write_video(path, render_video(CLASSES[k % len(CLASSES)], size, frames, rng), 25.0, "xvid")
+        records.append(VideoRecord(id=f"v{k:03d}", path=str(path), label=0, label_name="x", split="train"))
+    return records
+
+
+def video_pairs(records: list[VideoRecord], n: int) -> tuple[np.ndarray, np.ndarray]:
+    """``n`` consecutive greyscale pairs decoded from the video files (a few from each)."""
+    prev, nxt = [], []
+    for rec in records:
+        grey = [cv2.cvtColor(f, cv2.COLOR_BGR2GRAY) for f in VideoStream(rec.path, DecodeSpec(size=0))]
+        take = min(3, n - len(prev))
+        prev += grey[:take]
+        nxt += grey[1 : take + 1]
+        if len(prev) >= n:
+            break
+    return np.stack(prev), np.stack(nxt)
+
+
+def end_to_end(records, backend: str, device: str, workers: int, out: Path, params: flow.TVL1Params) -> dict:
+    """Pairs/s of ``run_preprocess`` (flow only) from video files to archives on disk."""
+    cfg = PreprocessConfig(out=str(out), streams=("flow",), decode=DecodeSpec(size=0), tvl1=params,
+                           flow_backend=backend, device=device, workers=workers)  # fmt: skip
+    t = time.perf_counter()
+    report = run_preprocess(records, cfg, progress=False)
+    wall = time.perf_counter() - t
+    pairs = sum(v.get("streams", {}).get("flow", 0) for v in report["videos"])
+    failed = sum(v["status"] == "failed" for v in report["videos"])
+    return {"pairs": pairs, "seconds": wall, "pairs_per_s": pairs / wall, "failed": failed}
+
+
+def _table(title: str, rows: list[dict], cols: dict[str, str]) -> Table:
+    table = Table(title=title)
+    for name in cols:
+        table.add_column(name, justify="right")
+    for r in rows:
+        table.add_row(*(format(r[k], spec) if k in r else "–" for k, spec in cols.items()))
+    return table
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--sizes", default="128,256", help="comma-separated frame sizes (square)")
+    ap.add_argument("--batches", default="16,64,256", help="comma-separated kernel batch sizes")
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--repeat", type=int, default=3, help="timed batches per kernel measurement")
+    ap.add_argument("--torch-batches", default="64", help="batch sizes timed for the torch port")
+    ap.add_argument("--fidelity-pairs", type=int, default=8, help="pairs per fidelity row (OpenCV is slow)")
+    ap.add_argument("--videos", type=int, default=32, help="video files for the end-to-end run")
+    ap.add_argument("--frames", type=int, default=64, help="frames per video")
+    ap.add_argument("--cpu-workers", default=f"1,{os.cpu_count()}", help="OpenCV worker counts, end to end")
+    ap.add_argument(
+        "--cpu-videos", type=int, default=0, help="videos for the OpenCV runs (0: --cpu-workers' max)"
+    )
+    ap.add_argument(
+        "--peak-gbps", type=float, default=0.0, help="the card's memory bandwidth (default: by name)"
+    )
+    ap.add_argument("--quick", action="store_true", help="tiny sizes: checks the script, measures nothing")
+    ap.add_argument("--out", type=Path, default=Path("bench/results/flow_e2e.json"))
+    args = ap.parse_args()
+    if args.quick:
+        args.sizes, args.batches, args.torch_batches, args.repeat = "32", "2,4", "4", 1
+        args.fidelity_pairs, args.videos, args.frames, args.cpu_workers = 2, 2, 4, "1"
+    dev = args.device
+    params, run_params = (QUICK, QUICK_RUN) if args.quick else (TVL1Params(), flow.TVL1Params())
+    card = torch.cuda.get_device_name(dev) if dev.startswith("cuda") else "CPU (Triton interpreter)"
+    peak = args.peak_gbps or next((v for k, v in PEAK_GBPS.items() if k in card), None)
+    console.print(f"device: {card}; peak bandwidth: {peak or 'unknown'} GB/s")
+    cv2.setNumThreads(os.cpu_count() or 1)
+    rows: dict[str, list[dict]] = {"kernel": [], "roofline": [], "fidelity": [], "end_to_end": []}
+
+    for size in map(int, args.sizes.split(",")):
+        prev, nxt = make_pairs(size, 16)
+        fns = {
+            "triton": lambda p, n: tvl1_triton.tvl1_flow(p, n),
+            "torch": lambda p, n: tvl1_torch.tvl1_flow(p, n),
+        }
+        best = 0.0
+        for name, batches in (("triton", args.batches), ("torch", args.torch_batches)):
+            for batch in map(int, batches.split(",")):
+                rate = time_kernel(fns[name], prev, nxt, dev, batch, args.repeat)
+                best = max(best, rate) if name == "triton" else best
+                rows["kernel"].append({"size": size, "kernel": name, "batch": batch, "pairs_per_s": rate})
+                console.log(f"kernel {name} {size}² batch {batch}: {rate:.1f} pairs/s")
+        rows["roofline"].append(
+            {"size": size, "pairs_per_s": best} | roofline(prev, nxt, dev, params, best, peak)
+        )
+        fp, fn = make_pairs(size, args.fidelity_pairs, seed=1)
+        rows["fidelity"].append({"size": size, "frames": "rendered"} | fidelity(fp, fn, dev, params))
+
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        for size in map(int, args.sizes.split(",")):
+            records = make_videos(tmp / f"videos{size}", args.videos, args.frames, size)
+            vp, vn = video_pairs(records, args.fidelity_pairs)
+            rows["fidelity"].append({"size": size, "frames": "video files"} | fidelity(vp, vn, dev, params))
+            runs = (
+                [("triton", dev, 1), ("torch", dev, 1)] if dev.startswith("cuda") else [("triton", "cpu", 1)]
+            )
+            runs += [("opencv", "cpu", int(w)) for w in args.cpu_workers.split(",")]
+            for backend, device, workers in runs:
+                subset = records
+                if backend == "opencv":
+                    subset = records[: args.cpu_videos or max(int(w) for w in args.cpu_workers.split(","))]
+                out = tmp / f"out-{size}-{backend}-{workers}"
+                r = end_to_end(subset, backend, device, workers, out, run_params)
+                rows["end_to_end"].append({"size": size, "backend": backend, "device": device,
+                                           "workers": workers, "videos": len(subset)} | r)  # fmt: skip
+                console.log(f"end to end {backend} {size}² workers {workers}: {r['pairs_per_s']:.1f} pairs/s")
+
+    console.print(_table(f"Kernels on {card}", rows["kernel"],
+                         {"size": "d", "kernel": "s", "batch": "d", "pairs_per_s": ".1f"}))  # fmt: skip
+    console.print(_table(f"Roofline of the Triton iteration kernels on {card}", rows["roofline"], {
+        "size": "d", "pairs_per_s": ".1f", "iterations_mean": ".0f", "iterations_min": ".0f",
+        "iterations_max": ".0f", "mb_per_pair": ".1f", "achieved_gbps": ".0f", "peak_gbps": ".0f",
+        "share_of_peak": ".1%", "one_pass_bound_pairs_per_s": ".0f"}))  # fmt: skip
+    console.print(_table(f"Fidelity: Triton on {card} vs OpenCV CPU", rows["fidelity"], {
+        "size": "d", "frames": "s", "pairs": "d", "epd_mean": ".4f", "epd_max": ".3f",
+        "identical_codes": ".2%", "flow_magnitude_mean": ".3f"}))  # fmt: skip
+    console.print(_table("End to end: video files → flow archives", rows["end_to_end"], {
+        "size": "d", "backend": "s", "device": "s", "workers": "d", "videos": "d", "pairs": "d",
+        "seconds": ".1f", "pairs_per_s": ".1f", "failed": "d"}))  # fmt: skip
+    write_json_atomic(args.out, {"device": card, "args": {k: str(v) for k, v in vars(args).items()}, **rows})
+    console.print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
