@@ -457,7 +457,8 @@ def convert_cmd(checkpoint: Path, out: Path, to: str, stream: str | None, input_
               help="With --fuse: results file to write (default: beside the first input).")
 @click.pass_context
 def eval_group(ctx: click.Context, fuse_paths, weights, fuse_out) -> None:
-    """Evaluate a pretrained checkpoint: retrieval, probes, finetuning, Oops; late fusion with --fuse.
+    """Evaluate a checkpoint (trained or converted): retrieval, probes, finetuning, Oops, scoring a classifier;
+    late fusion with --fuse.
 
     Every subcommand also runs under torchrun (each window is read by one rank; rank 0 writes the results).
     """
@@ -567,6 +568,17 @@ def eval_finetune(checkpoint: Path, crops: str, **kw) -> None:
 
     fit = _fit(kw, kw["batch_size"])
     evaluate("finetune", checkpoint, crops=int(crops), fit=fit, **kw)
+
+
+@eval_group.command("classify")
+@_eval_options
+@click.option("--crops", type=click.Choice(["1", "5", "10"]), default="1", show_default=True,
+              help="Test crops per window.")
+def eval_classify(checkpoint: Path, crops: str, **kw) -> None:
+    """Score a finetuned classifier as it is (e.g. a converted reference LC checkpoint); video-level top-1/top-5."""
+    from memdpc.eval.run import evaluate
+
+    evaluate("classify", checkpoint, crops=int(crops), **kw)
 
 
 @eval_group.command("oops")

@@ -30,6 +30,10 @@ def _runner(task: str):
         from memdpc.eval.finetune import run_finetune
 
         return run_finetune
+    if task == "classify":
+        from memdpc.eval.classify import run_classify
+
+        return run_classify
     from memdpc.eval.oops import run_oops
 
     return run_oops
