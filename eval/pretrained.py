@@ -46,9 +46,10 @@ def _load(checkpoint, data: EvalData, env: DistEnv, require) -> tuple[nn.Module,
 
 def _check_shards_hold(checkpoint, ckpt: dict[str, Any], data: EvalData, stream: str) -> None:
     """Refuse shards that lack the checkpoint's stream, naming the stream they do hold."""
-    if manifest_path(data.shards, stream, data.train_split).is_file():
+    if manifest_path(data.shards, stream, data.test_split).is_file():
         return
-    others = [s for s in CHOICES["stream"] if s != stream and manifest_path(data.shards, s, data.train_split).is_file()]
+    others = [s for s in CHOICES["stream"]
+              if s != stream and manifest_path(data.shards, s, data.test_split).is_file()]
     if not others:
         return  # no shards of either stream: the manifest reader names the missing file
     hint = (f"; pass --stream {others[0]} to evaluate these weights on {others[0]} anyway"

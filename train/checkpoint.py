@@ -19,6 +19,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from memdpc.model import create_model
 from memdpc.model.checkpoint import (
     WEIGHT_KEYS,
     build_checkpoint,
@@ -29,6 +30,7 @@ from memdpc.model.checkpoint import (
     serialize,
     write_checkpoint,
 )
+from memdpc.train.config import TrainConfig, config_from_dict
 
 
 # ------------------------------------------------------------------------------------------------- RNG
@@ -64,16 +66,7 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-# ------------------------------------------------------------------------------------------- load/check
-def check_config_compatible(ckpt: dict[str, Any], path: Path, stream: str, model_kwargs: dict[str, Any]) -> None:
-    """Refuse a checkpoint of another stream, or whose training config asks for another model."""
-    from memdpc.train.config import config_from_dict
-
-    resolve_stream(ckpt, path, stream)
-    theirs = config_from_dict(ckpt["config"], where=str(path)).model_kwargs()
-    check_compatible({"model_config": theirs}, path, model_kwargs)
-
-
+# ------------------------------------------------------------------------------------------ weights
 def param_digest(model: nn.Module) -> str:
     """SHA-256 of every parameter's name and bytes: equal digests mean bit-identical weights."""
     h = hashlib.sha256()
@@ -92,14 +85,20 @@ def unwrap(model: nn.Module) -> nn.Module:
         model = inner
 
 
-def read_init(path: str | Path, config: Any) -> tuple[dict[str, Any], str | None]:
-    """The checkpoint whose weights start a new run of ``config`` (a TrainConfig), and a warning or None.
+# ------------------------------------------------------------------------------------------- load/check
+def check_config_compatible(ckpt: dict[str, Any], path: Path, stream: str, model_kwargs: dict[str, Any]) -> None:
+    """Refuse a checkpoint of another stream, or whose training config asks for another model."""
+    resolve_stream(ckpt, path, stream)
+    theirs = config_from_dict(ckpt["config"], where=str(path)).model_kwargs()
+    check_compatible({"model_config": theirs}, path, model_kwargs)
+
+
+def read_init(path: str | Path, config: TrainConfig) -> tuple[dict[str, Any], str | None]:
+    """The checkpoint whose weights start a new run of ``config``, and a warning or None.
 
     Refuses a classifier, a checkpoint of another stream (a converted one only warns), and one whose
     weights do not fit the config's model (another family, widths, memory size or direction).
     """
-    from memdpc.model import create_model
-
     ckpt = read_checkpoint(path)
     require_pretrained(ckpt, path)
     _, warning = resolve_stream(ckpt, path, config.stream)
@@ -107,19 +106,17 @@ def read_init(path: str | Path, config: Any) -> tuple[dict[str, Any], str | None
     return ckpt, warning
 
 
-def initial_model(config: Any, init: dict[str, Any] | None = None) -> nn.Module:
+def initial_model(config: TrainConfig, init: dict[str, Any] | None = None) -> nn.Module:
     """The model a run of ``config`` starts from: seeded random weights, or those of ``init`` (from
     :func:`read_init`)."""
-    from memdpc.model import create_model
-
     model = create_model(**config.model_kwargs(), seed=config.seed)
     if init is not None:
         model.load_state_dict(init["model"])
     return model
 
 
-def write_initial_checkpoint(config: Any, path: str | Path) -> Path:
-    """Write the model a run of ``config`` (a TrainConfig) starts from, seeded as training would seed it
+def write_initial_checkpoint(config: TrainConfig, path: str | Path) -> Path:
+    """Write the model a run of ``config`` starts from, seeded as training would seed it
     (or with the ``--init`` weights), as a checkpoint that evaluation reads like a trained one: the
     random-init baseline of the paper's tables."""
     path = Path(path)
