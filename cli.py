@@ -396,12 +396,13 @@ def _train_options(fn):
 @main.command("train")
 @_train_options
 @click.option("--init-only", is_flag=True,
-              help="Write the untrained, seeded model as <out>/checkpoints/init.pt and stop (random-init baseline).")
+              help="Write the model the run starts from (untrained and seeded, or the --init weights) as "
+                   "<out>/checkpoints/init.pt and stop (random-init baseline).")
 def train_cmd(config_file: Path | None, init_only: bool, **options) -> None:
     """Self-supervised pretraining on one stream's shards (runs alone, under torchrun or srun).
 
     Example: memdpc train --stream rgb --shards shards/ --out runs/rgb. A run directory that already holds
-    a checkpoint resumes exactly where it stopped.
+    a checkpoint resumes exactly where it stopped; --init CHECKPOINT starts a new run from given weights.
     """
     from memdpc.train.config import config_from_dict, read_config_file
 
@@ -435,13 +436,20 @@ def train_cmd(config_file: Path | None, init_only: bool, **options) -> None:
     "--stream",
     type=click.Choice(["rgb", "flow"]),
     default=None,
-    help="Stream the weights were trained on, recorded in the imported checkpoint.",
+    help="Stream the weights were trained on, recorded in the imported checkpoint (evaluation needs it).",
 )
-def convert_cmd(checkpoint: Path, out: Path, to: str, stream: str | None) -> None:
+@click.option(
+    "--size",
+    "input_size",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Input size the weights were trained at, recorded as evaluation's default (unknown: 128).",
+)
+def convert_cmd(checkpoint: Path, out: Path, to: str, stream: str | None, input_size: int | None) -> None:
     """Convert CHECKPOINT between the reference implementation's layout and memdpc's; write OUT."""
     from memdpc.model.convert import convert_file
 
-    report = convert_file(checkpoint, out, to=to, stream=stream)
+    report = convert_file(checkpoint, out, to=to, stream=stream, input_size=input_size)
     table = Table(title=f"{checkpoint} -> {out} ({report.kind}, {report.config['name']})")
     table.add_column("keys")
     table.add_column("count", justify="right")
@@ -452,6 +460,11 @@ def convert_cmd(checkpoint: Path, out: Path, to: str, stream: str | None) -> Non
     ):
         table.add_row(label, str(len(keys)), "\n".join(keys) or "-")
     Console().print(table)
+    if to == "memdpc":
+        verb = "classify" if report.kind == "classifier" else "retrieve"
+        stream_opt = "" if stream else " --stream rgb|flow"
+        Console().print(f"next: memdpc eval {verb} {out} --shards SHARDS --out EVAL_DIR{stream_opt}", markup=False,
+                        soft_wrap=True)
 
 
 # ---------------------------------------------------------------------------------------------- eval
@@ -464,7 +477,8 @@ def convert_cmd(checkpoint: Path, out: Path, to: str, stream: str | None) -> Non
               help="With --fuse: results file to write (default: beside the first input).")
 @click.pass_context
 def eval_group(ctx: click.Context, fuse_paths, weights, fuse_out) -> None:
-    """Evaluate a pretrained checkpoint: retrieval, probes, finetuning, Oops; late fusion with --fuse.
+    """Evaluate a checkpoint (trained or converted): retrieval, probes, finetuning, Oops, scoring a classifier;
+    late fusion with --fuse.
 
     Every subcommand also runs under torchrun (each window is read by one rank; rank 0 writes the results).
     """
@@ -488,7 +502,8 @@ def _eval_options(fn):
         click.option("--out", type=OUT_DIR, required=True,
                      help="Folder for results JSON/npz, feature caches and plots."),
         click.option("--stream", type=click.Choice(["rgb", "flow"]), default=None,
-                     help="Stream to evaluate (default: the checkpoint's; another one is refused)."),
+                     help="Stream to evaluate (default: the checkpoint's; another one is refused, except "
+                          "for a converted checkpoint, with a warning)."),
         click.option("--dataset", default=None, help="Dataset name in the results (default: the shard folder's)."),
         click.option("--train-split", default="train", show_default=True, help="Split to train on / the gallery."),
         click.option("--test-split", default="test", show_default=True, help="Split to test / the queries."),
@@ -573,6 +588,17 @@ def eval_finetune(checkpoint: Path, crops: str, **kw) -> None:
 
     fit = _fit(kw, kw["batch_size"])
     evaluate("finetune", checkpoint, crops=int(crops), fit=fit, **kw)
+
+
+@eval_group.command("classify")
+@_eval_options
+@click.option("--crops", type=click.Choice(["1", "5", "10"]), default="1", show_default=True,
+              help="Test crops per window.")
+def eval_classify(checkpoint: Path, crops: str, **kw) -> None:
+    """Score a finetuned classifier as it is (e.g. a converted reference LC checkpoint); video-level top-1/top-5."""
+    from memdpc.eval.run import evaluate
+
+    evaluate("classify", checkpoint, crops=int(crops), **kw)
 
 
 @eval_group.command("oops")

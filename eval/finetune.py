@@ -143,7 +143,7 @@ def run_finetune(checkpoint: str | os.PathLike, data: EvalData, out: str | os.Pa
     from memdpc.model import Classifier
 
     out = Path(out)
-    pretrained, _, stream = load_encoder(checkpoint, data.stream, env.device)
+    pretrained, _, stream = load_encoder(checkpoint, data, env)
     data = replace(data, stream=stream, batch_size=fit.batch_size)
     classes = same_classes(data)
     keep = label_subset(data, label_fraction, fit.seed)

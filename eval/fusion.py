@@ -18,7 +18,7 @@ from memdpc.eval.multicrop import classification_metrics
 from memdpc.eval.results import load_result
 from memdpc.eval.retrieval import RECALL_KS, recall_at_k, topk_neighbours
 
-CLASSIFY_KINDS = ("probe-linear", "probe-mlp", "finetune")
+CLASSIFY_KINDS = ("probe-linear", "probe-mlp", "finetune", "classify")
 
 
 def _check_same(a: dict, b: dict, pa: Path, pb: Path) -> None:

@@ -152,7 +152,7 @@ def run_oops(checkpoint: str | os.PathLike, data: EvalData, out: str | os.PathLi
         raise UserError(f"Oops mode must be 'frozen' or 'finetune', not {mode!r}")
     out = Path(out)
     times = failure_times(index)
-    model, _, stream = load_encoder(checkpoint, data.stream, env.device)
+    model, _, stream = load_encoder(checkpoint, data, env)
     data = replace(data, stream=stream)
     for split in (data.train_split, data.test_split):
         split_classes(data, split)  # refuses an empty split

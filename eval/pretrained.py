@@ -1,33 +1,63 @@
-"""Loading the model to evaluate: a pretrained checkpoint of the right stream, or random init (baseline)."""
+"""Loading the model to evaluate: a pretrained or classifier checkpoint (memdpc's own or converted) for the
+stream being evaluated."""
 
 from __future__ import annotations
 
 import os
 from typing import Any
 
-import torch
+from rich.console import Console
+from rich.markup import escape
 from torch import nn
 
 from memdpc.errors import UserError
+from memdpc.eval.features import EvalData
+from memdpc.model.checkpoint import load_model, require_classifier, require_pretrained, resolve_stream
+from memdpc.pipeline.manifest import manifest_path
+from memdpc.train.config import CHOICES
+from memdpc.train.distributed import DistEnv
 
 
-def load_encoder(checkpoint: str | os.PathLike, stream: str | None, device: torch.device
+def load_encoder(checkpoint: str | os.PathLike, data: EvalData, env: DistEnv
                  ) -> tuple[nn.Module, dict[str, Any], str]:
-    """(model in eval mode on ``device``, checkpoint dict, stream) from a ``memdpc train`` checkpoint.
+    """(pretrained MemDPC/DPC model in eval mode on the device, checkpoint dict, stream to evaluate)."""
+    return _load(checkpoint, data, env, require_pretrained)
 
-    ``stream`` None takes the checkpoint's stream; a different stream is refused (an RGB encoder
-    evaluated on flow shards gives meaningless numbers without any error otherwise).
-    """
-    from memdpc.train.checkpoint import load_pretrained
 
-    model, ckpt = load_pretrained(checkpoint, map_location=device)
-    trained = ckpt.get("stream")
-    if stream is not None and trained != stream:
-        raise UserError(f"{checkpoint}: checkpoint was trained on the {trained} stream, "
-                        f"not on the {stream} stream being evaluated")
-    return model, ckpt, trained or stream
+def load_classifier(checkpoint: str | os.PathLike, data: EvalData, env: DistEnv
+                    ) -> tuple[nn.Module, dict[str, Any], str]:
+    """(finetuned classifier in eval mode on the device, checkpoint dict, stream to evaluate)."""
+    return _load(checkpoint, data, env, require_classifier)
+
+
+def _load(checkpoint, data: EvalData, env: DistEnv, require) -> tuple[nn.Module, dict[str, Any], str]:
+    """``data.stream`` None takes the checkpoint's stream. An RGB encoder evaluated on flow shards gives
+    meaningless numbers without any error, so another stream is refused, except for a converted checkpoint
+    whose recorded stream ``--stream`` overrides (with a warning)."""
+    model, ckpt = load_model(checkpoint, map_location=env.device)
+    require(ckpt, checkpoint)
+    stream, warning = resolve_stream(ckpt, checkpoint, data.stream)
+    if warning and env.is_main:
+        Console(stderr=True).print("[yellow]warning:[/]", escape(warning), soft_wrap=True)
+    if data.stream is None:
+        _check_shards_hold(checkpoint, ckpt, data, stream)
+    return model, ckpt, stream
+
+
+def _check_shards_hold(checkpoint, ckpt: dict[str, Any], data: EvalData, stream: str) -> None:
+    """Refuse shards that lack the checkpoint's stream, naming the stream they do hold."""
+    if manifest_path(data.shards, stream, data.test_split).is_file():
+        return
+    others = [s for s in CHOICES["stream"]
+              if s != stream and manifest_path(data.shards, s, data.test_split).is_file()]
+    if not others:
+        return  # no shards of either stream: the manifest reader names the missing file
+    hint = (f"; pass --stream {others[0]} to evaluate these weights on {others[0]} anyway"
+            if ckpt["origin"] == "converted" else "")
+    raise UserError(f"{checkpoint}: holds {stream} weights, but {data.shards} has no {stream} shards, only "
+                    f"{others[0]}{hint}")
 
 
 def default_size(ckpt: dict[str, Any]) -> int:
     """The input size the checkpoint was trained at (128 when it does not say)."""
-    return int((ckpt.get("config") or {}).get("size") or ckpt["model_config"].get("input_size") or 128)
+    return int(ckpt["input_size"] or 128)

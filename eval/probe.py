@@ -101,7 +101,7 @@ def run_probe(checkpoint: str | os.PathLike, data: EvalData, out: str | os.PathL
     from memdpc.eval.results import save_result
 
     out = Path(out)
-    model, _, stream = load_encoder(checkpoint, data.stream, env.device)
+    model, _, stream = load_encoder(checkpoint, data, env)
     data = replace(data, stream=stream)
     classes = same_classes(data)
     sets = {}

@@ -2,8 +2,8 @@
 
 Schema of the JSON (``schema`` = 1)::
 
-    kind      "retrieval" | "probe-linear" | "probe-mlp" | "finetune" | "oops-frozen" | "oops-finetune"
-              | "fusion-classify" | "fusion-retrieval"
+    kind      "retrieval" | "probe-linear" | "probe-mlp" | "finetune" | "classify" | "oops-frozen"
+              | "oops-finetune" | "fusion-classify" | "fusion-retrieval"
     stream    "rgb" | "flow" | "rgb+flow"
     dataset   a name for the evaluation data (default: the shard folder's name)
     split     the evaluated (test) split, e.g. "test"

@@ -30,6 +30,10 @@ def _runner(task: str):
         from memdpc.eval.finetune import run_finetune
 
         return run_finetune
+    if task == "classify":
+        from memdpc.eval.classify import run_classify
+
+        return run_classify
     from memdpc.eval.oops import run_oops
 
     return run_oops
@@ -40,14 +44,15 @@ def evaluate(task: str, checkpoint: str | os.PathLike, *, shards: str | os.PathL
              test_split: str = "test", size: int | None = None, batch_size: int = 16, backend: str = "auto",
              num_workers: int | None = None, device: str = "auto", fit: dict[str, Any] | None = None,
              console: Console | None = None, **task_kw: Any) -> Path | None:
-    """Run one evaluation task (``retrieve``, ``probe``, ``finetune``, ``oops``); rank 0 prints its table.
+    """Run one evaluation task (``retrieve``, ``probe``, ``finetune``, ``oops``, ``classify``); rank 0 prints
+    its table.
 
-    ``size`` None takes the checkpoint's training size. ``fit`` overrides :class:`FitConfig` fields for
-    the tasks that train a head. Returns the results path on rank 0, None elsewhere.
+    ``size`` None takes the size the checkpoint was trained at (128 when unknown). ``fit`` overrides
+    :class:`FitConfig` fields for the tasks that train a head. Returns the results path on rank 0, None elsewhere.
     """
     from memdpc.eval.pretrained import default_size
+    from memdpc.model.checkpoint import read_checkpoint
     from memdpc.train import distributed as dd
-    from memdpc.train.checkpoint import read_checkpoint
 
     if size is None:
         size = default_size(read_checkpoint(checkpoint))

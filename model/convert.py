@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from memdpc.errors import UserError
+from memdpc.model.checkpoint import build_checkpoint, read_checkpoint, serialize, write_checkpoint
 from memdpc.model.factory import create_model
 from memdpc.model.resnet2d3d import DEPTHS
 
@@ -128,10 +129,17 @@ def _infer_config(sd: dict[str, torch.Tensor], path: Path) -> tuple[str, dict]:
     return f"dpc_r{depth}", cfg
 
 
-def import_reference(sd: dict[str, torch.Tensor], path: Path = Path("<state_dict>")):
-    """Reference state dict -> (memdpc model with its weights, :class:`ConvertReport`)."""
+def import_reference(
+    sd: dict[str, torch.Tensor], path: Path = Path("<state_dict>"), input_size: int | None = None
+):
+    """Reference state dict -> (memdpc model with its weights, :class:`ConvertReport`).
+
+    ``input_size`` goes into the config of a MemDPC/DPC model (a classifier's has no input size).
+    """
     mapped, unused = _map_reference(sd, path)
     name, cfg = _infer_config(mapped, path)
+    if input_size and not name.startswith("classifier"):
+        cfg["input_size"] = input_size
     model = create_model(name, **cfg)
     own = model.state_dict()
     for key, value in mapped.items():
@@ -175,36 +183,34 @@ def export_reference(state_dict: dict[str, torch.Tensor], config: dict) -> tuple
 
 
 # ------------------------------------------------------------------------------------------ files
-def convert_file(src: Path, dst: Path, to: str = "memdpc", stream: str | None = None) -> ConvertReport:
-    """Convert a checkpoint file; ``to="memdpc"`` imports a reference file, ``to="reference"`` exports one."""
-    from memdpc.atomic import atomic_path
+def convert_file(
+    src: Path, dst: Path, to: str = "memdpc", stream: str | None = None, input_size: int | None = None
+) -> ConvertReport:
+    """Convert a checkpoint file; ``to="memdpc"`` imports a reference file, ``to="reference"`` exports one.
 
+    An imported checkpoint records ``stream`` and ``input_size`` (the size the weights were trained at)
+    when given: evaluation needs the stream, and takes the size as its default input size.
+    """
     src, dst = Path(src), Path(dst)
-    obj = load_file(src)
     if to == "memdpc":
-        model, report = import_reference(_state_dict_of(obj, src), src)
-        out = {
-            "model": model.state_dict(),
-            "model_config": model.config,
-            "stream": stream,
-            "epoch": obj.get("epoch"),
-            "converted_from": str(src),
-        }
+        obj = load_file(src)
+        model, report = import_reference(_state_dict_of(obj, src), src, input_size)
+        out = build_checkpoint(
+            model, stream, "converted", input_size=input_size, source=str(src), epoch=obj.get("epoch")
+        )
     elif to == "reference":
-        if "model" not in obj or "model_config" not in obj:
-            raise UserError(f"{src}: not a memdpc checkpoint (needs 'model' and 'model_config')")
-        sd, report = export_reference(obj["model"], obj["model_config"])
+        ckpt = read_checkpoint(src)
+        sd, report = export_reference(ckpt["model"], ckpt["model_config"])
         out = {
-            "epoch": obj.get("epoch", 0),
+            "epoch": ckpt.get("epoch") or 0,
             "state_dict": sd,
             "best_acc": 0.0,
             "optimizer": None,
-            "iteration": obj.get("step", 0),
+            "iteration": ckpt.get("step", 0),
         }
         if report.kind == "classifier":
-            out["backbone"] = f"resnet{obj['model_config']['name'].split('_r')[1]}"
+            out["backbone"] = f"resnet{ckpt['model_config']['name'].split('_r')[1]}"
     else:
         raise UserError(f"unknown conversion target {to!r}; use 'memdpc' or 'reference'")
-    with atomic_path(dst) as tmp:
-        torch.save(out, tmp)
+    write_checkpoint(serialize(out), dst)
     return report

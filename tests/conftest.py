@@ -30,3 +30,41 @@ TINY = SyntheticConfig(videos_per_class=3, frames=30, size=32, num_classes=3, se
 def tiny_dataset(tmp_path_factory) -> Path:
     """A 3-class × 3-video synthetic dataset (30 frames of 32×32) in the UCF101 layout."""
     return make_synthetic(tmp_path_factory.mktemp("tiny") / "syn", TINY)
+
+
+# the reference implementation's names for memdpc's top-level modules (DESIGN 2.5), per family
+_REFERENCE_NAMES = {
+    "memdpc": {"memory": "mb", "backbone": "backbone", "agg_f": "agg_f", "agg_b": "agg_b", "predictor": "network_pred"},
+    "dpc": {"backbone": "module.backbone", "agg_f": "module.agg", "predictor": "module.network_pred"},
+    "classifier": {"backbone": "backbone", "agg_f": "agg_f", "agg_b": "agg_b", "head": ""},
+}
+
+
+def reference_weights(name: str, seed: int = 0, **kw) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """(memdpc state dict, the same tensors in the reference implementation's layout) of a ``name`` model
+    with randomised weights and BatchNorm statistics.
+
+    The reference layout is written here from DESIGN 2.5, independently of ``model/convert.py``: ``mb``,
+    GRU tensors twice (``ConvGRUCell_00`` and ``cell_list.0``), ``network_pred``, DPC under ``module.`` with
+    one aggregator ``agg``, a classifier's ``final_bn`` and ``final_fc.1`` at the top level.
+    """
+    from memdpc.model import create_model
+
+    g = torch.Generator().manual_seed(seed)
+    ours = {}
+    for key, value in create_model(name, seed=seed, **kw).state_dict().items():
+        if key.endswith("running_var"):
+            value = torch.rand(value.shape, generator=g) + 0.5
+        elif value.is_floating_point():
+            value = value + 0.05 * torch.randn(value.shape, generator=g)
+        ours[key] = value
+    names = _REFERENCE_NAMES[name.split("_r")[0]]
+    ref = {}
+    for key, value in ours.items():
+        top, _, rest = key.partition(".")
+        if rest.startswith("cell."):
+            for twin in ("ConvGRUCell_00", "cell_list.0"):
+                ref[f"{names[top]}.{twin}.{rest[len('cell.'):]}"] = value.clone()
+        else:
+            ref[".".join(p for p in (names[top], rest) if p)] = value.clone()
+    return ours, ref

@@ -1,17 +1,16 @@
-"""Checkpoints: atomic save, exact-resume state (RNG, loader position), compatibility checks, pretrained load.
+"""Training-state specifics of checkpoints: RNG states for exact resume, the resume and ``--init`` checks,
+the model a run starts from, and the untrained (init-only) checkpoint.
 
-A checkpoint is a dict (contract #4): ``model`` (state_dict), ``model_config`` (``create_model(**it)``
-rebuilds the model), ``stream``, ``optimizer``, ``scheduler``, ``epoch`` (epoch in progress), ``step``
-(optimiser steps done), ``epoch_step`` (batches of ``epoch`` already consumed: the loader position), ``rng``
-(python, numpy, torch, cuda, now and at the start of the epoch), ``config`` (the training config),
-``world_size``, ``best_val`` and ``format``. Everything in it loads with ``torch.load(weights_only=True)``.
+A training checkpoint is built by :func:`memdpc.model.checkpoint.build_checkpoint` (origin ``train``) and
+adds to the common entries: ``optimizer``, ``scheduler``, ``scaler``, ``epoch`` (epoch in progress), ``step``
+(optimiser steps done), ``epoch_step`` (batches of ``epoch`` already consumed: the loader position),
+``epoch_loss``, ``rng`` (per rank: python, numpy, torch, cuda, now and at the start of the epoch),
+``rank_digests``, ``config`` (the training config), ``world_size`` and ``best_val``.
 """
 
 from __future__ import annotations
 
-import errno
 import hashlib
-import io
 import random
 from pathlib import Path
 from typing import Any
@@ -20,10 +19,18 @@ import numpy as np
 import torch
 from torch import nn
 
-from memdpc.atomic import atomic_path
-from memdpc.errors import UserError
-
-FORMAT = "memdpc-train-1"
+from memdpc.model import create_model
+from memdpc.model.checkpoint import (
+    WEIGHT_KEYS,
+    build_checkpoint,
+    check_compatible,
+    read_checkpoint,
+    require_pretrained,
+    resolve_stream,
+    serialize,
+    write_checkpoint,
+)
+from memdpc.train.config import TrainConfig, config_from_dict
 
 
 # ------------------------------------------------------------------------------------------------- RNG
@@ -59,66 +66,7 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-# ------------------------------------------------------------------------------------------- save/load
-def serialize(state: dict[str, Any]) -> bytes:
-    buf = io.BytesIO()
-    torch.save(state, buf)
-    return buf.getvalue()
-
-
-def write_checkpoint(data: bytes, path: Path) -> None:
-    """Write serialised checkpoint bytes to ``path`` atomically.
-
-    When the disk is full (or a quota or file-size limit is hit) the temporary file is removed, the file
-    previously at ``path`` stays intact, and a :class:`UserError` says so.
-    """
-    try:
-        with atomic_path(path) as tmp:
-            with open(tmp, "wb") as f:
-                f.write(data)
-    except OSError as e:
-        if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
-            kept = f"; the previous {path.name} is unchanged" if path.exists() else ""
-            raise UserError(f"{path}: could not write the checkpoint ({e.strerror}){kept}") from None
-        raise
-
-
-def read_checkpoint(path: str | Path) -> dict[str, Any]:
-    """Load a memdpc training checkpoint on the CPU; UserError for a missing or foreign file."""
-    path = Path(path)
-    if not path.is_file():
-        raise UserError(f"{path}: checkpoint not found")
-    try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # noqa: BLE001 — any unpickling failure means "not a checkpoint we can read"
-        raise UserError(f"{path}: not a readable checkpoint ({type(e).__name__}: {str(e).splitlines()[0]})") from None
-    if not isinstance(ckpt, dict) or ckpt.get("format") != FORMAT:
-        raise UserError(f"{path}: not a memdpc training checkpoint (no format {FORMAT!r})")
-    return ckpt
-
-
-def _check(ckpt: dict[str, Any], path: Path, stream: str, ours: dict[str, Any], theirs: dict[str, Any]) -> None:
-    if ckpt["stream"] != stream:
-        raise UserError(f"{path}: checkpoint was trained on the {ckpt['stream']} stream, not {stream}")
-    diff = [f"{k} {theirs.get(k)!r} (this run: {ours.get(k)!r})"
-            for k in sorted(set(theirs) | set(ours)) if k != "seed" and theirs.get(k) != ours.get(k)]
-    if diff:
-        raise UserError(f"{path}: checkpoint is of another architecture: {'; '.join(diff)}")
-
-
-def check_config_compatible(ckpt: dict[str, Any], path: Path, stream: str, model_kwargs: dict[str, Any]) -> None:
-    """Refuse a checkpoint of another stream, or whose training config asks for another model."""
-    from memdpc.train.config import config_from_dict
-
-    theirs = config_from_dict(ckpt["config"], where=str(path)).model_kwargs()
-    _check(ckpt, path, stream, model_kwargs, theirs)
-
-
-def check_compatible(ckpt: dict[str, Any], path: Path, stream: str, model_config: dict[str, Any]) -> None:
-    """Refuse a checkpoint of another stream, or whose model differs from ``model_config`` (``model.config``)."""
-    _check(ckpt, path, stream, model_config, ckpt["model_config"])
-
-
+# ------------------------------------------------------------------------------------------ weights
 def param_digest(model: nn.Module) -> str:
     """SHA-256 of every parameter's name and bytes: equal digests mean bit-identical weights."""
     h = hashlib.sha256()
@@ -137,28 +85,43 @@ def unwrap(model: nn.Module) -> nn.Module:
         model = inner
 
 
-def load_pretrained(path: str | Path, map_location: str | torch.device = "cpu") -> tuple[nn.Module, dict[str, Any]]:
-    """Rebuild the model stored in a training checkpoint and load its weights (for evaluation).
+# ------------------------------------------------------------------------------------------- load/check
+def check_config_compatible(ckpt: dict[str, Any], path: Path, stream: str, model_kwargs: dict[str, Any]) -> None:
+    """Refuse a checkpoint of another stream, or whose training config asks for another model."""
+    resolve_stream(ckpt, path, stream)
+    theirs = config_from_dict(ckpt["config"], where=str(path)).model_kwargs()
+    check_compatible({"model_config": theirs}, path, model_kwargs)
 
-    Returns ``(model, checkpoint_dict)``; the model is in eval mode on ``map_location``.
+
+def read_init(path: str | Path, config: TrainConfig) -> tuple[dict[str, Any], str | None]:
+    """The checkpoint whose weights start a new run of ``config``, and a warning or None.
+
+    Refuses a classifier, a checkpoint of another stream (a converted one only warns), and one whose
+    weights do not fit the config's model (another family, widths, memory size or direction).
     """
-    from memdpc.model import create_model
-
     ckpt = read_checkpoint(path)
-    model = create_model(**ckpt["model_config"])
-    model.load_state_dict(ckpt["model"])
-    return model.to(map_location).eval(), ckpt
+    require_pretrained(ckpt, path)
+    _, warning = resolve_stream(ckpt, path, config.stream)
+    check_compatible(ckpt, path, create_model(**config.model_kwargs()).config, WEIGHT_KEYS)
+    return ckpt, warning
 
 
-def write_initial_checkpoint(config: Any, path: str | Path) -> Path:
-    """Write the untrained model of ``config`` (a TrainConfig), seeded as training would seed it, as a
-    checkpoint that evaluation reads like a trained one: the random-init baseline of the paper's tables."""
-    from memdpc import __version__
-    from memdpc.model import create_model
-
-    path = Path(path)
+def initial_model(config: TrainConfig, init: dict[str, Any] | None = None) -> nn.Module:
+    """The model a run of ``config`` starts from: seeded random weights, or those of ``init`` (from
+    :func:`read_init`)."""
     model = create_model(**config.model_kwargs(), seed=config.seed)
-    write_checkpoint(serialize({"format": FORMAT, "memdpc_version": __version__, "model": model.state_dict(),
-                                "model_config": model.config, "stream": config.stream, "epoch": 0, "step": 0,
-                                "config": config.to_dict()}), path)
+    if init is not None:
+        model.load_state_dict(init["model"])
+    return model
+
+
+def write_initial_checkpoint(config: TrainConfig, path: str | Path) -> Path:
+    """Write the model a run of ``config`` starts from, seeded as training would seed it
+    (or with the ``--init`` weights), as a checkpoint that evaluation reads like a trained one: the
+    random-init baseline of the paper's tables."""
+    path = Path(path)
+    init = read_init(config.init, config)[0] if config.init else None
+    model = initial_model(config, init)
+    write_checkpoint(serialize(build_checkpoint(model, config.stream, "init", input_size=config.size, epoch=0,
+                                                step=0, config=config.to_dict())), path)
     return path

@@ -21,12 +21,14 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from rich.console import Console
+from rich.markup import escape
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from memdpc import __version__
 from memdpc.atomic import remove_stale_tmp
 from memdpc.errors import UserError
+from memdpc.model import checkpoint as mc
 from memdpc.pipeline.clip import ClipSpec
 from memdpc.train import checkpoint as ck
 from memdpc.train import distributed as dd
@@ -74,6 +76,7 @@ def train(config: TrainConfig) -> Path:
 def _train(config: TrainConfig, env: dd.DistEnv) -> Path:
     resume_from = check_run_dir(config)
     ckpt = _read_resume(resume_from, config, env) if resume_from else None
+    init = _read_init(config, env) if ckpt is None and config.init else None
     manifests = check_shards(config)
     dd.barrier(env)
     run_dir = Path(config.out)
@@ -85,7 +88,7 @@ def _train(config: TrainConfig, env: dd.DistEnv) -> Path:
             truncate_jsonl(run_dir / "metrics.jsonl", ckpt["step"])
     dd.barrier(env)
     _set_determinism(config)
-    parts = _build(config, env, run_dir, ClipSpec(**manifests["train"]["clip"]))
+    parts = _build(config, env, run_dir, ClipSpec(**manifests["train"]["clip"]), init)
     state = State()
     if ckpt is not None:
         state = _restore(parts, ckpt, resume_from)
@@ -99,11 +102,11 @@ def _train(config: TrainConfig, env: dd.DistEnv) -> Path:
 
 
 def _read_resume(path: Path, config: TrainConfig, env: dd.DistEnv) -> dict[str, Any]:
-    ckpt = ck.read_checkpoint(path)
-    ck.check_config_compatible(ckpt, path, config.stream, config.model_kwargs())
+    ckpt = mc.read_checkpoint(path)
     if "optimizer" not in ckpt or "rng" not in ckpt:
         raise UserError(f"{path}: holds weights only (no optimiser, RNG or loader state), so training cannot "
-                        "resume from it")
+                        "resume from it; start a new run from its weights with --init")
+    ck.check_config_compatible(ckpt, path, config.stream, config.model_kwargs())
     diff = config_differences(ckpt["config"], config)
     if diff:
         raise UserError(f"{path}: checkpoint of a different config ({'; '.join(diff)})")
@@ -111,6 +114,14 @@ def _read_resume(path: Path, config: TrainConfig, env: dd.DistEnv) -> dict[str, 
         raise UserError(f"{path}: written by {ckpt['world_size']} process(es); resume it with the same number "
                         f"(now {env.world_size}) so that data order and RNG continue exactly")
     return ckpt
+
+
+def _read_init(config: TrainConfig, env: dd.DistEnv) -> dict[str, Any]:
+    """The ``--init`` checkpoint of a new run (checked before the run directory is made)."""
+    init, warning = ck.read_init(config.init, config)
+    if warning and env.is_main:
+        Console(stderr=True).print("[yellow]warning:[/]", escape(warning), soft_wrap=True)
+    return init
 
 
 def _set_determinism(config: TrainConfig) -> None:
@@ -121,16 +132,15 @@ def _set_determinism(config: TrainConfig) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- building
-def _build(config: TrainConfig, env: dd.DistEnv, run_dir: Path, clip: ClipSpec) -> Parts:
-    from memdpc.model import create_model
-
+def _build(config: TrainConfig, env: dd.DistEnv, run_dir: Path, clip: ClipSpec,
+           init: dict[str, Any] | None) -> Parts:
     train_loader = _loader(config, env, config.train_split, clip, train=True)
     if len(train_loader) == 0:
         raise UserError(f"{config.shards}: the {config.train_split} split has fewer clips per rank than one "
                         f"batch ({config.batch_size}); lower --batch-size")
     val_loader = _loader(config, env, config.val_split, clip, train=False) if config.val_split != "none" else None
 
-    model = create_model(**config.model_kwargs(), seed=config.seed).to(env.device)
+    model = ck.initial_model(config, init).to(env.device)
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
     wrapped: nn.Module = model
     if env.distributed:
@@ -189,17 +199,16 @@ def _save(p: Parts, s: State, names: list[str]) -> None:
         digests = [r.pop("digest") for r in ranks]
         if len(set(digests)) > 1:
             p.logger.message(f"[red]warning: the ranks' weights differ at step {s.step}")
-        data = ck.serialize({
-            "format": ck.FORMAT, "memdpc_version": __version__, "model": model.state_dict(),
-            "model_config": model.config, "stream": p.config.stream, "optimizer": p.optimizer.state_dict(),
-            "scheduler": p.scheduler.state_dict() if p.scheduler is not None else None,
-            "scaler": p.scaler.state_dict(), "epoch": s.epoch, "step": s.step, "epoch_step": s.epoch_step,
-            "best_val": s.best_val, "epoch_loss": list(s.epoch_loss), "rng": ranks, "rank_digests": digests,
-            "world_size": p.env.world_size, "config": p.config.to_dict(),
-        })
+        data = mc.serialize(mc.build_checkpoint(
+            model, p.config.stream, "train", input_size=p.config.size, optimizer=p.optimizer.state_dict(),
+            scheduler=p.scheduler.state_dict() if p.scheduler is not None else None,
+            scaler=p.scaler.state_dict(), epoch=s.epoch, step=s.step, epoch_step=s.epoch_step,
+            best_val=s.best_val, epoch_loss=list(s.epoch_loss), rng=ranks, rank_digests=digests,
+            world_size=p.env.world_size, config=p.config.to_dict(),
+        ))
         try:
             for name in names:
-                ck.write_checkpoint(data, p.run_dir / "checkpoints" / name)
+                mc.write_checkpoint(data, p.run_dir / "checkpoints" / name)
         except UserError as e:
             error = str(e)
     error = dd.broadcast_error(p.env, error)
@@ -209,7 +218,7 @@ def _save(p: Parts, s: State, names: list[str]) -> None:
 
 def _restore(p: Parts, ckpt: dict[str, Any], path: Path) -> State:
     model = ck.unwrap(p.model)
-    ck.check_compatible(ckpt, path, p.config.stream, model.config)
+    mc.check_compatible(ckpt, path, model.config)
     model.load_state_dict(ckpt["model"])
     p.optimizer.load_state_dict(ckpt["optimizer"])
     if p.scheduler is not None:

@@ -17,11 +17,14 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
+import torch
 
 from memdpc.pipeline.clip import ClipSpec
 from memdpc.preprocess.archive import archive_path, write_archive
 from memdpc.preprocess.synthetic import CLASSES, render_video
 from memdpc.preprocess.video_index import VideoRecord, write_index
+
+from ..conftest import reference_weights
 
 CLIP = ClipSpec(num_blocks=5, block_len=3, stride=1)  # span 15 frames; eval windows every 6 frames
 SIZE, FPS = 32, 10.0
@@ -99,3 +102,21 @@ def run_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     return subprocess.run([sys.executable, "-m", "memdpc.cli", *args], capture_output=True, text=True,
                           timeout=timeout, env=env)
+
+
+REFERENCE_WIDTHS = (4, 8, 16, 16)
+
+
+@pytest.fixture(scope="session")
+def released(tmp_path_factory) -> dict[str, tuple[Path, dict]]:
+    """{"memdpc" | "classifier": (file in the reference layout, its weights under memdpc's names)}: a
+    bidirectional MemDPC and a 3-class LC classifier (the tiny network), saved as the reference code saves."""
+    root = tmp_path_factory.mktemp("released")
+    out = {}
+    for kind, name, kw in (("memdpc", "memdpc_r18", {"mem_size": 16}),
+                           ("classifier", "classifier_r18", {"num_classes": NUM_CLASSES})):
+        weights, ref = reference_weights(name, seed=3, widths=REFERENCE_WIDTHS, **kw)
+        path = root / f"{kind}_ucf101_rgb.pth.tar"
+        torch.save({"epoch": 99, "state_dict": ref, "best_acc": 0.5, "optimizer": {}, "iteration": 10}, path)
+        out[kind] = (path, weights)
+    return out

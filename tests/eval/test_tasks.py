@@ -82,7 +82,7 @@ def test_oops_step_labels_and_metrics(eval_data, checkpoints, tmp_path, mode):
 
 
 def test_checkpoint_of_the_wrong_stream_is_refused(eval_data, checkpoints, tmp_path):
-    with pytest.raises(UserError, match="trained on the rgb stream, not on the flow"):
+    with pytest.raises(UserError, match="trained on the rgb stream, not flow"):
         evaluate("retrieve", checkpoints["rgb"], stream="flow", shards=eval_data.shards, out=tmp_path, **COMMON)
 
 

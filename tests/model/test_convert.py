@@ -12,41 +12,16 @@ from click.testing import CliRunner
 from memdpc.cli import main
 from memdpc.errors import UserError
 from memdpc.model import create_model
+from memdpc.model.checkpoint import read_checkpoint
 from memdpc.model.convert import convert_file, export_reference, import_reference
 
+from ..conftest import reference_weights
 from .conftest import TINY
-
-GATES = [f"{g}.{p}" for g in ("reset_gate", "update_gate", "out_gate") for p in ("weight", "bias")]
 
 
 def _reference_memdpc(seed: int = 0) -> dict[str, torch.Tensor]:
-    """A MemDPC_BD state dict written from the documented layout (DESIGN 2.5), independent of convert.py."""
-    g = torch.Generator().manual_seed(seed)
-    backbone = create_model("memdpc_r18", widths=TINY).backbone.state_dict()
-    sd = {"mb": torch.randn(16, 64, generator=g)}
-    sd.update(
-        {
-            f"backbone.{k}": torch.randn(v.shape, generator=g) if v.is_floating_point() else v
-            for k, v in backbone.items()
-        }
-    )
-    sd.update(
-        {
-            f"backbone.{k}": torch.rand(v.shape, generator=g) + 0.5
-            for k, v in backbone.items()
-            if k.endswith("running_var")
-        }
-    )
-    for agg in ("agg_f", "agg_b"):
-        for name in GATES:
-            shape = (64, 128, 1, 1) if name.endswith("weight") else (64,)
-            t = torch.randn(shape, generator=g) * 0.1
-            sd[f"{agg}.ConvGRUCell_00.{name}"] = t
-            sd[f"{agg}.cell_list.0.{name}"] = t.clone()
-    for i, shape in ((0, (64, 64, 1, 1)), (2, (16, 64, 1, 1))):
-        sd[f"network_pred.{i}.weight"] = torch.randn(shape, generator=g) * 0.1
-        sd[f"network_pred.{i}.bias"] = torch.randn(shape[:1], generator=g) * 0.1
-    return sd
+    """A MemDPC_BD state dict in the reference layout, independent of convert.py."""
+    return reference_weights("memdpc_r18", seed, widths=TINY, mem_size=16)[1]
 
 
 def _save_as_numpy1(obj: dict, path: Path) -> None:
@@ -70,11 +45,17 @@ def test_imports_a_reference_layout_checkpoint_file(tmp_path):
     _save_as_numpy1(
         {"epoch": 99, "state_dict": sd, "best_acc": np.float64(0.4), "optimizer": {}, "iteration": 7}, src
     )
-    report = convert_file(src, tmp_path / "out" / "memdpc.pt", stream="rgb")
+    report = convert_file(src, tmp_path / "out" / "memdpc.pt", stream="rgb", input_size=112)
     assert report.kind == "memdpc" and report.unused == ["backbone.fc.weight"]
     assert report.missing == ["backbone.layer4.1.bn2.num_batches_tracked"]
-    ckpt = torch.load(tmp_path / "out" / "memdpc.pt", weights_only=True)
-    assert ckpt["stream"] == "rgb" and ckpt["epoch"] == 99
+    ckpt = read_checkpoint(tmp_path / "out" / "memdpc.pt")
+    assert (ckpt["origin"], ckpt["stream"], ckpt["input_size"], ckpt["epoch"]) == (
+        "converted",
+        "rgb",
+        112,
+        99,
+    )
+    assert ckpt["source"] == str(src) and ckpt["model_config"]["input_size"] == 112
     model = create_model(**ckpt["model_config"])
     model.load_state_dict(ckpt["model"])
     assert model.config["mem_size"] == 16 and model.config["bidirectional"] is True

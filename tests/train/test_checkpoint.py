@@ -1,16 +1,19 @@
 from __future__ import annotations
 
 import random
-import resource
-import signal
 
 import numpy as np
 import pytest
 import torch
 
 from memdpc.errors import UserError
+from memdpc.model import checkpoint as mc
 from memdpc.model import create_model
+from memdpc.model.convert import convert_file
 from memdpc.train import checkpoint as ck
+from memdpc.train.config import TrainConfig
+
+from ..conftest import reference_weights
 
 TINY = dict(widths=(4, 8, 16, 16), num_blocks=5, block_len=3, pred_steps=2, input_size=32, bidirectional=False)
 
@@ -24,68 +27,10 @@ def test_rng_state_round_trip_through_a_weights_only_checkpoint(tmp_path):
     _draws()
     state = ck.rng_state()
     expected = _draws()
-    ck.write_checkpoint(ck.serialize({"rng": state}), tmp_path / "r.pt")
+    mc.write_checkpoint(mc.serialize({"rng": state}), tmp_path / "r.pt")
     _draws()
     ck.set_rng_state(torch.load(tmp_path / "r.pt", weights_only=True)["rng"])
     assert _draws() == expected
-
-
-def _checkpoint(model, stream="rgb") -> dict:
-    return {"format": ck.FORMAT, "model": model.state_dict(), "model_config": model.config, "stream": stream,
-            "config": {}, "step": 0}
-
-
-def test_load_pretrained_rebuilds_the_same_model(tmp_path):
-    model = create_model("memdpc_r18", seed=1, mem_size=8, **TINY).eval()
-    ck.write_checkpoint(ck.serialize(_checkpoint(model)), tmp_path / "m.pt")
-    loaded, ckpt = ck.load_pretrained(tmp_path / "m.pt")
-    clips = torch.randn(2, 5, 3, 3, 32, 32)
-    assert ckpt["stream"] == "rgb" and not loaded.training
-    assert torch.equal(loaded.features(clips), model.features(clips))
-    assert ck.param_digest(loaded) == ck.param_digest(model)
-
-
-def test_foreign_and_missing_files_are_refused(tmp_path):
-    (tmp_path / "junk.pt").write_bytes(b"not a checkpoint")
-    with pytest.raises(UserError, match="junk.pt: not a readable checkpoint"):
-        ck.read_checkpoint(tmp_path / "junk.pt")
-    torch.save({"state_dict": {}}, tmp_path / "other.pt")
-    with pytest.raises(UserError, match="other.pt: not a memdpc training checkpoint"):
-        ck.read_checkpoint(tmp_path / "other.pt")
-    with pytest.raises(UserError, match="nope.pt: checkpoint not found"):
-        ck.read_checkpoint(tmp_path / "nope.pt")
-
-
-def test_checkpoints_of_another_stream_or_architecture_are_refused(tmp_path):
-    model = create_model("dpc_r18", seed=0, **TINY)
-    ckpt = _checkpoint(model, stream="flow")
-    with pytest.raises(UserError, match="trained on the flow stream, not rgb"):
-        ck.check_compatible(ckpt, tmp_path / "c.pt", "rgb", model.config)
-    other = create_model("memdpc_r18", seed=0, mem_size=8, **TINY)
-    with pytest.raises(UserError, match=r"another architecture: .*name .dpc_r18. \(this run: .memdpc_r18.\)"):
-        ck.check_compatible(ckpt, tmp_path / "c.pt", "flow", other.config)
-    ck.check_compatible(ckpt, tmp_path / "c.pt", "flow", {**model.config, "seed": 7})  # the seed is no architecture
-
-
-def test_disk_full_leaves_the_previous_checkpoint_valid(tmp_path):
-    """A real write failure (file-size limit, EFBIG) while the bigger second checkpoint is written."""
-    path = tmp_path / "last.pt"
-    small = create_model("dpc_r18", seed=0, **TINY)
-    ck.write_checkpoint(ck.serialize(_checkpoint(small)), path)
-    before = path.read_bytes()
-    big = ck.serialize(_checkpoint(create_model("memdpc_r18", seed=0, mem_size=4096, **TINY)))
-    old_limit = resource.getrlimit(resource.RLIMIT_FSIZE)
-    old_handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-    resource.setrlimit(resource.RLIMIT_FSIZE, (len(before) + 1000, old_limit[1]))
-    try:
-        with pytest.raises(UserError, match="could not write the checkpoint .*previous last.pt is unchanged"):
-            ck.write_checkpoint(big, path)
-    finally:
-        resource.setrlimit(resource.RLIMIT_FSIZE, old_limit)
-        signal.signal(signal.SIGXFSZ, old_handler)
-    assert path.read_bytes() == before
-    assert [p.name for p in tmp_path.iterdir()] == ["last.pt"]  # no temporary file left
-    assert ck.read_checkpoint(path)["stream"] == "rgb"
 
 
 def test_unwrap_and_digest_see_weight_changes():
@@ -95,3 +40,54 @@ def test_unwrap_and_digest_see_weight_changes():
     with torch.no_grad():
         next(model.parameters()).view(-1)[0] += 1e-6
     assert ck.param_digest(model) != digest
+
+
+CONFIG = dict(arch="memdpc_r18", widths=[4, 8, 16, 16], mem_size=8, num_blocks=5, block_len=3, pred_steps=2, size=32)
+
+
+def _converted(tmp_path, name="memdpc_r18", stream="rgb", **kw):
+    """A reference-layout checkpoint of ``name`` converted by convert.py; returns (path, memdpc weights)."""
+    ours, ref = reference_weights(name, widths=(4, 8, 16, 16), **kw)
+    torch.save({"epoch": 5, "state_dict": ref}, tmp_path / f"{name}.pth.tar")
+    convert_file(tmp_path / f"{name}.pth.tar", tmp_path / f"{name}-{stream}.pt", stream=stream)
+    return tmp_path / f"{name}-{stream}.pt", ours
+
+
+def test_init_weights_start_the_run_and_the_init_only_checkpoint(tmp_path):
+    path, weights = _converted(tmp_path, mem_size=8, bidirectional=False)
+    config = TrainConfig(init=str(path), out=str(tmp_path / "run"), **CONFIG)
+    init, warning = ck.read_init(path, config)
+    assert warning is None
+    model = ck.initial_model(config, init)
+    assert model.state_dict().keys() == weights.keys()
+    assert all(torch.equal(v, weights[k]) for k, v in model.state_dict().items())
+    assert model.config["pred_steps"] == 2  # the run's settings, the checkpoint's weights
+    written = mc.read_checkpoint(ck.write_initial_checkpoint(config, tmp_path / "init.pt"))
+    assert written["origin"] == "init" and written["input_size"] == 32
+    assert all(torch.equal(v, weights[k]) for k, v in written["model"].items())
+    seeded = ck.initial_model(TrainConfig(**CONFIG))
+    assert not torch.equal(seeded.memory, weights["memory"])
+
+
+def test_init_checkpoints_that_cannot_start_the_run_are_refused(tmp_path):
+    config = TrainConfig(**CONFIG)
+    dpc, _ = _converted(tmp_path, "dpc_r18", bidirectional=False)
+    with pytest.raises(UserError, match=rf"{dpc}: checkpoint is of another architecture: name 'dpc_r18' "
+                                        r"\(this run: 'memdpc_r18'\)"):
+        ck.read_init(dpc, config)
+    clf, _ = _converted(tmp_path, "classifier_r18", num_classes=3)
+    with pytest.raises(UserError, match=f"{clf}: holds a finetuned classifier"):
+        ck.read_init(clf, config)
+    wide, _ = _converted(tmp_path, mem_size=16, bidirectional=False)
+    with pytest.raises(UserError, match=r"mem_size 16 \(this run: 8\)"):
+        ck.read_init(wide, config)
+    flow, _ = _converted(tmp_path, stream="flow", mem_size=8, bidirectional=False)
+    _, warning = ck.read_init(flow, config)
+    assert "converted as flow weights; used on the rgb stream" in warning
+    own = tmp_path / "own.pt"
+    ck.write_initial_checkpoint(TrainConfig(**CONFIG, stream="flow"), own)
+    with pytest.raises(UserError, match=f"{own}: checkpoint was trained on the flow stream, not rgb"):
+        ck.read_init(own, config)
+    (tmp_path / "cut.pt").write_bytes(own.read_bytes()[:1000])
+    with pytest.raises(UserError, match="cut.pt: not a readable checkpoint"):
+        ck.read_init(tmp_path / "cut.pt", config)

@@ -17,11 +17,15 @@ import torch
 from click.testing import CliRunner
 
 from memdpc.cli import main
+from memdpc.model import create_model
+from memdpc.model.checkpoint import load_model, read_checkpoint
 from memdpc.pipeline.clip import ClipSpec
-from memdpc.train.checkpoint import load_pretrained, param_digest, read_checkpoint
+from memdpc.train.checkpoint import param_digest
 from memdpc.train.config import TrainConfig
 from memdpc.train.distributed import DistEnv
 from memdpc.train.loop import _loader
+
+from ..conftest import reference_weights
 
 # A tiny network on 5×3-frame clips of 32 px; each run adds its own settings.
 TINY = ["--stream", "rgb", "--arch", "dpc_r18", "--widths", "4,8,16,16", "--size", "32", "--num-blocks", "5",
@@ -88,7 +92,7 @@ def test_short_run_lowers_the_loss_and_records_everything(learned_run):
     assert (learned_run / "checkpoints" / "best.pt").is_file()
     assert "mem_size: 32" in (learned_run / "config.yaml").read_text()
     assert any((learned_run / "tb").iterdir())
-    model, _ = load_pretrained(learned_run / "checkpoints" / "best.pt")
+    model, _ = load_model(learned_run / "checkpoints" / "best.pt")
     assert model.config["name"] == "memdpc_r18" and model.features(torch.randn(1, 5, 3, 3, 64, 64)).shape == (1, 32)
 
 
@@ -141,7 +145,7 @@ def test_torchrun_two_gloo_ranks_train_and_agree(train_shards, tmp_path):
     assert ckpt["world_size"] == 2 and len(ckpt["rng"]) == 2
     # 18 clips in 5 shards: rank 0 reads 10, rank 1 reads 8 -> 2 full batches of 4 per rank and epoch
     assert ckpt["step"] == 4
-    model, _ = load_pretrained(out / "checkpoints" / "last.pt")
+    model, _ = load_model(out / "checkpoints" / "last.pt")
     digest = param_digest(model)
     assert ckpt["rank_digests"] == [digest, digest]
     assert records(out, "train")[0]["top1"] <= 1
@@ -185,6 +189,62 @@ def test_mismatched_checkpoints_and_run_dirs_are_refused(learned_run, train_shar
     init = tmp_path / "d" / "checkpoints" / "init.pt"
     res = cli(*TINY, *LEARNED, "--shards", str(train_shards), "--out", str(tmp_path / "e"), "--resume", str(init))
     assert res.exit_code == 2 and f"{init}: holds weights only" in res.output
+
+
+def _convert(tmp_path: Path, name: str, **kw) -> tuple[Path, dict[str, torch.Tensor]]:
+    """A checkpoint in the reference layout (built without convert.py), converted with `memdpc convert`."""
+    weights, ref = reference_weights(name, seed=5, widths=(4, 8, 16, 16), **kw)
+    torch.save({"epoch": 99, "state_dict": ref, "best_acc": 0.5, "optimizer": {}, "iteration": 10},
+               tmp_path / f"{name}.pth.tar")
+    res = CliRunner().invoke(main, ["convert", str(tmp_path / f"{name}.pth.tar"), str(tmp_path / f"{name}.pt"),
+                                    "--stream", "rgb"])
+    assert res.exit_code == 0, res.output
+    return tmp_path / f"{name}.pt", weights
+
+
+INIT = [*TINY, "--arch", "memdpc_r18", "--mem-size", "16", "--bidirectional", "--val-split", "none"]
+
+
+@pytest.mark.slow
+def test_init_starts_a_new_run_from_converted_weights(train_shards, tmp_path, one_thread):
+    """The first step starts from the converted weights: undoing Adam's first update (its moments are in the
+    checkpoint) gives them back, where the run's own seeded initialisation is far from them."""
+    init, weights = _convert(tmp_path, "memdpc_r18", mem_size=16)
+    run = tmp_path / "run"
+    res = cli(*INIT, "--shards", str(train_shards), "--out", str(run), "--init", str(init), "--max-steps", "1")
+    assert res.exit_code == 0, res.output
+    ckpt = read_checkpoint(run / "checkpoints" / "last.pt")
+    assert (ckpt["origin"], ckpt["step"], ckpt["config"]["init"]) == ("train", 1, str(init))
+    model = create_model(**ckpt["model_config"])
+    lr, (beta1, beta2), eps = ckpt["config"]["lr"], (0.9, 0.999), 1e-8
+    state = ckpt["optimizer"]["state"]
+    for i, (name, _) in enumerate(model.named_parameters()):
+        after = ckpt["model"][name]
+        step = (lr * (state[i]["exp_avg"] / (1 - beta1)) / ((state[i]["exp_avg_sq"] / (1 - beta2)).sqrt() + eps)
+                if i in state else 0)
+        torch.testing.assert_close(after + step, weights[name], atol=1e-6, rtol=0, msg=name)
+    seeded = create_model(**ckpt["model_config"]).state_dict()
+    assert all(not torch.allclose(seeded[k], weights[k], atol=1e-2) for k in ("memory", "backbone.conv1.weight"))
+    # a run that resumes continues from its own checkpoint, not from --init
+    res = cli(*INIT, "--shards", str(train_shards), "--out", str(run), "--init", str(init), "--max-steps", "2")
+    assert res.exit_code == 0 and "resuming" in res.output, res.output
+    assert read_checkpoint(run / "checkpoints" / "last.pt")["step"] == 2
+
+
+def test_init_checkpoints_that_cannot_start_the_run_are_one_line_errors(train_shards, tmp_path):
+    dpc, _ = _convert(tmp_path, "dpc_r18")
+    clf, _ = _convert(tmp_path, "classifier_r18", num_classes=3)
+    cut = tmp_path / "cut.pt"
+    cut.write_bytes(dpc.read_bytes()[:2048])
+    for path, text in ((dpc, "checkpoint is of another architecture: name 'dpc_r18' (this run: 'memdpc_r18')"),
+                       (clf, "holds a finetuned classifier (classifier_r18), not a pretrained MemDPC/DPC model"),
+                       (cut, "not a readable checkpoint")):
+        res = cli(*INIT, "--shards", str(train_shards), "--out", str(tmp_path / "run"), "--init", str(path))
+        assert res.exit_code == 2 and f"{path}: {text}" in res.output and "Traceback" not in res.output, res.output
+        assert not (tmp_path / "run").exists()
+    res = cli(*INIT, "--arch", "dpc_r18", "--shards", str(train_shards), "--out", str(tmp_path / "run"),
+              "--resume", str(dpc))
+    assert res.exit_code == 2 and f"{dpc}: holds weights only" in res.output, res.output
 
 
 def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(train_shards, tmp_path, one_thread):

@@ -1,0 +1,51 @@
+"""Scoring a finetuned classifier as it is (e.g. the reference's LC checkpoints, converted): no training.
+
+Every window of the test split in 1, 5 or 10 crops goes through the classifier; the softmax is averaged
+per video, as after finetuning. The classifier's class ``i`` is taken to be label ``i`` of the shards.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+from memdpc.errors import UserError
+from memdpc.eval.features import EvalData, run_windows, split_classes
+from memdpc.eval.multicrop import VideoAccumulator, classification_metrics
+from memdpc.train.distributed import DistEnv
+
+
+def run_classify(checkpoint: str | os.PathLike, data: EvalData, out: str | os.PathLike, env: DistEnv, *,
+                 crops: int = 1, plot: bool = False) -> Path | None:
+    """``memdpc eval classify``: writes ``classify-<stream>.json`` (+ npz with per-video probabilities and
+    the per-window logits)."""
+    from memdpc.eval.pretrained import load_classifier
+    from memdpc.eval.results import save_result
+
+    out = Path(out)
+    clf, ckpt, stream = load_classifier(checkpoint, data, env)
+    data = replace(data, stream=stream)
+    classes, _ = split_classes(data, data.test_split)
+    if ckpt["model_config"]["num_classes"] != len(classes):
+        raise UserError(f"{checkpoint}: a classifier of {ckpt['model_config']['num_classes']} classes, but the "
+                        f"{data.test_split} shards have {len(classes)}")
+    windows = run_windows(clf, data, data.test_split, env, crops=crops, desc="test")
+    if windows is None:
+        return None
+    acc = VideoAccumulator()
+    acc.add(windows.keys, windows.video_ids, windows.labels.tolist(), windows.values)
+    ids, labels, probs, _ = acc.video_probs()
+    result = {"kind": "classify", "stream": stream, "dataset": data.dataset_name, "split": data.test_split,
+              "classes": classes, "metrics": classification_metrics(probs, labels),
+              "config": {"checkpoint": str(checkpoint), "crops": crops, "size": data.size}}
+    path = save_result(out / f"classify-{stream}.json", result,
+                       {"video_ids": np.array(ids), "labels": labels, "probs": probs.astype(np.float32),
+                        "keys": np.array(windows.keys), "logits": windows.values.astype(np.float32)})
+    if plot:
+        from memdpc.eval.plots import confusion_matrix
+
+        confusion_matrix(out / f"classify-{stream}-confusion.png", probs, labels, classes)
+    return path

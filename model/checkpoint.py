@@ -1,0 +1,194 @@
+"""Checkpoint files: the one builder and the one reader of every checkpoint memdpc writes.
+
+A checkpoint is a dict that loads with ``torch.load(weights_only=True)``. Every one holds ``format``,
+``memdpc_version``, ``origin`` (``train``: written by the training loop; ``init``: the untrained model of a
+config; ``converted``: imported from the reference implementation), ``model`` (state_dict), ``model_config``
+(``create_model(**it)`` rebuilds the model), ``stream`` (None for a converted file that was not told) and
+``input_size`` (the size the weights were trained at; None when unknown). Training checkpoints add the
+resume state (see :mod:`memdpc.train.checkpoint`), converted ones the ``source`` file and its ``epoch``.
+
+Training and evaluation both read checkpoints through :func:`read_checkpoint`; it also accepts the files
+of earlier versions (no ``origin`` or ``input_size``; converted files without ``format``).
+"""
+
+from __future__ import annotations
+
+import errno
+import io
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from memdpc import __version__
+from memdpc.atomic import atomic_path
+from memdpc.errors import UserError
+from memdpc.model.factory import create_model
+
+FORMAT = "memdpc-train-1"
+ORIGINS = ("train", "init", "converted")
+# model_config entries that change which weights a model has or their shapes
+WEIGHT_KEYS = ("name", "widths", "bidirectional", "mem_size", "track_running_stats", "num_classes")
+
+
+def build_checkpoint(
+    model: nn.Module, stream: str | None, origin: str, *, input_size: int | None = None, **extra: Any
+) -> dict[str, Any]:
+    """The checkpoint dict of ``model``; ``extra`` holds what its origin adds (training state, source)."""
+    if origin not in ORIGINS:
+        raise ValueError(f"origin must be one of {ORIGINS}, not {origin!r}")
+    return {
+        "format": FORMAT,
+        "memdpc_version": __version__,
+        "origin": origin,
+        "model": model.state_dict(),
+        "model_config": model.config,
+        "stream": stream,
+        "input_size": input_size or model.config.get("input_size"),
+        **extra,
+    }
+
+
+def serialize(state: dict[str, Any]) -> bytes:
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    return buf.getvalue()
+
+
+def write_checkpoint(data: bytes, path: str | Path) -> None:
+    """Write serialised checkpoint bytes to ``path`` atomically.
+
+    When the disk is full (or a quota or file-size limit is hit) the temporary file is removed, the file
+    previously at ``path`` stays intact, and a :class:`UserError` says so.
+    """
+    path = Path(path)
+    try:
+        with atomic_path(path) as tmp:
+            with open(tmp, "wb") as f:
+                f.write(data)
+    except OSError as e:
+        if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+            kept = f"; the previous {path.name} is unchanged" if path.exists() else ""
+            raise UserError(f"{path}: could not write the checkpoint ({e.strerror}){kept}") from None
+        raise
+
+
+def read_checkpoint(path: str | Path) -> dict[str, Any]:
+    """Load a memdpc checkpoint on the CPU, with ``origin``, ``stream`` and ``input_size`` always present.
+
+    UserError for a missing, damaged (e.g. truncated) or foreign file.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"{path}: checkpoint not found")
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 — any unpickling failure means "not a checkpoint we can read"
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise UserError(f"{path}: not a readable checkpoint ({type(e).__name__}: {first})") from None
+    if not isinstance(ckpt, dict):
+        raise UserError(f"{path}: not a memdpc checkpoint (it holds a {type(ckpt).__name__})")
+    if ckpt.get("format") != FORMAT and "converted_from" not in ckpt:
+        hint = "; import a reference checkpoint with `memdpc convert`" if "state_dict" in ckpt else ""
+        raise UserError(f"{path}: not a memdpc checkpoint (no format {FORMAT!r}){hint}")
+    if not isinstance(ckpt.get("model"), dict) or not isinstance(ckpt.get("model_config"), dict):
+        raise UserError(f"{path}: a memdpc checkpoint without model weights or model config")
+    return _complete(ckpt)
+
+
+def _complete(ckpt: dict[str, Any]) -> dict[str, Any]:
+    """Fill in what files of earlier versions do not record."""
+    if "origin" not in ckpt:
+        ckpt["origin"] = (
+            "converted" if "converted_from" in ckpt else "train" if "optimizer" in ckpt else "init"
+        )
+        if "converted_from" in ckpt:
+            ckpt["source"] = ckpt.pop("converted_from")
+    if "input_size" not in ckpt:
+        ckpt["input_size"] = (
+            (ckpt.get("config") or {}).get("size") or ckpt["model_config"].get("input_size")
+            if ckpt["origin"] != "converted"
+            else None
+        )
+    ckpt.setdefault("stream", None)
+    return ckpt
+
+
+def load_model(
+    path: str | Path, map_location: str | torch.device = "cpu"
+) -> tuple[nn.Module, dict[str, Any]]:
+    """Rebuild the model stored in a checkpoint and load its weights.
+
+    Returns ``(model, checkpoint_dict)``; the model is in eval mode on ``map_location``.
+    """
+    ckpt = read_checkpoint(path)
+    model = create_model(**ckpt["model_config"])
+    try:
+        model.load_state_dict(ckpt["model"])
+    except RuntimeError as e:
+        raise UserError(
+            f"{path}: its weights do not fit its model config ({str(e).splitlines()[0]})"
+        ) from None
+    return model.to(map_location).eval(), ckpt
+
+
+def is_classifier(ckpt: dict[str, Any]) -> bool:
+    """Whether the checkpoint holds a (finetuned) classifier rather than a pretrained (Mem)DPC model."""
+    return ckpt["model_config"]["name"].startswith("classifier")
+
+
+def require_pretrained(ckpt: dict[str, Any], path: str | Path) -> None:
+    """Refuse a classifier checkpoint where a pretrained MemDPC/DPC model is needed."""
+    if is_classifier(ckpt):
+        raise UserError(
+            f"{path}: holds a finetuned classifier ({ckpt['model_config']['name']}), not a pretrained "
+            "MemDPC/DPC model; score it with `memdpc eval classify`"
+        )
+
+
+def require_classifier(ckpt: dict[str, Any], path: str | Path) -> None:
+    """Refuse a pretrained model where a finetuned classifier is needed."""
+    if not is_classifier(ckpt):
+        raise UserError(
+            f"{path}: holds a pretrained {ckpt['model_config']['name']} model, not a finetuned "
+            "classifier; evaluate it with `memdpc eval probe` or `memdpc eval finetune`"
+        )
+
+
+def resolve_stream(ckpt: dict[str, Any], path: str | Path, requested: str | None) -> tuple[str, str | None]:
+    """(the stream to use, a warning or None) for using ``ckpt`` on ``requested`` (None: the checkpoint's).
+
+    The stream of a checkpoint memdpc trained is a fact, so another one is refused; the stream of a
+    converted file is what `memdpc convert --stream` was told, so an explicit other stream wins, with a
+    warning.
+    """
+    recorded = ckpt["stream"]
+    if recorded is None:
+        if requested is None:
+            raise UserError(
+                f"{path}: the checkpoint does not record its stream; pass --stream rgb|flow (or "
+                "convert it again with --stream)"
+            )
+        return requested, None
+    if requested is None or requested == recorded:
+        return recorded, None
+    if ckpt["origin"] != "converted":
+        raise UserError(f"{path}: checkpoint was trained on the {recorded} stream, not {requested}")
+    return requested, (
+        f"{path}: converted as {recorded} weights; used on the {requested} stream because --stream says so"
+    )
+
+
+def check_compatible(
+    ckpt: dict[str, Any], path: str | Path, model_config: dict[str, Any], keys: tuple[str, ...] | None = None
+) -> None:
+    """Refuse a checkpoint whose model differs from ``model_config`` in ``keys`` (default: every setting
+    but the seed)."""
+    ours, theirs = model_config, ckpt["model_config"]
+    keys = keys or tuple(k for k in sorted(set(theirs) | set(ours)) if k != "seed")
+    diff = [
+        f"{k} {theirs.get(k)!r} (this run: {ours.get(k)!r})" for k in keys if theirs.get(k) != ours.get(k)
+    ]
+    if diff:
+        raise UserError(f"{path}: checkpoint is of another architecture: {'; '.join(diff)}")
