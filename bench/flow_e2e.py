@@ -19,6 +19,10 @@ Four tables, side by side on the same frames and videos (real-looking synthetic 
     python bench/flow_e2e.py [--sizes 128,256 --batches 16,64,256 --device cuda --videos 32 --frames 64 \
         --cpu-workers 1,16 --out bench/results/flow_e2e.json]
     TRITON_INTERPRET=1 python bench/flow_e2e.py --quick     # a check of the script on a CPU (slow kernels)
+
+Where the GPU machine has no OpenCV contrib, make the fidelity rows' frames and OpenCV flows first on a
+machine that has it (``python bench/flow_e2e.py --make-reference ref.npz``, same ``--sizes``, ``--frames``
+and ``--fidelity-pairs``), then pass ``--reference ref.npz`` on the GPU.
 """
 
 from __future__ import annotations
@@ -111,11 +115,22 @@ def roofline(prev, nxt, device: str, params: TVL1Params, kernel_rate: float, pea
     return out
 
 
-def fidelity(prev, nxt, device: str, params: TVL1Params) -> dict:
-    """The Triton kernels against OpenCV's CPU TV-L1 on the same pairs."""
+def opencv_reference(key: str, prev, nxt, params: TVL1Params, saved: dict):
+    """The frames and OpenCV's flow for fidelity row ``key``: from ``saved`` (a ``--reference`` file made
+    on a machine with OpenCV contrib) when it has them, else computed now and added to ``saved``."""
+    if f"{key}/flow" not in saved:
+        saved |= {
+            f"{key}/prev": prev,
+            f"{key}/next": nxt,
+            f"{key}/flow": tvl1_torch.opencv_flow(prev, nxt, params),
+        }
+    return saved[f"{key}/prev"], saved[f"{key}/next"], saved[f"{key}/flow"]
+
+
+def fidelity(prev, nxt, ref, device: str, params: TVL1Params) -> dict:
+    """The Triton kernels against OpenCV's CPU TV-L1 flow ``ref`` of the same pairs."""
     p, n = torch.from_numpy(prev).to(device), torch.from_numpy(nxt).to(device)
     ours = tvl1_triton.tvl1_flow(p, n, params).cpu().numpy()
-    ref = tvl1_torch.opencv_flow(prev, nxt, params)
     epd = np.linalg.norm(ours - ref, axis=-1)
     return {
         "pairs": len(prev),
@@ -171,6 +186,19 @@ def _table(title: str, rows: list[dict], cols: dict[str, str]) -> Table:
     return table
 
 
+def make_reference(args: argparse.Namespace, params: TVL1Params, saved: dict) -> None:
+    """The fidelity rows' frames and OpenCV flows (rendered and decoded, per size) into ``--make-reference``."""
+    with tempfile.TemporaryDirectory() as tmp:
+        for size in map(int, args.sizes.split(",")):
+            opencv_reference(
+                f"{size}/rendered", *make_pairs(size, args.fidelity_pairs, seed=1), params, saved
+            )
+            records = make_videos(Path(tmp) / f"videos{size}", args.videos, args.frames, size)
+            opencv_reference(f"{size}/video", *video_pairs(records, args.fidelity_pairs), params, saved)
+    np.savez_compressed(args.make_reference, **saved)
+    console.print(f"wrote {args.make_reference}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sizes", default="128,256", help="comma-separated frame sizes (square)")
@@ -188,6 +216,18 @@ def main() -> None:
     ap.add_argument(
         "--peak-gbps", type=float, default=0.0, help="the card's memory bandwidth (default: by name)"
     )
+    ap.add_argument(
+        "--reference",
+        type=Path,
+        default=None,
+        help="frames and OpenCV flows for the fidelity rows, from --make-reference",
+    )
+    ap.add_argument(
+        "--make-reference",
+        type=Path,
+        default=None,
+        help="only compute the fidelity rows' frames and OpenCV flows into this .npz, then stop",
+    )
     ap.add_argument("--quick", action="store_true", help="tiny sizes: checks the script, measures nothing")
     ap.add_argument("--out", type=Path, default=Path("bench/results/flow_e2e.json"))
     args = ap.parse_args()
@@ -201,6 +241,13 @@ def main() -> None:
     console.print(f"device: {card}; peak bandwidth: {peak or 'unknown'} GB/s")
     cv2.setNumThreads(os.cpu_count() or 1)
     rows: dict[str, list[dict]] = {"kernel": [], "roofline": [], "fidelity": [], "end_to_end": []}
+    saved = dict(np.load(args.reference)) if args.reference else {}
+    if saved.setdefault("params", np.array(repr(params))) != repr(params):
+        raise SystemExit(f"{args.reference}: made with other TV-L1 parameters ({saved['params']})")
+    if args.make_reference:
+        make_reference(args, params, saved)
+        return
+    has_opencv_tvl1 = hasattr(cv2, "optflow")
 
     for size in map(int, args.sizes.split(",")):
         prev, nxt = make_pairs(size, 16)
@@ -218,19 +265,24 @@ def main() -> None:
         rows["roofline"].append(
             {"size": size, "pairs_per_s": best} | roofline(prev, nxt, dev, params, best, peak)
         )
-        fp, fn = make_pairs(size, args.fidelity_pairs, seed=1)
-        rows["fidelity"].append({"size": size, "frames": "rendered"} | fidelity(fp, fn, dev, params))
+        frames = opencv_reference(f"{size}/rendered", *make_pairs(size, args.fidelity_pairs, seed=1), params,
+                                  saved)  # fmt: skip
+        rows["fidelity"].append({"size": size, "frames": "rendered"} | fidelity(*frames, dev, params))
 
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         for size in map(int, args.sizes.split(",")):
             records = make_videos(tmp / f"videos{size}", args.videos, args.frames, size)
-            vp, vn = video_pairs(records, args.fidelity_pairs)
-            rows["fidelity"].append({"size": size, "frames": "video files"} | fidelity(vp, vn, dev, params))
+            frames = opencv_reference(f"{size}/video", *video_pairs(records, args.fidelity_pairs), params,
+                                      saved)  # fmt: skip
+            rows["fidelity"].append({"size": size, "frames": "video files"} | fidelity(*frames, dev, params))
             runs = (
                 [("triton", dev, 1), ("torch", dev, 1)] if dev.startswith("cuda") else [("triton", "cpu", 1)]
             )
-            runs += [("opencv", "cpu", int(w)) for w in args.cpu_workers.split(",")]
+            if has_opencv_tvl1:
+                runs += [("opencv", "cpu", int(w)) for w in args.cpu_workers.split(",")]
+            else:
+                console.print("OpenCV contrib (cv2.optflow) is not installed: no OpenCV end-to-end rows")
             for backend, device, workers in runs:
                 subset = records
                 if backend == "opencv":
