@@ -89,14 +89,19 @@ def time_kernel(fn, prev, nxt, device: str, batch: int, repeat: int) -> float:
     return batch * repeat / (time.perf_counter() - t)
 
 
+def flow_and_iterations(prev, nxt, device: str, params: TVL1Params) -> tuple[np.ndarray, torch.Tensor]:
+    """The kernels' flow of NumPy pairs, and each pair's pixel-iterations (every level's inner iterations
+    times its pixel count), float64 (B,)."""
+    p, n = (torch.from_numpy(a).to(device) for a in (prev, nxt))
+    flow, counts = tvl1_triton.tvl1_flow_with_iterations(p, n, params)
+    pixels = torch.tensor([a * b for a, b in level_sizes(*prev.shape[1:], params)], dtype=torch.float64)
+    return flow.cpu().numpy(), (counts.cpu().double() * pixels[:, None]).sum(0)
+
+
 def roofline(prev, nxt, device: str, params: TVL1Params, kernel_rate: float, peak_gbps: float | None) -> dict:
     """Iterations per pair, bytes moved per pair, achieved bandwidth at ``kernel_rate`` pairs/s."""
-    p, n = (torch.from_numpy(a).to(device) for a in (prev, nxt))
-    _, counts = tvl1_triton.tvl1_flow_with_iterations(p, n, params)
-    h, w = prev.shape[1:]
-    pixels = torch.tensor([a * b for a, b in level_sizes(h, w, params)], dtype=torch.float64)
-    per_pair = (counts.cpu().double() * pixels[:, None]).sum(0)  # pixel-iterations per pair
-    finest = per_pair / (h * w)
+    per_pair = flow_and_iterations(prev, nxt, device, params)[1]
+    finest = per_pair / (prev.shape[1] * prev.shape[2])
     bytes_per_pair = float(per_pair.mean()) * ITERATION_BYTES
     achieved = bytes_per_pair * kernel_rate / 1e9
     out = {
@@ -128,12 +133,13 @@ def opencv_reference(key: str, prev, nxt, params: TVL1Params, saved: dict):
 
 
 def fidelity(prev, nxt, ref, device: str, params: TVL1Params) -> dict:
-    """The Triton kernels against OpenCV's CPU TV-L1 flow ``ref`` of the same pairs."""
-    p, n = torch.from_numpy(prev).to(device), torch.from_numpy(nxt).to(device)
-    ours = tvl1_triton.tvl1_flow(p, n, params).cpu().numpy()
+    """The Triton kernels against OpenCV's CPU TV-L1 flow ``ref`` of the same pairs (and the iterations the
+    pairs took, finest-level equivalent)."""
+    ours, per_pair = flow_and_iterations(prev, nxt, device, params)
     epd = np.linalg.norm(ours - ref, axis=-1)
     return {
         "pairs": len(prev),
+        "iterations_mean": float(per_pair.mean()) / (prev.shape[1] * prev.shape[2]),
         "epd_mean": float(epd.mean()),
         "epd_max": float(epd.max()),
         "identical_codes": float((flow_to_codes(ours) == flow_to_codes(ref))[..., :2].mean()),
@@ -252,8 +258,8 @@ def main() -> None:
     for size in map(int, args.sizes.split(",")):
         prev, nxt = make_pairs(size, 16)
         fns = {
-            "triton": lambda p, n: tvl1_triton.tvl1_flow(p, n),
-            "torch": lambda p, n: tvl1_torch.tvl1_flow(p, n),
+            "triton": lambda p, n: tvl1_triton.tvl1_flow(p, n, params),
+            "torch": lambda p, n: tvl1_torch.tvl1_flow(p, n, params),
         }
         best = 0.0
         for name, batches in (("triton", args.batches), ("torch", args.torch_batches)):
@@ -300,7 +306,7 @@ def main() -> None:
         "iterations_max": ".0f", "mb_per_pair": ".1f", "achieved_gbps": ".0f", "peak_gbps": ".0f",
         "share_of_peak": ".1%", "one_pass_bound_pairs_per_s": ".0f"}))  # fmt: skip
     console.print(_table(f"Fidelity: Triton on {card} vs OpenCV CPU", rows["fidelity"], {
-        "size": "d", "frames": "s", "pairs": "d", "epd_mean": ".4f", "epd_max": ".3f",
+        "size": "d", "frames": "s", "pairs": "d", "iterations_mean": ".0f", "epd_mean": ".4f", "epd_max": ".3f",
         "identical_codes": ".2%", "flow_magnitude_mean": ".3f"}))  # fmt: skip
     console.print(_table("End to end: video files → flow archives", rows["end_to_end"], {
         "size": "d", "backend": "s", "device": "s", "workers": "d", "videos": "d", "pairs": "d",
