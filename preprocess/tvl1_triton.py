@@ -28,6 +28,7 @@ imported (slowly: for checks on small frames).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 
 import numpy as np
@@ -308,6 +309,12 @@ def tvl1_flow_with_iterations(
     params = params or TVL1Params()
     if check_every is None:
         check_every = CHECK_EVERY_CUDA if prev.is_cuda else 1
+    # Triton launches on the current CUDA device: make it the frames' one (cuda:1 in a second GPU's process)
+    with torch.cuda.device(prev.device) if prev.is_cuda else contextlib.nullcontext():
+        return _flow(prev, next, params, check_every)
+
+
+def _flow(prev, next, params: TVL1Params, check_every: int) -> tuple[torch.Tensor, torch.Tensor]:
     sizes = level_sizes(prev.shape[1], prev.shape[2], params)
     step = 1.0 / params.scale_step
     i0s, i1s = [prev.float().contiguous()], [next.float().contiguous()]
