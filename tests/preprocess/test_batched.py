@@ -4,11 +4,8 @@ and several device processes."""
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 import sys
-import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -222,7 +219,7 @@ def test_resume_skips_finished_videos_and_clears_stale_temporaries(records, refe
     assert all(p.stat().st_mtime_ns == t for p, t in stamps.items())  # finished archives untouched
 
 
-def test_kill_and_resume(records, reference, tmp_path):
+def test_kill_and_resume(records, reference, tmp_path, kill_midway):
     """SIGKILL a batched run mid-way: no archive under a final name is incomplete; a re-run completes the
     rest. Four copies of each video (under other ids) make the run long enough to be caught."""
     copies = [replace(r, id=f"{r.id}-{k}") for k in range(4) for r in records]
@@ -240,15 +237,7 @@ def test_kill_and_resume(records, reference, tmp_path):
         "1",
         *CHEAP_FLAGS,
     ]
-    proc = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 120
-        while not list((out / "flow").glob("[!.]*.tar")) and time.monotonic() < deadline:
-            assert proc.poll() is None, "the run ended before it could be killed"
-            time.sleep(0.01)
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+    kill_midway(cmd, out)
     done = {p.stem for p in (out / "flow").glob("[!.]*.tar")}
     assert done and len(done) < len(copies), "the kill should land mid-run"
     stamps = {p: p.stat().st_mtime_ns for p in out.glob("*/[!.]*.tar")}

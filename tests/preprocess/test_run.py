@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import cv2
@@ -291,7 +288,7 @@ def test_part_partitions_are_disjoint_and_cover(index, tmp_path):
     assert set(archives(tmp_path, "rgb")) == {r.id for r in recs}
 
 
-def test_kill_and_resume(index, tmp_path):
+def test_kill_and_resume(index, tmp_path, kill_midway):
     """SIGKILL a run (and its workers) mid-way: no half-written archive under a final name; a re-run
     finishes the rest and the output is complete and correct."""
     out = tmp_path / "out"
@@ -310,15 +307,7 @@ def test_kill_and_resume(index, tmp_path):
         "1",
         *FAST_FLAGS,
     ]
-    proc = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 120
-        while not list((out / "flow").glob("[!.]*.tar")) and time.monotonic() < deadline:
-            assert proc.poll() is None, "the run ended before it could be killed"
-            time.sleep(0.02)
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+    kill_midway(cmd, out)
     final = {s: {p.stem for p in (out / s).glob("[!.]*.tar")} for s in ("rgb", "flow")}
     complete = final["rgb"] & final["flow"]
     assert final["flow"] and len(complete) < 9, "the kill should land mid-run"
