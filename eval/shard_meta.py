@@ -14,6 +14,8 @@ from typing import Any
 
 from memdpc.errors import UserError
 from memdpc.pipeline.manifest import load_manifest, shard_paths
+from memdpc.pipeline.sample import INFO, is_frame_member
+from memdpc.pipeline.wds_index import split_name
 
 
 def _index_lines(idx: Path) -> Iterator[dict[str, tuple[int, int]]]:
@@ -44,11 +46,11 @@ def window_info(shard_dir: str | os.PathLike, stream: str, split: str) -> dict[s
     handles: dict[Path, Any] = {}
     try:
         for tar, members in _members(shard_dir, stream, split):
-            name = next((n for n in members if n.endswith(".json")), None)
+            name = next((n for n in members if split_name(n)[1] == INFO), None)
             if name is None:
                 raise UserError(f"{tar}: a sample without a .json member")
             f = handles.setdefault(tar, open(tar, "rb"))  # noqa: SIM115 — closed below
-            out[name[: -len(".json")]] = json.loads(_read(f, *members[name]))
+            out[split_name(name)[0]] = json.loads(_read(f, *members[name]))
     finally:
         for f in handles.values():
             f.close()
@@ -61,8 +63,8 @@ def window_frames(shard_dir: str | os.PathLike, stream: str, split: str, keys: I
     wanted = set(keys)
     out: dict[str, list[bytes]] = {}
     for tar, members in _members(shard_dir, stream, split):
-        frames = sorted(n for n in members if n.endswith(".jpg"))
-        key = frames[0].split(".", 1)[0] if frames else None
+        frames = sorted(n for n in members if is_frame_member(split_name(n)[1]))
+        key = split_name(frames[0])[0] if frames else None
         if key in wanted:
             with open(tar, "rb") as f:
                 out[key] = [_read(f, *members[n]) for n in frames]

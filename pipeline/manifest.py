@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import struct
 import tarfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -20,6 +19,7 @@ from typing import Any
 
 from memdpc.atomic import write_json_atomic
 from memdpc.errors import UserError
+from memdpc.pipeline.sample import INFO, LABEL, LABEL_BYTES, decode_label, sample_key, sample_members
 from memdpc.pipeline.wds_index import format_index, scan_tar, split_name
 
 
@@ -76,10 +76,6 @@ class VerifyResult:
     problems: list[str] = field(default_factory=list)
 
 
-def _sample_members(num_frames: int) -> set[str]:
-    return {f"f{i:02d}.jpg" for i in range(num_frames)} | {"cls", "json"}
-
-
 def _check_samples(tar: Path, num_frames: int, stream: str, problems: list[str]) -> tuple[int, set[str]]:
     """Group the members by key and check each sample's members, label and JSON; return (count, videos)."""
     members: dict[str, dict[str, bytes]] = {}
@@ -87,23 +83,23 @@ def _check_samples(tar: Path, num_frames: int, stream: str, problems: list[str])
         for m in t:
             if m.isfile():
                 base, ext = split_name(m.name)
-                if ext in ("cls", "json"):
+                if ext in (LABEL, INFO):
                     members.setdefault(base, {})[ext] = t.extractfile(m).read()
                 else:
                     members.setdefault(base, {})[ext] = b""
     videos = set()
-    want = _sample_members(num_frames)
+    want = set(sample_members(num_frames))
     for key, parts in members.items():
         if set(parts) != want:
             problems.append(f"{tar.name}: sample {key} has members {sorted(set(parts) ^ want)} wrong")
             continue
-        info = json.loads(parts["json"])
+        info = json.loads(parts[INFO])
         videos.add(info["video_id"])
-        if key != f"{info['video_id']}_{info['start']:05d}" or info["stream"] != stream:
+        if key != sample_key(info["video_id"], info["start"]) or info["stream"] != stream:
             problems.append(f"{tar.name}: sample {key} has JSON {info}")
-        if len(parts["cls"]) != 4 or struct.unpack("<i", parts["cls"])[0] != info["label"]:
+        if len(parts[LABEL]) != LABEL_BYTES or decode_label(parts[LABEL]) != info["label"]:
             problems.append(
-                f"{tar.name}: sample {key} has label bytes {parts['cls']!r}, JSON says {info['label']}"
+                f"{tar.name}: sample {key} has label bytes {parts[LABEL]!r}, JSON says {info['label']}"
             )
     return len(members), videos
 

@@ -4,7 +4,8 @@ manifest, atomically and resumably.
 Layout: ``<out>/<stream>/<split>-NNNNNN.tar`` + ``<split>-NNNNNN.idx`` (the text DALI's ``wds2idx`` writes)
 + ``<split>-NNNNNN.sha256`` + ``plan-<split>.json`` (written first: configuration and every shard's keys) + ``manifest-<split>.json``
 (written last). Members per sample: ``<key>.f00.jpg … <key>.f39.jpg`` (JPEG bytes copied from the archives,
-never re-encoded), ``<key>.cls`` (int32 little-endian label), ``<key>.json``; key ``<video_id>_<start:05d>``.
+never re-encoded), ``<key>.cls`` (int32 little-endian label), ``<key>.json``; key ``<video_id>_<start:05d>``
+(all named in :mod:`memdpc.pipeline.sample`).
 Tars are plain USTAR with fixed owner, mode and mtime, so the same inputs and seed give identical bytes.
 
 Resuming: the plan (see :mod:`memdpc.pipeline.shard_plan`) fixes which samples go to which shard; a shard is
@@ -18,7 +19,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import struct
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -41,6 +41,7 @@ from memdpc.errors import UserError
 from memdpc.pipeline import ustar
 from memdpc.pipeline.clip import ClipSpec
 from memdpc.pipeline.manifest import file_sha256, load_manifest, manifest_path, stream_dir, write_manifest
+from memdpc.pipeline.sample import FRAME_PATTERN, INFO, LABEL, encode_label, frame_member, member_name
 from memdpc.pipeline.shard_plan import (
     DEFAULT_CLIP,
     DEFAULT_MAX_COUNT,
@@ -110,8 +111,8 @@ def _read_frames(samples: list[Sample], sources: dict[str, FrameSource]) -> dict
 
 def _members(s: Sample, frames: dict[tuple[str, int], bytes]) -> list[tuple[str, bytes]]:
     key, vid = s.key, s.video_id
-    out = [(f"{key}.f{j:02d}.jpg", frames[vid, i]) for j, i in enumerate(s.indices)]
-    return out + [(f"{key}.cls", struct.pack("<i", s.label)), (f"{key}.json", s.json_bytes)]
+    out = [(member_name(key, frame_member(j)), frames[vid, i]) for j, i in enumerate(s.indices)]
+    return out + [(member_name(key, LABEL), encode_label(s.label)), (member_name(key, INFO), s.json_bytes)]
 
 
 def write_shard(tar_path: Path, shard: ShardPlan, sources: dict[str, FrameSource], on_sample=None) -> dict:
@@ -223,7 +224,7 @@ def _manifest(plan: Plan, entries: list[dict], folder: Path) -> dict[str, Any]:
         "max_size": cfg["max_size"],
         "seed": cfg["seed"],
         "index_format": "wds2idx v1.2",
-        "members": {"frames": "fNN.jpg", "label": "cls (int32 little-endian)", "info": "json"},
+        "members": {"frames": FRAME_PATTERN, "label": f"{LABEL} (int32 little-endian)", "info": INFO},
         "num_short": plan.short,
         "skipped": plan.skipped,
         "shards": entries,

@@ -28,6 +28,7 @@ import numpy as np
 from memdpc.errors import UserError
 from memdpc.pipeline import ustar
 from memdpc.pipeline.clip import ClipSpec
+from memdpc.pipeline.sample import LABEL_BYTES, frame_member, member_name, sample_key
 from memdpc.preprocess.archive import META, archive_path
 from memdpc.preprocess.video_index import VideoRecord
 
@@ -77,7 +78,7 @@ class Sample:
 
     @property
     def key(self) -> str:
-        return f"{self.rec.id}_{self.start:05d}"
+        return sample_key(self.rec.id, self.start)
 
     @property
     def indices(self) -> list[int]:
@@ -209,7 +210,7 @@ def _video_samples(
 
 def sample_bytes(sample: Sample, src: FrameSource) -> int:
     """Bytes the sample's members take in a tar (headers, data, padding): frames, ``cls``, ``json``."""
-    sizes = np.append(src.sizes[sample.indices], [4, len(sample.json_bytes)])
+    sizes = np.append(src.sizes[sample.indices], [LABEL_BYTES, len(sample.json_bytes)])
     return int((ustar.BLOCK + sizes + (-sizes % ustar.BLOCK)).sum())
 
 
@@ -238,7 +239,7 @@ def _total(body: int) -> int:
 
 
 def _check_key(rec: VideoRecord, clip: ClipSpec, source: str) -> None:
-    longest = f"{rec.id}_{0:05d}.f{clip.num_frames - 1:02d}.jpg"
+    longest = member_name(sample_key(rec.id, 0), frame_member(clip.num_frames - 1))
     if "." in rec.id or "/" in rec.id or len(longest) > ustar.MAX_NAME:
         raise UserError(
             f"{source}: video id '{rec.id}' is not usable as a WebDataset key "
