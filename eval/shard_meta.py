@@ -15,15 +15,7 @@ from typing import Any
 from memdpc.errors import UserError
 from memdpc.pipeline.manifest import load_manifest, shard_paths
 from memdpc.pipeline.sample import INFO, is_frame_member
-from memdpc.pipeline.wds_index import split_name
-
-
-def _index_lines(idx: Path) -> Iterator[dict[str, tuple[int, int]]]:
-    """Per sample: {member name: (offset, size)}."""
-    lines = idx.read_text().splitlines()
-    for line in lines[1:]:
-        parts = line.split()
-        yield {parts[i + 3]: (int(parts[i + 1]), int(parts[i + 2])) for i in range(0, len(parts), 4)}
+from memdpc.pipeline.wds_index import read_index, split_name
 
 
 def _members(shard_dir: str | os.PathLike, stream: str, split: str) -> Iterator[tuple[Path, dict]]:
@@ -31,7 +23,7 @@ def _members(shard_dir: str | os.PathLike, stream: str, split: str) -> Iterator[
     for tar, idx in shard_paths(shard_dir, manifest):
         if not idx.is_file():
             raise UserError(f"{idx}: DALI index of shard {tar.name} is missing")
-        for members in _index_lines(idx):
+        for members in read_index(idx):
             yield tar, members
 
 
