@@ -135,8 +135,9 @@ _TVL1_OPTIONS = [  # (option, field, type, help); defaults are OpenCV's CPU Dual
 
 def _preprocess_options(default_streams: str):
     from memdpc.preprocess.encode import FLOW_ENCODING, FLOW_ENCODING_RGB, RGB_ENCODING
-    from memdpc.preprocess.flow import AUTO, BACKENDS, TVL1Params
+    from memdpc.preprocess.flow import AUTO, BACKENDS
     from memdpc.preprocess.job import PreprocessConfig
+    from memdpc.preprocess.tvl1_params import TVL1Params
 
     defaults, config = TVL1Params(), PreprocessConfig(out="")
     opts = [
