@@ -19,8 +19,8 @@ from rich.table import Table
 from memdpc.atomic import atomic_path, write_json_atomic
 from memdpc.pipeline.clip import ClipSpec
 from memdpc.preprocess.synthetic import SyntheticConfig
+from memdpc.streams import STREAMS
 
-STREAMS = ("rgb", "flow")
 MODELS = ("random", "memdpc")
 MODEL_NAMES = {"random": "random init", "memdpc": "MemDPC"}
 COLUMNS = (("retrieval", "R@1"), ("retrieval", "R@5"), ("probe-linear", "top1"))

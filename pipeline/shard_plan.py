@@ -31,9 +31,9 @@ from memdpc.pipeline.clip import ClipSpec
 from memdpc.pipeline.sample import LABEL_BYTES, frame_member, member_name, sample_key
 from memdpc.preprocess.archive import META, archive_path
 from memdpc.preprocess.video_index import VideoRecord
+from memdpc.streams import STREAMS
 
 FORMAT = "memdpc-shards-v1"
-STREAMS = ("rgb", "flow")
 TRAIN_SPLITS = ("train", "all")  # shuffled, train windows; any other split: index order, eval windows
 DEFAULT_WINDOW_STEP = 20  # UCF101 (~180 frames at 25 fps): starts 0, 20, 40 (, 60) → 3–4 windows per video
 DEFAULT_MAX_COUNT = 1000

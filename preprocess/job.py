@@ -25,8 +25,7 @@ from memdpc.preprocess.encode import FLOW_ENCODING, RGB_ENCODING, JpegEncoding, 
 from memdpc.preprocess.flow import AUTO, BACKENDS, BOUND
 from memdpc.preprocess.tvl1_params import TVL1Params
 from memdpc.preprocess.video_index import VideoRecord
-
-STREAMS = ("rgb", "flow")
+from memdpc.streams import STREAMS
 
 
 @dataclass(frozen=True)

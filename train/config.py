@@ -16,10 +16,11 @@ import yaml
 
 from memdpc.errors import UserError
 from memdpc.pipeline.backends import BACKENDS
+from memdpc.streams import STREAMS
 
 ARCHS = ("memdpc_r18", "memdpc_r34", "dpc_r18", "dpc_r34")
 CHOICES: dict[str, tuple[str, ...]] = {
-    "stream": ("rgb", "flow"),
+    "stream": STREAMS,
     "arch": ARCHS,
     "schedule": ("plateau", "milestones", "constant"),
     "amp": ("none", "bf16", "fp16"),
