@@ -1,4 +1,4 @@
-"""Video-level predictions from window-level outputs (DESIGN 2.7).
+"""Video-level predictions from window-level outputs (ARCHITECTURE.md §3.6).
 
 The test protocol: softmax per window and crop, averaged over all windows of a video (per crop), then
 over the 1, 5 or 10 crops; top-1/top-5 on the per-video probabilities. Windows are identified by their
