@@ -40,7 +40,7 @@ from memdpc.atomic import atomic_path, remove_stale_tmp, write_bytes_atomic, wri
 from memdpc.errors import UserError
 from memdpc.pipeline import ustar
 from memdpc.pipeline.clip import ClipSpec
-from memdpc.pipeline.manifest import file_sha256, load_manifest, manifest_path, stream_dir, write_manifest
+from memdpc.pipeline.manifest import file_sha256, manifest_path, stream_dir, write_manifest
 from memdpc.pipeline.sample import FRAME_PATTERN, INFO, LABEL, encode_label, frame_member, member_name
 from memdpc.pipeline.shard_plan import (
     DEFAULT_CLIP,
@@ -57,7 +57,7 @@ from memdpc.pipeline.shard_plan import (
 from memdpc.pipeline.wds_index import format_index, index_path, split_name
 from memdpc.preprocess.video_index import VideoRecord, read_index
 
-__all__ = ["load_manifest", "shard_stream", "write_shard", "ShardReport", "THROTTLE_ENV"]
+__all__ = ["run_shard", "shard_stream", "write_shard", "ShardReport", "THROTTLE_ENV"]
 
 THROTTLE_ENV = "MEMDPC_SHARD_THROTTLE"
 """Seconds to sleep after each sample written: limits I/O on shared storage, and lets tests interrupt a run."""
