@@ -10,7 +10,7 @@ Graph (one per epoch, so an epoch is reproducible from ``(seed, epoch)`` alone):
              them (crop_resize, the torch loader's code) in a thread pool: DALI's CPU resize is slower than its
              decode
              (+ the per-frame colour maps, applied on the target device: DALI's CPU coord_transform costs
-             ~25× cv2.transform, ~35 ms per clip)
+             far more than cv2.transform)
       eval:  40 × decoders.image → stack → one slice/resize per crop (+ flip) → stack to (K, F, H, W, 3)
 
 Random parameters come from :mod:`memdpc.pipeline.augment` through an ``external_source``, the same draws
