@@ -16,7 +16,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import tarfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -29,7 +28,7 @@ from memdpc.errors import UserError
 from memdpc.pipeline import ustar
 from memdpc.pipeline.clip import ClipSpec
 from memdpc.pipeline.sample import LABEL_BYTES, frame_member, member_name, sample_key
-from memdpc.preprocess.archive import META, archive_path
+from memdpc.preprocess.archive import META, archive_path, frame_index, frame_name
 from memdpc.preprocess.video_index import VideoRecord
 from memdpc.streams import STREAMS
 
@@ -38,7 +37,6 @@ TRAIN_SPLITS = ("train", "all")  # shuffled, train windows; any other split: ind
 DEFAULT_WINDOW_STEP = 20  # UCF101 (~180 frames at 25 fps): starts 0, 20, 40 (, 60) → 3–4 windows per video
 DEFAULT_MAX_COUNT = 1000
 DEFAULT_MAX_SIZE = 128 * 2**20
-_FRAME = re.compile(r"^(\d{6})\.jpg$")
 DEFAULT_CLIP = ClipSpec()
 
 
@@ -149,10 +147,10 @@ def scan_archive(path: Path) -> FrameSource:
                 with open(path, "rb") as f:
                     f.seek(offset)
                     meta = json.loads(f.read(size))
-            elif match := _FRAME.match(name):
-                frames[int(match[1])] = (offset, size)
+            elif (i := frame_index(name)) is not None:
+                frames[i] = (offset, size)
             else:
-                raise UserError(f"{path}: unexpected member '{name}' (need 000000.jpg … and {META})")
+                raise UserError(f"{path}: unexpected member '{name}' (need {frame_name(0)} … and {META})")
     except (tarfile.TarError, OSError, EOFError, ValueError) as e:  # JSONDecodeError is a ValueError
         raise UserError(f"{path}: unreadable frame archive ({e})") from None
     if meta is None:
