@@ -3,7 +3,8 @@
 The manifest is written last (atomically), so its presence means every shard it lists is complete. It
 holds the configuration (stream, split, clip geometry, window rule, seed, shard limits), the frame
 encoding and size, class names (index = label), sample and video counts, and per shard its tar name, index
-name, sample count, size and SHA-256.
+name, sample count, size and SHA-256. The names of the files in a stream's folder are spelled here
+(:func:`manifest_path`, :func:`shard_name`, :func:`checksum_path`; the index: ``wds_index.index_path``).
 """
 
 from __future__ import annotations
@@ -29,6 +30,22 @@ def stream_dir(shard_dir: str | os.PathLike, stream: str) -> Path:
 
 def manifest_path(shard_dir: str | os.PathLike, stream: str, split: str) -> Path:
     return stream_dir(shard_dir, stream) / f"manifest-{split}.json"
+
+
+def shard_name(split: str, k: int) -> str:
+    """The file name of the ``k``-th shard of ``split``: ``<split>-NNNNNN.tar``."""
+    return f"{split}-{k:06d}.tar"
+
+
+def shard_pattern(split: str) -> str:
+    """A glob pattern that matches every shard of ``split`` in a stream's folder."""
+    return f"{split}-*.tar"
+
+
+def checksum_path(tar_path: Path) -> Path:
+    """``<shard>.sha256`` in ``sha256sum`` format, written before the shard is renamed into place: on resume
+    it tells whether a shard in place is intact."""
+    return tar_path.with_suffix(".sha256")
 
 
 def write_manifest(path: str | os.PathLike, manifest: dict[str, Any]) -> Path:
@@ -125,7 +142,7 @@ def verify_manifest(path: Path) -> VerifyResult:
             continue
         if idx.read_text() != format_index(scan_tar(tar)):
             res.problems.append(f"{s['index']}: index does not match its shard")
-        checksum = tar.with_suffix(".sha256")
+        checksum = checksum_path(tar)
         if checksum.is_file() and checksum.read_text().split(" ", 1)[0] != s["sha256"]:
             res.problems.append(f"{checksum.name}: differs from the manifest's SHA-256")
         count, vids = _check_samples(
@@ -144,7 +161,7 @@ def verify_manifest(path: Path) -> VerifyResult:
             f"{manifest['num_samples']} of {manifest['num_videos']}"
         )
     listed = {s["name"] for s in manifest["shards"]}
-    extra = sorted(p.name for p in folder.glob(f"{manifest['split']}-*.tar") if p.name not in listed)
+    extra = sorted(p.name for p in folder.glob(shard_pattern(manifest["split"])) if p.name not in listed)
     if extra:
         res.problems.append(f"shards not in the manifest: {', '.join(extra)}")
     return res

@@ -40,7 +40,14 @@ from memdpc.atomic import atomic_path, remove_stale_tmp, write_bytes_atomic, wri
 from memdpc.errors import UserError
 from memdpc.pipeline import ustar
 from memdpc.pipeline.clip import ClipSpec
-from memdpc.pipeline.manifest import file_sha256, manifest_path, stream_dir, write_manifest
+from memdpc.pipeline.manifest import (
+    checksum_path,
+    file_sha256,
+    manifest_path,
+    shard_pattern,
+    stream_dir,
+    write_manifest,
+)
 from memdpc.pipeline.sample import FRAME_PATTERN, INFO, LABEL, encode_label, frame_member, member_name
 from memdpc.pipeline.shard_plan import (
     DEFAULT_CLIP,
@@ -142,12 +149,6 @@ def write_shard(tar_path: Path, shard: ShardPlan, sources: dict[str, FrameSource
     return _entry(tar_path, shard, w.h.hexdigest())
 
 
-def checksum_path(tar_path: Path) -> Path:
-    """``<shard>.sha256`` in ``sha256sum`` format, written before the shard is renamed into place: on resume
-    it tells whether a shard in place is intact."""
-    return tar_path.with_suffix(".sha256")
-
-
 def _entry(tar_path: Path, shard: ShardPlan, sha256: str) -> dict[str, Any]:
     return {
         "name": tar_path.name,
@@ -191,7 +192,7 @@ def _claim(folder: Path, split: str, plan: Plan) -> None:
             f"{folder}: holds {split} shards of another configuration (differs in {what}); "
             "use another --out or delete that folder"
         )
-    if any(folder.glob(f"{split}-*.tar")) or manifest_path(folder.parent, folder.name, split).exists():
+    if any(folder.glob(shard_pattern(split))) or manifest_path(folder.parent, folder.name, split).exists():
         raise UserError(f"{folder}: holds {split} shards without a memdpc plan file; use another --out")
     write_json_atomic(path, new)
 

@@ -27,6 +27,7 @@ import numpy as np
 from memdpc.errors import UserError
 from memdpc.pipeline import ustar
 from memdpc.pipeline.clip import ClipSpec
+from memdpc.pipeline.manifest import shard_name
 from memdpc.pipeline.sample import LABEL_BYTES, frame_member, member_name, sample_key
 from memdpc.preprocess.archive import META, archive_path, frame_index, frame_name
 from memdpc.preprocess.video_index import VideoRecord
@@ -221,12 +222,12 @@ def _cut(
     for s in samples:
         members = sample_bytes(s, sources[s.video_id])
         if cur and (len(cur) >= max_count or _total(body + members) > max_size):
-            shards.append(ShardPlan(f"{split}-{len(shards):06d}.tar", cur, _total(body)))
+            shards.append(ShardPlan(shard_name(split, len(shards)), cur, _total(body)))
             cur, body = [], 0
         cur.append(s)
         body += members
     if cur:
-        shards.append(ShardPlan(f"{split}-{len(shards):06d}.tar", cur, _total(body)))
+        shards.append(ShardPlan(shard_name(split, len(shards)), cur, _total(body)))
     return shards
 
 
