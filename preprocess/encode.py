@@ -88,8 +88,8 @@ FLOW_ENCODING_RGB = JpegEncoding(90, "rgb")
 
 def gpu_decodes_alike(encoding: str) -> bool:
     """Whether nvJPEG (DALI's ``mixed`` decoder) decodes JPEGs of this recorded ``encoding`` like
-    libjpeg-turbo. On an H100, flow codes in ``jpeg-q100-444`` decoded identically; in ``jpeg-q90-rgb``
-    (no YCbCr transform) nvJPEG misread them by 1.1–3.7 codes on average and up to 127."""
+    libjpeg-turbo: flow codes in ``jpeg-q100-444`` decode identically; ``-rgb`` encodings (no YCbCr
+    transform) nvJPEG misreads (README has the measured error)."""
     return not encoding.endswith("-rgb")
 
 
