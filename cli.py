@@ -14,6 +14,7 @@ from rich.table import Table
 from memdpc import __version__
 from memdpc.errors import UserError
 from memdpc.pipeline.backends import BACKENDS as LOADER_BACKENDS
+from memdpc.streams import STREAMS
 
 console = Console(stderr=True)
 # an output folder: click rejects an existing file of that name before any work starts
@@ -135,8 +136,9 @@ _TVL1_OPTIONS = [  # (option, field, type, help); defaults are OpenCV's CPU Dual
 
 def _preprocess_options(default_streams: str):
     from memdpc.preprocess.encode import FLOW_ENCODING, FLOW_ENCODING_RGB, RGB_ENCODING
-    from memdpc.preprocess.flow import AUTO, BACKENDS, TVL1Params
+    from memdpc.preprocess.flow import AUTO, BACKENDS
     from memdpc.preprocess.job import PreprocessConfig
+    from memdpc.preprocess.tvl1_params import TVL1Params
 
     defaults, config = TVL1Params(), PreprocessConfig(out="")
     opts = [
@@ -309,7 +311,7 @@ def preprocess_flow(index: Path, **kw) -> None:
 @main.command("shard")
 @click.argument("archive_root", type=click.Path(path_type=Path), required=False)
 @click.option("--index", "index", type=click.Path(path_type=Path), help="Video index (JSONL) of the videos.")
-@click.option("--stream", type=click.Choice(["rgb", "flow"]), help="Which archives to shard.")
+@click.option("--stream", type=click.Choice(STREAMS), help="Which archives to shard.")
 @click.option("--out", "out", type=OUT_DIR, help="Shard folder (gets <stream>/ inside).")
 @click.option(
     "--split",
@@ -434,7 +436,7 @@ def train_cmd(config_file: Path | None, init_only: bool, **options) -> None:
 )
 @click.option(
     "--stream",
-    type=click.Choice(["rgb", "flow"]),
+    type=click.Choice(STREAMS),
     default=None,
     help="Stream the weights were trained on, recorded in the imported checkpoint (evaluation needs it).",
 )
@@ -501,7 +503,7 @@ def _eval_options(fn):
                      help="Shard folder (holding <stream>/manifest-<split>.json)."),
         click.option("--out", type=OUT_DIR, required=True,
                      help="Folder for results JSON/npz, feature caches and plots."),
-        click.option("--stream", type=click.Choice(["rgb", "flow"]), default=None,
+        click.option("--stream", type=click.Choice(STREAMS), default=None,
                      help="Stream to evaluate (default: the checkpoint's; another one is refused, except "
                           "for a converted checkpoint, with a warning)."),
         click.option("--dataset", default=None, help="Dataset name in the results (default: the shard folder's)."),
@@ -657,7 +659,7 @@ main.add_command(bench)
 
 @bench.command("loader")
 @click.argument("shards", type=click.Path(path_type=Path, exists=True, file_okay=False))
-@click.option("--stream", type=click.Choice(["rgb", "flow"]), default="rgb", show_default=True, help="Stream.")
+@click.option("--stream", type=click.Choice(STREAMS), default="rgb", show_default=True, help="Stream.")
 @click.option("--split", default="train", show_default=True, help="Split whose shards are read.")
 @click.option("--size", type=int, default=128, show_default=True, help="Output clip size (full augmentation).")
 @click.option("--batch-size", type=int, default=8, show_default=True, help="Clips per batch.")

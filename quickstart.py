@@ -19,8 +19,8 @@ from rich.table import Table
 from memdpc.atomic import atomic_path, write_json_atomic
 from memdpc.pipeline.clip import ClipSpec
 from memdpc.preprocess.synthetic import SyntheticConfig
+from memdpc.streams import STREAMS
 
-STREAMS = ("rgb", "flow")
 MODELS = ("random", "memdpc")
 MODEL_NAMES = {"random": "random init", "memdpc": "MemDPC"}
 COLUMNS = (("retrieval", "R@1"), ("retrieval", "R@5"), ("probe-linear", "top1"))
@@ -30,23 +30,21 @@ COLUMNS = (("retrieval", "R@1"), ("retrieval", "R@5"), ("probe-linear", "top1"))
 class Profile:
     """Sizes of one quickstart run: data, clip geometry, model and optimisation.
 
-    The default is a small configuration that finishes on 2 CPU cores in about 10 minutes: 10 classes × 8
-    videos of 48 frames at 64², clips of 8 blocks × 5 consecutive frames (stride 1 instead of the paper's 3,
-    because the example videos are short), a 2D3D-ResNet18 with a quarter of the channels (16, 32, 64, 64),
-    memory 1024, and TV-L1 with 3 pyramid scales and 3 warps instead of OpenCV's 5 and 5 (64² frames need no
-    deeper pyramid; 2× faster). The crop is resized straight to the training size (going through 224 first
-    would only upsample 64² frames, and made loading 3× slower), which differs per stream (``stream_train``):
-    flow trains at 96² for 10 epochs (a 3 × 3 final feature map; at 64², with a 2 × 2 map, its loss stalled
-    and pretraining did not beat random init; at 32², 40 epochs, it fell below random init); RGB trains at 32²
-    for 40 epochs (a 1 × 1 map). With more than one position the dense loss first learns where a cell is,
-    before what it shows; RGB at 96² spent all of its 60 steps there and came out below random init (probe
-    top-1 16.7 against 33.3). At 32² there is no position to learn, a step costs about a sixth, and 240 steps
-    make the RGB encoder beat random init.
+    The default is a small configuration for a CPU-only machine (README, "The quickstart", has its run time
+    and results): 10 classes × 8 videos of 48 frames at 64², clips of 8 blocks × 5 consecutive frames (stride
+    1 instead of the paper's 3, because the example videos are short), a 2D3D-ResNet18 with a quarter of the
+    channels (16, 32, 64, 64), memory 1024, and TV-L1 with 3 pyramid scales and 3 warps instead of OpenCV's 5
+    and 5 (64² frames need no deeper pyramid). The crop is resized straight to the training size (going
+    through 224 first would only upsample 64² frames, and slows loading), which differs per stream
+    (``stream_train``): flow trains at 96² (a 3 × 3 final feature map; at 64², with a 2 × 2 map, its loss
+    stalled and pretraining did not beat random init; at 32² it fell below random init); RGB trains at 32² (a
+    1 × 1 map). With more than one position the dense loss first learns where a cell is, before what it
+    shows; RGB at 96² spent all of its steps there and came out below random init. At 32² there is no
+    position to learn, a step is much cheaper, and the RGB encoder beats random init.
     Flow images skip the per-frame colour jitter (``jitter_flow=False``; the paper jitters both streams): the
-    example objects move about 1.3 px per frame, 8.5 codes off the zero-flow 128, while a ±50 % brightness
-    jitter moves that 128 by up to ±64 codes, differently in every frame; on the earlier example data flow
-    pretraining gained 2 videos of 30 on R@1 with it and 7 without (README).
-    Validation reads one batch per epoch (the whole test split would cost a third of the training time).
+    example objects move only a few codes off the zero-flow 128, while brightness jitter moves that 128 by
+    far more, differently in every frame (README, "Two settings make pretraining pay off").
+    Validation reads one batch per epoch (the whole test split would cost a large part of the training time).
     Shards hold ``max_count`` clips each, so that every loader worker has shards of its own (the torch
     loader gives each worker whole shards): the default's 30 test clips make 8 shards.
     """

@@ -27,7 +27,8 @@ from rich.table import Table
 from memdpc.atomic import write_json_atomic
 from memdpc.preprocess.flow import flow_to_codes
 from memdpc.preprocess.synthetic import CLASSES, render_video
-from memdpc.preprocess.tvl1_torch import Schedule, TVL1Params, tvl1_flow
+from memdpc.preprocess.tvl1_params import TVL1Params
+from memdpc.preprocess.tvl1_torch import Schedule, tvl1_flow
 
 console = Console(width=160)
 

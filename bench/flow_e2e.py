@@ -41,23 +41,21 @@ from rich.table import Table
 
 from memdpc.atomic import write_json_atomic
 from memdpc.bench.flow_backends import make_pairs
-from memdpc.preprocess import flow, tvl1_torch, tvl1_triton
+from memdpc.preprocess import tvl1_torch, tvl1_triton
 from memdpc.preprocess.decode import DecodeSpec, VideoStream
 from memdpc.preprocess.flow import flow_to_codes
 from memdpc.preprocess.run import PreprocessConfig, run_preprocess
 from memdpc.preprocess.synthetic import CLASSES, render_video, write_video
-from memdpc.preprocess.tvl1_torch import TVL1Params, level_sizes
+from memdpc.preprocess.tvl1_params import TVL1Params
+from memdpc.preprocess.tvl1_torch import level_sizes
 from memdpc.preprocess.video_index import VideoRecord
 
 console = Console(width=170)
 ITERATION_BYTES = 4 * (11 + 10)  # float32 fields read + written per pixel by _u_kernel and _p_kernel
 ONE_PASS_BYTES = 4 * 16  # the bound's model: 16 float fields per pixel and iteration, read or written once
 QUICK = TVL1Params(
-    nscales=2, warps=1, outer_iterations=2, inner_iterations=5
-)  # --quick: the interpreter is slow
-QUICK_RUN = flow.TVL1Params(
     scales=2, warps=1, outer_iterations=2, inner_iterations=5
-)  # the same, as the run's
+)  # --quick: the interpreter is slow
 PEAK_GBPS = {
     "H100 80GB HBM3": 3350,
     "H100 PCIe": 2000,
@@ -171,7 +169,7 @@ def video_pairs(records: list[VideoRecord], n: int) -> tuple[np.ndarray, np.ndar
     return np.stack(prev), np.stack(nxt)
 
 
-def end_to_end(records, backend: str, device: str, workers: int, out: Path, params: flow.TVL1Params) -> dict:
+def end_to_end(records, backend: str, device: str, workers: int, out: Path, params: TVL1Params) -> dict:
     """Pairs/s of ``run_preprocess`` (flow only) from video files to archives on disk."""
     cfg = PreprocessConfig(out=str(out), streams=("flow",), decode=DecodeSpec(size=0), tvl1=params,
                            flow_backend=backend, device=device, workers=workers)  # fmt: skip
@@ -241,7 +239,7 @@ def main() -> None:
         args.sizes, args.batches, args.torch_batches, args.repeat = "32", "2,4", "4", 1
         args.fidelity_pairs, args.videos, args.frames, args.cpu_workers = 2, 2, 4, "1"
     dev = args.device
-    params, run_params = (QUICK, QUICK_RUN) if args.quick else (TVL1Params(), flow.TVL1Params())
+    params = QUICK if args.quick else TVL1Params()
     card = torch.cuda.get_device_name(dev) if dev.startswith("cuda") else "CPU (Triton interpreter)"
     peak = args.peak_gbps or next((v for k, v in PEAK_GBPS.items() if k in card), None)
     console.print(f"device: {card}; peak bandwidth: {peak or 'unknown'} GB/s")
@@ -294,7 +292,7 @@ def main() -> None:
                 if backend == "opencv":
                     subset = records[: args.cpu_videos or max(int(w) for w in args.cpu_workers.split(","))]
                 out = tmp / f"out-{size}-{backend}-{workers}"
-                r = end_to_end(subset, backend, device, workers, out, run_params)
+                r = end_to_end(subset, backend, device, workers, out, params)
                 rows["end_to_end"].append({"size": size, "backend": backend, "device": device,
                                            "workers": workers, "videos": len(subset)} | r)  # fmt: skip
                 console.log(f"end to end {backend} {size}² workers {workers}: {r['pairs_per_s']:.1f} pairs/s")

@@ -27,6 +27,7 @@ from rich.table import Table
 
 from memdpc.atomic import write_json_atomic
 from memdpc.pipeline.clip import ClipSpec
+from memdpc.pipeline.sample import frame_member, member_name, sample_key
 from memdpc.pipeline.shard import shard_stream
 from memdpc.pipeline.shard_plan import DEFAULT_WINDOW_STEP, usable_frames
 from memdpc.preprocess.archive import archive_path, read_archive, write_archive
@@ -56,7 +57,7 @@ def baseline(root: Path, records: list[VideoRecord], out: Path, clip: ClipSpec) 
             usable = usable_frames("rgb", len(frames))
             for start in clip.train_starts(usable, DEFAULT_WINDOW_STEP):
                 for j, i in enumerate(clip.frame_indices(start, usable)):
-                    info = tarfile.TarInfo(f"{r.id}_{start:05d}.f{j:02d}.jpg")
+                    info = tarfile.TarInfo(member_name(sample_key(r.id, start), frame_member(j)))
                     info.size = len(frames[i])
                     tar.addfile(info, io.BytesIO(frames[i]))
                 samples += 1

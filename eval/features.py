@@ -25,6 +25,7 @@ from memdpc.atomic import atomic_path
 from memdpc.errors import UserError
 from memdpc.pipeline.clip import ClipSpec
 from memdpc.pipeline.manifest import load_manifest, manifest_path
+from memdpc.pipeline.sample import parse_key
 from memdpc.train.distributed import DistEnv
 
 
@@ -57,8 +58,8 @@ class Windows:
     values: np.ndarray
 
     def starts(self) -> np.ndarray:
-        """Window start frames, read from the keys ``<video_id>_<start:05d>``."""
-        return np.array([int(k.rsplit("_", 1)[1]) for k in self.keys], dtype=np.int64)
+        """Window start frames, read from the keys (:func:`~memdpc.pipeline.sample.parse_key`)."""
+        return np.array([parse_key(k)[1] for k in self.keys], dtype=np.int64)
 
 
 def split_classes(data: EvalData, split: str) -> tuple[list[str], dict[str, Any]]:

@@ -1,4 +1,4 @@
-"""End-to-end finetuning (DESIGN 2.5, 2.7) and its scarce-label variant.
+"""End-to-end finetuning (ARCHITECTURE.md §3.4, §3.6) and its scarce-label variant.
 
 The classifier is the pretrained encoder and aggregators with a BatchNorm → Dropout 0.9 → Linear head
 (:class:`~memdpc.model.Classifier`), trained with Adam 1e-3, weight decay 1e-3, the lr decayed once to 1e-4

@@ -1,4 +1,4 @@
-"""Late fusion of two streams (DESIGN 2.7): weighted mean of per-video softmax probabilities for
+"""Late fusion of two streams (ARCHITECTURE.md §3.6): weighted mean of per-video softmax probabilities for
 classifiers, the sum of the two cosine-similarity matrices for retrieval.
 
 Two results are fused only when they describe the same evaluation: same dataset, split, class list and

@@ -1,9 +1,10 @@
-"""Video-level predictions from window-level outputs (DESIGN 2.7).
+"""Video-level predictions from window-level outputs (ARCHITECTURE.md §3.6).
 
 The test protocol: softmax per window and crop, averaged over all windows of a video (per crop), then
 over the 1, 5 or 10 crops; top-1/top-5 on the per-video probabilities. Windows are identified by their
-shard key, so a window seen twice (a padded last batch, a sample repeated across ranks) counts once, and
-:meth:`VideoAccumulator.check_complete` refuses a result that misses windows.
+shard key, so a window seen twice (a padded last batch, a sample repeated across ranks) counts once. The
+windows come from :func:`memdpc.eval.features.run_windows`, which refuses a split evaluated with windows
+missing.
 """
 
 from __future__ import annotations

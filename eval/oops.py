@@ -1,4 +1,4 @@
-"""Unintentional actions on Oops (DESIGN 2.7, paper appendix): per time step, z_t ⊕ ẑ_t → linear, 3 classes.
+"""Unintentional actions on Oops (ARCHITECTURE.md §3.6): per time step, z_t ⊕ ẑ_t → linear, 3 classes.
 
 z_t is the encoder feature of block t and ẑ_t its prediction from blocks < t (forward aggregator, φ and
 memory), both spatially pooled (:meth:`MemDPC.step_features`); block 0 has no past and is not used. Labels

@@ -1,4 +1,4 @@
-"""Per-time-step labels of the Oops protocol (DESIGN 2.7) and oversampling of the rare class.
+"""Per-time-step labels of the Oops protocol (ARCHITECTURE.md §3.6) and oversampling of the rare class.
 
 A time step is one block of a window (block k of the window at ``start`` covers source frames
 ``start + 15k + {0, 3, 6, 9, 12}`` and stands for the time until the next block begins,

@@ -19,6 +19,7 @@ import matplotlib
 import numpy as np
 
 from memdpc.atomic import atomic_path
+from memdpc.pipeline.sample import sample_key
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402 — after choosing the backend
@@ -57,16 +58,16 @@ def retrieval_examples(path: str | os.PathLike, data: EvalData, q_ids: Sequence[
     num_blocks = int(load_manifest(data.shards, stream, data.test_split)["clip"]["num_blocks"])
     rows = min(rows, len(q_ids))
     top = neighbours[:rows, :3]
-    q_frames = window_frames(data.shards, stream, data.test_split, [f"{q_ids[i]}_00000" for i in range(rows)])
-    g_keys = [f"{g_ids[j]}_00000" for j in np.unique(top)]
+    q_frames = window_frames(data.shards, stream, data.test_split, [sample_key(q_ids[i], 0) for i in range(rows)])
+    g_keys = [sample_key(g_ids[j], 0) for j in np.unique(top)]
     g_frames = window_frames(data.shards, stream, data.train_split, g_keys)
     fig, axes = plt.subplots(rows, 1 + top.shape[1], figsize=(4 * (1 + top.shape[1]), 1.2 * rows + 0.5),
                              squeeze=False)
     for i in range(rows):
-        cells = [(q_frames.get(f"{q_ids[i]}_00000"), f"query: {classes[q_labels[i]]}", "black")]
+        cells = [(q_frames.get(sample_key(q_ids[i], 0)), f"query: {classes[q_labels[i]]}", "black")]
         for j in top[i]:
             color = "green" if g_labels[j] == q_labels[i] else "red"
-            cells.append((g_frames.get(f"{g_ids[j]}_00000"), classes[g_labels[j]], color))
+            cells.append((g_frames.get(sample_key(g_ids[j], 0)), classes[g_labels[j]], color))
         for ax, (jpegs, title, color) in zip(axes[i], cells, strict=False):
             ax.axis("off")
             if jpegs:

@@ -14,7 +14,7 @@ from memdpc.errors import UserError
 from memdpc.eval.features import EvalData
 from memdpc.model.checkpoint import load_model, require_classifier, require_pretrained, resolve_stream
 from memdpc.pipeline.manifest import manifest_path
-from memdpc.train.config import CHOICES
+from memdpc.streams import STREAMS
 from memdpc.train.distributed import DistEnv
 
 
@@ -48,7 +48,7 @@ def _check_shards_hold(checkpoint, ckpt: dict[str, Any], data: EvalData, stream:
     """Refuse shards that lack the checkpoint's stream, naming the stream they do hold."""
     if manifest_path(data.shards, stream, data.test_split).is_file():
         return
-    others = [s for s in CHOICES["stream"]
+    others = [s for s in STREAMS
               if s != stream and manifest_path(data.shards, s, data.test_split).is_file()]
     if not others:
         return  # no shards of either stream: the manifest reader names the missing file

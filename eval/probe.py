@@ -1,4 +1,4 @@
-"""Linear and non-linear (MLP) probes on frozen, cached features (DESIGN 2.7).
+"""Linear and non-linear (MLP) probes on frozen, cached features (ARCHITECTURE.md §3.6).
 
 Features are the pooled context of every window (train split: centre crop; test split: 1, 5 or 10 crops),
 extracted once and cached. The head (:class:`~memdpc.model.LinearHead`: BatchNorm → Dropout 0.5 → Linear,

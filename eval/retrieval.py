@@ -1,4 +1,4 @@
-"""Nearest-neighbour video retrieval (DESIGN 2.7): test videos query train videos by cosine similarity.
+"""Nearest-neighbour video retrieval (ARCHITECTURE.md §3.6): test videos query train videos by cosine similarity.
 
 Each set is centred by its own mean and L2-normalised; the similarity of a query and a gallery video is
 their dot product (the cosine), or, for late fusion of streams, the sum of the per-stream cosines. The

@@ -14,14 +14,8 @@ from typing import Any
 
 from memdpc.errors import UserError
 from memdpc.pipeline.manifest import load_manifest, shard_paths
-
-
-def _index_lines(idx: Path) -> Iterator[dict[str, tuple[int, int]]]:
-    """Per sample: {member name: (offset, size)}."""
-    lines = idx.read_text().splitlines()
-    for line in lines[1:]:
-        parts = line.split()
-        yield {parts[i + 3]: (int(parts[i + 1]), int(parts[i + 2])) for i in range(0, len(parts), 4)}
+from memdpc.pipeline.sample import INFO, is_frame_member
+from memdpc.pipeline.wds_index import read_index, split_name
 
 
 def _members(shard_dir: str | os.PathLike, stream: str, split: str) -> Iterator[tuple[Path, dict]]:
@@ -29,7 +23,7 @@ def _members(shard_dir: str | os.PathLike, stream: str, split: str) -> Iterator[
     for tar, idx in shard_paths(shard_dir, manifest):
         if not idx.is_file():
             raise UserError(f"{idx}: DALI index of shard {tar.name} is missing")
-        for members in _index_lines(idx):
+        for members in read_index(idx):
             yield tar, members
 
 
@@ -44,11 +38,11 @@ def window_info(shard_dir: str | os.PathLike, stream: str, split: str) -> dict[s
     handles: dict[Path, Any] = {}
     try:
         for tar, members in _members(shard_dir, stream, split):
-            name = next((n for n in members if n.endswith(".json")), None)
+            name = next((n for n in members if split_name(n)[1] == INFO), None)
             if name is None:
                 raise UserError(f"{tar}: a sample without a .json member")
             f = handles.setdefault(tar, open(tar, "rb"))  # noqa: SIM115 — closed below
-            out[name[: -len(".json")]] = json.loads(_read(f, *members[name]))
+            out[split_name(name)[0]] = json.loads(_read(f, *members[name]))
     finally:
         for f in handles.values():
             f.close()
@@ -61,8 +55,8 @@ def window_frames(shard_dir: str | os.PathLike, stream: str, split: str, keys: I
     wanted = set(keys)
     out: dict[str, list[bytes]] = {}
     for tar, members in _members(shard_dir, stream, split):
-        frames = sorted(n for n in members if n.endswith(".jpg"))
-        key = frames[0].split(".", 1)[0] if frames else None
+        frames = sorted(n for n in members if is_frame_member(split_name(n)[1]))
+        key = split_name(frames[0])[0] if frames else None
         if key in wanted:
             with open(tar, "rb") as f:
                 out[key] = [_read(f, *members[n]) for n in frames]

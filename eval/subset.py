@@ -1,4 +1,4 @@
-"""Scarce-label subsets (DESIGN 2.7, data efficiency): a seeded, stratified fraction of the train videos."""
+"""Scarce-label subsets (ARCHITECTURE.md §3.6, scarce labels): a seeded, stratified fraction of the train videos."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Import and export checkpoints of the reference implementations (MemDPC, DPC, their classifiers).
 
-Reference layouts (DESIGN 2.5), file ``{epoch, state_dict, best_acc, optimizer, iteration}``:
+Reference layouts (ARCHITECTURE.md §3.4), file ``{epoch, state_dict, best_acc, optimizer, iteration}``:
   MemDPC:       ``mb``, ``backbone.*``, ``agg_f.*``, ``agg_b.*``, ``network_pred.{0,2}.*``
   DPC:          ``module.backbone.*``, ``module.agg.*``, ``module.network_pred.{0,2}.*``
   classifier:   ``backbone.*``, ``agg_f.*``, ``agg_b.*``, ``final_bn.*``, ``final_fc.1.*``

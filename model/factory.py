@@ -17,22 +17,22 @@ from torch import nn
 from memdpc.errors import UserError
 from memdpc.model.heads import Classifier
 from memdpc.model.memdpc import MemDPC
+from memdpc.model.names import MODEL_NAMES, split_name
 
-# family -> (class, fixed arguments, overridable defaults)
+# family (memdpc.model.names.FAMILIES) -> (class, fixed arguments, overridable defaults)
 _FAMILIES = {
     "memdpc": (MemDPC, {"memory": True}, {"bidirectional": True}),
     "dpc": (MemDPC, {"memory": False}, {"bidirectional": False}),
     "classifier": (Classifier, {}, {}),
 }
-MODEL_NAMES = tuple(f"{fam}_r{d}" for fam in _FAMILIES for d in (18, 34))
 
 
 def _parse(name: str) -> tuple[type[nn.Module], dict, dict]:
     if name not in MODEL_NAMES:
         raise UserError(f"unknown model {name!r}; choose one of {', '.join(MODEL_NAMES)}")
-    fam, depth = name.rsplit("_r", 1)
+    fam, depth = split_name(name)
     cls, fixed, defaults = _FAMILIES[fam]
-    return cls, {**fixed, "depth": int(depth)}, defaults
+    return cls, {**fixed, "depth": depth}, defaults
 
 
 def finish_config(model: nn.Module, name: str, seed: int | None) -> nn.Module:

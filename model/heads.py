@@ -1,4 +1,4 @@
-"""Evaluation heads: linear and MLP probes, the finetune classifier, and the Oops head (DESIGN 2.5, 2.7)."""
+"""Evaluation heads: linear and MLP probes, the finetune classifier, the Oops head (ARCHITECTURE.md §3.4)."""
 
 from __future__ import annotations
 

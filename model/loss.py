@@ -1,4 +1,4 @@
-"""Dense InfoNCE: every prediction against every target of the batch, in one matrix product (DESIGN 2.5).
+"""Dense InfoNCE: every prediction against every target of the batch, in one matrix product (ARCHITECTURE.md §3.2).
 
 A prediction at (batch b, step t, position p) must pick its own target (b, t, p) among all B·T·H·W targets.
 Features that encode only the position p (zero padding gives it away) already lower the loss from

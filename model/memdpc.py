@@ -1,4 +1,4 @@
-"""MemDPC (uni- and bidirectional) and the DPC baseline (DESIGN 2.5).
+"""MemDPC (uni- and bidirectional) and the DPC baseline (ARCHITECTURE.md §3.1).
 
 Pipeline for clips (B, N, 3, SL, H, W):
   f: (2+3D)-ResNet per block, time-averaged   -> z  (B, N, D, h, w), not rectified (targets)

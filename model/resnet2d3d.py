@@ -1,4 +1,4 @@
-"""The (2+3D)-ResNet encoder f of DPC/MemDPC (DESIGN 2.5, paper appendix table).
+"""The (2+3D)-ResNet encoder f of DPC/MemDPC (ARCHITECTURE.md §3.1).
 
 res2/res3 use 2D kernels (1×3×3), res4/res5 3D kernels (3×3×3). For a 5×128² block the stage outputs are
 5×64²×64 (stem conv), 5×32²×64 (pool), 5×32²×64 (res2), 5×16²×128 (res3), 3×8²×256 (res4), 2×4²×256 (res5).

@@ -10,7 +10,7 @@ Graph (one per epoch, so an epoch is reproducible from ``(seed, epoch)`` alone):
              them (crop_resize, the torch loader's code) in a thread pool: DALI's CPU resize is slower than its
              decode
              (+ the per-frame colour maps, applied on the target device: DALI's CPU coord_transform costs
-             ~25× cv2.transform, ~35 ms per clip)
+             far more than cv2.transform)
       eval:  40 × decoders.image → stack → one slice/resize per crop (+ flip) → stack to (K, F, H, W, 3)
 
 Random parameters come from :mod:`memdpc.pipeline.augment` through an ``external_source``, the same draws
@@ -36,6 +36,7 @@ from memdpc.pipeline.augment import (
     sample_clip,
 )
 from memdpc.pipeline.loader import Batch, LoaderPlan
+from memdpc.pipeline.sample import sample_key, sample_members
 from memdpc.preprocess.encode import gpu_decodes_alike
 
 
@@ -136,7 +137,7 @@ class DaliLoader:
             prefetch_queue_depth=2,
         )
         shards = self._paths(epoch)
-        exts = [f"f{i:02d}.jpg" for i in range(p.num_frames)] + ["cls", "json"]
+        exts = sample_members(p.num_frames)
         with pipe:
             outs = fn.readers.webdataset(
                 paths=[str(t) for t, _ in shards],
@@ -259,7 +260,7 @@ class DaliLoader:
         return Batch(
             clips=clips,
             labels=out["label"].reshape(-1).long().to(device),
-            keys=[f"{m['video_id']}_{m['start']:05d}" for m in metas],
+            keys=[sample_key(m["video_id"], m["start"]) for m in metas],
             video_ids=[m["video_id"] for m in metas],
         )
 

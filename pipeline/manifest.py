@@ -3,7 +3,8 @@
 The manifest is written last (atomically), so its presence means every shard it lists is complete. It
 holds the configuration (stream, split, clip geometry, window rule, seed, shard limits), the frame
 encoding and size, class names (index = label), sample and video counts, and per shard its tar name, index
-name, sample count, size and SHA-256.
+name, sample count, size and SHA-256. The names of the files in a stream's folder are spelled here
+(:func:`manifest_path`, :func:`shard_name`, :func:`checksum_path`; the index: ``wds_index.index_path``).
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import struct
 import tarfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -20,6 +20,7 @@ from typing import Any
 
 from memdpc.atomic import write_json_atomic
 from memdpc.errors import UserError
+from memdpc.pipeline.sample import INFO, LABEL, LABEL_BYTES, decode_label, sample_key, sample_members
 from memdpc.pipeline.wds_index import format_index, scan_tar, split_name
 
 
@@ -29,6 +30,22 @@ def stream_dir(shard_dir: str | os.PathLike, stream: str) -> Path:
 
 def manifest_path(shard_dir: str | os.PathLike, stream: str, split: str) -> Path:
     return stream_dir(shard_dir, stream) / f"manifest-{split}.json"
+
+
+def shard_name(split: str, k: int) -> str:
+    """The file name of the ``k``-th shard of ``split``: ``<split>-NNNNNN.tar``."""
+    return f"{split}-{k:06d}.tar"
+
+
+def shard_pattern(split: str) -> str:
+    """A glob pattern that matches every shard of ``split`` in a stream's folder."""
+    return f"{split}-*.tar"
+
+
+def checksum_path(tar_path: Path) -> Path:
+    """``<shard>.sha256`` in ``sha256sum`` format, written before the shard is renamed into place: on resume
+    it tells whether a shard in place is intact."""
+    return tar_path.with_suffix(".sha256")
 
 
 def write_manifest(path: str | os.PathLike, manifest: dict[str, Any]) -> Path:
@@ -76,10 +93,6 @@ class VerifyResult:
     problems: list[str] = field(default_factory=list)
 
 
-def _sample_members(num_frames: int) -> set[str]:
-    return {f"f{i:02d}.jpg" for i in range(num_frames)} | {"cls", "json"}
-
-
 def _check_samples(tar: Path, num_frames: int, stream: str, problems: list[str]) -> tuple[int, set[str]]:
     """Group the members by key and check each sample's members, label and JSON; return (count, videos)."""
     members: dict[str, dict[str, bytes]] = {}
@@ -87,23 +100,23 @@ def _check_samples(tar: Path, num_frames: int, stream: str, problems: list[str])
         for m in t:
             if m.isfile():
                 base, ext = split_name(m.name)
-                if ext in ("cls", "json"):
+                if ext in (LABEL, INFO):
                     members.setdefault(base, {})[ext] = t.extractfile(m).read()
                 else:
                     members.setdefault(base, {})[ext] = b""
     videos = set()
-    want = _sample_members(num_frames)
+    want = set(sample_members(num_frames))
     for key, parts in members.items():
         if set(parts) != want:
             problems.append(f"{tar.name}: sample {key} has members {sorted(set(parts) ^ want)} wrong")
             continue
-        info = json.loads(parts["json"])
+        info = json.loads(parts[INFO])
         videos.add(info["video_id"])
-        if key != f"{info['video_id']}_{info['start']:05d}" or info["stream"] != stream:
+        if key != sample_key(info["video_id"], info["start"]) or info["stream"] != stream:
             problems.append(f"{tar.name}: sample {key} has JSON {info}")
-        if len(parts["cls"]) != 4 or struct.unpack("<i", parts["cls"])[0] != info["label"]:
+        if len(parts[LABEL]) != LABEL_BYTES or decode_label(parts[LABEL]) != info["label"]:
             problems.append(
-                f"{tar.name}: sample {key} has label bytes {parts['cls']!r}, JSON says {info['label']}"
+                f"{tar.name}: sample {key} has label bytes {parts[LABEL]!r}, JSON says {info['label']}"
             )
     return len(members), videos
 
@@ -129,7 +142,7 @@ def verify_manifest(path: Path) -> VerifyResult:
             continue
         if idx.read_text() != format_index(scan_tar(tar)):
             res.problems.append(f"{s['index']}: index does not match its shard")
-        checksum = tar.with_suffix(".sha256")
+        checksum = checksum_path(tar)
         if checksum.is_file() and checksum.read_text().split(" ", 1)[0] != s["sha256"]:
             res.problems.append(f"{checksum.name}: differs from the manifest's SHA-256")
         count, vids = _check_samples(
@@ -148,7 +161,7 @@ def verify_manifest(path: Path) -> VerifyResult:
             f"{manifest['num_samples']} of {manifest['num_videos']}"
         )
     listed = {s["name"] for s in manifest["shards"]}
-    extra = sorted(p.name for p in folder.glob(f"{manifest['split']}-*.tar") if p.name not in listed)
+    extra = sorted(p.name for p in folder.glob(shard_pattern(manifest["split"])) if p.name not in listed)
     if extra:
         res.problems.append(f"shards not in the manifest: {', '.join(extra)}")
     return res

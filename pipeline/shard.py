@@ -4,7 +4,8 @@ manifest, atomically and resumably.
 Layout: ``<out>/<stream>/<split>-NNNNNN.tar`` + ``<split>-NNNNNN.idx`` (the text DALI's ``wds2idx`` writes)
 + ``<split>-NNNNNN.sha256`` + ``plan-<split>.json`` (written first: configuration and every shard's keys) + ``manifest-<split>.json``
 (written last). Members per sample: ``<key>.f00.jpg … <key>.f39.jpg`` (JPEG bytes copied from the archives,
-never re-encoded), ``<key>.cls`` (int32 little-endian label), ``<key>.json``; key ``<video_id>_<start:05d>``.
+never re-encoded), ``<key>.cls`` (int32 little-endian label), ``<key>.json``; key ``<video_id>_<start:05d>``
+(all named in :mod:`memdpc.pipeline.sample`).
 Tars are plain USTAR with fixed owner, mode and mtime, so the same inputs and seed give identical bytes.
 
 Resuming: the plan (see :mod:`memdpc.pipeline.shard_plan`) fixes which samples go to which shard; a shard is
@@ -18,7 +19,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import struct
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -40,7 +40,15 @@ from memdpc.atomic import atomic_path, remove_stale_tmp, write_bytes_atomic, wri
 from memdpc.errors import UserError
 from memdpc.pipeline import ustar
 from memdpc.pipeline.clip import ClipSpec
-from memdpc.pipeline.manifest import file_sha256, load_manifest, manifest_path, stream_dir, write_manifest
+from memdpc.pipeline.manifest import (
+    checksum_path,
+    file_sha256,
+    manifest_path,
+    shard_pattern,
+    stream_dir,
+    write_manifest,
+)
+from memdpc.pipeline.sample import FRAME_PATTERN, INFO, LABEL, encode_label, frame_member, member_name
 from memdpc.pipeline.shard_plan import (
     DEFAULT_CLIP,
     DEFAULT_MAX_COUNT,
@@ -56,7 +64,7 @@ from memdpc.pipeline.shard_plan import (
 from memdpc.pipeline.wds_index import format_index, index_path, split_name
 from memdpc.preprocess.video_index import VideoRecord, read_index
 
-__all__ = ["load_manifest", "shard_stream", "write_shard", "ShardReport", "THROTTLE_ENV"]
+__all__ = ["run_shard", "shard_stream", "write_shard", "ShardReport", "THROTTLE_ENV"]
 
 THROTTLE_ENV = "MEMDPC_SHARD_THROTTLE"
 """Seconds to sleep after each sample written: limits I/O on shared storage, and lets tests interrupt a run."""
@@ -110,8 +118,8 @@ def _read_frames(samples: list[Sample], sources: dict[str, FrameSource]) -> dict
 
 def _members(s: Sample, frames: dict[tuple[str, int], bytes]) -> list[tuple[str, bytes]]:
     key, vid = s.key, s.video_id
-    out = [(f"{key}.f{j:02d}.jpg", frames[vid, i]) for j, i in enumerate(s.indices)]
-    return out + [(f"{key}.cls", struct.pack("<i", s.label)), (f"{key}.json", s.json_bytes)]
+    out = [(member_name(key, frame_member(j)), frames[vid, i]) for j, i in enumerate(s.indices)]
+    return out + [(member_name(key, LABEL), encode_label(s.label)), (member_name(key, INFO), s.json_bytes)]
 
 
 def write_shard(tar_path: Path, shard: ShardPlan, sources: dict[str, FrameSource], on_sample=None) -> dict:
@@ -139,12 +147,6 @@ def write_shard(tar_path: Path, shard: ShardPlan, sources: dict[str, FrameSource
         write_bytes_atomic(index_path(tar_path), format_index(entries).encode())
         write_bytes_atomic(checksum_path(tar_path), f"{w.h.hexdigest()}  {tar_path.name}\n".encode())
     return _entry(tar_path, shard, w.h.hexdigest())
-
-
-def checksum_path(tar_path: Path) -> Path:
-    """``<shard>.sha256`` in ``sha256sum`` format, written before the shard is renamed into place: on resume
-    it tells whether a shard in place is intact."""
-    return tar_path.with_suffix(".sha256")
 
 
 def _entry(tar_path: Path, shard: ShardPlan, sha256: str) -> dict[str, Any]:
@@ -190,7 +192,7 @@ def _claim(folder: Path, split: str, plan: Plan) -> None:
             f"{folder}: holds {split} shards of another configuration (differs in {what}); "
             "use another --out or delete that folder"
         )
-    if any(folder.glob(f"{split}-*.tar")) or manifest_path(folder.parent, folder.name, split).exists():
+    if any(folder.glob(shard_pattern(split))) or manifest_path(folder.parent, folder.name, split).exists():
         raise UserError(f"{folder}: holds {split} shards without a memdpc plan file; use another --out")
     write_json_atomic(path, new)
 
@@ -223,7 +225,7 @@ def _manifest(plan: Plan, entries: list[dict], folder: Path) -> dict[str, Any]:
         "max_size": cfg["max_size"],
         "seed": cfg["seed"],
         "index_format": "wds2idx v1.2",
-        "members": {"frames": "fNN.jpg", "label": "cls (int32 little-endian)", "info": "json"},
+        "members": {"frames": FRAME_PATTERN, "label": f"{LABEL} (int32 little-endian)", "info": INFO},
         "num_short": plan.short,
         "skipped": plan.skipped,
         "shards": entries,

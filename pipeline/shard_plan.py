@@ -16,7 +16,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import tarfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,16 +27,17 @@ import numpy as np
 from memdpc.errors import UserError
 from memdpc.pipeline import ustar
 from memdpc.pipeline.clip import ClipSpec
-from memdpc.preprocess.archive import META, archive_path
+from memdpc.pipeline.manifest import shard_name
+from memdpc.pipeline.sample import LABEL_BYTES, frame_member, member_name, sample_key
+from memdpc.preprocess.archive import META, archive_path, frame_index, frame_name
 from memdpc.preprocess.video_index import VideoRecord
+from memdpc.streams import STREAMS
 
 FORMAT = "memdpc-shards-v1"
-STREAMS = ("rgb", "flow")
 TRAIN_SPLITS = ("train", "all")  # shuffled, train windows; any other split: index order, eval windows
 DEFAULT_WINDOW_STEP = 20  # UCF101 (~180 frames at 25 fps): starts 0, 20, 40 (, 60) → 3–4 windows per video
 DEFAULT_MAX_COUNT = 1000
 DEFAULT_MAX_SIZE = 128 * 2**20
-_FRAME = re.compile(r"^(\d{6})\.jpg$")
 DEFAULT_CLIP = ClipSpec()
 
 
@@ -77,7 +77,7 @@ class Sample:
 
     @property
     def key(self) -> str:
-        return f"{self.rec.id}_{self.start:05d}"
+        return sample_key(self.rec.id, self.start)
 
     @property
     def indices(self) -> list[int]:
@@ -148,10 +148,10 @@ def scan_archive(path: Path) -> FrameSource:
                 with open(path, "rb") as f:
                     f.seek(offset)
                     meta = json.loads(f.read(size))
-            elif match := _FRAME.match(name):
-                frames[int(match[1])] = (offset, size)
+            elif (i := frame_index(name)) is not None:
+                frames[i] = (offset, size)
             else:
-                raise UserError(f"{path}: unexpected member '{name}' (need 000000.jpg … and {META})")
+                raise UserError(f"{path}: unexpected member '{name}' (need {frame_name(0)} … and {META})")
     except (tarfile.TarError, OSError, EOFError, ValueError) as e:  # JSONDecodeError is a ValueError
         raise UserError(f"{path}: unreadable frame archive ({e})") from None
     if meta is None:
@@ -209,7 +209,7 @@ def _video_samples(
 
 def sample_bytes(sample: Sample, src: FrameSource) -> int:
     """Bytes the sample's members take in a tar (headers, data, padding): frames, ``cls``, ``json``."""
-    sizes = np.append(src.sizes[sample.indices], [4, len(sample.json_bytes)])
+    sizes = np.append(src.sizes[sample.indices], [LABEL_BYTES, len(sample.json_bytes)])
     return int((ustar.BLOCK + sizes + (-sizes % ustar.BLOCK)).sum())
 
 
@@ -222,12 +222,12 @@ def _cut(
     for s in samples:
         members = sample_bytes(s, sources[s.video_id])
         if cur and (len(cur) >= max_count or _total(body + members) > max_size):
-            shards.append(ShardPlan(f"{split}-{len(shards):06d}.tar", cur, _total(body)))
+            shards.append(ShardPlan(shard_name(split, len(shards)), cur, _total(body)))
             cur, body = [], 0
         cur.append(s)
         body += members
     if cur:
-        shards.append(ShardPlan(f"{split}-{len(shards):06d}.tar", cur, _total(body)))
+        shards.append(ShardPlan(shard_name(split, len(shards)), cur, _total(body)))
     return shards
 
 
@@ -238,7 +238,7 @@ def _total(body: int) -> int:
 
 
 def _check_key(rec: VideoRecord, clip: ClipSpec, source: str) -> None:
-    longest = f"{rec.id}_{0:05d}.f{clip.num_frames - 1:02d}.jpg"
+    longest = member_name(sample_key(rec.id, 0), frame_member(clip.num_frames - 1))
     if "." in rec.id or "/" in rec.id or len(longest) > ustar.MAX_NAME:
         raise UserError(
             f"{source}: video id '{rec.id}' is not usable as a WebDataset key "

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import random
-import struct
 from collections.abc import Iterator
 from functools import partial
 from itertools import islice
@@ -36,6 +35,7 @@ from memdpc.pipeline.augment import (
     sample_clip,
 )
 from memdpc.pipeline.loader import Batch, LoaderPlan
+from memdpc.pipeline.sample import INFO, LABEL, decode_label, frame_member, sample_key
 
 
 def split_by_rank(src, rank: int, world_size: int):
@@ -61,7 +61,7 @@ class ClipTransform:
         p = self.plan
         frames = np.stack(
             [
-                cv2.imdecode(np.frombuffer(sample[f"f{i:02d}.jpg"], np.uint8), cv2.IMREAD_COLOR)
+                cv2.imdecode(np.frombuffer(sample[frame_member(i)], np.uint8), cv2.IMREAD_COLOR)
                 for i in range(p.num_frames)
             ]
         )  # (F, H, W, 3) BGR
@@ -73,11 +73,11 @@ class ClipTransform:
                 for box, flipped in eval_boxes(*frames.shape[1:3], p.views, p.spec)
             ]
             video = views[0] if len(views) == 1 else np.stack(views)
-        meta = json.loads(sample["json"])
+        meta = json.loads(sample[INFO])
         return {
             "video": video,
-            "label": struct.unpack("<i", sample["cls"])[0],
-            "key": f"{meta['video_id']}_{meta['start']:05d}",
+            "label": decode_label(sample[LABEL]),
+            "key": sample_key(meta["video_id"], meta["start"]),
             "video_id": meta["video_id"],
         }
 

@@ -1,4 +1,5 @@
-"""DALI WebDataset index files (``.idx``): the same text DALI's ``wds2idx`` tool writes, byte for byte.
+"""DALI WebDataset index files (``.idx``): the same text DALI's ``wds2idx`` tool writes, byte for byte, and
+its parser.
 
 Format ``v1.2``: a first line ``v1.2 <num_samples>``, then one line per sample (consecutive tar members
 with the same base name), each member as ``<ext> <data_offset> <size> <member_name>`` joined by spaces.
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import os
 import tarfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from memdpc.atomic import write_bytes_atomic
@@ -59,6 +60,14 @@ def format_index(entries: Iterable[IndexEntry]) -> str:
     if not samples:
         raise UserError("cannot index an empty WebDataset shard")
     return f"{VERSION} {len(samples)}\n" + "".join(" ".join(s) + "\n" for s in samples)
+
+
+def read_index(idx_path: str | os.PathLike) -> Iterator[dict[str, tuple[int, int]]]:
+    """Parse an index file: per sample, {member name: (data offset, size)}."""
+    lines = Path(idx_path).read_text().splitlines()
+    for line in lines[1:]:
+        parts = line.split()
+        yield {parts[i + 3]: (int(parts[i + 1]), int(parts[i + 2])) for i in range(0, len(parts), 4)}
 
 
 def index_for_tar(path: str | os.PathLike) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import tarfile
 from collections.abc import Iterable
 from pathlib import Path
@@ -20,6 +21,7 @@ from memdpc.atomic import atomic_path
 from memdpc.errors import UserError
 
 META = "meta.json"
+_FRAME = re.compile(r"^(\d{6})\.jpg$")
 
 
 def archive_path(root: str | os.PathLike, stream: str, video_id: str) -> Path:
@@ -28,6 +30,12 @@ def archive_path(root: str | os.PathLike, stream: str, video_id: str) -> Path:
 
 def frame_name(i: int, ext: str = "jpg") -> str:
     return f"{i:06d}.{ext}"
+
+
+def frame_index(name: str) -> int | None:
+    """The number of a JPEG frame member (``frame_name(i)``), or None for any other name."""
+    match = _FRAME.match(name)
+    return int(match[1]) if match else None
 
 
 def _add(tar: tarfile.TarFile, name: str, data: bytes) -> None:

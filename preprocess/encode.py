@@ -3,12 +3,12 @@
 Frames are stored as JPEG so that shard members decode on the GPU (DALI ``mixed`` decode). For flow the
 image holds codes, not colours, in the order (x, y, third) as R, G, B; JPEG's default 4:2:0 chroma
 subsampling averages colour over 2×2 pixels, which mixes x and y. Without subsampling, 8-bit YCbCr still
-cannot hold every code triple (129, 128, 128 decodes as 128, 128, 128), so small motions carry about a
-third of a code of error (most in B = Y + 1.772 Cb). ``sampling="rgb"`` writes a JPEG without the colour
-transform (Adobe APP14 transform 0, via Pillow): ~0.1 code error and a third of the size, decoded alike by
+cannot hold every code triple (129, 128, 128 decodes as 128, 128, 128), so small motions carry a fraction
+of a code of error (most in B = Y + 1.772 Cb). ``sampling="rgb"`` writes a JPEG without the colour
+transform (Adobe APP14 transform 0, via Pillow): less code error and smaller files, decoded alike by
 OpenCV and DALI's CPU decoder — but nvImageCodec (DALI's GPU decode) parses every 3-channel JPEG as
 YCbCr, so it is an option for CPU decoding, not the default. :func:`code_error` measures what an
-encoding does to the codes; ``bench/flow.py`` prints the table behind the default :data:`FLOW_ENCODING`.
+encoding does to the codes; ``bench/flow.py`` prints the table behind the default :data:`FLOW_ENCODING` (README has the figures).
 """
 
 from __future__ import annotations
@@ -88,8 +88,8 @@ FLOW_ENCODING_RGB = JpegEncoding(90, "rgb")
 
 def gpu_decodes_alike(encoding: str) -> bool:
     """Whether nvJPEG (DALI's ``mixed`` decoder) decodes JPEGs of this recorded ``encoding`` like
-    libjpeg-turbo. On an H100, flow codes in ``jpeg-q100-444`` decoded identically; in ``jpeg-q90-rgb``
-    (no YCbCr transform) nvJPEG misread them by 1.1–3.7 codes on average and up to 127."""
+    libjpeg-turbo: flow codes in ``jpeg-q100-444`` decode identically; ``-rgb`` encodings (no YCbCr
+    transform) nvJPEG misreads (README has the measured error)."""
     return not encoding.endswith("-rgb")
 
 

@@ -14,66 +14,24 @@ A *batched* backend (:class:`BatchedFlowBackend`) also maps flow to codes on its
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import importlib
 import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import cv2
 import numpy as np
 
 from memdpc.errors import UserError
+from memdpc.preprocess.tvl1_params import TVL1Params
 
 if TYPE_CHECKING:
     import torch
 
 BOUND = 20.0  # flow is clipped to [-BOUND, BOUND] pixels before the mapping to 0..255
 AUTO = "auto"  # --flow-backend and --device: chosen by resolve_backend
-
-
-@dataclass(frozen=True)
-class TVL1Params:
-    """TV-L1 parameters; the defaults are OpenCV's CPU ``DualTVL1OpticalFlow_create()`` defaults."""
-
-    tau: float = 0.25
-    lambda_: float = 0.15
-    theta: float = 0.3
-    scales: int = 5
-    scale_step: float = 0.8
-    warps: int = 5
-    epsilon: float = 0.01
-    inner_iterations: int = 30
-    outer_iterations: int = 10
-    median_filtering: int = 5
-    gamma: float = 0.0
-
-    def validate(self) -> None:
-        checks = {
-            "tau": 0 < self.tau <= 0.25 + 1e-9,  # the primal-dual scheme converges for tau <= 1/4
-            "lambda": self.lambda_ > 0,
-            "theta": self.theta > 0,
-            "scales": self.scales >= 1,
-            "scale-step": 0 < self.scale_step < 1,
-            "warps": self.warps >= 1,
-            "epsilon": self.epsilon > 0,
-            "inner-iterations": self.inner_iterations >= 1,
-            "outer-iterations": self.outer_iterations >= 1,
-            "median-filtering": self.median_filtering in (1, 3, 5),
-            "gamma": self.gamma >= 0,
-        }
-        bad = [k for k, ok in checks.items() if not ok]
-        if bad:
-            raise UserError(
-                f"TV-L1 option(s) out of range: {', '.join('--' + b for b in bad)} (need 0 < tau ≤ 0.25, "
-                "lambda/theta/epsilon > 0, scales/warps/iterations ≥ 1, 0 < scale-step < 1, median 1/3/5)"
-            )
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
 
 
 class FlowBackend(Protocol):
@@ -104,19 +62,7 @@ class OpenCVTVL1:
     def __init__(self, params: TVL1Params = TVL1Params(), device: str = "cpu") -> None:
         if device != "cpu":
             raise UserError(f"the opencv flow backend runs on the CPU only, not on '{device}'")
-        tv = cv2.optflow.DualTVL1OpticalFlow_create()
-        tv.setTau(params.tau)
-        tv.setLambda(params.lambda_)
-        tv.setTheta(params.theta)
-        tv.setScalesNumber(params.scales)
-        tv.setScaleStep(params.scale_step)
-        tv.setWarpingsNumber(params.warps)
-        tv.setEpsilon(params.epsilon)
-        tv.setInnerIterations(params.inner_iterations)
-        tv.setOuterIterations(params.outer_iterations)
-        tv.setMedianFiltering(params.median_filtering)
-        tv.setGamma(params.gamma)
-        self._tv, self._scales = tv, params.scales
+        self._tv, self._scales = params.to_opencv(), params.scales
 
     def __call__(self, prev: np.ndarray, nxt: np.ndarray) -> np.ndarray:
         # (B, H, W) uint8 ×2 -> (B, H, W, 2) float32
@@ -143,12 +89,11 @@ class TorchTVL1:
 
         if torch.device(device).type == "cuda" and not torch.cuda.is_available():
             raise UserError(f"--device {device}: no CUDA device is available for the torch flow backend")
-        fields = {**params.to_dict(), "nscales": params.scales}
-        del fields["scales"]
         try:
-            self._params = tvl1_torch.TVL1Params(**fields)
+            tvl1_torch.check_params(params)
         except ValueError as e:
             raise UserError(f"flow backend torch: {e}") from None
+        self._params = params
         self._flow = importlib.import_module(self.kernels).tvl1_flow
         self._torch, self.device = torch, torch.device(device)
 

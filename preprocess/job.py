@@ -22,10 +22,10 @@ from memdpc.errors import UserError
 from memdpc.preprocess.archive import ArchiveWriter, archive_path
 from memdpc.preprocess.decode import DecodeSpec, VideoStream
 from memdpc.preprocess.encode import FLOW_ENCODING, RGB_ENCODING, JpegEncoding, code_error
-from memdpc.preprocess.flow import AUTO, BACKENDS, BOUND, TVL1Params
+from memdpc.preprocess.flow import AUTO, BACKENDS, BOUND
+from memdpc.preprocess.tvl1_params import TVL1Params
 from memdpc.preprocess.video_index import VideoRecord
-
-STREAMS = ("rgb", "flow")
+from memdpc.streams import STREAMS
 
 
 @dataclass(frozen=True)

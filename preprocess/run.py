@@ -37,7 +37,7 @@ from memdpc.preprocess.archive import ArchiveWriter, archive_path
 from memdpc.preprocess.batched import run_batched
 from memdpc.preprocess.decode import DecodeError, DecodeSpec, PartialVideo, VideoStream
 from memdpc.preprocess.encode import FLOW_ENCODING, FLOW_ENCODING_RGB, RGB_ENCODING, JpegEncoding
-from memdpc.preprocess.flow import BatchedFlowBackend, FlowStage, TVL1Params, make_backend, resolve_backend
+from memdpc.preprocess.flow import BatchedFlowBackend, FlowStage, make_backend, resolve_backend
 from memdpc.preprocess.job import (
     FlowWriter,
     PreprocessConfig,
@@ -48,6 +48,7 @@ from memdpc.preprocess.job import (
     parse_part,
     select_part,
 )
+from memdpc.preprocess.tvl1_params import TVL1Params
 from memdpc.preprocess.video_index import VideoRecord, read_index
 
 FLOW_ENCODINGS = {"ycc": FLOW_ENCODING, "rgb": FLOW_ENCODING_RGB}

@@ -28,46 +28,22 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from memdpc.preprocess.tvl1_params import TVL1Params
+
 FLT_EPSILON = float(np.finfo(np.float32).eps)
 MIN_LEVEL_SIZE = 16  # OpenCV stops the pyramid before a level with a side < 16 px
 
 
-@dataclass(frozen=True)
-class TVL1Params:
-    """The parameters of ``cv2.optflow.DualTVL1OpticalFlow_create``, with OpenCV's defaults.
-
-    ``lambda_`` is OpenCV's ``lambda``. ``gamma`` (illumination term) and an initial flow are not supported.
-    """
-
-    tau: float = 0.25
-    lambda_: float = 0.15
-    theta: float = 0.3
-    nscales: int = 5
-    warps: int = 5
-    epsilon: float = 0.01
-    inner_iterations: int = 30
-    outer_iterations: int = 10
-    scale_step: float = 0.8
-    gamma: float = 0.0
-    median_filtering: int = 5
-
-    def __post_init__(self) -> None:
-        if self.gamma != 0.0:
-            raise ValueError("TVL1Params: gamma != 0 is not supported by the torch backend")
-        if self.median_filtering not in (0, 1, 3, 5):
-            raise ValueError("TVL1Params: median_filtering must be 0/1 (off), 3 or 5 (as OpenCV for float)")
-        if not 0 < self.scale_step < 1 or self.nscales < 1 or self.warps < 1:
-            raise ValueError("TVL1Params: need 0 < scale_step < 1, nscales ≥ 1 and warps ≥ 1")
-
-    def to_opencv(self):
-        """The equivalent OpenCV object (``cv2.optflow.DualTVL1OpticalFlow``)."""
-        import cv2
-
-        return cv2.optflow.DualTVL1OpticalFlow_create(
-            self.tau, self.lambda_, self.theta, self.nscales, self.warps, self.epsilon,
-            self.inner_iterations, self.outer_iterations, self.scale_step, self.gamma,
-            self.median_filtering, False,
-        )  # fmt: skip
+def check_params(params: TVL1Params) -> None:
+    """Refuse parameters the port does not support (ValueError): ``gamma`` (illumination term) ≠ 0, a median
+    filter other than 0/1 (off), 3 or 5, or a pyramid or warp count that is not ≥ 1. An initial flow is not
+    supported either."""
+    if params.gamma != 0.0:
+        raise ValueError("TVL1Params: gamma != 0 is not supported by the torch backend")
+    if params.median_filtering not in (0, 1, 3, 5):
+        raise ValueError("TVL1Params: median_filtering must be 0/1 (off), 3 or 5 (as OpenCV for float)")
+    if not 0 < params.scale_step < 1 or params.scales < 1 or params.warps < 1:
+        raise ValueError("TVL1Params: need 0 < scale_step < 1, scales ≥ 1 and warps ≥ 1")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -77,7 +53,7 @@ class TVL1Params:
 def level_sizes(height: int, width: int, params: TVL1Params) -> list[tuple[int, int]]:
     """Pyramid level sizes (H, W), finest first, as OpenCV computes them (round(size · scale_step))."""
     sizes = [(height, width)]
-    for _ in range(1, params.nscales):
+    for _ in range(1, params.scales):
         h, w = sizes[-1]
         nh, nw = round(h * params.scale_step), round(w * params.scale_step)
         if nh < MIN_LEVEL_SIZE or nw < MIN_LEVEL_SIZE:
@@ -474,6 +450,7 @@ def tvl1_flow(
         raise ValueError(
             f"tvl1_flow: need two (B, H, W) tensors of one shape, got {prev.shape} and {next.shape}"
         )
+    check_params(params)
     schedule = schedule or Schedule.for_device(prev.device)
     sizes = level_sizes(prev.shape[1], prev.shape[2], params)
     step = 1.0 / params.scale_step
@@ -500,4 +477,4 @@ def opencv_flow(prev: np.ndarray, next: np.ndarray, params: TVL1Params = TVL1Par
     return out
 
 
-__all__ = ["Schedule", "TVL1Params", "level_sizes", "opencv_flow", "tvl1_flow"]
+__all__ = ["Schedule", "TVL1Params", "check_params", "level_sizes", "opencv_flow", "tvl1_flow"]

@@ -38,10 +38,11 @@ import triton.language as tl
 from triton import knobs
 
 from memdpc.preprocess.tvl1_median import median9, median25
+from memdpc.preprocess.tvl1_params import TVL1Params
 from memdpc.preprocess.tvl1_torch import (
     FLT_EPSILON,
-    TVL1Params,
     centered_gradient,
+    check_params,
     level_sizes,
     resize_linear,
 )
@@ -307,6 +308,7 @@ def tvl1_flow_with_iterations(
             f"tvl1_flow: need two (B, H, W) tensors of one shape, got {prev.shape} and {next.shape}"
         )
     params = params or TVL1Params()
+    check_params(params)
     if check_every is None:
         check_every = CHECK_EVERY_CUDA if prev.is_cuda else 1
     # Triton launches on the current CUDA device: make it the frames' one (cuda:1 in a second GPU's process)
@@ -347,7 +349,7 @@ def unavailable_reason(device: str) -> str | None:
     g = torch.Generator().manual_seed(0)
     frames = torch.randint(0, 256, (2, 1, 20, 20), generator=g, dtype=torch.uint8).to(dev)
     try:
-        tvl1_flow(frames[0], frames[1], TVL1Params(nscales=1, warps=1, inner_iterations=2, outer_iterations=1))  # fmt: skip
+        tvl1_flow(frames[0], frames[1], TVL1Params(scales=1, warps=1, inner_iterations=2, outer_iterations=1))  # fmt: skip
     except Exception as e:  # any failure to compile or launch means: not usable here
         return f"the Triton kernels failed on {device}: {type(e).__name__}: {str(e).strip().splitlines()[0]}"
     return None

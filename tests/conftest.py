@@ -32,7 +32,7 @@ def tiny_dataset(tmp_path_factory) -> Path:
     return make_synthetic(tmp_path_factory.mktemp("tiny") / "syn", TINY)
 
 
-# the reference implementation's names for memdpc's top-level modules (DESIGN 2.5), per family
+# the reference implementation's names for memdpc's top-level modules (ARCHITECTURE.md §3.4), per family
 _REFERENCE_NAMES = {
     "memdpc": {"memory": "mb", "backbone": "backbone", "agg_f": "agg_f", "agg_b": "agg_b", "predictor": "network_pred"},
     "dpc": {"backbone": "module.backbone", "agg_f": "module.agg", "predictor": "module.network_pred"},
@@ -44,7 +44,7 @@ def reference_weights(name: str, seed: int = 0, **kw) -> tuple[dict[str, torch.T
     """(memdpc state dict, the same tensors in the reference implementation's layout) of a ``name`` model
     with randomised weights and BatchNorm statistics.
 
-    The reference layout is written here from DESIGN 2.5, independently of ``model/convert.py``: ``mb``,
+    The reference layout is written here from ARCHITECTURE.md §3.4, independently of ``model/convert.py``: ``mb``,
     GRU tensors twice (``ConvGRUCell_00`` and ``cell_list.0``), ``network_pred``, DPC under ``module.`` with
     one aggregator ``agg``, a classifier's ``final_bn`` and ``final_fc.1`` at the top level.
     """

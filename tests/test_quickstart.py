@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from memdpc.quickstart import COLUMNS, MODEL_NAMES, STREAMS
+from memdpc.quickstart import COLUMNS, MODEL_NAMES
+from memdpc.streams import STREAMS
 
 MEMDPC = str(Path(sys.executable).parent / "memdpc")
 

@@ -1,1 +1,1 @@
-"""Self-supervised training: config, distributed setup, checkpoints, metrics and the loop (DESIGN 2.6)."""
+"""Self-supervised training: config, distributed setup, checkpoints, metrics and the loop (ARCHITECTURE.md §3.3)."""

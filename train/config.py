@@ -15,12 +15,13 @@ from typing import Any
 import yaml
 
 from memdpc.errors import UserError
+from memdpc.model.names import PRETRAIN_NAMES
 from memdpc.pipeline.backends import BACKENDS
+from memdpc.streams import STREAMS
 
-ARCHS = ("memdpc_r18", "memdpc_r34", "dpc_r18", "dpc_r34")
 CHOICES: dict[str, tuple[str, ...]] = {
-    "stream": ("rgb", "flow"),
-    "arch": ARCHS,
+    "stream": STREAMS,
+    "arch": PRETRAIN_NAMES,
     "schedule": ("plateau", "milestones", "constant"),
     "amp": ("none", "bf16", "fp16"),
     "backend": BACKENDS,

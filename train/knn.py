@@ -1,7 +1,7 @@
 """A kNN retrieval monitor: nearest-neighbour recall@1 of held-out videos among training videos.
 
 Per window the model's pooled context feature; averaged per video; each set centred by its own mean and
-L2-normalised; cosine similarity; a hit when the nearest training video has the query's class (DESIGN 2.7).
+L2-normalised; cosine similarity; a hit when the nearest training video has the query's class (ARCHITECTURE.md §3.6).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The self-supervised training loop: ``train(config) -> run_dir`` (DESIGN 2.6).
+"""The self-supervised training loop: ``train(config) -> run_dir`` (ARCHITECTURE.md §3.3).
 
 One code path for one CPU process, one GPU, and ``torchrun``/``srun`` with DistributedDataParallel.
 Exact resume: a checkpoint records the epoch, the number of batches of that epoch already consumed and

@@ -10,7 +10,8 @@ import yaml
 
 from memdpc.errors import UserError
 from memdpc.pipeline.manifest import load_manifest, manifest_path
-from memdpc.train.config import CHOICES, TrainConfig, config_differences
+from memdpc.streams import STREAMS
+from memdpc.train.config import TrainConfig, config_differences
 
 CONFIG_NAME = "config.yaml"
 
@@ -18,7 +19,7 @@ CONFIG_NAME = "config.yaml"
 def _stream_manifest(config: TrainConfig, split: str) -> dict[str, Any]:
     shards = Path(config.shards)
     if not manifest_path(shards, config.stream, split).is_file():
-        others = [s for s in CHOICES["stream"] if s != config.stream and manifest_path(shards, s, split).is_file()]
+        others = [s for s in STREAMS if s != config.stream and manifest_path(shards, s, split).is_file()]
         if others:
             raise UserError(f"{shards}: holds {others[0]} shards, not {config.stream} shards "
                             f"(--stream {config.stream}); pass --stream {others[0]} or the {config.stream} shards")

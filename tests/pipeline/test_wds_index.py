@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from memdpc.errors import UserError
-from memdpc.pipeline.wds_index import index_for_tar, index_path, split_name, write_index
+from memdpc.pipeline.wds_index import index_for_tar, index_path, read_index, scan_tar, split_name, write_index
 
 
 def _write_tar(path: Path, fmt: int) -> None:
@@ -44,6 +44,19 @@ def test_index_equals_wds2idx(tmp_path, fmt):
     assert write_index(tar) == tmp_path / "shard-000.idx"
     assert (tmp_path / "shard-000.idx").read_bytes() == ref.read_bytes()
     assert ref.read_text().startswith("v1.2 3\n")  # the hidden file and the folder are left out
+
+
+def test_read_index_gives_back_every_indexed_member(tmp_path):
+    tar = tmp_path / "shard-000.tar"
+    _write_tar(tar, tarfile.USTAR_FORMAT)
+    samples = list(read_index(write_index(tar)))
+    entries = {name: (offset, size) for name, offset, size in scan_tar(tar) if name != "a/.hidden"}
+    assert [sorted(s) for s in samples] == [
+        ["a/k1.cls", "a/k1.f00.jpg", "a/k1.json"],
+        ["k2.jpg", "k2.seg.png"],
+        ["k3.txt"],
+    ]
+    assert {n: v for s in samples for n, v in s.items()} == entries
 
 
 def test_split_name_cuts_at_the_first_dot_of_the_file_name():

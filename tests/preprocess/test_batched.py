@@ -17,10 +17,11 @@ from memdpc.preprocess.archive import archive_path, read_archive
 from memdpc.preprocess.batched import DeviceStage, run_batched
 from memdpc.preprocess.datasets import build_index
 from memdpc.preprocess.decode import DecodeSpec
-from memdpc.preprocess.flow import TorchTVL1, TVL1Params
+from memdpc.preprocess.flow import TorchTVL1
 from memdpc.preprocess.job import PreprocessConfig
 from memdpc.preprocess.run import process_video, run_preprocess
 from memdpc.preprocess.synthetic import texture, write_video
+from memdpc.preprocess.tvl1_params import TVL1Params
 from memdpc.preprocess.video_index import VideoRecord, write_index
 
 MEMDPC = str(Path(sys.executable).parent / "memdpc")

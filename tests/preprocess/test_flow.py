@@ -11,7 +11,6 @@ from memdpc.preprocess.flow import (
     FlowStage,
     OpenCVTVL1,
     TorchTVL1,
-    TVL1Params,
     codes_to_flow,
     flow_to_codes,
     flow_to_codes_torch,
@@ -20,6 +19,7 @@ from memdpc.preprocess.flow import (
     resolve_backend,
 )
 from memdpc.preprocess.synthetic import render_video, texture
+from memdpc.preprocess.tvl1_params import TVL1Params
 
 
 def expected_code(d: float) -> int:

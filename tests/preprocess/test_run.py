@@ -19,7 +19,6 @@ from memdpc.preprocess.archive import archive_path, read_archive
 from memdpc.preprocess.datasets import build_index
 from memdpc.preprocess.decode import DecodeSpec
 from memdpc.preprocess.encode import decode_rgb
-from memdpc.preprocess.flow import TVL1Params
 from memdpc.preprocess.run import (
     PreprocessConfig,
     parse_part,
@@ -28,6 +27,7 @@ from memdpc.preprocess.run import (
     select_part,
 )
 from memdpc.preprocess.synthetic import texture, write_video
+from memdpc.preprocess.tvl1_params import TVL1Params
 from memdpc.preprocess.video_index import VideoRecord, read_index, write_index
 
 MEMDPC = str(Path(sys.executable).parent / "memdpc")

@@ -9,9 +9,9 @@ import torch
 
 from memdpc.preprocess.flow import flow_to_codes
 from memdpc.preprocess.synthetic import render_video
+from memdpc.preprocess.tvl1_params import TVL1Params
 from memdpc.preprocess.tvl1_torch import (
     Schedule,
-    TVL1Params,
     level_sizes,
     median_blur,
     opencv_flow,
@@ -74,7 +74,7 @@ def _opencv_pyramid(h: int, w: int) -> list[tuple[int, int]]:
 @pytest.mark.parametrize("size", [(256, 256), (240, 320), (32, 48), (23, 100)])
 def test_pyramid_sizes_follow_opencv(size):
     assert level_sizes(*size, TVL1Params()) == _opencv_pyramid(*size)
-    assert level_sizes(*size, TVL1Params(nscales=2)) == _opencv_pyramid(*size)[:2]
+    assert level_sizes(*size, TVL1Params(scales=2)) == _opencv_pyramid(*size)[:2]
 
 
 def test_resize_matches_opencv():
@@ -123,7 +123,7 @@ def test_follows_opencv_to_float_rounding_without_the_stopping_rule(scene_pairs)
     On the example scenes of an earlier renderer they were bit-identical; on the current ones some values
     differ from the first pixel by one ulp, which the iterations grow to at most ~3.5e-5 px."""
     prev, nxt = (a[:2] for a in scene_pairs)
-    params = TVL1Params(nscales=3, warps=3, outer_iterations=2, inner_iterations=10, epsilon=1e-9)
+    params = TVL1Params(scales=3, warps=3, outer_iterations=2, inner_iterations=10, epsilon=1e-9)
     np.testing.assert_allclose(
         tvl1_flow(_t(prev), _t(nxt), params).numpy(), opencv_flow(prev, nxt, params), rtol=0, atol=1e-4
     )
@@ -151,7 +151,7 @@ def test_batch_size_and_schedule_do_not_change_results(scene_pairs):
 def test_parameters_reach_the_algorithm(scene_pairs):
     """A cheaper setting gives a different flow, and OpenCV agrees with it under the same setting."""
     prev, nxt = (a[:2] for a in scene_pairs)
-    params = TVL1Params(nscales=2, warps=2, outer_iterations=2, median_filtering=3, lambda_=0.3)
+    params = TVL1Params(scales=2, warps=2, outer_iterations=2, median_filtering=3, lambda_=0.3)
     ours = tvl1_flow(_t(prev), _t(nxt), params).numpy()
     assert np.linalg.norm(ours - opencv_flow(prev, nxt, params), axis=-1).mean() <= 0.02
     assert np.linalg.norm(ours - tvl1_flow(_t(prev), _t(nxt)).numpy(), axis=-1).mean() > 0.01
@@ -160,10 +160,11 @@ def test_parameters_reach_the_algorithm(scene_pairs):
 def test_rejects_bad_inputs_and_unsupported_parameters():
     with pytest.raises(ValueError, match="one shape"):
         tvl1_flow(torch.zeros(2, 32, 32), torch.zeros(2, 32, 30))
+    frames = torch.zeros(1, 32, 32)
     with pytest.raises(ValueError, match="gamma"):
-        TVL1Params(gamma=0.1)
+        tvl1_flow(frames, frames, TVL1Params(gamma=0.1))
     with pytest.raises(ValueError, match="median_filtering"):
-        TVL1Params(median_filtering=7)
+        tvl1_flow(frames, frames, TVL1Params(median_filtering=7))
 
 
 @pytest.mark.gpu

@@ -17,10 +17,10 @@ import torch
 from memdpc.preprocess import tvl1_torch, tvl1_triton
 from memdpc.preprocess.flow import flow_to_codes
 from memdpc.preprocess.synthetic import render_video
-from memdpc.preprocess.tvl1_torch import TVL1Params
+from memdpc.preprocess.tvl1_params import TVL1Params
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-CHEAP = TVL1Params(nscales=2, warps=2, outer_iterations=3, inner_iterations=10)  # the interpreter is slow
+CHEAP = TVL1Params(scales=2, warps=2, outer_iterations=3, inner_iterations=10)  # the interpreter is slow
 
 
 @pytest.fixture(scope="module")

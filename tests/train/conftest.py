@@ -11,6 +11,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from memdpc.pipeline.clip import ClipSpec
 from memdpc.preprocess.archive import archive_path, write_archive
@@ -46,3 +47,10 @@ def train_shards(tmp_path_factory) -> Path:
     for split in ("train", "test"):
         shard_stream(root / "archives", records, "rgb", out, split, clip=CLIP, window_step=8, max_count=4, seed=0)
     return out
+
+
+def tb_scalars(log_dir: Path) -> dict[str, list[tuple[int, float]]]:
+    """Every scalar in the TensorBoard event files of ``log_dir``: {tag: [(step, value), ...]} in order."""
+    acc = EventAccumulator(str(log_dir))
+    acc.Reload()
+    return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}

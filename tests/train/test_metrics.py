@@ -1,31 +1,47 @@
 from __future__ import annotations
 
 import json
-import time
+from types import SimpleNamespace
 
 import pytest
 import torch
 
+from memdpc.train import metrics
 from memdpc.train.knn import recall_at_1
 from memdpc.train.metrics import Meter, MetricsLogger, truncate_jsonl
 
+from .conftest import tb_scalars
 
-def test_meter_means_and_rates():
+
+def test_meter_means_and_rates(monkeypatch):
+    now = [100.0]
+    monkeypatch.setattr(metrics, "time", SimpleNamespace(perf_counter=lambda: now[0]))
     m = Meter()
     m.add({"loss": 2.0, "top1": 0.0}, clips=4, wait=0.0)
-    time.sleep(0.02)
-    m.add({"loss": 4.0, "top1": 1.0}, clips=4, wait=0.01)
+    m.add({"loss": 4.0, "top1": 1.0}, clips=4, wait=0.5)
+    now[0] = 102.0
     assert m.means() == {"loss": 3.0, "top1": 0.5}
-    rates = m.rates(world_size=2)
-    assert 0 < rates["data_wait"] < 1 and rates["clips_per_s"] > 0
+    assert m.rates(world_size=2) == {"clips_per_s": 8.0, "data_wait": 0.25}  # 8 clips × 2 ranks in 2 s
+    m.add({"loss": 0.0}, clips=0, wait=5.0)
+    assert m.rates(world_size=1)["data_wait"] == 1.0  # capped at the wall time
+    m.reset()
+    now[0] = 103.0
+    assert m.means() == {} and m.rates(world_size=1) == {"clips_per_s": 0.0, "data_wait": 0.0}
 
 
 def test_logger_writes_jsonl_and_tensorboard(tmp_path):
     log = MetricsLogger(tmp_path, enabled=True, progress=False)
-    log.log({"kind": "train", "epoch": 0, "step": 1, "loss": 2.5})
+    log.log({"kind": "train", "epoch": 0, "step": 1, "loss": 2.5, "top1": 0.25})
+    log.log({"kind": "val", "epoch": 0, "step": 1, "loss": 3.0})
+    log.log({"kind": "train", "epoch": 1, "step": 2, "loss": 1.5, "top1": 0.5})
     log.close()
-    assert json.loads((tmp_path / "metrics.jsonl").read_text())["loss"] == 2.5
-    assert any((tmp_path / "tb").iterdir())
+    lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(ln)["loss"] for ln in lines] == [2.5, 3.0, 1.5]
+    assert tb_scalars(tmp_path / "tb") == {
+        "train/loss": [(1, 2.5), (2, 1.5)],
+        "train/top1": [(1, 0.25), (2, 0.5)],
+        "val/loss": [(1, 3.0)],
+    }
     MetricsLogger(tmp_path / "other", enabled=False, progress=False).log({"kind": "train", "step": 1})
     assert not (tmp_path / "other").exists()
 

@@ -1,0 +1,1 @@
+"""Evaluation: retrieval, probes, finetuning, late fusion and Oops on frozen or finetuned models."""

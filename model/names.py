@@ -1,0 +1,21 @@
+"""The model registry's names (no torch here, so the CLI and the training config can list them cheaply).
+
+A name is ``<family>_r<depth>``: ``memdpc`` (MemDPC), ``dpc`` (the DPC baseline: no memory) and
+``classifier`` (an encoder with a classification head), each at depth 18 or 34. The families a
+self-supervised run pretrains are :data:`PRETRAIN_NAMES`. :func:`memdpc.model.factory.create_model` builds
+a model from its name.
+"""
+
+from __future__ import annotations
+
+FAMILIES = ("memdpc", "dpc", "classifier")
+PRETRAIN_FAMILIES = ("memdpc", "dpc")
+DEPTHS = (18, 34)
+MODEL_NAMES = tuple(f"{fam}_r{d}" for fam in FAMILIES for d in DEPTHS)
+PRETRAIN_NAMES = tuple(f"{fam}_r{d}" for fam in PRETRAIN_FAMILIES for d in DEPTHS)
+
+
+def split_name(name: str) -> tuple[str, int]:
+    """``memdpc_r18`` → (``memdpc``, 18); the name must be one of :data:`MODEL_NAMES`."""
+    fam, depth = name.rsplit("_r", 1)
+    return fam, int(depth)

@@ -1,0 +1,69 @@
+"""The TV-L1 parameters, shared by every flow backend (OpenCV, the torch port, the Triton kernels).
+
+One :class:`TVL1Params` holds OpenCV contrib's ``DualTVL1OpticalFlow`` parameters with its defaults; it is
+what the CLI options fill, what the run records (``to_dict``: the ``tvl1`` of the run report and of
+``meta.json``) and what :meth:`TVL1Params.to_opencv` turns into the OpenCV object.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+import cv2
+
+from memdpc.errors import UserError
+
+
+@dataclass(frozen=True)
+class TVL1Params:
+    """TV-L1 parameters; the defaults are OpenCV's CPU ``DualTVL1OpticalFlow_create()`` defaults.
+
+    ``lambda_`` is OpenCV's ``lambda`` and ``scales`` its ``nscales`` (pyramid levels).
+    """
+
+    tau: float = 0.25
+    lambda_: float = 0.15
+    theta: float = 0.3
+    scales: int = 5
+    scale_step: float = 0.8
+    warps: int = 5
+    epsilon: float = 0.01
+    inner_iterations: int = 30
+    outer_iterations: int = 10
+    median_filtering: int = 5
+    gamma: float = 0.0
+
+    def validate(self) -> None:
+        """Refuse values out of range, naming the CLI options (UserError)."""
+        checks = {
+            "tau": 0 < self.tau <= 0.25 + 1e-9,  # the primal-dual scheme converges for tau <= 1/4
+            "lambda": self.lambda_ > 0,
+            "theta": self.theta > 0,
+            "scales": self.scales >= 1,
+            "scale-step": 0 < self.scale_step < 1,
+            "warps": self.warps >= 1,
+            "epsilon": self.epsilon > 0,
+            "inner-iterations": self.inner_iterations >= 1,
+            "outer-iterations": self.outer_iterations >= 1,
+            "median-filtering": self.median_filtering in (1, 3, 5),
+            "gamma": self.gamma >= 0,
+        }
+        bad = [k for k, ok in checks.items() if not ok]
+        if bad:
+            raise UserError(
+                f"TV-L1 option(s) out of range: {', '.join('--' + b for b in bad)} (need 0 < tau ≤ 0.25, "
+                "lambda/theta/epsilon > 0, scales/warps/iterations ≥ 1, 0 < scale-step < 1, median 1/3/5)"
+            )
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def to_opencv(self) -> cv2.optflow.DualTVL1OpticalFlow:
+        """The equivalent OpenCV object (``cv2.optflow.DualTVL1OpticalFlow``)."""
+        return cv2.optflow.DualTVL1OpticalFlow_create(
+            self.tau, self.lambda_, self.theta, self.scales, self.warps, self.epsilon,
+            self.inner_iterations, self.outer_iterations, self.scale_step, self.gamma,
+            self.median_filtering, False,
+        )  # fmt: skip
