@@ -12,10 +12,10 @@ from pathlib import Path
 
 import numpy as np
 
+from memdpc.distenv import DistEnv
 from memdpc.errors import UserError
 from memdpc.eval.features import EvalData, run_windows, split_classes
 from memdpc.eval.multicrop import VideoAccumulator, classification_metrics
-from memdpc.train.distributed import DistEnv
 
 
 def run_classify(checkpoint: str | os.PathLike, data: EvalData, out: str | os.PathLike, env: DistEnv, *,

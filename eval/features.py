@@ -19,13 +19,13 @@ from typing import Any
 import numpy as np
 import torch
 import torch.distributed as dist
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from memdpc.atomic import atomic_path
+from memdpc.distenv import DistEnv
 from memdpc.errors import UserError
 from memdpc.pipeline.clip import ClipSpec
 from memdpc.pipeline.manifest import load_manifest, manifest_path
-from memdpc.train.distributed import DistEnv
+from memdpc.progress import progress_bar
 
 
 @dataclass
@@ -87,11 +87,6 @@ def _first_difference(a: list[str], b: list[str]) -> str:
     return f"#{min(len(a), len(b))} only in one"
 
 
-def _progress() -> Progress:
-    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                    transient=True)
-
-
 def run_windows(fn: Callable[[torch.Tensor], torch.Tensor], data: EvalData, split: str, env: DistEnv, *,
                 crops: int = 1, desc: str = "windows") -> Windows | None:
     """Apply ``fn`` (clips (B, N, 3, SL, H, W) -> (B, ...)) to every window of ``split``, each crop.
@@ -106,7 +101,7 @@ def run_windows(fn: Callable[[torch.Tensor], torch.Tensor], data: EvalData, spli
                          world_size=env.world_size, num_workers=data.num_workers, device=str(env.device),
                          clip=ClipSpec(**manifest["clip"]))
     found: dict[str, tuple[str, int, np.ndarray]] = {}
-    with _progress() as bar, torch.inference_mode():
+    with progress_bar(elapsed=False, transient=True) as bar, torch.inference_mode():
         task = bar.add_task(f"{desc} ({split})", total=len(loader), visible=env.is_main)
         for batch in loader:
             clips = batch.clips.to(env.device)

@@ -22,12 +22,12 @@ import numpy as np
 import torch
 from torch import nn
 
+from memdpc import distenv as dd
 from memdpc.atomic import write_bytes_atomic
 from memdpc.errors import UserError
 from memdpc.eval.features import EvalData, run_windows, same_classes
 from memdpc.eval.multicrop import VideoAccumulator, classification_metrics
 from memdpc.eval.probe import FitConfig
-from memdpc.train import distributed as dd
 
 FINETUNE_FIT = FitConfig(epochs=50, batch_size=16)
 Batches = Callable[[int], Iterator[tuple[torch.Tensor, list[str], torch.Tensor]]]

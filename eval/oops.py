@@ -23,12 +23,12 @@ import numpy as np
 import torch
 from torch import nn
 
+from memdpc import distenv as dd
 from memdpc.errors import UserError
 from memdpc.eval.features import EvalData, cached_windows, fingerprint, run_windows, split_classes
 from memdpc.eval.oops_labels import CLASSES, TRANSITIONAL, oversample, step_labels
 from memdpc.eval.probe import FitConfig, fit_head
 from memdpc.pipeline.clip import ClipSpec
-from memdpc.train import distributed as dd
 
 OOPS_FIT = FitConfig()
 

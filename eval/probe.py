@@ -17,10 +17,10 @@ import numpy as np
 import torch
 from torch import nn
 
+from memdpc.distenv import DistEnv
 from memdpc.errors import UserError
 from memdpc.eval.features import EvalData, Windows, cached_windows, fingerprint, same_classes
 from memdpc.eval.multicrop import VideoAccumulator, classification_metrics
-from memdpc.train.distributed import DistEnv
 
 
 @dataclass(frozen=True)

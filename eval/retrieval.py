@@ -20,8 +20,8 @@ import torch
 from memdpc.errors import UserError
 
 if TYPE_CHECKING:
+    from memdpc.distenv import DistEnv
     from memdpc.eval.features import EvalData
-    from memdpc.train.distributed import DistEnv
 
 RECALL_KS = (1, 5, 10, 20, 50)
 

@@ -50,9 +50,9 @@ def evaluate(task: str, checkpoint: str | os.PathLike, *, shards: str | os.PathL
     ``size`` None takes the size the checkpoint was trained at (128 when unknown). ``fit`` overrides
     :class:`FitConfig` fields for the tasks that train a head. Returns the results path on rank 0, None elsewhere.
     """
+    from memdpc import distenv as dd
     from memdpc.eval.pretrained import default_size
     from memdpc.model.checkpoint import read_checkpoint
-    from memdpc.train import distributed as dd
 
     if size is None:
         size = default_size(read_checkpoint(checkpoint))

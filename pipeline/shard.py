@@ -26,14 +26,6 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
 from rich.table import Table
 
 from memdpc.atomic import atomic_path, remove_stale_tmp, write_bytes_atomic, write_json_atomic
@@ -55,6 +47,7 @@ from memdpc.pipeline.shard_plan import (
 )
 from memdpc.pipeline.wds_index import format_index, index_path, split_name
 from memdpc.preprocess.video_index import VideoRecord, read_index
+from memdpc.progress import progress_bar
 
 __all__ = ["load_manifest", "shard_stream", "write_shard", "ShardReport", "THROTTLE_ENV"]
 
@@ -230,19 +223,6 @@ def _manifest(plan: Plan, entries: list[dict], folder: Path) -> dict[str, Any]:
     }
 
 
-def _progress(console: Console | None) -> Progress:
-    return Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("samples"),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-        console=console,
-        disable=console is None,
-    )
-
-
 def _keep_or_write(tar: Path, shard: ShardPlan, plan: Plan, report: ShardReport, advance) -> dict:
     """Keep a shard already in place if it is exactly the planned one, else (re)write it."""
     entry = _check_existing(tar, shard) if tar.exists() else None
@@ -291,7 +271,7 @@ def run_shard(
     source = "video index"
     if not isinstance(index_records, list):
         source, index_records = str(index_records), read_index(index_records)
-    with _progress(console) as bar:
+    with progress_bar("samples", console=console, disable=console is None) as bar:
         scan = bar.add_task(f"{stream}/{split}: scan archives", total=None)
         plan = make_plan(
             archive_root,

@@ -26,12 +26,12 @@ from rich.markup import escape
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from memdpc import distenv as dd
 from memdpc.atomic import remove_stale_tmp
 from memdpc.errors import UserError
 from memdpc.model import checkpoint as mc
 from memdpc.pipeline.clip import ClipSpec
 from memdpc.train import checkpoint as ck
-from memdpc.train import distributed as dd
 from memdpc.train.config import TrainConfig, config_differences, write_config
 from memdpc.train.metrics import Meter, MetricsLogger, truncate_jsonl
 from memdpc.train.prepare import CONFIG_NAME, check_run_dir, check_shards
