@@ -24,6 +24,7 @@ from memdpc.atomic import atomic_path
 from memdpc.distenv import DistEnv
 from memdpc.errors import UserError
 from memdpc.pipeline.clip import ClipSpec
+from memdpc.pipeline.loader import make_loader
 from memdpc.pipeline.manifest import load_manifest, manifest_path
 from memdpc.progress import progress_bar
 
@@ -93,8 +94,6 @@ def run_windows(fn: Callable[[torch.Tensor], torch.Tensor], data: EvalData, spli
 
     Returns the gathered :class:`Windows` on rank 0, None on the other ranks.
     """
-    from memdpc.pipeline.loader import make_loader
-
     manifest = load_manifest(data.shards, data.stream, split)
     loader = make_loader(data.shards, data.stream, split, train=False, batch_size=data.batch_size,
                          backend=data.backend, size=data.size, crops=crops, rank=env.rank,

@@ -21,6 +21,10 @@ from memdpc.distenv import DistEnv
 from memdpc.errors import UserError
 from memdpc.eval.features import EvalData, Windows, cached_windows, fingerprint, same_classes
 from memdpc.eval.multicrop import VideoAccumulator, classification_metrics
+from memdpc.eval.plots import confusion_matrix
+from memdpc.eval.pretrained import load_encoder
+from memdpc.eval.results import save_result
+from memdpc.model import LinearHead, MLPHead
 
 
 @dataclass(frozen=True)
@@ -84,8 +88,6 @@ def predict_windows(head: nn.Module, windows: Windows, batch_size: int = 1024) -
 
 
 def make_head(kind: str, dim: int, num_classes: int, dropout: float) -> nn.Module:
-    from memdpc.model import LinearHead, MLPHead
-
     if kind == "linear":
         return LinearHead(dim, num_classes, dropout)
     if kind == "mlp":
@@ -97,9 +99,6 @@ def run_probe(checkpoint: str | os.PathLike, data: EvalData, out: str | os.PathL
               head: str = "linear", crops: int = 1, dropout: float = 0.5, fit: FitConfig = FitConfig(),
               plot: bool = False) -> Path | None:
     """``memdpc eval probe``: writes ``probe-<head>-<stream>.json`` (+ npz with per-video probabilities)."""
-    from memdpc.eval.pretrained import load_encoder
-    from memdpc.eval.results import save_result
-
     out = Path(out)
     model, _, stream = load_encoder(checkpoint, data, env)
     data = replace(data, stream=stream)
@@ -123,7 +122,5 @@ def run_probe(checkpoint: str | os.PathLike, data: EvalData, out: str | os.PathL
     path = save_result(out / f"probe-{head}-{stream}.json", result,
                        {"video_ids": np.array(ids), "labels": labels, "probs": probs.astype(np.float32)})
     if plot:
-        from memdpc.eval.plots import confusion_matrix
-
         confusion_matrix(out / f"probe-{head}-{stream}-confusion.png", probs, labels, classes)
     return path

@@ -11,15 +11,15 @@ from __future__ import annotations
 import os
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
+from memdpc.distenv import DistEnv
+from memdpc.eval.features import EvalData, cached_windows, fingerprint, same_classes, video_mean
+from memdpc.eval.plots import memory_norms, retrieval_examples
+from memdpc.eval.pretrained import load_encoder
+from memdpc.eval.results import save_result
 from memdpc.model.retrieval import center_normalize, retrieve
-
-if TYPE_CHECKING:
-    from memdpc.distenv import DistEnv
-    from memdpc.eval.features import EvalData
 
 
 def run_retrieval(checkpoint: str | os.PathLike, data: EvalData, out: str | os.PathLike, env: DistEnv, *,
@@ -27,10 +27,6 @@ def run_retrieval(checkpoint: str | os.PathLike, data: EvalData, out: str | os.P
     """``memdpc eval retrieve``: features of every window of both splits (cached under ``out``), averaged
     per video; test videos query train videos. Writes ``retrieval-<stream>.json`` (+ npz); returns its path
     on rank 0, None elsewhere."""
-    from memdpc.eval.features import cached_windows, fingerprint, same_classes, video_mean
-    from memdpc.eval.pretrained import load_encoder
-    from memdpc.eval.results import save_result
-
     out = Path(out)
     model, _, stream = load_encoder(checkpoint, data, env)
     data = replace(data, stream=stream)
@@ -53,8 +49,6 @@ def run_retrieval(checkpoint: str | os.PathLike, data: EvalData, out: str | os.P
               "config": {"checkpoint": str(checkpoint), "train_split": data.train_split, "size": data.size}}
     path = save_result(out / f"retrieval-{stream}.json", result, arrays)
     if plot:
-        from memdpc.eval.plots import memory_norms, retrieval_examples
-
         retrieval_examples(out / f"retrieval-{stream}.png", data, q_ids, q_labels, g_ids, g_labels, neighbours,
                            classes)
         if getattr(model, "memory", None) is not None:

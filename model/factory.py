@@ -16,7 +16,7 @@ from torch import nn
 
 from memdpc.errors import UserError
 from memdpc.model.heads import Classifier
-from memdpc.model.memdpc import MemDPC
+from memdpc.model.memdpc import MemDPC, finish_config
 
 # family -> (class, fixed arguments, overridable defaults)
 _FAMILIES = {
@@ -33,13 +33,6 @@ def _parse(name: str) -> tuple[type[nn.Module], dict, dict]:
     fam, depth = name.rsplit("_r", 1)
     cls, fixed, defaults = _FAMILIES[fam]
     return cls, {**fixed, "depth": int(depth)}, defaults
-
-
-def finish_config(model: nn.Module, name: str, seed: int | None) -> nn.Module:
-    """Record ``model.config`` (plain, YAML/JSON-friendly) from the model's resolved hyper-parameters."""
-    hp = {k: v for k, v in model.hparams.items() if k not in ("depth", "memory")}
-    model.config = {"name": name, **hp, "seed": seed}
-    return model
 
 
 def create_model(name: str, seed: int | None = None, **kw) -> nn.Module:

@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rich.console import Console
+
 from memdpc.atomic import write_bytes_atomic
 from memdpc.progress import progress_bar
 
@@ -106,8 +108,6 @@ class MetricsLogger:
         if self._progress is not None:
             self._progress.console.print(text)
         else:
-            from rich.console import Console
-
             Console(stderr=True).print(text)
 
     def close(self) -> None:
