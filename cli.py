@@ -359,8 +359,9 @@ def preprocess_flow(index: Path, **kw) -> None:
 def shard_cmd(archive_root: Path | None, verify: Path | None, **kw) -> None:
     """Cut per-video frame archives into WebDataset shards of 40-frame samples, with DALI indexes."""
     from memdpc.pipeline.clip import ClipSpec
-    from memdpc.pipeline.manifest import print_verify, verify_shards
+    from memdpc.pipeline.manifest import verify_shards
     from memdpc.pipeline.shard import run_shard
+    from memdpc.report_tables import print_shard_report, print_verify
 
     if verify is not None:
         if not print_verify(verify_shards(verify), Console()):
@@ -372,7 +373,8 @@ def shard_cmd(archive_root: Path | None, verify: Path | None, **kw) -> None:
         raise click.UsageError(f"missing {', '.join(missing)} (or give --verify DIR)")
     index, stream, out, split = kw.pop("index"), kw.pop("stream"), kw.pop("out"), kw.pop("split")
     kw["clip"] = ClipSpec(kw.pop("num_blocks"), kw.pop("block_len"), kw.pop("stride"))
-    run_shard(archive_root, index, stream, out, split, console=Console(), **kw)
+    console = Console()
+    print_shard_report(run_shard(archive_root, index, stream, out, split, console=console, **kw), console)
 
 
 # --------------------------------------------------------------------------------------------- train

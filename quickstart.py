@@ -19,11 +19,12 @@ from rich.table import Table
 from memdpc.atomic import atomic_path, write_json_atomic
 from memdpc.eval.run import evaluate, fuse
 from memdpc.pipeline.clip import ClipSpec
-from memdpc.pipeline.shard import shard_stream
+from memdpc.pipeline.shard import run_shard
 from memdpc.preprocess.datasets import build_index
 from memdpc.preprocess.run import preprocess
 from memdpc.preprocess.synthetic import SyntheticConfig, make_synthetic
 from memdpc.preprocess.video_index import write_index
+from memdpc.report_tables import print_shard_report
 from memdpc.train.checkpoint import write_initial_checkpoint
 from memdpc.train.config import TrainConfig
 from memdpc.train.loop import train
@@ -115,7 +116,7 @@ def _shards(out: Path, frames: Path, index: Path, p: Profile, seed: int, console
     _step(console, "3/6 shard")
     for stream in STREAMS:
         for split in ("train", "test"):
-            shard_stream(
+            report = run_shard(
                 frames,
                 index,
                 stream,
@@ -127,6 +128,7 @@ def _shards(out: Path, frames: Path, index: Path, p: Profile, seed: int, console
                 seed=seed,
                 console=console,
             )
+            print_shard_report(report, console)
     return out / "shards"
 
 
