@@ -67,7 +67,8 @@ class Profile:
     train: dict[str, Any] = field(default_factory=dict)
     stream_train: dict[str, dict[str, Any]] = field(default_factory=dict)  # per stream, over ``train``
     tvl1: dict[str, Any] = field(default_factory=lambda: {"scales": 3, "warps": 3})
-    # the probe sees ~100 windows: full-batch steps at lr 1e-3 would leave it untrained (lr_min = lr/10, as the CLI)
+    # the probe sees ~100 windows: full-batch steps at lr 1e-3 would leave it untrained (lr_min: FitConfig's lr/10,
+    # written out as the exact 3e-4)
     probe: dict[str, Any] = field(default_factory=lambda: {"epochs": 300, "lr": 3e-3, "lr_min": 3e-4})
 
 

@@ -26,10 +26,10 @@ from memdpc import distenv as dd
 from memdpc.atomic import write_bytes_atomic
 from memdpc.errors import UserError
 from memdpc.eval.features import EvalData, run_windows, same_classes
+from memdpc.eval.fit import FINETUNE_FIT, FitConfig
 from memdpc.eval.multicrop import VideoAccumulator, classification_metrics
 from memdpc.eval.plots import confusion_matrix
 from memdpc.eval.pretrained import load_encoder
-from memdpc.eval.probe import FitConfig
 from memdpc.eval.results import save_result
 from memdpc.eval.shard_meta import window_info
 from memdpc.eval.subset import stratified_subset
@@ -38,7 +38,6 @@ from memdpc.pipeline.clip import ClipSpec
 from memdpc.pipeline.loader import make_loader
 from memdpc.pipeline.manifest import load_manifest
 
-FINETUNE_FIT = FitConfig(epochs=50, batch_size=16)
 Batches = Callable[[int], Iterator[tuple[torch.Tensor, list[str], torch.Tensor]]]
 
 

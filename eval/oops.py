@@ -27,18 +27,17 @@ from memdpc import distenv as dd
 from memdpc.errors import UserError
 from memdpc.eval.features import EvalData, cached_windows, fingerprint, run_windows, split_classes
 from memdpc.eval.finetune import kept_batches, train_epochs, train_loader
+from memdpc.eval.fit import OOPS_FIT, FitConfig
 from memdpc.eval.oops_labels import CLASSES, TRANSITIONAL, oversample, step_labels
 from memdpc.eval.plots import confusion_matrix
 from memdpc.eval.pretrained import load_encoder
-from memdpc.eval.probe import FitConfig, fit_head
+from memdpc.eval.probe import fit_head
 from memdpc.eval.results import save_result
 from memdpc.eval.shard_meta import window_info
 from memdpc.model import OopsHead
 from memdpc.pipeline.clip import ClipSpec
 from memdpc.pipeline.manifest import load_manifest
 from memdpc.preprocess.video_index import read_index
-
-OOPS_FIT = FitConfig()
 
 
 def failure_times(index: str | os.PathLike) -> dict[str, float]:

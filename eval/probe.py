@@ -10,7 +10,7 @@ all windows and then all crops of a video.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -20,24 +20,12 @@ from torch import nn
 from memdpc.distenv import DistEnv
 from memdpc.errors import UserError
 from memdpc.eval.features import EvalData, Windows, cached_windows, fingerprint, same_classes
+from memdpc.eval.fit import PROBE_FIT, FitConfig
 from memdpc.eval.multicrop import VideoAccumulator, classification_metrics
 from memdpc.eval.plots import confusion_matrix
 from memdpc.eval.pretrained import load_encoder
 from memdpc.eval.results import save_result
 from memdpc.model import LinearHead, MLPHead
-
-
-@dataclass(frozen=True)
-class FitConfig:
-    """Optimisation of a head on fixed inputs."""
-
-    epochs: int = 100
-    batch_size: int = 256
-    lr: float = 1e-3
-    weight_decay: float = 1e-3
-    lr_min: float = 1e-4
-    patience: int = 10
-    seed: int = 0
 
 
 def fit_head(head: nn.Module, x: torch.Tensor, y: torch.Tensor, cfg: FitConfig,
@@ -96,7 +84,7 @@ def make_head(kind: str, dim: int, num_classes: int, dropout: float) -> nn.Modul
 
 
 def run_probe(checkpoint: str | os.PathLike, data: EvalData, out: str | os.PathLike, env: DistEnv, *,
-              head: str = "linear", crops: int = 1, dropout: float = 0.5, fit: FitConfig = FitConfig(),
+              head: str = "linear", crops: int = 1, dropout: float = 0.5, fit: FitConfig = PROBE_FIT,
               plot: bool = False) -> Path | None:
     """``memdpc eval probe``: writes ``probe-<head>-<stream>.json`` (+ npz with per-video probabilities)."""
     out = Path(out)

@@ -7,6 +7,7 @@ writes the results).
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -16,10 +17,11 @@ from memdpc import distenv as dd
 from memdpc.eval.classify import run_classify
 from memdpc.eval.features import EvalData
 from memdpc.eval.finetune import run_finetune
+from memdpc.eval.fit import FINETUNE_FIT, OOPS_FIT, PROBE_FIT, fit_config
 from memdpc.eval.fusion import fuse_results
 from memdpc.eval.oops import run_oops
 from memdpc.eval.pretrained import default_size
-from memdpc.eval.probe import FitConfig, run_probe
+from memdpc.eval.probe import run_probe
 from memdpc.eval.results import load_result, metrics_table, save_result
 from memdpc.eval.retrieval import run_retrieval
 from memdpc.model.checkpoint import read_checkpoint
@@ -52,8 +54,8 @@ def evaluate(task: str, checkpoint: str | os.PathLike, *, shards: str | os.PathL
         size = default_size(read_checkpoint(checkpoint))
     data = EvalData(Path(shards), stream, train_split, test_split, size, batch_size, backend, num_workers, dataset)
     if fit is not None:
-        defaults = {"finetune": {"epochs": 50, "batch_size": batch_size}}.get(task, {})
-        task_kw["fit"] = FitConfig(**{**defaults, **{k: v for k, v in fit.items() if v is not None}})
+        base = {"finetune": replace(FINETUNE_FIT, batch_size=batch_size), "oops": OOPS_FIT}.get(task, PROBE_FIT)
+        task_kw["fit"] = fit_config(base, **fit)
     Path(out).mkdir(parents=True, exist_ok=True)
     env = dd.setup(device)
     try:
