@@ -13,6 +13,7 @@ from rich.table import Table
 
 from memdpc import __version__
 from memdpc.errors import UserError
+from memdpc.eval.fit import FINETUNE_FIT, OOPS_FIT, PROBE_FIT, FitConfig
 from memdpc.pipeline.backends import BACKENDS as LOADER_BACKENDS
 from memdpc.streams import STREAMS
 
@@ -361,8 +362,9 @@ def preprocess_flow(index: Path, **kw) -> None:
 def shard_cmd(archive_root: Path | None, verify: Path | None, **kw) -> None:
     """Cut per-video frame archives into WebDataset shards of 40-frame samples, with DALI indexes."""
     from memdpc.pipeline.clip import ClipSpec
-    from memdpc.pipeline.manifest import print_verify, verify_shards
+    from memdpc.pipeline.manifest import verify_shards
     from memdpc.pipeline.shard import run_shard
+    from memdpc.report_tables import print_shard_report, print_verify
 
     if verify is not None:
         if not print_verify(verify_shards(verify), Console()):
@@ -374,10 +376,15 @@ def shard_cmd(archive_root: Path | None, verify: Path | None, **kw) -> None:
         raise click.UsageError(f"missing {', '.join(missing)} (or give --verify DIR)")
     index, stream, out, split = kw.pop("index"), kw.pop("stream"), kw.pop("out"), kw.pop("split")
     kw["clip"] = ClipSpec(kw.pop("num_blocks"), kw.pop("block_len"), kw.pop("stride"))
-    run_shard(archive_root, index, stream, out, split, console=Console(), **kw)
+    console = Console()
+    print_shard_report(run_shard(archive_root, index, stream, out, split, console=console, **kw), console)
 
 
 # --------------------------------------------------------------------------------------------- train
+# the name every verb uses (eval, quickstart, preprocess, bench say --workers); the field's own name still works
+_TRAIN_ALIASES = {"num_workers": "--workers"}
+
+
 def _train_options(fn):
     """One option per training-config field (memdpc.train.config), default None = "not given here"."""
     from memdpc.train.config import option_specs
@@ -390,7 +397,8 @@ def _train_options(fn):
             fn = click.option(f"{flag}/--no-{flag[2:]}", spec.name, default=None, help=text)(fn)
         else:
             kind = click.Choice(spec.choices) if spec.choices else {"int": int, "float": float}.get(spec.kind, str)
-            fn = click.option(flag, spec.name, type=kind, default=None, help=text)(fn)
+            flags = (_TRAIN_ALIASES[spec.name], flag) if spec.name in _TRAIN_ALIASES else (flag,)
+            fn = click.option(*flags, spec.name, type=kind, default=None, help=text)(fn)
     return click.option("--config", "config_file", type=click.Path(path_type=Path), default=None,
                         help="YAML or TOML file of settings; options given on the command line override it.")(fn)
 
@@ -525,15 +533,18 @@ def _eval_options(fn):
     return fn
 
 
-def _fit_options(epochs: int):
+def _fit_options(defaults: FitConfig):
+    """The training options of an eval task that fits a head or a network, showing the task's defaults."""
     def wrap(fn):
         opts = [
-            click.option("--epochs", type=click.IntRange(min=1), default=epochs, show_default=True, help="Epochs."),
-            click.option("--lr", type=float, default=1e-3, show_default=True, help="Adam learning rate."),
-            click.option("--weight-decay", type=float, default=1e-3, show_default=True, help="Adam weight decay."),
-            click.option("--patience", type=click.IntRange(min=0), default=10, show_default=True,
+            click.option("--epochs", type=click.IntRange(min=1), default=defaults.epochs, show_default=True,
+                         help="Epochs."),
+            click.option("--lr", type=float, default=defaults.lr, show_default=True, help="Adam learning rate."),
+            click.option("--weight-decay", type=float, default=defaults.weight_decay, show_default=True,
+                         help="Adam weight decay."),
+            click.option("--patience", type=click.IntRange(min=0), default=defaults.patience, show_default=True,
                          help="Epochs without training-loss improvement before the lr decays ×0.1 (once)."),
-            click.option("--seed", type=int, default=0, show_default=True, help="Random seed."),
+            click.option("--seed", type=int, default=defaults.seed, show_default=True, help="Random seed."),
         ]
         for opt in reversed(opts):
             fn = opt(fn)
@@ -543,7 +554,6 @@ def _fit_options(epochs: int):
 
 def _fit(kw: dict, batch_size: int | None = None) -> dict:
     fit = {k: kw.pop(k) for k in ("epochs", "lr", "weight_decay", "patience", "seed")}
-    fit["lr_min"] = fit["lr"] / 10
     if batch_size is not None:
         fit["batch_size"] = batch_size
     return fit
@@ -566,7 +576,7 @@ def eval_retrieve(checkpoint: Path, **kw) -> None:
 @click.option("--crops", type=click.Choice(["1", "5", "10"]), default="1", show_default=True,
               help="Test crops per window.")
 @click.option("--dropout", type=float, default=0.5, show_default=True, help="Dropout before the head.")
-@_fit_options(100)
+@_fit_options(PROBE_FIT)
 def eval_probe(checkpoint: Path, linear: bool, crops: str, **kw) -> None:
     """Linear / MLP probe on frozen, cached features; video-level top-1/top-5."""
     from memdpc.eval.run import evaluate
@@ -583,7 +593,7 @@ def eval_probe(checkpoint: Path, linear: bool, crops: str, **kw) -> None:
 @click.option("--label-fraction", type=float, default=1.0, show_default=True,
               help="Train on this seeded, stratified fraction of the train videos (e.g. 0.1).")
 @click.option("--random-init", is_flag=True, help="Same architecture, random weights (baseline).")
-@_fit_options(50)
+@_fit_options(FINETUNE_FIT)
 def eval_finetune(checkpoint: Path, crops: str, **kw) -> None:
     """End-to-end finetuning (Adam 1e-3, wd 1e-3, dropout 0.9, plateau decay); resumable."""
     from memdpc.eval.run import evaluate
@@ -609,7 +619,7 @@ def eval_classify(checkpoint: Path, crops: str, **kw) -> None:
               help="Oops video index (JSONL from `memdpc index --layout oops`) with the failure times.")
 @click.option("--mode", type=click.Choice(["frozen", "finetune"]), default="frozen", show_default=True,
               help="Train only the linear layer, or the whole network.")
-@_fit_options(50)
+@_fit_options(OOPS_FIT)
 def eval_oops(checkpoint: Path, **kw) -> None:
     """Unintentional actions: per time step z_t ⊕ ẑ_t → intentional / transitional / unintentional."""
     from memdpc.eval.run import evaluate

@@ -17,9 +17,18 @@ from rich.console import Console
 from rich.table import Table
 
 from memdpc.atomic import atomic_path, write_json_atomic
+from memdpc.eval.run import evaluate, fuse
 from memdpc.pipeline.clip import ClipSpec
-from memdpc.preprocess.synthetic import SyntheticConfig
+from memdpc.pipeline.shard import run_shard
+from memdpc.preprocess.datasets import build_index
+from memdpc.preprocess.run import preprocess
+from memdpc.preprocess.synthetic import SyntheticConfig, make_synthetic
+from memdpc.preprocess.video_index import write_index
+from memdpc.report_tables import print_shard_report
 from memdpc.streams import STREAMS
+from memdpc.train.checkpoint import write_initial_checkpoint
+from memdpc.train.config import TrainConfig
+from memdpc.train.loop import train
 
 MODELS = ("random", "memdpc")
 MODEL_NAMES = {"random": "random init", "memdpc": "MemDPC"}
@@ -56,7 +65,8 @@ class Profile:
     train: dict[str, Any] = field(default_factory=dict)
     stream_train: dict[str, dict[str, Any]] = field(default_factory=dict)  # per stream, over ``train``
     tvl1: dict[str, Any] = field(default_factory=lambda: {"scales": 3, "warps": 3})
-    # the probe sees ~100 windows: full-batch steps at lr 1e-3 would leave it untrained (lr_min = lr/10, as the CLI)
+    # the probe sees ~100 windows: full-batch steps at lr 1e-3 would leave it untrained (lr_min: FitConfig's lr/10,
+    # written out as the exact 3e-4)
     probe: dict[str, Any] = field(default_factory=lambda: {"epochs": 300, "lr": 3e-3, "lr_min": 3e-4})
 
 
@@ -88,10 +98,6 @@ def _step(console: Console, text: str) -> None:
 
 
 def _data(out: Path, p: Profile, seed: int, console: Console) -> Path:
-    from memdpc.preprocess.datasets import build_index
-    from memdpc.preprocess.synthetic import make_synthetic
-    from memdpc.preprocess.video_index import write_index
-
     _step(console, "1/6 example data and index")
     root = make_synthetic(out / "data", replace(p.synthetic, seed=seed))
     index = out / "index.jsonl"
@@ -100,20 +106,16 @@ def _data(out: Path, p: Profile, seed: int, console: Console) -> Path:
 
 
 def _frames(out: Path, index: Path, p: Profile, workers: int, console: Console) -> Path:
-    from memdpc.preprocess.run import preprocess
-
     _step(console, "2/6 preprocess: RGB frames and TV-L1 flow")
     preprocess(index, out / "frames", "rgb,flow", size=p.synthetic.size, tvl1=p.tvl1, workers=workers)
     return out / "frames"
 
 
 def _shards(out: Path, frames: Path, index: Path, p: Profile, seed: int, console: Console) -> Path:
-    from memdpc.pipeline.shard import shard_stream
-
     _step(console, "3/6 shard")
     for stream in STREAMS:
         for split in ("train", "test"):
-            shard_stream(
+            report = run_shard(
                 frames,
                 index,
                 stream,
@@ -125,12 +127,11 @@ def _shards(out: Path, frames: Path, index: Path, p: Profile, seed: int, console
                 seed=seed,
                 console=console,
             )
+            print_shard_report(report, console)
     return out / "shards"
 
 
 def _train_config(out: Path, shards: Path, stream: str, p: Profile, seed: int, workers: int, backend: str):
-    from memdpc.train.config import TrainConfig
-
     return TrainConfig(
         stream=stream,
         shards=str(shards),
@@ -147,9 +148,6 @@ def _train_config(out: Path, shards: Path, stream: str, p: Profile, seed: int, w
 def _checkpoints(
     out: Path, shards: Path, p: Profile, seed: int, workers: int, backend: str, console: Console
 ) -> dict:
-    from memdpc.train.checkpoint import write_initial_checkpoint
-    from memdpc.train.loop import train
-
     _step(console, "4/6 self-supervised training, one run per stream")
     ckpts = {}
     for stream in STREAMS:
@@ -164,8 +162,6 @@ def _checkpoints(
 def _evaluate(
     out: Path, shards: Path, ckpts: dict, p: Profile, workers: int, backend: str, console: Console
 ) -> dict:
-    from memdpc.eval.run import evaluate, fuse
-
     _step(console, "5/6 evaluation: retrieval and linear probe, per stream, then late fusion")
     results: dict[tuple[str, str, str], Path] = {}
     for model in MODELS:

@@ -2,7 +2,7 @@
 
 Variants, each in a fresh process so its peak resident memory is its own:
   full      numpy: the whole (Q, G) cosine matrix, then argsort per row (what a naive script does)
-  chunk-N   memdpc.eval.retrieval.topk_neighbours with N queries per block (memory O(N·G))
+  chunk-N   memdpc.model.retrieval.topk_neighbours with N queries per block (memory O(N·G))
 Features are random (D = 512, the bidirectional context feature); Q and G default to UCF101 split 1
 (3783 test, 9537 train videos); ``--kinetics`` adds a gallery of 240k videos (Kinetics-400 train) for
 the chunked variant only, where the full matrix would need Q·G·4 bytes.
@@ -40,7 +40,7 @@ def _run(variant: str, q: int, g: int, dim: int, k: int, threads: int, queue) ->
         sim = query @ gallery.T
         idx = np.argsort(-sim, axis=1, kind="stable")[:, :k]
     else:
-        from memdpc.eval.retrieval import topk_neighbours
+        from memdpc.model.retrieval import topk_neighbours
 
         idx, _ = topk_neighbours([(query, gallery)], k, chunk=int(variant.split("-")[1]))
     seconds = time.perf_counter() - t

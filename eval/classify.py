@@ -12,19 +12,19 @@ from pathlib import Path
 
 import numpy as np
 
+from memdpc.distenv import DistEnv
 from memdpc.errors import UserError
 from memdpc.eval.features import EvalData, run_windows, split_classes
 from memdpc.eval.multicrop import VideoAccumulator, classification_metrics
-from memdpc.train.distributed import DistEnv
+from memdpc.eval.plots import confusion_matrix
+from memdpc.eval.pretrained import load_classifier
+from memdpc.eval.results import save_result
 
 
 def run_classify(checkpoint: str | os.PathLike, data: EvalData, out: str | os.PathLike, env: DistEnv, *,
                  crops: int = 1, plot: bool = False) -> Path | None:
     """``memdpc eval classify``: writes ``classify-<stream>.json`` (+ npz with per-video probabilities and
     the per-window logits)."""
-    from memdpc.eval.pretrained import load_classifier
-    from memdpc.eval.results import save_result
-
     out = Path(out)
     clf, ckpt, stream = load_classifier(checkpoint, data, env)
     data = replace(data, stream=stream)
@@ -45,7 +45,5 @@ def run_classify(checkpoint: str | os.PathLike, data: EvalData, out: str | os.Pa
                        {"video_ids": np.array(ids), "labels": labels, "probs": probs.astype(np.float32),
                         "keys": np.array(windows.keys), "logits": windows.values.astype(np.float32)})
     if plot:
-        from memdpc.eval.plots import confusion_matrix
-
         confusion_matrix(out / f"classify-{stream}-confusion.png", probs, labels, classes)
     return path

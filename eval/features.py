@@ -19,14 +19,15 @@ from typing import Any
 import numpy as np
 import torch
 import torch.distributed as dist
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from memdpc.atomic import atomic_path
+from memdpc.distenv import DistEnv
 from memdpc.errors import UserError
 from memdpc.pipeline.clip import ClipSpec
+from memdpc.pipeline.loader import make_loader
 from memdpc.pipeline.manifest import load_manifest, manifest_path
 from memdpc.pipeline.sample import parse_key
-from memdpc.train.distributed import DistEnv
+from memdpc.progress import progress_bar
 
 
 @dataclass
@@ -88,26 +89,19 @@ def _first_difference(a: list[str], b: list[str]) -> str:
     return f"#{min(len(a), len(b))} only in one"
 
 
-def _progress() -> Progress:
-    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                    transient=True)
-
-
 def run_windows(fn: Callable[[torch.Tensor], torch.Tensor], data: EvalData, split: str, env: DistEnv, *,
                 crops: int = 1, desc: str = "windows") -> Windows | None:
     """Apply ``fn`` (clips (B, N, 3, SL, H, W) -> (B, ...)) to every window of ``split``, each crop.
 
     Returns the gathered :class:`Windows` on rank 0, None on the other ranks.
     """
-    from memdpc.pipeline.loader import make_loader
-
     manifest = load_manifest(data.shards, data.stream, split)
     loader = make_loader(data.shards, data.stream, split, train=False, batch_size=data.batch_size,
                          backend=data.backend, size=data.size, crops=crops, rank=env.rank,
                          world_size=env.world_size, num_workers=data.num_workers, device=str(env.device),
                          clip=ClipSpec(**manifest["clip"]))
     found: dict[str, tuple[str, int, np.ndarray]] = {}
-    with _progress() as bar, torch.inference_mode():
+    with progress_bar(elapsed=False, transient=True) as bar, torch.inference_mode():
         task = bar.add_task(f"{desc} ({split})", total=len(loader), visible=env.is_main)
         for batch in loader:
             clips = batch.clips.to(env.device)

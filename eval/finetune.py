@@ -22,22 +22,26 @@ import numpy as np
 import torch
 from torch import nn
 
+from memdpc import distenv as dd
 from memdpc.atomic import write_bytes_atomic
 from memdpc.errors import UserError
 from memdpc.eval.features import EvalData, run_windows, same_classes
+from memdpc.eval.fit import FINETUNE_FIT, FitConfig
 from memdpc.eval.multicrop import VideoAccumulator, classification_metrics
-from memdpc.eval.probe import FitConfig
-from memdpc.train import distributed as dd
+from memdpc.eval.plots import confusion_matrix
+from memdpc.eval.pretrained import load_encoder
+from memdpc.eval.results import save_result
+from memdpc.eval.shard_meta import window_info
+from memdpc.eval.subset import stratified_subset
+from memdpc.model import Classifier
+from memdpc.pipeline.clip import ClipSpec
+from memdpc.pipeline.loader import make_loader
+from memdpc.pipeline.manifest import load_manifest
 
-FINETUNE_FIT = FitConfig(epochs=50, batch_size=16)
 Batches = Callable[[int], Iterator[tuple[torch.Tensor, list[str], torch.Tensor]]]
 
 
 def train_loader(data: EvalData, env: dd.DistEnv, seed: int):
-    from memdpc.pipeline.clip import ClipSpec
-    from memdpc.pipeline.loader import make_loader
-    from memdpc.pipeline.manifest import load_manifest
-
     manifest = load_manifest(data.shards, data.stream, data.train_split)
     return make_loader(data.shards, data.stream, data.train_split, train=True, batch_size=data.batch_size,
                        backend=data.backend, size=data.size, rank=env.rank, world_size=env.world_size,
@@ -122,9 +126,6 @@ def label_subset(data: EvalData, fraction: float, seed: int) -> set[str] | None:
     """The train videos kept for ``fraction`` (None: all), from the windows' own labels in the shards."""
     if fraction >= 1.0:
         return None
-    from memdpc.eval.shard_meta import window_info
-    from memdpc.eval.subset import stratified_subset
-
     info = window_info(data.shards, data.stream, data.train_split)
     videos = {w["video_id"]: int(w["label"]) for w in info.values()}
     return set(stratified_subset(list(videos), list(videos.values()), fraction, seed))
@@ -138,10 +139,6 @@ def run_finetune(checkpoint: str | os.PathLike, data: EvalData, out: str | os.Pa
                  crops: int = 1, dropout: float = 0.9, label_fraction: float = 1.0, random_init: bool = False,
                  fit: FitConfig = FINETUNE_FIT, plot: bool = False) -> Path | None:
     """``memdpc eval finetune``: writes ``finetune-<stream>[-frac<F>].json`` (+ npz with probabilities)."""
-    from memdpc.eval.pretrained import load_encoder
-    from memdpc.eval.results import save_result
-    from memdpc.model import Classifier
-
     out = Path(out)
     pretrained, _, stream = load_encoder(checkpoint, data, env)
     data = replace(data, stream=stream, batch_size=fit.batch_size)
@@ -173,7 +170,5 @@ def run_finetune(checkpoint: str | os.PathLike, data: EvalData, out: str | os.Pa
     path = save_result(out / f"{tag}.json", result,
                        {"video_ids": np.array(ids), "labels": labels, "probs": probs.astype(np.float32)})
     if plot:
-        from memdpc.eval.plots import confusion_matrix
-
         confusion_matrix(out / f"{tag}-confusion.png", probs, labels, classes)
     return path

@@ -16,7 +16,7 @@ import numpy as np
 from memdpc.errors import UserError
 from memdpc.eval.multicrop import classification_metrics
 from memdpc.eval.results import load_result
-from memdpc.eval.retrieval import RECALL_KS, recall_at_k, topk_neighbours
+from memdpc.model.retrieval import RECALL_KS, recall_at_k, topk_neighbours
 
 CLASSIFY_KINDS = ("probe-linear", "probe-mlp", "finetune", "classify")
 

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from memdpc.errors import UserError
+from memdpc.model.loss import topk_accuracy
 
 
 class VideoAccumulator:
@@ -71,18 +72,14 @@ class VideoAccumulator:
         return ids, np.asarray(labels, dtype=np.int64), np.stack(probs), np.asarray(counts, dtype=np.int64)
 
 
-def topk_accuracy(probs: np.ndarray, labels: np.ndarray, k: int) -> float:
-    """The fraction of rows whose label is among the ``k`` highest probabilities (ties: lower index first)."""
+def classification_metrics(probs: np.ndarray, labels: np.ndarray) -> dict[str, float]:
+    """Video-level top-1 and top-5 accuracy (:func:`memdpc.model.loss.topk_accuracy`), and the mean per-class
+    top-1."""
     if len(labels) == 0:
         raise UserError("no videos to score")
-    k = min(k, probs.shape[1])
-    order = np.argsort(-probs, axis=1, kind="stable")[:, :k]
-    return float(np.mean((order == np.asarray(labels)[:, None]).any(axis=1)))
-
-
-def classification_metrics(probs: np.ndarray, labels: np.ndarray) -> dict[str, float]:
-    """Video-level top-1 and top-5 accuracy, and the mean per-class top-1."""
+    top1, top5 = topk_accuracy(torch.from_numpy(np.asarray(probs)), torch.from_numpy(np.asarray(labels, dtype=np.int64)),
+                               (1, 5), dtype=torch.float64)
     pred = probs.argmax(axis=1)
     per_class = [float(np.mean(pred[labels == c] == c)) for c in np.unique(labels)]
-    return {"top1": topk_accuracy(probs, labels, 1), "top5": topk_accuracy(probs, labels, 5),
+    return {"top1": float(top1), "top5": float(top5),
             "mean_class_top1": float(np.mean(per_class)), "videos": int(len(labels))}

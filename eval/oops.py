@@ -23,20 +23,25 @@ import numpy as np
 import torch
 from torch import nn
 
+from memdpc import distenv as dd
 from memdpc.errors import UserError
 from memdpc.eval.features import EvalData, cached_windows, fingerprint, run_windows, split_classes
+from memdpc.eval.finetune import kept_batches, train_epochs, train_loader
+from memdpc.eval.fit import OOPS_FIT, FitConfig
 from memdpc.eval.oops_labels import CLASSES, TRANSITIONAL, oversample, step_labels
-from memdpc.eval.probe import FitConfig, fit_head
+from memdpc.eval.plots import confusion_matrix
+from memdpc.eval.pretrained import load_encoder
+from memdpc.eval.probe import fit_head
+from memdpc.eval.results import save_result
+from memdpc.eval.shard_meta import window_info
+from memdpc.model import OopsHead
 from memdpc.pipeline.clip import ClipSpec
-from memdpc.train import distributed as dd
-
-OOPS_FIT = FitConfig()
+from memdpc.pipeline.manifest import load_manifest
+from memdpc.preprocess.video_index import read_index
 
 
 def failure_times(index: str | os.PathLike) -> dict[str, float]:
     """{video id: failure time in seconds} from an Oops video index (``extra['t']``)."""
-    from memdpc.preprocess.video_index import read_index
-
     times = {r.id: float(r.extra["t"]) for r in read_index(index) if r.extra.get("t") is not None}
     if not times:
         raise UserError(f"{index}: no video has a failure time (extra.t); build it with --layout oops")
@@ -45,9 +50,6 @@ def failure_times(index: str | os.PathLike) -> dict[str, float]:
 
 def window_labels(data: EvalData, split: str, keys: list[str], times: dict[str, float], index: str) -> np.ndarray:
     """(W, num_blocks) step labels of the given windows, from their start, fps and the failure time."""
-    from memdpc.eval.shard_meta import window_info
-    from memdpc.pipeline.manifest import load_manifest
-
     spec = ClipSpec(**load_manifest(data.shards, data.stream, split)["clip"])
     info = window_info(data.shards, data.stream, split)
     out = []
@@ -76,8 +78,6 @@ class StepClassifier(nn.Module):
 
     def __init__(self, model: nn.Module, dim: int):
         super().__init__()
-        from memdpc.model import OopsHead
-
         self.model, self.head = model, OopsHead(dim, len(CLASSES))
 
     def forward(self, clips: torch.Tensor) -> torch.Tensor:
@@ -98,7 +98,6 @@ def _frozen(model, data: EvalData, out: Path, env, checkpoint, times, index, fit
     train, test = sets[data.train_split], sets[data.test_split]
     y = window_labels(data, data.train_split, train.keys, times, index)[:, 1:].reshape(-1)
     torch.manual_seed(fit.seed)
-    from memdpc.model import OopsHead
 
     head = OopsHead(model.backbone.out_channels, len(CLASSES)).fc  # the linear layer over z_t ⊕ ẑ_t
     x = torch.from_numpy(_steps(train.values)).float()
@@ -109,9 +108,6 @@ def _frozen(model, data: EvalData, out: Path, env, checkpoint, times, index, fit
 
 
 def _finetune(model, data: EvalData, out: Path, env, times, index, fit: FitConfig, settings):
-    from memdpc.eval.finetune import kept_batches, train_epochs, train_loader
-    from memdpc.eval.shard_meta import window_info
-
     info = window_info(data.shards, data.stream, data.train_split)
     spec = ClipSpec(**split_classes(data, data.train_split)[1]["clip"])
     labels_of = {k: step_labels(int(w["start"]), float(w["fps"]), times[w["video_id"]], spec)
@@ -145,9 +141,6 @@ def run_oops(checkpoint: str | os.PathLike, data: EvalData, out: str | os.PathLi
              index: str | os.PathLike, mode: str = "frozen", fit: FitConfig = OOPS_FIT, plot: bool = False
              ) -> Path | None:
     """``memdpc eval oops``: writes ``oops-<mode>-<stream>.json`` (+ npz with per-step predictions)."""
-    from memdpc.eval.pretrained import load_encoder
-    from memdpc.eval.results import save_result
-
     if mode not in ("frozen", "finetune"):
         raise UserError(f"Oops mode must be 'frozen' or 'finetune', not {mode!r}")
     out = Path(out)
@@ -171,8 +164,6 @@ def run_oops(checkpoint: str | os.PathLike, data: EvalData, out: str | os.PathLi
               "pred": pred.reshape(labels.shape)}
     path = save_result(out / f"oops-{mode}-{stream}.json", result, arrays)
     if plot:
-        from memdpc.eval.plots import confusion_matrix
-
         confusion_matrix(out / f"oops-{mode}-{stream}-confusion.png", np.eye(3)[pred], labels.reshape(-1),
                          CLASSES)
     return path

@@ -10,12 +10,12 @@ from rich.console import Console
 from rich.markup import escape
 from torch import nn
 
+from memdpc.distenv import DistEnv
 from memdpc.errors import UserError
 from memdpc.eval.features import EvalData
 from memdpc.model.checkpoint import load_model, require_classifier, require_pretrained, resolve_stream
 from memdpc.pipeline.manifest import manifest_path
 from memdpc.streams import STREAMS
-from memdpc.train.distributed import DistEnv
 
 
 def load_encoder(checkpoint: str | os.PathLike, data: EvalData, env: DistEnv

@@ -10,30 +10,22 @@ all windows and then all crops of a video.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import torch
 from torch import nn
 
+from memdpc.distenv import DistEnv
 from memdpc.errors import UserError
 from memdpc.eval.features import EvalData, Windows, cached_windows, fingerprint, same_classes
+from memdpc.eval.fit import PROBE_FIT, FitConfig
 from memdpc.eval.multicrop import VideoAccumulator, classification_metrics
-from memdpc.train.distributed import DistEnv
-
-
-@dataclass(frozen=True)
-class FitConfig:
-    """Optimisation of a head on fixed inputs."""
-
-    epochs: int = 100
-    batch_size: int = 256
-    lr: float = 1e-3
-    weight_decay: float = 1e-3
-    lr_min: float = 1e-4
-    patience: int = 10
-    seed: int = 0
+from memdpc.eval.plots import confusion_matrix
+from memdpc.eval.pretrained import load_encoder
+from memdpc.eval.results import save_result
+from memdpc.model import LinearHead, MLPHead
 
 
 def fit_head(head: nn.Module, x: torch.Tensor, y: torch.Tensor, cfg: FitConfig,
@@ -84,8 +76,6 @@ def predict_windows(head: nn.Module, windows: Windows, batch_size: int = 1024) -
 
 
 def make_head(kind: str, dim: int, num_classes: int, dropout: float) -> nn.Module:
-    from memdpc.model import LinearHead, MLPHead
-
     if kind == "linear":
         return LinearHead(dim, num_classes, dropout)
     if kind == "mlp":
@@ -94,12 +84,9 @@ def make_head(kind: str, dim: int, num_classes: int, dropout: float) -> nn.Modul
 
 
 def run_probe(checkpoint: str | os.PathLike, data: EvalData, out: str | os.PathLike, env: DistEnv, *,
-              head: str = "linear", crops: int = 1, dropout: float = 0.5, fit: FitConfig = FitConfig(),
+              head: str = "linear", crops: int = 1, dropout: float = 0.5, fit: FitConfig = PROBE_FIT,
               plot: bool = False) -> Path | None:
     """``memdpc eval probe``: writes ``probe-<head>-<stream>.json`` (+ npz with per-video probabilities)."""
-    from memdpc.eval.pretrained import load_encoder
-    from memdpc.eval.results import save_result
-
     out = Path(out)
     model, _, stream = load_encoder(checkpoint, data, env)
     data = replace(data, stream=stream)
@@ -123,7 +110,5 @@ def run_probe(checkpoint: str | os.PathLike, data: EvalData, out: str | os.PathL
     path = save_result(out / f"probe-{head}-{stream}.json", result,
                        {"video_ids": np.array(ids), "labels": labels, "probs": probs.astype(np.float32)})
     if plot:
-        from memdpc.eval.plots import confusion_matrix
-
         confusion_matrix(out / f"probe-{head}-{stream}-confusion.png", probs, labels, classes)
     return path

@@ -7,35 +7,35 @@ writes the results).
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
+from memdpc import distenv as dd
+from memdpc.eval.classify import run_classify
 from memdpc.eval.features import EvalData
-from memdpc.eval.probe import FitConfig
+from memdpc.eval.finetune import run_finetune
+from memdpc.eval.fit import FINETUNE_FIT, OOPS_FIT, PROBE_FIT, fit_config
+from memdpc.eval.fusion import fuse_results
+from memdpc.eval.oops import run_oops
+from memdpc.eval.pretrained import default_size
+from memdpc.eval.probe import run_probe
 from memdpc.eval.results import load_result, metrics_table, save_result
+from memdpc.eval.retrieval import run_retrieval
+from memdpc.model.checkpoint import read_checkpoint
 
 
 def _runner(task: str):
     if task == "retrieve":
-        from memdpc.eval.retrieval import run_retrieval
-
         return run_retrieval
     if task == "probe":
-        from memdpc.eval.probe import run_probe
-
         return run_probe
     if task == "finetune":
-        from memdpc.eval.finetune import run_finetune
-
         return run_finetune
     if task == "classify":
-        from memdpc.eval.classify import run_classify
-
         return run_classify
-    from memdpc.eval.oops import run_oops
-
     return run_oops
 
 
@@ -50,16 +50,12 @@ def evaluate(task: str, checkpoint: str | os.PathLike, *, shards: str | os.PathL
     ``size`` None takes the size the checkpoint was trained at (128 when unknown). ``fit`` overrides
     :class:`FitConfig` fields for the tasks that train a head. Returns the results path on rank 0, None elsewhere.
     """
-    from memdpc.eval.pretrained import default_size
-    from memdpc.model.checkpoint import read_checkpoint
-    from memdpc.train import distributed as dd
-
     if size is None:
         size = default_size(read_checkpoint(checkpoint))
     data = EvalData(Path(shards), stream, train_split, test_split, size, batch_size, backend, num_workers, dataset)
     if fit is not None:
-        defaults = {"finetune": {"epochs": 50, "batch_size": batch_size}}.get(task, {})
-        task_kw["fit"] = FitConfig(**{**defaults, **{k: v for k, v in fit.items() if v is not None}})
+        base = {"finetune": replace(FINETUNE_FIT, batch_size=batch_size), "oops": OOPS_FIT}.get(task, PROBE_FIT)
+        task_kw["fit"] = fit_config(base, **fit)
     Path(out).mkdir(parents=True, exist_ok=True)
     env = dd.setup(device)
     try:
@@ -75,8 +71,6 @@ def evaluate(task: str, checkpoint: str | os.PathLike, *, shards: str | os.PathL
 def fuse(result_a: str | os.PathLike, result_b: str | os.PathLike, out: str | os.PathLike | None = None,
          weights: tuple[float, float] = (1.0, 1.0), console: Console | None = None) -> Path:
     """Late fusion of two results files (see :mod:`memdpc.eval.fusion`); prints and writes the result."""
-    from memdpc.eval.fusion import fuse_results
-
     result, arrays = fuse_results(result_a, result_b, weights)
     out = Path(out) if out is not None else Path(result_a).with_name(f"{result['kind']}-{result['stream']}.json")
     save_result(out, result, arrays)

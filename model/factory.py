@@ -16,7 +16,7 @@ from torch import nn
 
 from memdpc.errors import UserError
 from memdpc.model.heads import Classifier
-from memdpc.model.memdpc import MemDPC
+from memdpc.model.memdpc import MemDPC, finish_config
 from memdpc.model.names import MODEL_NAMES, split_name
 
 # family (memdpc.model.names.FAMILIES) -> (class, fixed arguments, overridable defaults)
@@ -33,13 +33,6 @@ def _parse(name: str) -> tuple[type[nn.Module], dict, dict]:
     fam, depth = split_name(name)
     cls, fixed, defaults = _FAMILIES[fam]
     return cls, {**fixed, "depth": depth}, defaults
-
-
-def finish_config(model: nn.Module, name: str, seed: int | None) -> nn.Module:
-    """Record ``model.config`` (plain, YAML/JSON-friendly) from the model's resolved hyper-parameters."""
-    hp = {k: v for k, v in model.hparams.items() if k not in ("depth", "memory")}
-    model.config = {"name": name, **hp, "seed": seed}
-    return model
 
 
 def create_model(name: str, seed: int | None = None, **kw) -> nn.Module:

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from memdpc.model.convgru import ConvGRU, init_orthogonal
-from memdpc.model.memdpc import MemDPC, encode, pooled_context
+from memdpc.model.memdpc import MemDPC, encode, finish_config, pooled_context
 from memdpc.model.resnet2d3d import DEFAULT_WIDTHS, ResNet2d3d
 
 
@@ -100,8 +100,6 @@ class Classifier(nn.Module):
     @classmethod
     def from_pretrained(cls, model: MemDPC, num_classes: int, dropout: float = 0.9) -> Classifier:
         """A classifier whose encoder and GRUs are copies of a pretrained (Mem)DPC model's."""
-        from memdpc.model.factory import finish_config
-
         hp = model.hparams
         clf = cls(
             num_classes,

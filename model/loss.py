@@ -28,13 +28,24 @@ def _gather_targets(targets: torch.Tensor) -> tuple[torch.Tensor, int]:
 
 
 def topk_accuracy(
-    scores: torch.Tensor, labels: torch.Tensor, ks: tuple[int, ...] = (1, 5)
+    scores: torch.Tensor, labels: torch.Tensor, ks: tuple[int, ...] = (1, 5), dtype: torch.dtype = torch.float32
 ) -> list[torch.Tensor]:
-    """Fraction of rows whose label is among the k highest scores (k capped at the number of columns)."""
+    """Fraction of rows whose label is among the k highest scores (k capped at the number of columns).
+
+    Equal scores rank the lower column first, so the result never depends on the order a top-k kernel
+    leaves ties in. Each fraction is a 0-dim tensor of ``dtype``.
+    """
     kmax = min(max(ks), scores.shape[1])
-    top = scores.topk(kmax, dim=1).indices  # (rows, kmax)
-    hit = top == labels[:, None]
-    return [hit[:, : min(k, kmax)].any(dim=1).float().mean() for k in ks]
+    top = scores.topk(kmax, dim=1).values  # (rows, kmax), highest first
+    own = scores.gather(1, labels[:, None])  # (rows, 1)
+    rank = (top > own).sum(dim=1)  # the label's rank, capped at kmax, were there no ties
+    # a label whose score equals another top score, or the k-th highest, also yields to the equal lower columns
+    tied = ((top == own).sum(dim=1) > 1) | (top[:, -1:] == own)[:, 0]
+    if tied.any():
+        rows = tied.nonzero()[:, 0]
+        columns = torch.arange(scores.shape[1], device=scores.device)
+        rank[rows] += ((scores[rows] == own[rows]) & (columns < labels[rows, None])).sum(dim=1)
+    return [(rank < k).to(dtype).mean() for k in ks]
 
 
 def dense_infonce(

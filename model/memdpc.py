@@ -46,6 +46,13 @@ def pooled_context(z: torch.Tensor, agg_f: ConvGRU, agg_b: ConvGRU | None) -> to
     return torch.cat(ctx, dim=1)
 
 
+def finish_config(model: nn.Module, name: str, seed: int | None) -> nn.Module:
+    """Record ``model.config`` (plain, YAML/JSON-friendly) from the model's resolved hyper-parameters."""
+    hp = {k: v for k, v in model.hparams.items() if k not in ("depth", "memory")}
+    model.config = {"name": name, **hp, "seed": seed}
+    return model
+
+
 class MemDPC(nn.Module):
     """MemDPC (``memory=True``) or the DPC baseline (``memory=False``: φ outputs ẑ directly)."""
 

@@ -179,20 +179,3 @@ def find_manifests(shard_dir: str | os.PathLike) -> Iterator[Path]:
 def verify_shards(shard_dir: str | os.PathLike) -> list[VerifyResult]:
     """Verify every manifest found under ``shard_dir``."""
     return [verify_manifest(p) for p in find_manifests(shard_dir)]
-
-
-def print_verify(results: list[VerifyResult], console) -> bool:
-    """Print one table row per manifest and every problem; return True when all shards check out."""
-    from rich.table import Table
-
-    table = Table(title="shard verification")
-    for col in ("manifest", "shards", "samples", "GB", "status"):
-        table.add_column(col, justify="left" if col == "manifest" else "right")
-    for r in results:
-        status = "[green]ok" if not r.problems else f"[red]{len(r.problems)} problems"
-        table.add_row(str(r.manifest), str(r.shards), str(r.samples), f"{r.bytes / 1e9:.3f}", status)
-    console.print(table)
-    for r in results:
-        for p in r.problems:
-            console.print(f"[red]{r.manifest.parent.name}/{p}")
-    return not any(r.problems for r in results)

@@ -26,15 +26,6 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
-from rich.table import Table
 
 from memdpc.atomic import atomic_path, remove_stale_tmp, write_bytes_atomic, write_json_atomic
 from memdpc.errors import UserError
@@ -63,6 +54,7 @@ from memdpc.pipeline.shard_plan import (
 )
 from memdpc.pipeline.wds_index import format_index, index_path, split_name
 from memdpc.preprocess.video_index import VideoRecord, read_index
+from memdpc.progress import progress_bar
 
 __all__ = ["run_shard", "shard_stream", "write_shard", "ShardReport", "THROTTLE_ENV"]
 
@@ -232,19 +224,6 @@ def _manifest(plan: Plan, entries: list[dict], folder: Path) -> dict[str, Any]:
     }
 
 
-def _progress(console: Console | None) -> Progress:
-    return Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("samples"),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-        console=console,
-        disable=console is None,
-    )
-
-
 def _keep_or_write(tar: Path, shard: ShardPlan, plan: Plan, report: ShardReport, advance) -> dict:
     """Keep a shard already in place if it is exactly the planned one, else (re)write it."""
     entry = _check_existing(tar, shard) if tar.exists() else None
@@ -288,12 +267,14 @@ def run_shard(
     strict: bool = False,
     console: Console | None = None,
 ) -> ShardReport:
-    """Shard one stream and split (see the module docstring); with ``console``, show progress."""
+    """Shard one stream and split (see the module docstring); with ``console``, show progress there.
+
+    Returns the :class:`ShardReport` (rendered by :func:`memdpc.report_tables.print_shard_report`)."""
     t0 = time.perf_counter()
     source = "video index"
     if not isinstance(index_records, list):
         source, index_records = str(index_records), read_index(index_records)
-    with _progress(console) as bar:
+    with progress_bar("samples", console=console, disable=console is None) as bar:
         scan = bar.add_task(f"{stream}/{split}: scan archives", total=None)
         plan = make_plan(
             archive_root,
@@ -322,8 +303,6 @@ def run_shard(
     write_manifest(report.manifest, manifest)
     report.videos, report.bytes = manifest["num_videos"], sum(e["bytes"] for e in entries)
     report.seconds = time.perf_counter() - t0
-    if console is not None:
-        print_report(report, console)
     return report
 
 
@@ -338,21 +317,3 @@ def shard_stream(
     """Shard one stream and split with the options of :func:`run_shard`; return the manifest path
     (``<out>/<stream>/manifest-<split>.json``)."""
     return run_shard(archive_root, index_records, stream, out_dir, split, **kw).manifest
-
-
-def print_report(r: ShardReport, console: Console) -> None:
-    table = Table(title=str(r.manifest))
-    for col in ("videos", "samples", "shards", "GB", "samples/s", "short", "skipped"):
-        table.add_column(col, justify="right")
-    table.add_row(
-        str(r.videos),
-        str(r.samples),
-        f"{r.shards} ({r.kept} kept)" if r.kept else str(r.shards),
-        f"{r.bytes / 1e9:.3f}",
-        f"{r.samples / max(r.seconds, 1e-9):.1f}",
-        str(r.short),
-        str(len(r.skipped)),
-    )
-    console.print(table)
-    for s in r.skipped:
-        console.print(f"[yellow]skipped[/] {s['video_id']}: {s['reason']}")

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import cv2
 import numpy as np
+from PIL import Image
 
 from memdpc.errors import UserError
 
@@ -68,7 +69,6 @@ class JpegEncoding:
         """Encode an (H, W, 3) uint8 array whose channels are R, G, B (e.g. flow codes x, y, third)."""
         if self.sampling != "rgb":
             return self.encode_bgr(np.ascontiguousarray(image[..., ::-1]))
-        from PIL import Image
 
         buf = io.BytesIO()
         Image.fromarray(np.ascontiguousarray(image)).save(

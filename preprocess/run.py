@@ -22,14 +22,6 @@ from typing import Any
 
 import cv2
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
 
 from memdpc.atomic import write_json_atomic
 from memdpc.errors import UserError
@@ -50,6 +42,7 @@ from memdpc.preprocess.job import (
 )
 from memdpc.preprocess.tvl1_params import TVL1Params
 from memdpc.preprocess.video_index import VideoRecord, read_index
+from memdpc.progress import progress_bar
 
 FLOW_ENCODINGS = {"ycc": FLOW_ENCODING, "rgb": FLOW_ENCODING_RGB}
 DASK_CONNECT_TIMEOUT = 30  # seconds
@@ -165,19 +158,6 @@ def _results(cfg: PreprocessConfig, todo: list[VideoRecord]) -> Iterator[dict]:
         yield from (f.result() for f in as_completed([ex.submit(process_video, r, cfg) for r in todo]))
 
 
-def _progress(show: bool) -> Progress:
-    return Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("videos · {task.fields[fps]:.1f} frames/s"),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-        console=Console(stderr=True),
-        disable=not show,
-    )
-
-
 def _summary(videos: list[dict], seconds: float) -> dict:
     counts = {s: sum(v["status"] == s for v in videos) for s in ("done", "partial", "skipped", "failed")}
     frames = sum(v.get("num_frames", 0) for v in videos if v["status"] in ("done", "partial"))
@@ -225,7 +205,8 @@ def run_preprocess(records: list[VideoRecord], cfg: PreprocessConfig, progress: 
     videos = [{"id": r.id, "path": r.path, "status": "skipped"} for r in mine if _is_done(r, cfg)]
     todo = [r for r in mine if not _is_done(r, cfg)]
     started, t0 = datetime.now(timezone.utc), time.perf_counter()
-    with _progress(progress) as bar:
+    with progress_bar("videos · {task.fields[fps]:.1f} frames/s", bold=True, console=Console(stderr=True),
+                      disable=not progress) as bar:
         task = bar.add_task(
             f"preprocess {'+'.join(cfg.streams)}", total=len(mine), completed=len(videos), fps=0.0
         )

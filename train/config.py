@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from memdpc.atomic import write_bytes_atomic
 from memdpc.errors import UserError
 from memdpc.model.names import PRETRAIN_NAMES
 from memdpc.pipeline.backends import BACKENDS
@@ -186,8 +187,6 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
 
 
 def write_config(config: TrainConfig, path: Path) -> None:
-    from memdpc.atomic import write_bytes_atomic
-
     write_bytes_atomic(path, yaml.safe_dump(config.to_dict(), sort_keys=False).encode())
 
 

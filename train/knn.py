@@ -7,8 +7,9 @@ L2-normalised; cosine similarity; a hit when the nearest training video has the 
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
+
+from memdpc.model.retrieval import retrieve
 
 
 @torch.no_grad()
@@ -31,12 +32,12 @@ def video_features(model: nn.Module, loader, device: torch.device, max_batches: 
 
 
 def recall_at_1(train_x: torch.Tensor, train_y: torch.Tensor, test_x: torch.Tensor, test_y: torch.Tensor) -> float:
+    """R@1 of the test videos querying the training videos (:func:`memdpc.model.retrieval.retrieve`); NaN when
+    either set is empty."""
     if len(train_x) == 0 or len(test_x) == 0:
         return float("nan")
-    a = F.normalize(train_x - train_x.mean(0), dim=1)
-    b = F.normalize(test_x - test_x.mean(0), dim=1)
-    nearest = (b @ a.t()).argmax(dim=1)
-    return float((train_y[nearest] == test_y).float().mean())
+    metrics, _ = retrieve([test_x.numpy()], [train_x.numpy()], test_y.numpy(), train_y.numpy(), ks=(1,))
+    return metrics["R@1"]
 
 
 def knn_recall(model: nn.Module, train_loader, test_loader, device: torch.device, max_batches: int) -> float:

@@ -26,13 +26,16 @@ from rich.markup import escape
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from memdpc import distenv as dd
 from memdpc.atomic import remove_stale_tmp
 from memdpc.errors import UserError
 from memdpc.model import checkpoint as mc
+from memdpc.pipeline.augment import AugmentSpec
 from memdpc.pipeline.clip import ClipSpec
+from memdpc.pipeline.loader import make_loader
 from memdpc.train import checkpoint as ck
-from memdpc.train import distributed as dd
 from memdpc.train.config import TrainConfig, config_differences, write_config
+from memdpc.train.knn import knn_recall
 from memdpc.train.metrics import Meter, MetricsLogger, truncate_jsonl
 from memdpc.train.prepare import CONFIG_NAME, check_run_dir, check_shards
 
@@ -166,9 +169,6 @@ def _scheduler(config: TrainConfig, optimizer: torch.optim.Optimizer):
 def _loader(config: TrainConfig, env: dd.DistEnv, split: str, clip: ClipSpec, train: bool,
             rank: int | None = None, world_size: int | None = None):
     """A loader of one split; training drops the last partial batch, so every rank takes equal steps."""
-    from memdpc.pipeline.augment import AugmentSpec
-    from memdpc.pipeline.loader import make_loader
-
     spec = AugmentSpec(jitter_flow=config.jitter_flow, crop_size=config.crop_size or None)
     return make_loader(config.shards, config.stream, split, train=train, batch_size=config.batch_size,
                        backend=config.backend, size=config.size, spec=spec,
@@ -364,8 +364,6 @@ def _end_epoch(p: Parts, s: State) -> None:
 
 
 def _knn(p: Parts, s: State) -> None:
-    from memdpc.train.knn import knn_recall
-
     if p.env.is_main and p.config.val_split != "none":
         c = p.config
         loaders = [_loader(c, p.env, split, p.clip, train=False, rank=0, world_size=1)

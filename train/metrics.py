@@ -14,16 +14,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
+from rich.console import Console
 
 from memdpc.atomic import write_bytes_atomic
+from memdpc.progress import progress_bar
 
 
 class Meter:
@@ -84,8 +78,7 @@ class MetricsLogger:
         self._file = open(self.path, "a")  # noqa: SIM115 — closed in close()
         self._tb = SummaryWriter(str(run_dir / "tb"))
         if progress:
-            self._progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                      TextColumn("{task.fields[info]}"), TimeElapsedColumn(), TimeRemainingColumn())
+            self._progress = progress_bar("{task.fields[info]}", bold=True)
             self._progress.start()
 
     def log(self, record: dict[str, Any]) -> None:
@@ -115,8 +108,6 @@ class MetricsLogger:
         if self._progress is not None:
             self._progress.console.print(text)
         else:
-            from rich.console import Console
-
             Console(stderr=True).print(text)
 
     def close(self) -> None:

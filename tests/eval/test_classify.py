@@ -8,11 +8,11 @@ import torch
 from click.testing import CliRunner
 
 from memdpc.cli import main
+from memdpc.distenv import DistEnv
 from memdpc.eval.features import EvalData, run_windows
 from memdpc.eval.results import load_result
 from memdpc.model import checkpoint as mc
 from memdpc.model import create_model
-from memdpc.train.distributed import DistEnv
 
 from .conftest import NUM_CLASSES, REFERENCE_WIDTHS
 

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import torch
 
+from memdpc.distenv import DistEnv
 from memdpc.errors import UserError
 from memdpc.eval.features import EvalData, cached_windows, run_windows, same_classes, video_mean
 from memdpc.eval.shard_meta import window_info
-from memdpc.train.distributed import DistEnv
 
 ENV = DistEnv(0, 1, 0, torch.device("cpu"))
 

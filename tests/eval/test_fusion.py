@@ -8,7 +8,7 @@ import pytest
 from memdpc.errors import UserError
 from memdpc.eval.fusion import fuse_results
 from memdpc.eval.results import load_result, save_result
-from memdpc.eval.retrieval import center_normalize
+from memdpc.model.retrieval import center_normalize
 
 CLASSES = ["a", "b", "c"]
 

@@ -9,9 +9,9 @@ from memdpc.errors import UserError
 from memdpc.eval.features import load_windows, video_mean
 from memdpc.eval.oops_labels import step_labels
 from memdpc.eval.results import load_result
-from memdpc.eval.retrieval import retrieve
 from memdpc.eval.run import evaluate, fuse
 from memdpc.eval.shard_meta import window_info
+from memdpc.model.retrieval import retrieve
 from memdpc.pipeline.clip import ClipSpec
 
 pytestmark = pytest.mark.slow

@@ -17,12 +17,12 @@ import torch
 from click.testing import CliRunner
 
 from memdpc.cli import main
+from memdpc.distenv import DistEnv
 from memdpc.model import create_model
 from memdpc.model.checkpoint import load_model, read_checkpoint
 from memdpc.pipeline.clip import ClipSpec
 from memdpc.train.checkpoint import param_digest
 from memdpc.train.config import TrainConfig
-from memdpc.train.distributed import DistEnv
 from memdpc.train.knn import knn_recall
 from memdpc.train.loop import _loader
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from memdpc.errors import UserError
-from memdpc.eval.retrieval import center_normalize, recall_at_k, retrieve, topk_neighbours
+from memdpc.model.retrieval import center_normalize, recall_at_k, retrieve, topk_neighbours
 
 # gallery: four unit directions (mean zero), one class each
 GALLERY = np.array([[1, 0], [0, 1], [-1, 0], [0, -1]], dtype=np.float32)

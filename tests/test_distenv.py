@@ -3,8 +3,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from memdpc.distenv import first_slurm_host, pick_device, read_env
 from memdpc.errors import UserError
-from memdpc.train.distributed import first_slurm_host, pick_device, read_env
 
 
 def test_torchrun_variables_win():

@@ -1,0 +1,41 @@
+"""How ``memdpc eval`` trains a head or a network: the optimiser settings and each task's defaults.
+
+The command line shows these defaults as its own (``memdpc eval probe|finetune|oops --help``), so Python
+callers and the command line train alike. This module imports no torch so that the CLI stays fast to start.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+
+@dataclass(frozen=True)
+class FitConfig:
+    """Adam with one plateau decay: after ``patience`` epochs without a lower training loss the learning rate
+    drops from ``lr`` to ``lr_min`` (``None``: ``lr / 10``)."""
+
+    epochs: int = 100
+    batch_size: int = 256
+    lr: float = 1e-3
+    weight_decay: float = 1e-3
+    lr_min: float | None = None
+    patience: int = 10
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.lr_min is None:
+            object.__setattr__(self, "lr_min", self.lr / 10)
+
+
+PROBE_FIT = FitConfig()
+FINETUNE_FIT = FitConfig(epochs=50, batch_size=16)
+OOPS_FIT = FitConfig(epochs=50)
+
+
+def fit_config(base: FitConfig, **given: float | int | None) -> FitConfig:
+    """``base`` with the ``given`` settings (a None keeps base's); a new ``lr`` without ``lr_min`` brings
+    ``lr_min = lr / 10``."""
+    given = {k: v for k, v in given.items() if v is not None}
+    if "lr" in given and "lr_min" not in given:
+        given["lr_min"] = given["lr"] / 10
+    return replace(base, **given)

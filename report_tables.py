@@ -1,0 +1,45 @@
+"""The command line's tables of pipeline reports: what ``memdpc shard`` (and the quickstart) wrote, and
+``memdpc shard --verify``. The library returns the reports; only the front ends print them.
+"""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from memdpc.pipeline.manifest import VerifyResult
+from memdpc.pipeline.shard import ShardReport
+
+
+def print_shard_report(r: ShardReport, console: Console) -> None:
+    """One table row for the shards written (or kept), then every skipped video and why."""
+    table = Table(title=str(r.manifest))
+    for col in ("videos", "samples", "shards", "GB", "samples/s", "short", "skipped"):
+        table.add_column(col, justify="right")
+    table.add_row(
+        str(r.videos),
+        str(r.samples),
+        f"{r.shards} ({r.kept} kept)" if r.kept else str(r.shards),
+        f"{r.bytes / 1e9:.3f}",
+        f"{r.samples / max(r.seconds, 1e-9):.1f}",
+        str(r.short),
+        str(len(r.skipped)),
+    )
+    console.print(table)
+    for s in r.skipped:
+        console.print(f"[yellow]skipped[/] {s['video_id']}: {s['reason']}")
+
+
+def print_verify(results: list[VerifyResult], console: Console) -> bool:
+    """Print one table row per manifest and every problem; return True when all shards check out."""
+    table = Table(title="shard verification")
+    for col in ("manifest", "shards", "samples", "GB", "status"):
+        table.add_column(col, justify="left" if col == "manifest" else "right")
+    for r in results:
+        status = "[green]ok" if not r.problems else f"[red]{len(r.problems)} problems"
+        table.add_row(str(r.manifest), str(r.shards), str(r.samples), f"{r.bytes / 1e9:.3f}", status)
+    console.print(table)
+    for r in results:
+        for p in r.problems:
+            console.print(f"[red]{r.manifest.parent.name}/{p}")
+    return not any(r.problems for r in results)
