@@ -35,7 +35,7 @@ from memdpc.pipeline.augment import (
     normalise,
     sample_clip,
 )
-from memdpc.pipeline.loader import Batch, LoaderPlan
+from memdpc.pipeline.plan import Batch, LoaderPlan
 from memdpc.pipeline.sample import sample_key, sample_members
 from memdpc.preprocess.encode import gpu_decodes_alike
 

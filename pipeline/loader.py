@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
@@ -19,50 +17,8 @@ from memdpc.pipeline.augment import AugmentSpec
 from memdpc.pipeline.backends import BACKENDS
 from memdpc.pipeline.clip import ClipSpec
 from memdpc.pipeline.manifest import load_manifest, manifest_path, shard_paths
-
-
-@dataclass
-class Batch:
-    """One batch of clips.
-
-    ``clips``: float32 (B, N, 3, SL, H, W), normalised; eval with ``crops`` > 1: (B, K, N, 3, SL, H, W).
-    ``labels``: int64 (B,). ``keys``: ``<video_id>_<start:05d>`` per clip. ``video_ids``: the clip's video.
-    """
-
-    clips: torch.Tensor
-    labels: torch.Tensor
-    keys: list[str]
-    video_ids: list[str]
-
-
-@dataclass(frozen=True)
-class LoaderPlan:
-    """What a backend needs: the checked shard list and manifest facts, and the request."""
-
-    shards: list[tuple[Path, Path]]
-    shard_samples: list[int]
-    stream: str
-    frame_size: tuple[int, int]
-    encoding: str  # the images' encoding, as recorded in the manifest (e.g. jpeg-q100-444)
-    num_frames: int
-    num_blocks: int
-    train: bool
-    batch_size: int
-    size: int
-    crops: int
-    rank: int
-    world_size: int
-    seed: int
-    num_workers: int
-    device: str
-    spec: AugmentSpec
-    drop_last: bool = False
-    shuffle_buffer: int = 256
-
-    @property
-    def views(self) -> int:
-        """Crops per clip: always 1 in training."""
-        return 1 if self.train else self.crops
+from memdpc.pipeline.plan import LoaderPlan
+from memdpc.pipeline.torch_loader import TorchLoader
 
 
 def dali_available() -> bool:
@@ -131,8 +87,6 @@ def make_loader(
         from memdpc.pipeline.dali_loader import DaliLoader
 
         return DaliLoader(plan)
-    from memdpc.pipeline.torch_loader import TorchLoader
-
     return TorchLoader(plan)
 
 

@@ -34,7 +34,7 @@ from memdpc.pipeline.augment import (
     resize_frames,
     sample_clip,
 )
-from memdpc.pipeline.loader import Batch, LoaderPlan
+from memdpc.pipeline.plan import Batch, LoaderPlan
 from memdpc.pipeline.sample import INFO, LABEL, decode_label, frame_member, sample_key
 
 

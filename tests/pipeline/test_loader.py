@@ -15,7 +15,8 @@ import torch
 from memdpc.errors import UserError
 from memdpc.pipeline.augment import AugmentSpec, denormalise
 from memdpc.pipeline.clip import ClipSpec
-from memdpc.pipeline.loader import Batch, make_loader
+from memdpc.pipeline.loader import make_loader
+from memdpc.pipeline.plan import Batch
 from memdpc.pipeline.shard import shard_stream
 
 BACKENDS = ["dali", "torch"]
