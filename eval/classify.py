@@ -11,14 +11,28 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+from torch import nn
 
 from memdpc.distenv import DistEnv
 from memdpc.errors import UserError
-from memdpc.eval.features import EvalData, run_windows, split_classes
+from memdpc.eval.features import EvalData, Windows, run_windows, split_classes
 from memdpc.eval.multicrop import VideoAccumulator, classification_metrics
 from memdpc.eval.plots import confusion_matrix
 from memdpc.eval.pretrained import load_classifier
 from memdpc.eval.results import save_result
+
+
+def score_videos(clf: nn.Module, data: EvalData, env: DistEnv, crops: int
+                 ) -> tuple[Windows, list[str], np.ndarray, np.ndarray] | None:
+    """The classifier's outputs for every window of the test split (crops averaged), and its softmax
+    averaged per video: (windows, video ids, labels, probabilities); None on ranks other than 0."""
+    windows = run_windows(clf, data, data.test_split, env, crops=crops, desc="test")
+    if windows is None:
+        return None
+    acc = VideoAccumulator()
+    acc.add(windows.keys, windows.video_ids, windows.labels.tolist(), windows.values)
+    ids, labels, probs, _ = acc.video_probs()
+    return windows, ids, labels, probs
 
 
 def run_classify(checkpoint: str | os.PathLike, data: EvalData, out: str | os.PathLike, env: DistEnv, *,
@@ -32,12 +46,10 @@ def run_classify(checkpoint: str | os.PathLike, data: EvalData, out: str | os.Pa
     if ckpt["model_config"]["num_classes"] != len(classes):
         raise UserError(f"{checkpoint}: a classifier of {ckpt['model_config']['num_classes']} classes, but the "
                         f"{data.test_split} shards have {len(classes)}")
-    windows = run_windows(clf, data, data.test_split, env, crops=crops, desc="test")
-    if windows is None:
+    scored = score_videos(clf, data, env, crops)
+    if scored is None:
         return None
-    acc = VideoAccumulator()
-    acc.add(windows.keys, windows.video_ids, windows.labels.tolist(), windows.values)
-    ids, labels, probs, _ = acc.video_probs()
+    windows, ids, labels, probs = scored
     result = {"kind": "classify", "stream": stream, "dataset": data.dataset_name, "split": data.test_split,
               "classes": classes, "metrics": classification_metrics(probs, labels),
               "config": {"checkpoint": str(checkpoint), "crops": crops, "size": data.size}}

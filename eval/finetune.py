@@ -25,9 +25,11 @@ from torch import nn
 from memdpc import distenv as dd
 from memdpc.atomic import write_bytes_atomic
 from memdpc.errors import UserError
-from memdpc.eval.features import EvalData, run_windows, same_classes
+from memdpc.eval.classify import score_videos
+from memdpc.eval.features import EvalData, same_classes
 from memdpc.eval.fit import FINETUNE_FIT, FitConfig
-from memdpc.eval.multicrop import VideoAccumulator, classification_metrics
+from memdpc.eval.multicrop import classification_metrics
+from memdpc.eval.optim import adam_with_plateau
 from memdpc.eval.plots import confusion_matrix
 from memdpc.eval.pretrained import load_encoder
 from memdpc.eval.results import save_result
@@ -76,9 +78,7 @@ def train_epochs(model: nn.Module, batch_loss: Callable, batches: Batches, env: 
     """Adam + plateau decay over ``fit.epochs`` epochs, resuming from ``state_path`` when it holds the same
     ``settings``. ``batch_loss(module, clips, keys, labels)`` returns the mean loss of a batch. Every rank
     takes the same number of steps (an epoch ends when any rank runs out). Returns per-epoch mean losses."""
-    opt = torch.optim.Adam(model.parameters(), lr=fit.lr, weight_decay=fit.weight_decay)
-    sched = torch.optim.lr_scheduler.ReduceLROnPlateau(opt, factor=fit.lr_min / fit.lr, patience=fit.patience,
-                                                       min_lr=fit.lr_min)
+    opt, sched = adam_with_plateau(model.parameters(), fit)
     losses: list[float] = []
     if state_path.is_file():
         state = torch.load(state_path, map_location=env.device, weights_only=True)
@@ -157,12 +157,10 @@ def run_finetune(checkpoint: str | os.PathLike, data: EvalData, out: str | os.Pa
     losses = train_epochs(clf, _ce, lambda e: kept_batches(loader, keep, fit.batch_size, e), env, fit,
                           out / f"{tag}.state.pt", settings)
     clf.eval()
-    windows = run_windows(clf, data, data.test_split, env, crops=crops, desc="test")
-    if windows is None:
+    scored = score_videos(clf, data, env, crops)
+    if scored is None:
         return None
-    acc = VideoAccumulator()
-    acc.add(windows.keys, windows.video_ids, windows.labels.tolist(), windows.values)
-    ids, labels, probs, _ = acc.video_probs()
+    _, ids, labels, probs = scored
     result = {"kind": "finetune", "stream": stream, "dataset": data.dataset_name, "split": data.test_split,
               "classes": classes, "metrics": classification_metrics(probs, labels), "train_loss": losses,
               "config": {**settings, "crops": crops,

@@ -22,6 +22,7 @@ from memdpc.errors import UserError
 from memdpc.eval.features import EvalData, Windows, cached_windows, fingerprint, same_classes
 from memdpc.eval.fit import PROBE_FIT, FitConfig
 from memdpc.eval.multicrop import VideoAccumulator, classification_metrics
+from memdpc.eval.optim import adam_with_plateau
 from memdpc.eval.plots import confusion_matrix
 from memdpc.eval.pretrained import load_encoder
 from memdpc.eval.results import save_result
@@ -38,9 +39,7 @@ def fit_head(head: nn.Module, x: torch.Tensor, y: torch.Tensor, cfg: FitConfig,
     if len(x) == 0:
         raise UserError("no training samples for the classifier head")
     gen = torch.Generator().manual_seed(cfg.seed)
-    opt = torch.optim.Adam(head.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    sched = torch.optim.lr_scheduler.ReduceLROnPlateau(opt, factor=cfg.lr_min / cfg.lr, patience=cfg.patience,
-                                                       min_lr=cfg.lr_min)
+    opt, sched = adam_with_plateau(head.parameters(), cfg)
     rows = torch.as_tensor(order if order is not None else np.arange(len(x)))
     losses = []
     head.train()
