@@ -5,6 +5,7 @@ User errors (:class:`memdpc.errors.UserError`) become a one-line message and exi
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 
 import click
@@ -15,6 +16,9 @@ from memdpc import __version__
 from memdpc.errors import UserError
 from memdpc.eval.fit import FINETUNE_FIT, OOPS_FIT, PROBE_FIT, FitConfig
 from memdpc.pipeline.backends import BACKENDS as LOADER_BACKENDS
+from memdpc.pipeline.shard import run_shard
+from memdpc.pipeline.shard_plan import SHORT_POLICIES, SPLITS
+from memdpc.preprocess.synthetic import CLASSES, CODECS, SyntheticConfig, make_synthetic
 from memdpc.streams import STREAMS
 
 console = Console(stderr=True)
@@ -87,27 +91,30 @@ def data() -> None:
 main.add_command(data)
 
 
+_SYNTHETIC = SyntheticConfig()  # the library's defaults
+
+
 @data.command("synthetic")
 @click.argument("out", type=OUT_DIR)
-@click.option("--videos-per-class", type=int, default=8, show_default=True, help="Videos per class.")
-@click.option("--frames", type=int, default=48, show_default=True, help="Frames per video.")
-@click.option("--size", type=int, default=64, show_default=True, help="Frame width and height in pixels.")
-@click.option(
-    "--classes", "num_classes", type=int, default=10, show_default=True, help="Number of classes (≤ 10)."
-)
-@click.option("--fps", type=float, default=25.0, show_default=True, help="Frame rate written in the files.")
+@click.option("--videos-per-class", type=int, default=_SYNTHETIC.videos_per_class, show_default=True,
+              help="Videos per class.")
+@click.option("--frames", type=int, default=_SYNTHETIC.frames, show_default=True, help="Frames per video.")
+@click.option("--size", type=int, default=_SYNTHETIC.size, show_default=True,
+              help="Frame width and height in pixels.")
+@click.option("--classes", "num_classes", type=int, default=_SYNTHETIC.num_classes, show_default=True,
+              help=f"Number of classes (≤ {len(CLASSES)}).")
+@click.option("--fps", type=float, default=_SYNTHETIC.fps, show_default=True, help="Frame rate written in the files.")
 @click.option(
     "--codec",
-    type=click.Choice(["xvid", "mjpg", "mp4v"]),
-    default="xvid",
+    type=click.Choice(CODECS),
+    default=_SYNTHETIC.codec,
     show_default=True,
     help="Video codec (xvid/mjpg: .avi, mp4v: .mp4).",
 )
-@click.option("--seed", type=int, default=0, show_default=True, help="Random seed (same seed, same bytes).")
+@click.option("--seed", type=int, default=_SYNTHETIC.seed, show_default=True,
+              help="Random seed (same seed, same bytes).")
 def data_synthetic(out: Path, **kw) -> None:
     """Write the built-in motion-class dataset to OUT in the UCF101 layout."""
-    from memdpc.preprocess.synthetic import SyntheticConfig, make_synthetic
-
     root = make_synthetic(out, SyntheticConfig(**kw))
     Console().print(f"wrote {kw['num_classes']} classes × {kw['videos_per_class']} videos to {root}")
     Console().print(f"next: memdpc index {root} --layout ucf101")
@@ -136,12 +143,20 @@ _TVL1_OPTIONS = [  # (option, field, type, help); defaults are OpenCV's CPU Dual
 
 
 def _preprocess_options(default_streams: str):
-    from memdpc.preprocess.encode import FLOW_ENCODING, FLOW_ENCODING_RGB, RGB_ENCODING
+    from memdpc.preprocess.decode import DecodeSpec
+    from memdpc.preprocess.encode import (
+        DEFAULT_FLOW_ENCODING,
+        FLOW_ENCODING,
+        FLOW_ENCODING_RGB,
+        FLOW_ENCODINGS,
+        RGB_ENCODING,
+    )
     from memdpc.preprocess.flow import AUTO, BACKENDS
     from memdpc.preprocess.job import PreprocessConfig
     from memdpc.preprocess.tvl1_params import TVL1Params
 
     defaults, config = TVL1Params(), PreprocessConfig(out="")
+    decode = DecodeSpec()
     opts = [
         click.argument("index", type=click.Path(path_type=Path)),
         click.option(
@@ -159,21 +174,21 @@ def _preprocess_options(default_streams: str):
         click.option(
             "--size",
             type=int,
-            default=256,
+            default=decode.size,
             show_default=True,
             help="Resize the short side to this, keeping the aspect ratio (0: keep the size).",
         ),
         click.option(
             "--square",
             type=int,
-            default=0,
+            default=decode.square,
             show_default=True,
             help="Resize to SQUARE×SQUARE instead (the paper's 256×256; 0: off).",
         ),
         click.option(
             "--fps",
             type=float,
-            default=0.0,
+            default=decode.fps,
             show_default=True,
             help="Resample to this frame rate (0: the native rate).",
         ),
@@ -186,8 +201,8 @@ def _preprocess_options(default_streams: str):
         ),
         click.option(
             "--flow-encoding",
-            type=click.Choice(["ycc", "rgb"]),
-            default="ycc",
+            type=click.Choice(FLOW_ENCODINGS),
+            default=DEFAULT_FLOW_ENCODING,
             show_default=True,
             help="Flow JPEG: ycc = standard 4:4:4 (any decoder), rgb = no colour transform (smaller, more exact).",
         ),
@@ -200,7 +215,7 @@ def _preprocess_options(default_streams: str):
         click.option(
             "--third-channel",
             type=click.Choice(["128", "0"]),
-            default="128",
+            default=str(config.third_channel),
             show_default=True,
             help="Constant third channel of flow images (128 = zero flow after the mapping).",
         ),
@@ -239,7 +254,7 @@ def _preprocess_options(default_streams: str):
         ),
         click.option(
             "--part",
-            default="0/1",
+            default="{}/{}".format(*config.part),
             show_default=True,
             help="Take videos I, I+N, I+2N, … of the index (0 ≤ I < N), e.g. $SLURM_ARRAY_TASK_ID/N.",
         ),
@@ -309,6 +324,9 @@ def preprocess_flow(index: Path, **kw) -> None:
 
 
 # --------------------------------------------------------------------------------------------- shard
+_SHARD = {name: p.default for name, p in inspect.signature(run_shard).parameters.items()}  # the library's defaults
+
+
 @main.command("shard")
 @click.argument("archive_root", type=click.Path(path_type=Path), required=False)
 @click.option("--index", "index", type=click.Path(path_type=Path), help="Video index (JSONL) of the videos.")
@@ -316,7 +334,7 @@ def preprocess_flow(index: Path, **kw) -> None:
 @click.option("--out", "out", type=OUT_DIR, help="Shard folder (gets <stream>/ inside).")
 @click.option(
     "--split",
-    type=click.Choice(["train", "test", "val", "all"]),
+    type=click.Choice(SPLITS),
     default="train",
     show_default=True,
     help="Videos to shard; train/all: train windows, shuffled; test/val: eval windows (0, 59, 118, …).",
@@ -324,32 +342,38 @@ def preprocess_flow(index: Path, **kw) -> None:
 @click.option(
     "--window-step",
     type=click.IntRange(min=1),
-    default=20,
+    default=_SHARD["window_step"],
     show_default=True,
     help="Train windows start every N source frames (UCF101-length videos give 3–4 windows).",
 )
 @click.option(
     "--short",
-    type=click.Choice(["pad", "drop"]),
-    default="pad",
+    type=click.Choice(SHORT_POLICIES),
+    default=_SHARD["short"],
     show_default=True,
     help="Videos shorter than one window: pad with the last frame, or drop them (as the reference code).",
 )
 @click.option(
-    "--max-count", type=click.IntRange(min=1), default=1000, show_default=True, help="Most samples per shard."
+    "--max-count",
+    type=click.IntRange(min=1),
+    default=_SHARD["max_count"],
+    show_default=True,
+    help="Most samples per shard.",
 )
 @click.option(
     "--max-size",
     type=click.IntRange(min=1),
-    default=128 * 2**20,
+    default=_SHARD["max_size"],
     show_default=True,
     help="Most bytes per shard (a larger single sample gets a shard of its own).",
 )
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the train shuffle.")
-@click.option("--blocks", "num_blocks", type=click.IntRange(min=1), default=8, show_default=True,
-              help="Blocks per sample.")
-@click.option("--block-len", type=click.IntRange(min=1), default=5, show_default=True, help="Frames per block.")
-@click.option("--clip-stride", "stride", type=click.IntRange(min=1), default=3, show_default=True,
+@click.option("--seed", type=int, default=_SHARD["seed"], show_default=True, help="Seed of the train shuffle.")
+@click.option("--blocks", "num_blocks", type=click.IntRange(min=1), default=_SHARD["clip"].num_blocks,
+              show_default=True, help="Blocks per sample.")
+@click.option("--block-len", type=click.IntRange(min=1), default=_SHARD["clip"].block_len, show_default=True,
+              help="Frames per block.")
+@click.option("--clip-stride", "stride", type=click.IntRange(min=1), default=_SHARD["clip"].stride,
+              show_default=True,
               help="Source frames between the frames of a sample (a sample spans blocks × block-len × stride).")
 @click.option("--strict", is_flag=True, help="Stop at the first bad video (default: skip and report it).")
 @click.option(
@@ -363,7 +387,6 @@ def shard_cmd(archive_root: Path | None, verify: Path | None, **kw) -> None:
     """Cut per-video frame archives into WebDataset shards of 40-frame samples, with DALI indexes."""
     from memdpc.pipeline.clip import ClipSpec
     from memdpc.pipeline.manifest import verify_shards
-    from memdpc.pipeline.shard import run_shard
     from memdpc.report_tables import print_shard_report, print_verify
 
     if verify is not None:

@@ -35,6 +35,8 @@ from memdpc.streams import STREAMS
 
 FORMAT = "memdpc-shards-v1"
 TRAIN_SPLITS = ("train", "all")  # shuffled, train windows; any other split: index order, eval windows
+SPLITS = ("train", "test", "val", "all")  # the splits a shard set can be cut for
+SHORT_POLICIES = ("pad", "drop")  # a video shorter than one window: padded with its last frame, or dropped
 DEFAULT_WINDOW_STEP = 20  # UCF101 (~180 frames at 25 fps): starts 0, 20, 40 (, 60) → 3–4 windows per video
 DEFAULT_MAX_COUNT = 1000
 DEFAULT_MAX_SIZE = 128 * 2**20
@@ -267,8 +269,8 @@ def make_plan(
     before scanning the i-th video (progress)."""
     if stream not in STREAMS:
         raise UserError(f"unknown stream '{stream}' (choose from {', '.join(STREAMS)})")
-    if short not in ("pad", "drop"):
-        raise UserError(f"--short must be 'pad' or 'drop', not '{short}'")
+    if short not in SHORT_POLICIES:
+        raise UserError(f"--short must be one of {', '.join(SHORT_POLICIES)}, not '{short}'")
     if max_count < 1 or max_size < 1:
         raise UserError("--max-count and --max-size must be ≥ 1")
     train = split in TRAIN_SPLITS

@@ -84,6 +84,8 @@ RGB_ENCODING = JpegEncoding(90, "420")
 # ``FLOW_ENCODING_RGB`` (``--flow-encoding rgb``) is smaller and more exact, for CPU decoders.
 FLOW_ENCODING = JpegEncoding(100, "444")
 FLOW_ENCODING_RGB = JpegEncoding(90, "rgb")
+FLOW_ENCODINGS = {"ycc": FLOW_ENCODING, "rgb": FLOW_ENCODING_RGB}  # by the name `--flow-encoding` takes
+DEFAULT_FLOW_ENCODING = "ycc"
 
 
 def gpu_decodes_alike(encoding: str) -> bool:

@@ -28,7 +28,7 @@ from memdpc.errors import UserError
 from memdpc.preprocess.archive import ArchiveWriter, archive_path
 from memdpc.preprocess.batched import run_batched
 from memdpc.preprocess.decode import DecodeError, DecodeSpec, PartialVideo, VideoStream
-from memdpc.preprocess.encode import FLOW_ENCODING, FLOW_ENCODING_RGB, RGB_ENCODING, JpegEncoding
+from memdpc.preprocess.encode import DEFAULT_FLOW_ENCODING, FLOW_ENCODINGS, RGB_ENCODING, JpegEncoding
 from memdpc.preprocess.flow import BatchedFlowBackend, FlowStage, make_backend, resolve_backend
 from memdpc.preprocess.job import (
     FlowWriter,
@@ -44,7 +44,6 @@ from memdpc.preprocess.tvl1_params import TVL1Params
 from memdpc.preprocess.video_index import VideoRecord, read_index
 from memdpc.progress import progress_bar
 
-FLOW_ENCODINGS = {"ycc": FLOW_ENCODING, "rgb": FLOW_ENCODING_RGB}
 DASK_CONNECT_TIMEOUT = 30  # seconds
 
 
@@ -240,11 +239,11 @@ def preprocess(
     out: str | Path,
     streams: str = "rgb",
     *,
-    size: int = 256,
-    square: int = 0,
-    fps: float = 0.0,
+    size: int = DecodeSpec.size,
+    square: int = DecodeSpec.square,
+    fps: float = DecodeSpec.fps,
     quality: int = RGB_ENCODING.quality,
-    flow_encoding: str = "ycc",
+    flow_encoding: str = DEFAULT_FLOW_ENCODING,
     flow_quality: int | None = None,
     tvl1: dict[str, Any] | None = None,
     part: str = "0/1",
