@@ -1,13 +1,17 @@
-"""Shared fixtures: tiny real data generated once per session (real video files, real OpenCV)."""
+"""Shared fixtures and helpers: tiny real data generated once per session (real video files, real OpenCV),
+and the JPEG frame archives the pipeline, train and eval tests build from rendered frames."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
+import cv2
+import numpy as np
 import pytest
 import torch
 
+from memdpc.preprocess.archive import archive_path, write_archive
 from memdpc.preprocess.synthetic import SyntheticConfig, make_synthetic
 
 if not torch.cuda.is_available():  # before anything imports Triton: its kernels then run in the interpreter
@@ -30,6 +34,25 @@ TINY = SyntheticConfig(videos_per_class=3, frames=30, size=32, num_classes=3, se
 def tiny_dataset(tmp_path_factory) -> Path:
     """A 3-class × 3-video synthetic dataset (30 frames of 32×32) in the UCF101 layout."""
     return make_synthetic(tmp_path_factory.mktemp("tiny") / "syn", TINY)
+
+
+def jpeg(img: np.ndarray, quality: int = 90) -> bytes:
+    """A BGR (H, W, 3) uint8 image as OpenCV JPEG bytes."""
+    ok, buf = cv2.imencode(".jpg", img, [cv2.IMWRITE_JPEG_QUALITY, quality])
+    assert ok
+    return buf.tobytes()
+
+
+def frame_diffs(frames: np.ndarray) -> np.ndarray:
+    """n frames → n−1 3-channel uint8 images standing in for flow (absolute differences of neighbours)."""
+    return np.abs(frames[1:].astype(np.int16) - frames[:-1]).astype(np.uint8)
+
+
+def write_jpeg_archive(root: Path, stream: str, video_id: str, images: np.ndarray, fps: float) -> None:
+    """The frame archive ``<root>/<stream>/<video_id>.tar`` of ``images`` (n, H, W, 3), JPEG-encoded."""
+    h, w = images.shape[1:3]
+    meta = {"fps": fps, "height": h, "width": w, "stream": stream, "encoding": "jpeg"}
+    write_archive(archive_path(root, stream, video_id), (jpeg(f) for f in images), meta)
 
 
 # the reference implementation's names for memdpc's top-level modules (ARCHITECTURE.md §3.4), per family

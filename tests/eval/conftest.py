@@ -14,17 +14,15 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-import cv2
 import numpy as np
 import pytest
 import torch
 
 from memdpc.pipeline.clip import ClipSpec
-from memdpc.preprocess.archive import archive_path, write_archive
 from memdpc.preprocess.synthetic import CLASSES, render_video
 from memdpc.preprocess.video_index import VideoRecord, write_index
 
-from ..conftest import reference_weights
+from ..conftest import frame_diffs, reference_weights, write_jpeg_archive
 
 CLIP = ClipSpec(num_blocks=5, block_len=3, stride=1)  # span 15 frames; eval windows every 6 frames
 SIZE, FPS = 32, 10.0
@@ -39,18 +37,11 @@ class EvalFixture:
     records: list[VideoRecord]
 
 
-def _jpeg(img: np.ndarray) -> bytes:
-    ok, buf = cv2.imencode(".jpg", img, [cv2.IMWRITE_JPEG_QUALITY, 90])
-    assert ok
-    return buf.tobytes()
-
-
 def _archives(root: Path, vid: str, frames: np.ndarray) -> None:
-    flow = np.abs(frames[1:].astype(np.int16) - frames[:-1]).astype(np.uint8)
+    flow = frame_diffs(frames)
     flow = np.concatenate([flow, flow[-1:]])  # same frame count as rgb, so both streams have equal windows
-    for stream, imgs in (("rgb", frames), ("flow", flow)):
-        write_archive(archive_path(root, stream, vid), (_jpeg(f) for f in imgs),
-                      {"fps": FPS, "height": SIZE, "width": SIZE, "stream": stream, "encoding": "jpeg"})
+    write_jpeg_archive(root, "rgb", vid, frames, FPS)
+    write_jpeg_archive(root, "flow", vid, flow, FPS)
 
 
 @pytest.fixture(scope="session")

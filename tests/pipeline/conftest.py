@@ -1,8 +1,8 @@
 """Pipeline fixtures: per-video frame archives of both streams, and shards made from them.
 
-Archives are built here directly (OpenCV decode, ``cv2.imencode`` JPEG, ``write_archive``), independent of
-the preprocess stage. The "flow" archives hold n−1 3-channel uint8 images (here: absolute differences of
-consecutive frames), which is all sharding and loading need to know about flow.
+Archives are built here directly (OpenCV decode, then ``write_jpeg_archive`` of ``tests/conftest.py``),
+independent of the preprocess stage. The "flow" archives hold n−1 3-channel uint8 images (here: absolute
+differences of consecutive frames), which is all sharding and loading need to know about flow.
 """
 
 from __future__ import annotations
@@ -14,10 +14,11 @@ import cv2
 import numpy as np
 import pytest
 
-from memdpc.preprocess.archive import archive_path, write_archive
 from memdpc.preprocess.datasets import build_index
 from memdpc.preprocess.synthetic import CLASSES, render_video
 from memdpc.preprocess.video_index import VideoRecord, write_index
+
+from ..conftest import frame_diffs, write_jpeg_archive
 
 
 @dataclass(frozen=True)
@@ -38,23 +39,10 @@ def decode_video(path: Path) -> np.ndarray:
         frames.append(frame)
 
 
-def fake_flow(frames: np.ndarray) -> np.ndarray:
-    """n frames → n−1 3-channel uint8 images standing in for flow."""
-    return np.abs(frames[1:].astype(np.int16) - frames[:-1]).astype(np.uint8)
-
-
-def jpeg(img: np.ndarray, quality: int = 90) -> bytes:
-    ok, buf = cv2.imencode(".jpg", img, [cv2.IMWRITE_JPEG_QUALITY, quality])
-    assert ok
-    return buf.tobytes()
-
-
 def write_stream_archives(root: Path, video_id: str, frames: np.ndarray, fps: float = 25.0) -> None:
     """Write the rgb archive (n frames) and the flow archive (n−1 frames) of one video."""
-    h, w = frames.shape[1:3]
-    for stream, imgs in (("rgb", frames), ("flow", fake_flow(frames))):
-        meta = {"fps": fps, "height": h, "width": w, "stream": stream, "encoding": "jpeg"}
-        write_archive(archive_path(root, stream, video_id), (jpeg(f) for f in imgs), meta)
+    write_jpeg_archive(root, "rgb", video_id, frames, fps)
+    write_jpeg_archive(root, "flow", video_id, frame_diffs(frames), fps)
 
 
 def make_archives(root: Path, records: list[VideoRecord], frames: dict[str, np.ndarray]) -> Archives:

@@ -316,19 +316,6 @@ def test_archive_with_fewer_frames_than_the_index_is_skipped(long_archives, tmp_
     assert "index says" in report.skipped[0]["reason"]
 
 
-def test_missing_or_conflicting_labels_are_refused(long_archives, tmp_path):
-    from dataclasses import replace
-
-    recs = [replace(r) for r in long_archives.records]
-    recs[0].label = -1
-    with pytest.raises(UserError, match=f"'{recs[0].id}' has no label"):
-        shard_stream(long_archives.root, recs, "rgb", tmp_path, "train")
-    recs = [replace(r) for r in long_archives.records]
-    recs[0].label_name = "Other"
-    with pytest.raises(UserError, match="label 0 is both"):
-        shard_stream(long_archives.root, recs, "rgb", tmp_path, "train")
-
-
 def test_cli_shards_verifies_and_reports_user_errors(tiny_archives, tmp_path):
     from click.testing import CliRunner
 

@@ -19,13 +19,7 @@ from memdpc.preprocess.archive import archive_path, read_archive
 from memdpc.preprocess.datasets import build_index
 from memdpc.preprocess.decode import DecodeSpec
 from memdpc.preprocess.encode import decode_rgb
-from memdpc.preprocess.run import (
-    PreprocessConfig,
-    parse_part,
-    preprocess,
-    run_preprocess,
-    select_part,
-)
+from memdpc.preprocess.run import PreprocessConfig, preprocess, run_preprocess
 from memdpc.preprocess.synthetic import texture, write_video
 from memdpc.preprocess.tvl1_params import TVL1Params
 from memdpc.preprocess.video_index import VideoRecord, read_index, write_index
@@ -271,14 +265,6 @@ def test_auto_is_the_default_and_the_report_names_what_ran(index, tmp_path):
 
 def test_part_partitions_are_disjoint_and_cover(index, tmp_path):
     recs = read_index(index)
-    for n in (1, 2, 4, 11):
-        parts = [select_part(recs, (i, n)) for i in range(n)]
-        ids = [r.id for p in parts for r in p]
-        assert sorted(ids) == sorted(r.id for r in recs) and len(ids) == len(set(ids))
-    assert parse_part("1/3") == (1, 3)
-    for bad in ("3/3", "-1/2", "0/0", "1", "a/b"):
-        with pytest.raises(UserError, match="--part"):
-            parse_part(bad)
     done = []
     for i in range(3):
         report = preprocess(index, tmp_path, "rgb", size=16, part=f"{i}/3", progress=False)

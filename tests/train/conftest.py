@@ -8,24 +8,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import cv2
 import numpy as np
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from memdpc.pipeline.clip import ClipSpec
-from memdpc.preprocess.archive import archive_path, write_archive
 from memdpc.preprocess.synthetic import CLASSES, render_video
 from memdpc.preprocess.video_index import VideoRecord
 
+from ..conftest import write_jpeg_archive
+
 CLIP = ClipSpec(num_blocks=5, block_len=3, stride=1)
 FRAMES, SIZE = 24, 32
-
-
-def _jpeg(img: np.ndarray) -> bytes:
-    ok, buf = cv2.imencode(".jpg", img, [cv2.IMWRITE_JPEG_QUALITY, 90])
-    assert ok
-    return buf.tobytes()
 
 
 @pytest.fixture(scope="session")
@@ -39,8 +33,7 @@ def train_shards(tmp_path_factory) -> Path:
         for g in range(4):
             vid = f"v_{cls}_g{g:02d}"
             frames = render_video(cls, SIZE, FRAMES, np.random.default_rng([ci, g]))
-            write_archive(archive_path(root / "archives", "rgb", vid), (_jpeg(f) for f in frames),
-                          {"fps": 25.0, "height": SIZE, "width": SIZE, "stream": "rgb", "encoding": "jpeg"})
+            write_jpeg_archive(root / "archives", "rgb", vid, frames, 25.0)
             records.append(VideoRecord(vid, f"/nowhere/{vid}.avi", ci, cls, "test" if g == 3 else "train",
                                        25.0, FRAMES))
     out = root / "shards"

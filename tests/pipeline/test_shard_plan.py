@@ -1,0 +1,215 @@
+"""pipeline/shard_plan.py: which samples exist and which shard holds each, planned from the archives' headers.
+
+On the session's ``long_archives`` (MoveRight, MoveLeft × 200, 150, 121 and 60 frames; g00, g02 train,
+g01, g03 test) with the paper's clip (120-frame span): train windows every ``window_step`` on the n−1
+frames with a flow partner, shuffled by seed; eval windows in index order; short videos padded or dropped;
+the cut by count and size; and the one-line errors of bad options, labels, ids and archives.
+"""
+
+from __future__ import annotations
+
+import io
+import tarfile
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from memdpc.errors import UserError
+from memdpc.pipeline.clip import ClipSpec
+from memdpc.pipeline.shard_plan import class_names, make_plan, sample_bytes, scan_archive, usable_frames
+from memdpc.preprocess.archive import META, archive_path
+from memdpc.preprocess.video_index import VideoRecord
+
+CLIP = ClipSpec()
+
+
+def _keys(plan) -> list[str]:
+    return [s.key for sh in plan.shards for s in sh.samples]
+
+
+def _index_order(archives, split: str, starts) -> list[str]:
+    return [f"{r.id}_{s:05d}" for r in archives.records if r.split == split for s in starts(r.num_frames - 1)]
+
+
+def test_usable_frames_are_those_with_a_flow_partner():
+    assert usable_frames("rgb", 200) == 199  # n frames: n − 1 flows
+    assert usable_frames("flow", 199) == 199
+
+
+@pytest.mark.parametrize("stream", ["rgb", "flow"])
+def test_train_windows_every_step_on_the_usable_frames(long_archives, stream):
+    plan = make_plan(long_archives.root, long_archives.records, stream, "train", window_step=20)
+    want = _index_order(long_archives, "train", lambda n: CLIP.train_starts(n, 20))
+    assert sorted(_keys(plan)) == sorted(want)
+    assert sorted(k for k in want if "_g00_" in k) == [
+        f"v_{c}_g00_{s:05d}" for c in ("MoveLeft", "MoveRight") for s in (0, 20, 40, 60)
+    ]
+    assert plan.config["windows"] == {
+        "mode": "train",
+        "window_step": 20,
+        "short": "pad",
+        "rule": "starts on the n-1 frames that have a flow partner",
+    }
+
+
+def test_train_samples_are_shuffled_by_seed(long_archives):
+    base = _index_order(long_archives, "train", lambda n: CLIP.train_starts(n, 20))
+    plans = {
+        seed: make_plan(long_archives.root, long_archives.records, "rgb", "train", seed=seed)
+        for seed in (0, 1)
+    }
+    for seed, plan in plans.items():
+        assert _keys(plan) == [base[i] for i in np.random.default_rng(seed).permutation(len(base))]
+    again = make_plan(long_archives.root, long_archives.records, "rgb", "train", seed=0)
+    assert _keys(again) == _keys(plans[0]) and again.fingerprint() == plans[0].fingerprint()
+    assert _keys(plans[1]) != _keys(plans[0])
+    assert plans[1].fingerprint()["samples_sha256"] != plans[0].fingerprint()["samples_sha256"]
+
+
+def test_eval_windows_in_index_order_and_short_videos_padded(long_archives):
+    plan = make_plan(
+        long_archives.root, long_archives.records, "rgb", "test", window_step=0
+    )  # unused for eval
+    assert _keys(plan) == _index_order(long_archives, "test", CLIP.eval_starts)
+    assert _keys(plan) == [f"v_{c}_g{g:02d}_00000" for c in ("MoveRight", "MoveLeft") for g in (1, 3)]
+    assert plan.short == 2 and plan.config["windows"]["mode"] == "eval"
+    assert plan.config["windows"]["window_step"] is None
+    short = next(s for sh in plan.shards for s in sh.samples if "_g03_" in s.key)  # 60 frames: 59 usable
+    assert (
+        short.usable == 59 and short.indices[:20] == list(range(0, 58, 3)) and short.indices[20:] == [58] * 20
+    )
+
+
+def test_short_videos_are_dropped_on_request(long_archives):
+    plan = make_plan(long_archives.root, long_archives.records, "flow", "test", short="drop")
+    assert _keys(plan) == ["v_MoveRight_g01_00000", "v_MoveLeft_g01_00000"]
+    assert plan.short == 2 and set(plan.sources) == {"v_MoveRight_g01", "v_MoveLeft_g01"}
+
+
+def test_shards_are_cut_by_count_and_by_size(long_archives):
+    plan = make_plan(long_archives.root, long_archives.records, "rgb", "train", max_count=3)
+    assert [len(sh.samples) for sh in plan.shards] == [3, 3, 3, 1]
+    assert [sh.name for sh in plan.shards] == [f"train-{k:06d}.tar" for k in range(4)]
+    assert plan.num_samples == 10
+    for sh in plan.shards:
+        body = sum(sample_bytes(s, plan.sources[s.video_id]) for s in sh.samples) + 1024  # + the end blocks
+        assert sh.bytes == body + (-body % 10240)  # padded to whole 10 KiB records
+    one = make_plan(long_archives.root, long_archives.records, "rgb", "train", max_size=1)
+    assert [len(sh.samples) for sh in one.shards] == [
+        1
+    ] * 10  # a sample larger than max_size is a shard alone
+
+
+@pytest.mark.parametrize(
+    "kw, message",
+    [
+        ({"stream": "depth"}, "unknown stream 'depth' (choose from rgb, flow)"),
+        ({"short": "keep"}, "--short must be 'pad' or 'drop', not 'keep'"),
+        ({"max_count": 0}, "--max-count and --max-size must be ≥ 1"),
+        ({"max_size": 0}, "--max-count and --max-size must be ≥ 1"),
+        ({"window_step": 0}, "--window-step must be ≥ 1, not 0"),
+        ({"split": "val"}, "video index: no videos in split 'val'"),
+    ],
+)
+def test_bad_options_are_one_line_user_errors(long_archives, kw, message):
+    args = {"stream": "rgb", "split": "train", **kw}
+    with pytest.raises(UserError) as e:
+        make_plan(long_archives.root, long_archives.records, args.pop("stream"), args.pop("split"), **args)
+    assert str(e.value) == message
+
+
+def test_class_names_are_indexed_by_label():
+    recs = [
+        VideoRecord("a", "/a", 2, "C", "train"),
+        VideoRecord("b", "/b", 0, "A", "train"),
+        VideoRecord("c", "/c", 2, "C", "test"),
+    ]
+    assert class_names(recs, "index.jsonl") == ["A", "", "C"]
+    assert class_names([replace(r, label=-1) for r in recs], "index.jsonl") == []
+
+
+def test_missing_or_conflicting_labels_are_refused(long_archives):
+    recs = [replace(r) for r in long_archives.records]
+    recs[0].label = -1
+    with pytest.raises(
+        UserError, match=f"^index.jsonl: video '{recs[0].id}' has no label \\(-1\\) while others do$"
+    ):
+        class_names(recs, "index.jsonl")
+    recs = [replace(r) for r in long_archives.records]
+    recs[0].label_name = "Other"
+    with pytest.raises(
+        UserError, match=r"^video index: label 0 is both 'Other' and 'MoveRight' \(v_MoveRight_g01\)$"
+    ):
+        make_plan(long_archives.root, recs, "rgb", "train")
+
+
+def test_an_id_unusable_as_a_key_is_refused(long_archives):
+    recs = [replace(long_archives.records[0], id="v.1"), *long_archives.records[1:]]
+    with pytest.raises(
+        UserError,
+        match=r"^video index: video id 'v\.1' is not usable as a WebDataset key \(no dots or slashes; at most \d+ characters\)$",
+    ):
+        make_plan(long_archives.root, recs, "rgb", "train")
+
+
+def test_scan_archive_reads_the_frame_table(long_archives):
+    src = scan_archive(archive_path(long_archives.root, "rgb", "v_MoveLeft_g03"))
+    assert src.num_frames == 60 == src.meta["num_frames"] and src.meta["stream"] == "rgb"
+    with open(src.path, "rb") as f:
+        f.seek(int(src.offsets[5]))
+        data = f.read(int(src.sizes[5]))
+    assert data[:2] == b"\xff\xd8" and data[-2:] == b"\xff\xd9"  # one whole JPEG
+
+
+def _tar(path: Path, members: dict[str, bytes]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(path, "w", format=tarfile.USTAR_FORMAT) as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+@pytest.mark.parametrize(
+    "members, message",
+    [
+        ({"000000.jpg": b"x"}, "frame archive has no meta.json (incomplete or not a memdpc archive)"),
+        (
+            {"000000.jpg": b"x", "notes.txt": b""},
+            "unexpected member 'notes.txt' (need 000000.jpg … and meta.json)",
+        ),
+        (
+            {"000000.jpg": b"x", "000002.jpg": b"x", META: b'{"num_frames": 2}'},
+            "2 frames (not numbered 0…1), but meta.json says 2",
+        ),
+        (
+            {"000000.jpg": b"x", META: b'{"num_frames": 3}'},
+            "1 frames (not numbered 0…0), but meta.json says 3",
+        ),
+        ({META: b"{not json"}, "unreadable frame archive ("),
+    ],
+)
+def test_bad_archives_are_user_errors_naming_the_file(tmp_path, members, message):
+    path = _tar(tmp_path / "rgb" / "v.tar", members)
+    with pytest.raises(UserError) as e:
+        scan_archive(path)
+    assert str(e.value).startswith(f"{path}: {message}")
+    with pytest.raises(UserError, match=f"^{tmp_path / 'none.tar'}: frame archive not found$"):
+        scan_archive(tmp_path / "none.tar")
+
+
+def test_bad_videos_are_skipped_or_refused_with_strict(long_archives, tmp_path):
+    recs = [*long_archives.records, VideoRecord("v_gone", "/v_gone.avi", 1, "MoveLeft", "test")]
+    plan = make_plan(long_archives.root, recs, "rgb", "test")
+    assert plan.skipped == [
+        {
+            "video_id": "v_gone",
+            "reason": f"{archive_path(long_archives.root, 'rgb', 'v_gone')}: frame archive not found",
+        }
+    ]
+    assert "v_gone" not in plan.sources and plan.num_samples == 4
+    with pytest.raises(UserError, match="v_gone.tar: frame archive not found"):
+        make_plan(long_archives.root, recs, "rgb", "test", strict=True)

@@ -1,0 +1,98 @@
+"""report_tables.py: the shard report and the verification tables, rendered for real (real shards of real
+JPEG archives, a rich ``Console(record=True)``) and read back row by row."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import numpy as np
+import pytest
+from rich.console import Console
+
+from memdpc.pipeline.clip import ClipSpec
+from memdpc.pipeline.manifest import verify_shards
+from memdpc.pipeline.shard import ShardReport, run_shard
+from memdpc.preprocess.synthetic import CLASSES, render_video
+from memdpc.preprocess.video_index import VideoRecord
+from memdpc.report_tables import print_shard_report, print_verify
+
+from .conftest import write_jpeg_archive
+
+CLIP = ClipSpec(num_blocks=2, block_len=2, stride=1)  # span 4 frames
+
+
+def _console() -> Console:
+    return Console(file=io.StringIO(), record=True, width=200, color_system=None)
+
+
+def _rows(text: str) -> list[list[str]]:
+    """The cells of every row of a rendered table: the header (drawn with ┃), then the body (│)."""
+    lines = [line.strip().replace("┃", "│") for line in text.splitlines()]
+    return [[c.strip() for c in line.strip("│").split("│")] for line in lines if line.startswith("│")]
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory) -> tuple[Path, ShardReport]:
+    """rgb/train shards of 3 rendered videos (9, 9 and 3 frames: two windows each, one short video padded)
+    and a video whose archive is missing (skipped)."""
+    root = tmp_path_factory.mktemp("report_tables")
+    records = []
+    for g, n in enumerate((9, 9, 3)):
+        vid = f"v_{g}"
+        write_jpeg_archive(
+            root / "archives", "rgb", vid, render_video(CLASSES[0], 16, n, np.random.default_rng(g)), 25.0
+        )
+        records.append(VideoRecord(vid, f"/nowhere/{vid}.avi", 0, CLASSES[0], "train"))
+    records.append(VideoRecord("v_gone", "/nowhere/v_gone.avi", 0, CLASSES[0], "train"))
+    report = run_shard(
+        root / "archives", records, "rgb", root / "shards", "train", clip=CLIP, window_step=4, max_count=2
+    )
+    return root / "shards", report
+
+
+def test_shard_report_row_and_skipped_videos(shards):
+    _, r = shards
+    assert (r.videos, r.samples, r.shards, r.short, len(r.skipped)) == (3, 5, 3, 1, 1)
+    console = _console()
+    print_shard_report(r, console)
+    text = console.export_text()
+    header, row = _rows(text)
+    assert header == ["videos", "samples", "shards", "GB", "samples/s", "short", "skipped"]
+    assert row[:4] == ["3", "5", "3", f"{r.bytes / 1e9:.3f}"] and row[5:] == ["1", "1"]
+    assert float(row[4]) == pytest.approx(r.samples / r.seconds, rel=0.05)
+    title = text.split("┏")[0]  # rich wraps a title longer than the table
+    assert "".join(line.strip() for line in title.splitlines()) == str(r.manifest)
+    assert f"skipped v_gone: {r.skipped[0]['reason']}" in text
+
+
+def test_kept_shards_are_counted_in_the_shards_cell(shards):
+    _, r = shards
+    console = _console()
+    print_shard_report(ShardReport(r.manifest, 5, 3, videos=3, kept=2, seconds=1.0), console)
+    assert _rows(console.export_text())[1] == ["3", "5", "3 (2 kept)", "0.000", "5.0", "0", "0"]
+
+
+def test_verify_table_of_good_and_damaged_shards(shards, tmp_path):
+    folder, r = shards
+    console = _console()
+    results = verify_shards(folder)
+    assert print_verify(results, console) is True
+    header, row = _rows(console.export_text())
+    assert header == ["manifest", "shards", "samples", "GB", "status"]
+    assert row == [str(r.manifest), "3", "5", f"{r.bytes / 1e9:.3f}", "ok"]
+
+    damaged = tmp_path / "shards"
+    (damaged / "rgb").mkdir(parents=True)
+    for p in (folder / "rgb").iterdir():
+        (damaged / "rgb" / p.name).write_bytes(p.read_bytes())
+    tar = damaged / "rgb" / "train-000001.tar"
+    tar.write_bytes(tar.read_bytes()[:-1024])
+    console = _console()
+    results = verify_shards(damaged)
+    assert print_verify(results, console) is False
+    text = console.export_text()
+    problems = results[0].problems
+    assert _rows(text)[1][-1] == f"{len(problems)} problems" and problems
+    for p in problems:
+        assert f"rgb/{p}" in text

@@ -1,0 +1,123 @@
+"""train/prepare.py: the checks before training starts, on real shards (``train_shards``: rgb, 5×3 clips)
+and real run directories: which manifests are used, wrong-stream or wrong-geometry shards, a missing
+validation split, a run directory of another config, and the checkpoint a run resumes from."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from memdpc.errors import UserError
+from memdpc.pipeline.manifest import load_manifest
+from memdpc.train.config import TrainConfig
+from memdpc.train.prepare import CONFIG_NAME, check_run_dir, check_shards
+
+GEOMETRY = {"num_blocks": 5, "block_len": 3}
+
+
+def _config(shards: Path | str, out: Path | str = "", **kw) -> TrainConfig:
+    return TrainConfig(shards=str(shards), out=str(out), **{**GEOMETRY, **kw})
+
+
+def test_the_train_and_validation_manifests(train_shards):
+    manifests = check_shards(_config(train_shards))
+    assert manifests == {
+        "train": load_manifest(train_shards, "rgb", "train"),
+        "val": load_manifest(train_shards, "rgb", "test"),
+    }
+    assert set(check_shards(_config(train_shards, val_split="none"))) == {"train"}
+
+
+def test_no_shard_folder_is_a_user_error():
+    with pytest.raises(
+        UserError, match=r"^no shard folder given: pass --shards DIR \(written by `memdpc shard`\)$"
+    ):
+        check_shards(TrainConfig(**GEOMETRY))
+
+
+def test_shards_of_the_other_stream_are_named(train_shards):
+    with pytest.raises(UserError) as e:
+        check_shards(_config(train_shards, stream="flow"))
+    assert str(e.value) == (
+        f"{train_shards}: holds rgb shards, not flow shards (--stream flow); pass --stream rgb or the flow shards"
+    )
+
+
+def test_a_folder_without_any_shards_names_the_missing_manifest(tmp_path):
+    with pytest.raises(UserError, match="manifest-train.json: shard manifest not found"):
+        check_shards(_config(tmp_path))
+
+
+def test_clips_of_another_geometry_are_refused(train_shards):
+    with pytest.raises(UserError) as e:
+        check_shards(_config(train_shards, num_blocks=8, block_len=5))
+    assert str(e.value) == (
+        f"{train_shards / 'rgb' / 'manifest-train.json'}: clips of 5×3 frames, but the config asks for 8×5"
+    )
+
+
+def test_a_missing_validation_split_says_how_to_go_without(train_shards, tmp_path):
+    shards = tmp_path / "shards"
+    shutil.copytree(train_shards, shards)
+    (shards / "rgb" / "manifest-test.json").unlink()
+    with pytest.raises(
+        UserError,
+        match=r"manifest-test.json: no validation shards; shard that split or pass --val-split none",
+    ):
+        check_shards(_config(shards))
+    assert set(check_shards(_config(shards, val_split="none"))) == {"train"}
+
+
+def test_no_run_directory_is_a_user_error():
+    with pytest.raises(UserError, match=r"^no run directory given: pass --out RUN_DIR$"):
+        check_run_dir(TrainConfig())
+
+
+def test_a_file_in_place_of_the_run_directory_is_refused(tmp_path):
+    (tmp_path / "run").write_text("")
+    with pytest.raises(UserError, match=f"^{tmp_path / 'run'}: exists and is not a directory$"):
+        check_run_dir(_config("s", tmp_path / "run"))
+
+
+def test_a_new_or_empty_run_directory_starts_fresh(tmp_path):
+    assert check_run_dir(_config("s", tmp_path / "new")) is None
+    assert not (tmp_path / "new").exists()  # checking creates nothing
+    (tmp_path / "run").mkdir()
+    assert check_run_dir(_config("s", tmp_path / "run")) is None
+
+
+def test_the_run_resumes_from_its_last_checkpoint_or_the_one_given(tmp_path):
+    last = tmp_path / "checkpoints" / "last.pt"
+    last.parent.mkdir()
+    last.write_bytes(b"")
+    assert check_run_dir(_config("s", tmp_path)) == last
+    assert check_run_dir(_config("s", tmp_path, resume="/elsewhere/best.pt")) == Path("/elsewhere/best.pt")
+
+
+def test_the_recorded_config_must_match_outside_the_restart_free_settings(tmp_path):
+    config = _config("s", tmp_path)
+    (tmp_path / CONFIG_NAME).write_text(yaml.safe_dump(config.to_dict()))
+    assert check_run_dir(config) is None
+    assert check_run_dir(_config("other", tmp_path, epochs=5, num_workers=0)) is None  # restart-free
+    with pytest.raises(UserError) as e:
+        check_run_dir(_config("s", tmp_path, lr=0.01, seed=3))
+    assert str(e.value) == (
+        f"{tmp_path / CONFIG_NAME}: this run directory holds a different config (lr: 0.001 → 0.01; seed: 0 → 3); "
+        "choose another --out, or repeat its settings to resume it"
+    )
+
+
+def test_an_unreadable_recorded_config_is_a_user_error(tmp_path):
+    (tmp_path / CONFIG_NAME).write_text("lr: [unclosed")
+    with pytest.raises(UserError, match=f"^{tmp_path / CONFIG_NAME}: unreadable \\("):
+        check_run_dir(_config("s", tmp_path))
+
+
+def test_an_empty_recorded_config_counts_as_the_defaults(tmp_path):
+    (tmp_path / CONFIG_NAME).write_text("")
+    assert check_run_dir(TrainConfig(out=str(tmp_path))) is None
+    with pytest.raises(UserError, match=r"different config \(block_len: 5 → 3; num_blocks: 8 → 5\)"):
+        check_run_dir(_config("s", tmp_path))
