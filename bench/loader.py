@@ -26,10 +26,12 @@ from rich.console import Console
 from rich.table import Table
 
 from memdpc.atomic import write_json_atomic
+from memdpc.bench.shard import make_archives
 from memdpc.errors import UserError
 from memdpc.pipeline.augment import AugmentSpec
 from memdpc.pipeline.loader import dali_available, make_loader
 from memdpc.pipeline.manifest import load_manifest
+from memdpc.pipeline.shard import shard_stream
 
 DEFAULT_OUT = Path("bench/results/loader.json")
 
@@ -173,9 +175,6 @@ def _print(cfg: LoaderBench, manifest: dict, rows: list[dict], console: Console)
 
 def synthetic_shards(root: Path, videos: int, frames: int, side: int) -> Path:
     """Render and shard a synthetic train set (for running this file without a shard set)."""
-    from memdpc.bench.shard import make_archives
-    from memdpc.pipeline.shard import shard_stream
-
     records = make_archives(root / "archives", videos, frames, side)
     shard_stream(root / "archives", records, "rgb", root / "shards", "train", window_step=10, max_count=4)
     return root / "shards"

@@ -24,6 +24,7 @@ from rich.console import Console
 from rich.table import Table
 
 from memdpc.atomic import write_json_atomic
+from memdpc.model.retrieval import topk_neighbours
 
 
 def _features(n: int, dim: int, seed: int) -> np.ndarray:
@@ -40,8 +41,6 @@ def _run(variant: str, q: int, g: int, dim: int, k: int, threads: int, queue) ->
         sim = query @ gallery.T
         idx = np.argsort(-sim, axis=1, kind="stable")[:, :k]
     else:
-        from memdpc.model.retrieval import topk_neighbours
-
         idx, _ = topk_neighbours([(query, gallery)], k, chunk=int(variant.split("-")[1]))
     seconds = time.perf_counter() - t
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

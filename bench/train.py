@@ -22,6 +22,7 @@ from rich.table import Table
 
 from memdpc.atomic import write_json_atomic
 from memdpc.bench.shard import make_archives
+from memdpc.model import create_model
 from memdpc.pipeline.clip import ClipSpec
 from memdpc.pipeline.loader import dali_available
 from memdpc.pipeline.shard import shard_stream
@@ -62,7 +63,6 @@ def run_loader(args: argparse.Namespace, shards: Path, work: Path, backend: str)
 
 def run_ceiling(args: argparse.Namespace) -> dict:
     """The same model and optimiser steps on one in-memory batch: the throughput with free data."""
-    from memdpc.model import create_model
 
     cfg = config(args, Path("."), Path("."), "torch")
     device = torch.device("cuda" if args.device != "cpu" and torch.cuda.is_available() else "cpu")

@@ -19,6 +19,8 @@ import matplotlib
 import numpy as np
 
 from memdpc.atomic import atomic_path
+from memdpc.eval.shard_meta import window_frames
+from memdpc.pipeline.manifest import load_manifest
 from memdpc.pipeline.sample import sample_key
 
 matplotlib.use("Agg")
@@ -51,9 +53,6 @@ def retrieval_examples(path: str | os.PathLike, data: EvalData, q_ids: Sequence[
     Frames come from the first window of each video in the shards of ``stream`` (default: the evaluated
     stream; pass "rgb" to show RGB frames for a flow model, as the paper does).
     """
-    from memdpc.eval.shard_meta import window_frames
-    from memdpc.pipeline.manifest import load_manifest
-
     stream = stream or data.stream
     num_blocks = int(load_manifest(data.shards, stream, data.test_split)["clip"]["num_blocks"])
     rows = min(rows, len(q_ids))

@@ -106,7 +106,7 @@ def test_shards_are_cut_by_count_and_by_size(long_archives):
     "kw, message",
     [
         ({"stream": "depth"}, "unknown stream 'depth' (choose from rgb, flow)"),
-        ({"short": "keep"}, "--short must be 'pad' or 'drop', not 'keep'"),
+        ({"short": "keep"}, "--short must be one of pad, drop, not 'keep'"),
         ({"max_count": 0}, "--max-count and --max-size must be ≥ 1"),
         ({"max_size": 0}, "--max-count and --max-size must be ≥ 1"),
         ({"window_step": 0}, "--window-step must be ≥ 1, not 0"),
