@@ -14,8 +14,19 @@ from rich.table import Table
 
 from memdpc import __version__
 from memdpc.errors import UserError
-from memdpc.eval.fit import FINETUNE_FIT, OOPS_FIT, PROBE_FIT, FitConfig
+from memdpc.eval.data import EvalData
+from memdpc.eval.fit import (
+    FINETUNE_DROPOUT,
+    FINETUNE_FIT,
+    OOPS_FIT,
+    OOPS_MODES,
+    PROBE_DROPOUT,
+    PROBE_FIT,
+    RETRIEVAL_CHUNK,
+    FitConfig,
+)
 from memdpc.pipeline.backends import BACKENDS as LOADER_BACKENDS
+from memdpc.pipeline.clip import EVAL_CROPS
 from memdpc.pipeline.shard import run_shard
 from memdpc.pipeline.shard_plan import SHORT_POLICIES, SPLITS
 from memdpc.preprocess.synthetic import CLASSES, CODECS, SyntheticConfig, make_synthetic
@@ -538,12 +549,12 @@ def _eval_options(fn):
                      help="Stream to evaluate (default: the checkpoint's; another one is refused, except "
                           "for a converted checkpoint, with a warning)."),
         click.option("--dataset", default=None, help="Dataset name in the results (default: the shard folder's)."),
-        click.option("--train-split", default="train", show_default=True, help="Split to train on / the gallery."),
-        click.option("--test-split", default="test", show_default=True, help="Split to test / the queries."),
+        click.option("--train-split", default=EvalData.train_split, show_default=True, help="Split to train on / the gallery."),
+        click.option("--test-split", default=EvalData.test_split, show_default=True, help="Split to test / the queries."),
         click.option("--size", type=int, default=None, help="Input size (default: the checkpoint's training size)."),
-        click.option("--batch-size", type=click.IntRange(min=1), default=16, show_default=True,
+        click.option("--batch-size", type=click.IntRange(min=1), default=EvalData.batch_size, show_default=True,
                      help="Clips per batch (per rank)."),
-        click.option("--backend", type=click.Choice(LOADER_BACKENDS), default="auto", show_default=True,
+        click.option("--backend", type=click.Choice(LOADER_BACKENDS), default=EvalData.backend, show_default=True,
                      help="Loader backend."),
         click.option("--workers", "num_workers", type=click.IntRange(min=0), default=None,
                      help="Loader workers (torch) / threads (DALI)."),
@@ -584,7 +595,7 @@ def _fit(kw: dict, batch_size: int | None = None) -> dict:
 
 @eval_group.command("retrieve")
 @_eval_options
-@click.option("--chunk", type=click.IntRange(min=1), default=1024, show_default=True,
+@click.option("--chunk", type=click.IntRange(min=1), default=RETRIEVAL_CHUNK, show_default=True,
               help="Queries per similarity block (memory: chunk × gallery).")
 def eval_retrieve(checkpoint: Path, **kw) -> None:
     """Nearest-neighbour retrieval: test videos query train videos; R@1/5/10/20/50."""
@@ -596,9 +607,9 @@ def eval_retrieve(checkpoint: Path, **kw) -> None:
 @eval_group.command("probe")
 @_eval_options
 @click.option("--linear/--mlp", "linear", default=True, show_default=True, help="Linear or MLP head.")
-@click.option("--crops", type=click.Choice(["1", "5", "10"]), default="1", show_default=True,
+@click.option("--crops", type=click.Choice([str(k) for k in EVAL_CROPS]), default=str(EVAL_CROPS[0]), show_default=True,
               help="Test crops per window.")
-@click.option("--dropout", type=float, default=0.5, show_default=True, help="Dropout before the head.")
+@click.option("--dropout", type=float, default=PROBE_DROPOUT, show_default=True, help="Dropout before the head.")
 @_fit_options(PROBE_FIT)
 def eval_probe(checkpoint: Path, linear: bool, crops: str, **kw) -> None:
     """Linear / MLP probe on frozen, cached features; video-level top-1/top-5."""
@@ -610,9 +621,9 @@ def eval_probe(checkpoint: Path, linear: bool, crops: str, **kw) -> None:
 
 @eval_group.command("finetune")
 @_eval_options
-@click.option("--crops", type=click.Choice(["1", "5", "10"]), default="1", show_default=True,
+@click.option("--crops", type=click.Choice([str(k) for k in EVAL_CROPS]), default=str(EVAL_CROPS[0]), show_default=True,
               help="Test crops per window.")
-@click.option("--dropout", type=float, default=0.9, show_default=True, help="Dropout before the last layer.")
+@click.option("--dropout", type=float, default=FINETUNE_DROPOUT, show_default=True, help="Dropout before the last layer.")
 @click.option("--label-fraction", type=float, default=1.0, show_default=True,
               help="Train on this seeded, stratified fraction of the train videos (e.g. 0.1).")
 @click.option("--random-init", is_flag=True, help="Same architecture, random weights (baseline).")
@@ -627,7 +638,7 @@ def eval_finetune(checkpoint: Path, crops: str, **kw) -> None:
 
 @eval_group.command("classify")
 @_eval_options
-@click.option("--crops", type=click.Choice(["1", "5", "10"]), default="1", show_default=True,
+@click.option("--crops", type=click.Choice([str(k) for k in EVAL_CROPS]), default=str(EVAL_CROPS[0]), show_default=True,
               help="Test crops per window.")
 def eval_classify(checkpoint: Path, crops: str, **kw) -> None:
     """Score a finetuned classifier as it is (e.g. a converted reference LC checkpoint); video-level top-1/top-5."""
@@ -640,7 +651,7 @@ def eval_classify(checkpoint: Path, crops: str, **kw) -> None:
 @_eval_options
 @click.option("--index", type=click.Path(path_type=Path), required=True,
               help="Oops video index (JSONL from `memdpc index --layout oops`) with the failure times.")
-@click.option("--mode", type=click.Choice(["frozen", "finetune"]), default="frozen", show_default=True,
+@click.option("--mode", type=click.Choice(OOPS_MODES), default=OOPS_MODES[0], show_default=True,
               help="Train only the linear layer, or the whole network.")
 @_fit_options(OOPS_FIT)
 def eval_oops(checkpoint: Path, **kw) -> None:

@@ -15,7 +15,8 @@ from torch import nn
 
 from memdpc.distenv import DistEnv
 from memdpc.errors import UserError
-from memdpc.eval.features import EvalData, Windows, run_windows, split_classes
+from memdpc.eval.data import EvalData
+from memdpc.eval.features import Windows, run_windows, split_classes
 from memdpc.eval.multicrop import VideoAccumulator, classification_metrics
 from memdpc.eval.plots import confusion_matrix
 from memdpc.eval.pretrained import load_classifier

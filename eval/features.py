@@ -23,30 +23,12 @@ import torch.distributed as dist
 from memdpc.atomic import atomic_path
 from memdpc.distenv import DistEnv
 from memdpc.errors import UserError
+from memdpc.eval.data import EvalData
 from memdpc.pipeline.clip import ClipSpec
 from memdpc.pipeline.loader import make_loader
 from memdpc.pipeline.manifest import load_manifest, manifest_path
 from memdpc.pipeline.sample import parse_key
 from memdpc.progress import progress_bar
-
-
-@dataclass
-class EvalData:
-    """Where the evaluation data is and how to load it (shared by every ``memdpc eval`` command)."""
-
-    shards: Path
-    stream: str
-    train_split: str = "train"
-    test_split: str = "test"
-    size: int = 128
-    batch_size: int = 16
-    backend: str = "auto"
-    num_workers: int | None = None
-    dataset: str | None = None
-
-    @property
-    def dataset_name(self) -> str:
-        return self.dataset or Path(self.shards).resolve().name
 
 
 @dataclass

@@ -26,8 +26,9 @@ from memdpc import distenv as dd
 from memdpc.atomic import write_bytes_atomic
 from memdpc.errors import UserError
 from memdpc.eval.classify import score_videos
-from memdpc.eval.features import EvalData, same_classes
-from memdpc.eval.fit import FINETUNE_FIT, FitConfig
+from memdpc.eval.data import EvalData
+from memdpc.eval.features import same_classes
+from memdpc.eval.fit import FINETUNE_DROPOUT, FINETUNE_FIT, FitConfig
 from memdpc.eval.multicrop import classification_metrics
 from memdpc.eval.optim import adam_with_plateau
 from memdpc.eval.plots import confusion_matrix
@@ -136,7 +137,7 @@ def _ce(module: nn.Module, clips: torch.Tensor, keys: list[str], labels: torch.T
 
 
 def run_finetune(checkpoint: str | os.PathLike, data: EvalData, out: str | os.PathLike, env: dd.DistEnv, *,
-                 crops: int = 1, dropout: float = 0.9, label_fraction: float = 1.0, random_init: bool = False,
+                 crops: int = 1, dropout: float = FINETUNE_DROPOUT, label_fraction: float = 1.0, random_init: bool = False,
                  fit: FitConfig = FINETUNE_FIT, plot: bool = False) -> Path | None:
     """``memdpc eval finetune``: writes ``finetune-<stream>[-frac<F>].json`` (+ npz with probabilities)."""
     out = Path(out)

@@ -1,4 +1,4 @@
-"""How ``memdpc eval`` trains a head or a network: the optimiser settings and each task's defaults.
+"""How ``memdpc eval`` trains a head or a network and scores it: the optimiser settings and each task's defaults.
 
 The command line shows these defaults as its own (``memdpc eval probe|finetune|oops --help``), so Python
 callers and the command line train alike. This module imports no torch so that the CLI stays fast to start.
@@ -30,6 +30,10 @@ class FitConfig:
 PROBE_FIT = FitConfig()
 FINETUNE_FIT = FitConfig(epochs=50, batch_size=16)
 OOPS_FIT = FitConfig(epochs=50)
+PROBE_DROPOUT = 0.5  # before the probe's head
+FINETUNE_DROPOUT = 0.9  # before the classifier's last layer
+RETRIEVAL_CHUNK = 1024  # test queries per block of the similarity matrix
+OOPS_MODES = ("frozen", "finetune")  # the Oops head on frozen features, or the network finetuned with it
 
 
 def fit_config(base: FitConfig, **given: float | int | None) -> FitConfig:

@@ -25,9 +25,10 @@ from torch import nn
 
 from memdpc import distenv as dd
 from memdpc.errors import UserError
-from memdpc.eval.features import EvalData, cached_windows, fingerprint, run_windows, split_classes
+from memdpc.eval.data import EvalData
+from memdpc.eval.features import cached_windows, fingerprint, run_windows, split_classes
 from memdpc.eval.finetune import kept_batches, train_epochs, train_loader
-from memdpc.eval.fit import OOPS_FIT, FitConfig
+from memdpc.eval.fit import OOPS_FIT, OOPS_MODES, FitConfig
 from memdpc.eval.oops_labels import CLASSES, TRANSITIONAL, oversample, step_labels
 from memdpc.eval.plots import confusion_matrix
 from memdpc.eval.pretrained import load_encoder
@@ -138,10 +139,10 @@ def _finetune(model, data: EvalData, out: Path, env, times, index, fit: FitConfi
 
 
 def run_oops(checkpoint: str | os.PathLike, data: EvalData, out: str | os.PathLike, env: dd.DistEnv, *,
-             index: str | os.PathLike, mode: str = "frozen", fit: FitConfig = OOPS_FIT, plot: bool = False
+             index: str | os.PathLike, mode: str = OOPS_MODES[0], fit: FitConfig = OOPS_FIT, plot: bool = False
              ) -> Path | None:
     """``memdpc eval oops``: writes ``oops-<mode>-<stream>.json`` (+ npz with per-step predictions)."""
-    if mode not in ("frozen", "finetune"):
+    if mode not in OOPS_MODES:
         raise UserError(f"Oops mode must be 'frozen' or 'finetune', not {mode!r}")
     out = Path(out)
     times = failure_times(index)

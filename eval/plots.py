@@ -27,7 +27,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402 — after choosing the backend
 
 if TYPE_CHECKING:
-    from memdpc.eval.features import EvalData
+    from memdpc.eval.data import EvalData
 
 
 def _save(fig, path: str | os.PathLike) -> Path:

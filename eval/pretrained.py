@@ -12,7 +12,7 @@ from torch import nn
 
 from memdpc.distenv import DistEnv
 from memdpc.errors import UserError
-from memdpc.eval.features import EvalData
+from memdpc.eval.data import EvalData
 from memdpc.model.checkpoint import load_model, require_classifier, require_pretrained, resolve_stream
 from memdpc.pipeline.manifest import manifest_path
 from memdpc.streams import STREAMS

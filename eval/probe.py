@@ -19,8 +19,9 @@ from torch import nn
 
 from memdpc.distenv import DistEnv
 from memdpc.errors import UserError
-from memdpc.eval.features import EvalData, Windows, cached_windows, fingerprint, same_classes
-from memdpc.eval.fit import PROBE_FIT, FitConfig
+from memdpc.eval.data import EvalData
+from memdpc.eval.features import Windows, cached_windows, fingerprint, same_classes
+from memdpc.eval.fit import PROBE_DROPOUT, PROBE_FIT, FitConfig
 from memdpc.eval.multicrop import VideoAccumulator, classification_metrics
 from memdpc.eval.optim import adam_with_plateau
 from memdpc.eval.plots import confusion_matrix
@@ -83,7 +84,7 @@ def make_head(kind: str, dim: int, num_classes: int, dropout: float) -> nn.Modul
 
 
 def run_probe(checkpoint: str | os.PathLike, data: EvalData, out: str | os.PathLike, env: DistEnv, *,
-              head: str = "linear", crops: int = 1, dropout: float = 0.5, fit: FitConfig = PROBE_FIT,
+              head: str = "linear", crops: int = 1, dropout: float = PROBE_DROPOUT, fit: FitConfig = PROBE_FIT,
               plot: bool = False) -> Path | None:
     """``memdpc eval probe``: writes ``probe-<head>-<stream>.json`` (+ npz with per-video probabilities)."""
     out = Path(out)

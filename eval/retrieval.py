@@ -15,7 +15,9 @@ from pathlib import Path
 import numpy as np
 
 from memdpc.distenv import DistEnv
-from memdpc.eval.features import EvalData, cached_windows, fingerprint, same_classes, video_mean
+from memdpc.eval.data import EvalData
+from memdpc.eval.features import cached_windows, fingerprint, same_classes, video_mean
+from memdpc.eval.fit import RETRIEVAL_CHUNK
 from memdpc.eval.plots import memory_norms, retrieval_examples
 from memdpc.eval.pretrained import load_encoder
 from memdpc.eval.results import save_result
@@ -23,7 +25,7 @@ from memdpc.model.retrieval import center_normalize, retrieve
 
 
 def run_retrieval(checkpoint: str | os.PathLike, data: EvalData, out: str | os.PathLike, env: DistEnv, *,
-                  chunk: int = 1024, plot: bool = False) -> Path | None:
+                  chunk: int = RETRIEVAL_CHUNK, plot: bool = False) -> Path | None:
     """``memdpc eval retrieve``: features of every window of both splits (cached under ``out``), averaged
     per video; test videos query train videos. Writes ``retrieval-<stream>.json`` (+ npz); returns its path
     on rank 0, None elsewhere."""

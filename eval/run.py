@@ -15,7 +15,7 @@ from rich.console import Console
 
 from memdpc import distenv as dd
 from memdpc.eval.classify import run_classify
-from memdpc.eval.features import EvalData
+from memdpc.eval.data import EvalData
 from memdpc.eval.finetune import run_finetune
 from memdpc.eval.fit import FINETUNE_FIT, OOPS_FIT, PROBE_FIT, fit_config
 from memdpc.eval.fusion import fuse_results
@@ -40,8 +40,9 @@ def _runner(task: str):
 
 
 def evaluate(task: str, checkpoint: str | os.PathLike, *, shards: str | os.PathLike, out: str | os.PathLike,
-             stream: str | None = None, dataset: str | None = None, train_split: str = "train",
-             test_split: str = "test", size: int | None = None, batch_size: int = 16, backend: str = "auto",
+             stream: str | None = None, dataset: str | None = None, train_split: str = EvalData.train_split,
+             test_split: str = EvalData.test_split, size: int | None = None, batch_size: int = EvalData.batch_size,
+             backend: str = EvalData.backend,
              num_workers: int | None = None, device: str = "auto", fit: dict[str, Any] | None = None,
              console: Console | None = None, **task_kw: Any) -> Path | None:
     """Run one evaluation task (``retrieve``, ``probe``, ``finetune``, ``oops``, ``classify``); rank 0 prints

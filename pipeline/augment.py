@@ -31,6 +31,7 @@ import numpy as np
 import torch
 
 from memdpc.errors import UserError
+from memdpc.pipeline.clip import EVAL_CROPS
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -115,8 +116,8 @@ def random_box(rng: np.random.Generator, h: int, w: int, spec: AugmentSpec) -> B
 
 def eval_boxes(h: int, w: int, crops: int, spec: AugmentSpec) -> list[tuple[Box, bool]]:
     """Eval crops as (box, flipped): 1 = centre square of the short side; 5 = corners + centre; 10 = ×flip."""
-    if crops not in (1, 5, 10):
-        raise UserError(f"crops must be 1, 5 or 10, not {crops}")
+    if crops not in EVAL_CROPS:
+        raise UserError(f"crops must be one of {', '.join(map(str, EVAL_CROPS))}, not {crops}")
     if crops == 1:
         s = min(h, w)
         return [(((h - s) // 2, (w - s) // 2, s, s), False)]

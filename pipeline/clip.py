@@ -10,6 +10,8 @@ from dataclasses import asdict, dataclass
 
 from memdpc.errors import UserError
 
+EVAL_CROPS = (1, 5, 10)  # crops per clip in evaluation: the centre; 4 corners + centre; those and their flips
+
 
 @dataclass(frozen=True)
 class ClipSpec:

@@ -15,7 +15,7 @@ import torch
 from memdpc.errors import UserError
 from memdpc.pipeline.augment import AugmentSpec
 from memdpc.pipeline.backends import BACKENDS
-from memdpc.pipeline.clip import ClipSpec
+from memdpc.pipeline.clip import EVAL_CROPS, ClipSpec
 from memdpc.pipeline.manifest import load_manifest, manifest_path, shard_paths
 from memdpc.pipeline.plan import LoaderPlan
 from memdpc.pipeline.torch_loader import TorchLoader
@@ -164,8 +164,8 @@ def plan_loader(
 def _check_request(batch_size: int, size: int, crops: int, rank: int, world_size: int, device: str) -> None:
     if batch_size < 1 or size < 1:
         raise UserError(f"batch size and clip size must be positive, got {batch_size} and {size}")
-    if crops not in (1, 5, 10):
-        raise UserError(f"crops must be 1, 5 or 10, not {crops}")
+    if crops not in EVAL_CROPS:
+        raise UserError(f"crops must be one of {', '.join(map(str, EVAL_CROPS))}, not {crops}")
     if not 0 <= rank < world_size:
         raise UserError(f"rank {rank} is outside world size {world_size}")
     if device.startswith("cuda") and not torch.cuda.is_available():

@@ -9,7 +9,8 @@ from click.testing import CliRunner
 
 from memdpc.cli import main
 from memdpc.distenv import DistEnv
-from memdpc.eval.features import EvalData, run_windows
+from memdpc.eval.data import EvalData
+from memdpc.eval.features import run_windows
 from memdpc.eval.results import load_result
 from memdpc.model import checkpoint as mc
 from memdpc.model import create_model

@@ -10,7 +10,8 @@ import torch
 
 from memdpc.distenv import DistEnv
 from memdpc.errors import UserError
-from memdpc.eval.features import EvalData, cached_windows, run_windows, same_classes, video_mean
+from memdpc.eval.data import EvalData
+from memdpc.eval.features import cached_windows, run_windows, same_classes, video_mean
 from memdpc.eval.shard_meta import window_info
 
 ENV = DistEnv(0, 1, 0, torch.device("cpu"))
