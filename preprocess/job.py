@@ -2,8 +2,9 @@
 videos, and the per-video pieces (which archives are missing, their metadata, flow codes → JPEG with the
 measured storage error, the reason recorded for a failed video).
 
-Both the per-video jobs (``run.py``) and the batched GPU stage (``batched.py``) build on these, so an
-archive is the same whichever path wrote it.
+Both the per-video job (:func:`process_video`, run by ``run.py`` on its executor) and the batched GPU stage
+(``batched.py``) build on these, so an archive is the same whichever path wrote it. Nothing here imports
+torch, so the per-video worker processes stay free of it.
 """
 
 from __future__ import annotations
@@ -15,14 +16,15 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import cv2
 import numpy as np
 
 from memdpc.atomic import TMP_PREFIX
 from memdpc.errors import UserError
 from memdpc.preprocess.archive import ArchiveWriter, archive_path
-from memdpc.preprocess.decode import DecodeSpec, VideoStream
+from memdpc.preprocess.decode import DecodeError, DecodeSpec, PartialVideo, VideoStream
 from memdpc.preprocess.encode import FLOW_ENCODING, RGB_ENCODING, JpegEncoding, code_error
-from memdpc.preprocess.flow import AUTO, BACKENDS, BOUND
+from memdpc.preprocess.flow import AUTO, BACKENDS, BOUND, FlowStage, make_backend
 from memdpc.preprocess.tvl1_params import TVL1Params
 from memdpc.preprocess.video_index import VideoRecord
 from memdpc.streams import STREAMS
@@ -218,3 +220,72 @@ class FlowWriter:
     def error(self) -> dict:
         n = max(self.writer.num_frames, 1)
         return {"mean_abs": round(self.err_sum / n, 4), "max_abs": self.err_max}
+
+
+# ------------------------------------------------------------------------------------- the video job
+def _convert(rec: VideoRecord, cfg: PreprocessConfig, todo: list[str], result: dict) -> None:
+    """Decode ``rec`` once and write the archives of the streams in ``todo``; fills ``result``."""
+    src = VideoStream(rec.path, cfg.decode)
+    result.update(source_fps=src.source_fps, fps=src.fps)
+    out = Path(cfg.out)
+    with contextlib.ExitStack() as stack:
+        writers = {s: stack.enter_context(ArchiveWriter(archive_path(out, s, rec.id))) for s in todo}
+        flow = (
+            FlowStage(make_backend(cfg.flow_backend, cfg.tvl1, cfg.device), cfg.third_channel)
+            if ("flow" in writers)
+            else None
+        )
+        fw = FlowWriter(writers["flow"], cfg.flow_encoding) if flow else None
+        rgb_seconds, hw = 0.0, (0, 0)
+        try:
+            for frame in src:
+                hw = frame.shape[:2]
+                if "rgb" in writers:
+                    t = time.perf_counter()
+                    writers["rgb"].add(cfg.rgb_encoding.encode_bgr(frame))
+                    rgb_seconds += time.perf_counter() - t
+                if flow:
+                    fw.add(flow.push(frame))
+        except PartialVideo as e:
+            if not cfg.keep_partial:
+                raise
+            result.update(status="partial", reason=str(e))
+        if flow:
+            fw.add(flow.flush())
+            if fw.writer.num_frames == 0:
+                raise DecodeError("only one frame: no pair to compute flow from")
+        commit_archives(rec, cfg, src, hw, writers, fw, result)
+    result.update(
+        height=hw[0],
+        width=hw[1],
+        num_frames=src.num_decoded,
+        stages={
+            "decode": round(src.seconds, 4),
+            "flow": round(flow.seconds, 4) if flow else 0.0,
+            "encode": round(rgb_seconds + (fw.seconds if fw else 0.0), 4),
+        },
+    )
+
+
+def process_video(rec: VideoRecord, cfg: PreprocessConfig) -> dict:
+    """The per-video job: write the missing archives of ``rec``; return its report entry.
+
+    Problems with the video (:class:`DecodeError`, OpenCV errors, unreadable files) are recorded as
+    ``status: failed`` with the reason; nothing is left under a final name for a failed video.
+    ``cfg.flow_backend`` and ``cfg.device`` name one backend and device (``run.run_preprocess`` resolves
+    ``auto``).
+    """
+    cv2.setNumThreads(1)  # parallelism comes from the executor: one OpenCV thread per worker
+    t0, c0 = time.perf_counter(), time.process_time()
+    result = new_entry(rec)
+    todo = missing_streams(rec, cfg)
+    if not todo:
+        return {**result, "status": "skipped", "seconds": 0.0}
+    try:
+        _convert(rec, cfg, todo, result)
+    except (DecodeError, cv2.error, OSError) as e:
+        result.update(status="failed", reason=failure_reason(e))
+        result["streams"] = {}
+    result["seconds"] = round(time.perf_counter() - t0, 4)
+    result["cpu_seconds"] = round(time.process_time() - c0, 4)  # of the worker process
+    return result

@@ -25,19 +25,15 @@ from rich.console import Console
 
 from memdpc.atomic import write_json_atomic
 from memdpc.errors import UserError
-from memdpc.preprocess.archive import ArchiveWriter, archive_path
+from memdpc.preprocess.archive import archive_path
 from memdpc.preprocess.batched import run_batched
-from memdpc.preprocess.decode import DecodeError, DecodeSpec, PartialVideo, VideoStream
+from memdpc.preprocess.decode import DecodeSpec
 from memdpc.preprocess.encode import DEFAULT_FLOW_ENCODING, FLOW_ENCODINGS, RGB_ENCODING, JpegEncoding
-from memdpc.preprocess.flow import BatchedFlowBackend, FlowStage, make_backend, resolve_backend
+from memdpc.preprocess.flow import BatchedFlowBackend, make_backend, resolve_backend
 from memdpc.preprocess.job import (
-    FlowWriter,
     PreprocessConfig,
-    commit_archives,
-    failure_reason,
-    missing_streams,
-    new_entry,
     parse_part,
+    process_video,
     select_part,
 )
 from memdpc.preprocess.tvl1_params import TVL1Params
@@ -47,82 +43,9 @@ from memdpc.progress import progress_bar
 DASK_CONNECT_TIMEOUT = 30  # seconds
 
 
-# ----------------------------------------------------------------------------------------- one video
-def _convert(rec: VideoRecord, cfg: PreprocessConfig, todo: list[str], result: dict) -> None:
-    """Decode ``rec`` once and write the archives of the streams in ``todo``; fills ``result``."""
-    src = VideoStream(rec.path, cfg.decode)
-    result.update(source_fps=src.source_fps, fps=src.fps)
-    out = Path(cfg.out)
-    with contextlib.ExitStack() as stack:
-        writers = {s: stack.enter_context(ArchiveWriter(archive_path(out, s, rec.id))) for s in todo}
-        flow = (
-            FlowStage(make_backend(cfg.flow_backend, cfg.tvl1, cfg.device), cfg.third_channel)
-            if ("flow" in writers)
-            else None
-        )
-        fw = FlowWriter(writers["flow"], cfg.flow_encoding) if flow else None
-        rgb_seconds, hw = 0.0, (0, 0)
-        try:
-            for frame in src:
-                hw = frame.shape[:2]
-                if "rgb" in writers:
-                    t = time.perf_counter()
-                    writers["rgb"].add(cfg.rgb_encoding.encode_bgr(frame))
-                    rgb_seconds += time.perf_counter() - t
-                if flow:
-                    fw.add(flow.push(frame))
-        except PartialVideo as e:
-            if not cfg.keep_partial:
-                raise
-            result.update(status="partial", reason=str(e))
-        if flow:
-            fw.add(flow.flush())
-            if fw.writer.num_frames == 0:
-                raise DecodeError("only one frame: no pair to compute flow from")
-        commit_archives(rec, cfg, src, hw, writers, fw, result)
-    result.update(
-        height=hw[0],
-        width=hw[1],
-        num_frames=src.num_decoded,
-        stages={
-            "decode": round(src.seconds, 4),
-            "flow": round(flow.seconds, 4) if flow else 0.0,
-            "encode": round(rgb_seconds + (fw.seconds if fw else 0.0), 4),
-        },
-    )
-
-
-def process_video(rec: VideoRecord, cfg: PreprocessConfig) -> dict:
-    """The per-video job: write the missing archives of ``rec``; return its report entry.
-
-    Problems with the video (:class:`DecodeError`, OpenCV errors, unreadable files) are recorded as
-    ``status: failed`` with the reason; nothing is left under a final name for a failed video.
-    ``cfg.flow_backend`` and ``cfg.device`` name one backend and device (:func:`run_preprocess` resolves
-    ``auto``).
-    """
-    cv2.setNumThreads(1)  # parallelism comes from the executor: one OpenCV thread per worker
-    t0, c0 = time.perf_counter(), time.process_time()
-    result = new_entry(rec)
-    todo = missing_streams(rec, cfg)
-    if not todo:
-        return {**result, "status": "skipped", "seconds": 0.0}
-    try:
-        _convert(rec, cfg, todo, result)
-    except (DecodeError, cv2.error, OSError) as e:
-        result.update(status="failed", reason=failure_reason(e))
-        result["streams"] = {}
-    result["seconds"] = round(time.perf_counter() - t0, 4)
-    result["cpu_seconds"] = round(time.process_time() - c0, 4)  # of the worker process
-    return result
-
-
 # ---------------------------------------------------------------------------------------------- a run
 def _is_done(rec: VideoRecord, cfg: PreprocessConfig) -> bool:
     return all(archive_path(cfg.out, s, rec.id).exists() for s in cfg.streams)
-
-
-def _init_worker() -> None:
-    cv2.setNumThreads(1)
 
 
 @contextlib.contextmanager
@@ -152,7 +75,9 @@ def _results(cfg: PreprocessConfig, todo: list[VideoRecord]) -> Iterator[dict]:
         executor = _dask_executor(cfg.dask)
     else:
         workers = min(cfg.workers, len(todo))
-        executor = ProcessPoolExecutor(workers, mp_context=get_context("spawn"), initializer=_init_worker)
+        executor = ProcessPoolExecutor(
+            workers, mp_context=get_context("spawn"), initializer=cv2.setNumThreads, initargs=(1,)
+        )  # one OpenCV thread per worker
     with executor as ex:
         yield from (f.result() for f in as_completed([ex.submit(process_video, r, cfg) for r in todo]))
 
@@ -204,8 +129,12 @@ def run_preprocess(records: list[VideoRecord], cfg: PreprocessConfig, progress: 
     videos = [{"id": r.id, "path": r.path, "status": "skipped"} for r in mine if _is_done(r, cfg)]
     todo = [r for r in mine if not _is_done(r, cfg)]
     started, t0 = datetime.now(timezone.utc), time.perf_counter()
-    with progress_bar("videos · {task.fields[fps]:.1f} frames/s", bold=True, console=Console(stderr=True),
-                      disable=not progress) as bar:
+    with progress_bar(
+        "videos · {task.fields[fps]:.1f} frames/s",
+        bold=True,
+        console=Console(stderr=True),
+        disable=not progress,
+    ) as bar:
         task = bar.add_task(
             f"preprocess {'+'.join(cfg.streams)}", total=len(mine), completed=len(videos), fps=0.0
         )
