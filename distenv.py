@@ -91,8 +91,13 @@ def setup(device: str = "auto") -> DistEnv:
     return DistEnv(rank, world_size, local_rank, dev)
 
 
-def cleanup(env: DistEnv) -> None:
+def cleanup(env: DistEnv, finished: bool = True) -> None:
+    """Leave the process group. After a finished run every rank first waits for the others: a gloo rank
+    that tears its connections down while a peer is still in its last collective aborts the peer
+    (SIGABRT). After an error there is no waiting, since the other ranks may never arrive."""
     if env.distributed and dist.is_initialized():
+        if finished:
+            dist.barrier()
         dist.destroy_process_group()
 
 

@@ -59,10 +59,12 @@ def evaluate(task: str, checkpoint: str | os.PathLike, *, shards: str | os.PathL
         task_kw["fit"] = fit_config(base, **fit)
     Path(out).mkdir(parents=True, exist_ok=True)
     env = dd.setup(device)
+    finished = False
     try:
         path = _runner(task)(checkpoint, data, out, env, **task_kw)
+        finished = True
     finally:
-        dd.cleanup(env)
+        dd.cleanup(env, finished)
     if path is not None:
         (console or Console()).print(metrics_table(load_result(path)[0]))
         (console or Console()).print(f"wrote {path}")

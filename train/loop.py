@@ -70,10 +70,13 @@ class Parts:
 def train(config: TrainConfig) -> Path:
     """Train (or resume) the run ``config.out``; return the run directory."""
     env = dd.setup(config.device)
+    finished = False
     try:
-        return _train(config, env)
+        run_dir = _train(config, env)
+        finished = True
+        return run_dir
     finally:
-        dd.cleanup(env)
+        dd.cleanup(env, finished)
 
 
 def _train(config: TrainConfig, env: dd.DistEnv) -> Path:

@@ -28,6 +28,7 @@ def _worker(rank: int, world: int, init: str, out: str) -> None:
             {"loss": res["loss"].detach(), "pred_grad": pred.grad, "tgt_grad": tgt.grad},
             Path(out) / f"rank{rank}.pt",
         )
+        dist.barrier()  # as distenv.cleanup does: no rank leaves while a peer is in a collective
     finally:
         dist.destroy_process_group()
 
