@@ -10,11 +10,14 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
+from typing import TypeVar
 
 import torch
 import torch.distributed as dist
 
 from memdpc.errors import UserError
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -124,10 +127,10 @@ def all_true(env: DistEnv, flag: bool) -> bool:
     return bool(t.item())
 
 
-def broadcast_error(env: DistEnv, message: str | None) -> str | None:
-    """Share the first rank's error message (or None) so all ranks fail or go on together."""
+def from_main(env: DistEnv, value: T) -> T:
+    """Rank 0's ``value`` on every rank (an error message, a monitor reading), so all ranks decide alike."""
     if not env.distributed:
-        return message
-    box = [message]
+        return value
+    box = [value]
     dist.broadcast_object_list(box, src=0)
     return box[0]

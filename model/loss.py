@@ -1,14 +1,18 @@
 """Dense InfoNCE: every prediction against every target of the batch, in one matrix product (ARCHITECTURE.md §3.2).
 
-A prediction at (batch b, step t, position p) must pick its own target (b, t, p) among all B·T·H·W targets.
-Features that encode only the position p (zero padding gives it away) already lower the loss from
-ln(B·T·H·W) to ln(B·T); :func:`content_share` measures how much of the features is more than that.
+A prediction at (batch b, step t, position p) must pick its own target (b, t, p) among all B·T·H·W targets
+(``negatives="all"``, the paper's loss). Features that encode only the position p (zero padding gives it
+away) already lower that loss from ln(B·T·H·W) to ln(B·T); :func:`content_share` measures how much of the
+features is more than that. With ``negatives="same_position"`` a prediction at p is scored only against the
+B·T targets at p: knowing p no longer helps, so the loss gives the encoder no reason to learn it.
 """
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+
+from memdpc.model.names import NEGATIVES
 
 
 def _flatten(x: torch.Tensor) -> torch.Tensor:
@@ -48,27 +52,47 @@ def topk_accuracy(
     return [(rank < k).to(dtype).mean() for k in ks]
 
 
+def _per_position(x: torch.Tensor, positions: int) -> torch.Tensor:
+    """Rows ordered (b, t, h, w) -> (H*W, B*T, D): the rows of each map position together."""
+    return x.view(-1, positions, x.shape[1]).transpose(0, 1)
+
+
 def dense_infonce(
-    pred: torch.Tensor, target: torch.Tensor, temperature: float | None = None, global_negatives: bool = False
+    pred: torch.Tensor,
+    target: torch.Tensor,
+    temperature: float | None = None,
+    global_negatives: bool = False,
+    negatives: str = "all",
 ) -> dict[str, torch.Tensor]:
     """Contrastive loss of predictions against targets, both (B, T, D, H, W).
 
     Scores are raw dot products (the reference), or cosine similarities divided by ``temperature`` when one
     is given. With ``global_negatives`` under torch.distributed the targets of all ranks are negatives too
-    (every rank must hold the same batch size). Returns scalar ``loss`` (mean cross-entropy), ``top1``, ``top5``.
+    (every rank must hold the same batch size). ``negatives`` (:data:`~memdpc.model.names.NEGATIVES`): "all"
+    targets of the batch (the paper) or only those at the prediction's own map position. Returns scalar
+    ``loss`` (mean cross-entropy), ``top1``, ``top5``.
     """
     if pred.shape != target.shape:
         raise ValueError(f"prediction {tuple(pred.shape)} and target {tuple(target.shape)} differ in shape")
+    if negatives not in NEGATIVES:
+        raise ValueError(f"negatives must be one of {', '.join(NEGATIVES)}, not {negatives!r}")
     p, t = _flatten(pred), _flatten(target)
     if temperature is not None:
         p, t = F.normalize(p, dim=1), F.normalize(t, dim=1)
     offset = 0
     if global_negatives:
         t, offset = _gather_targets(t)
-    scores = p @ t.t()  # (B*T*H*W, [world*]B*T*H*W)
+    if negatives == "all":
+        scores = p @ t.t()  # (B*T*H*W, [world*]B*T*H*W)
+        labels = torch.arange(p.shape[0], device=p.device) + offset
+    else:
+        positions = pred.shape[3] * pred.shape[4]
+        rows = p.shape[0] // positions  # B*T
+        scores = torch.bmm(_per_position(p, positions), _per_position(t, positions).transpose(1, 2))
+        scores = scores.reshape(-1, scores.shape[2])  # rows (h, w, b, t), columns ([rank,] b, t) at that position
+        labels = (torch.arange(rows, device=p.device) + offset // positions).repeat(positions)
     if temperature is not None:
         scores = scores / temperature
-    labels = torch.arange(p.shape[0], device=scores.device) + offset
     loss = F.cross_entropy(scores.float(), labels)
     top1, top5 = topk_accuracy(scores.detach(), labels)
     return {"loss": loss, "top1": top1, "top5": top5}

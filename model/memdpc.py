@@ -19,6 +19,7 @@ from torch import nn
 
 from memdpc.model.convgru import ConvGRU, init_orthogonal
 from memdpc.model.loss import content_share, dense_infonce
+from memdpc.model.names import NEGATIVES
 from memdpc.model.resnet2d3d import DEFAULT_WIDTHS, ResNet2d3d
 
 
@@ -70,6 +71,7 @@ class MemDPC(nn.Module):
         input_size: int = 128,
         temperature: float | None = None,
         global_negatives: bool = False,
+        negatives: str = "all",
         track_running_stats: bool = True,
         gru_dropout: float = 0.1,
         init_gain: float = 0.1,
@@ -79,7 +81,10 @@ class MemDPC(nn.Module):
             raise ValueError(
                 f"pred_steps must be in 1..num_blocks-1, got {pred_steps} of {num_blocks} blocks"
             )
+        if negatives not in NEGATIVES:
+            raise ValueError(f"negatives must be one of {', '.join(NEGATIVES)}, not {negatives!r}")
         self.pred_steps, self.temperature, self.global_negatives = pred_steps, temperature, global_negatives
+        self.negatives = negatives
         # creation order (backbone, memory, GRUs, predictor) follows the reference
         self.backbone = ResNet2d3d(depth, widths, track_running_stats)
         dim = self.backbone.out_channels
@@ -108,6 +113,7 @@ class MemDPC(nn.Module):
             input_size=input_size,
             temperature=temperature,
             global_negatives=global_negatives,
+            negatives=negatives,
             track_running_stats=track_running_stats,
             gru_dropout=gru_dropout,
             init_gain=init_gain,
@@ -149,7 +155,8 @@ class MemDPC(nn.Module):
         out: dict[str, torch.Tensor] = {}
         for tag, agg, seq in dirs:
             res = dense_infonce(
-                self.rollout(agg, seq), seq[:, -self.pred_steps :], self.temperature, self.global_negatives
+                self.rollout(agg, seq), seq[:, -self.pred_steps :], self.temperature, self.global_negatives,
+                self.negatives,
             )
             out.update({f"{k}_{tag}": v for k, v in res.items()})
         out["loss"] = sum(out[f"loss_{t}"] for t, _, _ in dirs)

@@ -5,7 +5,9 @@ A training checkpoint is built by :func:`memdpc.model.checkpoint.build_checkpoin
 adds to the common entries: ``optimizer``, ``scheduler``, ``scaler``, ``epoch`` (epoch in progress), ``step``
 (optimiser steps done), ``epoch_step`` (batches of ``epoch`` already consumed: the loader position),
 ``epoch_loss``, ``rng`` (per rank: python, numpy, torch, cuda, now and at the start of the epoch),
-``rank_digests``, ``config`` (the training config), ``world_size`` and ``best_val``.
+``rank_digests``, ``config`` (the training config), ``world_size``, ``best_val`` (the best watched value, lower
+is better: the validation loss, or minus the kNN R@1) and ``stale`` (epochs since it improved; absent in
+checkpoints written before early stopping, read as 0).
 """
 
 from __future__ import annotations

@@ -16,17 +16,19 @@ import yaml
 
 from memdpc.atomic import write_bytes_atomic
 from memdpc.errors import UserError
-from memdpc.model.names import PRETRAIN_NAMES
+from memdpc.model.names import NEGATIVES, PRETRAIN_NAMES
 from memdpc.pipeline.backends import BACKENDS
 from memdpc.streams import STREAMS
 
 CHOICES: dict[str, tuple[str, ...]] = {
     "stream": STREAMS,
     "arch": PRETRAIN_NAMES,
+    "negatives": NEGATIVES,
     "schedule": ("plateau", "milestones", "constant"),
     "amp": ("none", "bf16", "fp16"),
     "backend": BACKENDS,
     "device": ("auto", "cpu", "cuda"),
+    "best_by": ("loss", "knn"),
 }
 
 
@@ -59,6 +61,8 @@ class TrainConfig:
     mem_size: int = _f(1024, "Memory slots k.")
     widths: list[int] = _f([64, 128, 256, 256], "Encoder stage widths (comma-separated; tiny CPU nets: 8,16,32,32).")
     global_negatives: bool = _f(False, "All-gather targets across ranks so every rank's batch is a negative.")
+    negatives: str = _f("all", "Targets each prediction is scored against: all of the batch (the paper) or only "
+                        "those at its own map position (the position on the map then tells nothing).")
     # optimisation
     epochs: int = _f(300, "Epochs to train.")
     batch_size: int = _f(16, "Clips per device (per rank).")
@@ -82,6 +86,9 @@ class TrainConfig:
     log_every: int = _f(10, "Steps between metric records.")
     knn_every: int = _f(0, "Run the kNN retrieval monitor (train→val, R@1) every E epochs (0: off).")
     knn_max_batches: int = _f(50, "Batches per split that the kNN monitor embeds.")
+    best_by: str = _f("loss", "What makes checkpoints/best.pt: the lowest validation loss (training loss without a "
+                      "validation split), or the highest kNN monitor R@1 (needs --knn-every 1).")
+    early_stop: int = _f(0, "Stop after this many epochs without a new best (by --best-by); 0: never.")
     progress: bool = _f(True, "Show a rich progress display (rank 0).")
     resume: str = _f("", "Checkpoint to resume from (default: <out>/checkpoints/last.pt when it exists).")
     init: str = _f("", "Start a new run from this checkpoint's weights (memdpc's own or converted by `memdpc "
@@ -103,6 +110,10 @@ class TrainConfig:
             raise UserError(f"lr_min must be in (0, lr={self.lr}], not {self.lr_min}")
         if len(self.widths) != 4 or min(self.widths) < 1:
             raise UserError(f"widths must be 4 positive numbers, not {self.widths}")
+        if self.early_stop < 0:
+            raise UserError(f"early_stop must be ≥ 0 (0 = never), not {self.early_stop}")
+        if self.best_by == "knn" and (self.knn_every != 1 or self.val_split == "none"):
+            raise UserError("best_by knn needs the kNN monitor every epoch (--knn-every 1) and a validation split")
         if self.schedule == "milestones" and not self.milestones:
             raise UserError("schedule 'milestones' needs --milestones (e.g. 80,100)")
 
@@ -110,7 +121,8 @@ class TrainConfig:
         """Keyword arguments of ``create_model`` for this config."""
         return dict(name=self.arch, bidirectional=self.bidirectional, mem_size=self.mem_size,
                     pred_steps=self.pred_steps, num_blocks=self.num_blocks, block_len=self.block_len,
-                    input_size=self.size, widths=list(self.widths), global_negatives=self.global_negatives)
+                    input_size=self.size, widths=list(self.widths), global_negatives=self.global_negatives,
+                    negatives=self.negatives)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

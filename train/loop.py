@@ -47,7 +47,8 @@ class State:
     epoch: int = 0
     step: int = 0
     epoch_step: int = 0
-    best_val: float = math.inf
+    best_val: float = math.inf  # the best watched value so far (--best-by: loss, or -R@1); lower is better
+    stale: int = 0  # epochs since best_val last improved (--early-stop)
     epoch_loss: list[float] = field(default_factory=lambda: [0.0, 0.0])  # sum, count of this epoch's train loss
     epoch_rng: dict[str, Any] | None = None
 
@@ -206,7 +207,7 @@ def _save(p: Parts, s: State, names: list[str]) -> None:
             model, p.config.stream, "train", input_size=p.config.size, optimizer=p.optimizer.state_dict(),
             scheduler=p.scheduler.state_dict() if p.scheduler is not None else None,
             scaler=p.scaler.state_dict(), epoch=s.epoch, step=s.step, epoch_step=s.epoch_step,
-            best_val=s.best_val, epoch_loss=list(s.epoch_loss), rng=ranks, rank_digests=digests,
+            best_val=s.best_val, stale=s.stale, epoch_loss=list(s.epoch_loss), rng=ranks, rank_digests=digests,
             world_size=p.env.world_size, config=p.config.to_dict(),
         ))
         try:
@@ -214,7 +215,7 @@ def _save(p: Parts, s: State, names: list[str]) -> None:
                 mc.write_checkpoint(data, p.run_dir / "checkpoints" / name)
         except UserError as e:
             error = str(e)
-    error = dd.broadcast_error(p.env, error)
+    error = dd.from_main(p.env, error)
     if error:
         raise UserError(error)
 
@@ -230,14 +231,19 @@ def _restore(p: Parts, ckpt: dict[str, Any], path: Path) -> State:
     rng = ckpt["rng"][p.env.rank]
     ck.set_rng_state(rng["now"])
     p.logger.message(f"resuming {path} at epoch {ckpt['epoch']}, step {ckpt['step']}")
-    return State(ckpt["epoch"], ckpt["step"], ckpt["epoch_step"], ckpt["best_val"], list(ckpt["epoch_loss"]),
-                 rng["epoch_start"])
+    return State(ckpt["epoch"], ckpt["step"], ckpt["epoch_step"], ckpt["best_val"], ckpt.get("stale", 0),
+                 list(ckpt["epoch_loss"]), rng["epoch_start"])
 
 
 # ---------------------------------------------------------------------------------------------- the loop
 def _loop(p: Parts, s: State) -> None:
     c = p.config
+    if c.knn_every and s.step == 0:
+        _knn(p, s)  # the value at initialisation, which training should not fall below
     while s.epoch < c.epochs and not (c.max_steps and s.step >= c.max_steps):
+        if c.early_stop and s.stale >= c.early_stop:
+            p.logger.message(f"early stop: no new best {c.best_by} for {s.stale} epochs")
+            return
         for _ in _epoch_batches(p, s):
             if c.max_steps and s.step >= c.max_steps:
                 _save(p, s, ["last.pt"])
@@ -354,23 +360,29 @@ def _end_epoch(p: Parts, s: State) -> None:
     elif p.scheduler is not None:
         p.scheduler.step()
     if c.knn_every and (s.epoch + 1) % c.knn_every == 0:
-        _knn(p, s)
+        r1 = _knn(p, s)
+        if c.best_by == "knn":
+            watched = -r1
     best = watched < s.best_val
     s.best_val = min(s.best_val, watched)
+    s.stale = 0 if best else s.stale + 1
     s.epoch, s.epoch_step, s.epoch_rng = s.epoch + 1, 0, None
     names = ["last.pt"] + (["best.pt"] if best else [])
     if c.keep_every and s.epoch % c.keep_every == 0:
         names.append(f"epoch-{s.epoch:04d}.pt")
     _save(p, s, names)
-    p.logger.message(f"epoch {s.epoch - 1}: {'val' if p.val_loader is not None else 'train'} loss "
-                     f"{watched:.4f}, lr {_lr(p):g}{' (best)' if best else ''}")
+    what = f"kNN R@1 {-watched:.3f}" if c.best_by == "knn" else \
+        f"{'val' if p.val_loader is not None else 'train'} loss {watched:.4f}"
+    p.logger.message(f"epoch {s.epoch - 1}: {what}, lr {_lr(p):g}{' (best)' if best else ''}")
 
 
-def _knn(p: Parts, s: State) -> None:
+def _knn(p: Parts, s: State) -> float:
+    """The kNN monitor's R@1 (rank 0 computes and logs it; every rank returns it); NaN without a validation split."""
+    r1 = math.nan
     if p.env.is_main and p.config.val_split != "none":
         c = p.config
         loaders = [_loader(c, p.env, split, p.clip, train=False, rank=0, world_size=1)
                    for split in (c.train_split, c.val_split)]
         r1 = knn_recall(ck.unwrap(p.model), *loaders, p.env.device, c.knn_max_batches)
         p.logger.log({"kind": "knn", "epoch": s.epoch, "step": s.step, "r1": r1})
-    dd.barrier(p.env)
+    return dd.from_main(p.env, r1)

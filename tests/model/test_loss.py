@@ -23,6 +23,33 @@ def test_matches_a_loop_over_every_prediction():
     torch.testing.assert_close(dense_infonce(pred, tgt)["loss"], torch.stack(losses).mean())
 
 
+def test_same_position_negatives_match_a_loop_over_every_prediction():
+    pred, tgt = _targets(), _targets() + 0.3 * torch.randn(3, 3, 32, 2, 2, generator=torch.Generator().manual_seed(2))
+    clips = [(b, t) for b in range(3) for t in range(3)]
+    losses, hits = [], []
+    for i in range(2):
+        for j in range(2):
+            for n, (b, t) in enumerate(clips):
+                scores = torch.stack([pred[b, t, :, i, j] @ tgt[b2, t2, :, i, j] for b2, t2 in clips])
+                losses.append(F.cross_entropy(scores[None], torch.tensor([n])))
+                hits.append(float(scores.argmax() == n))
+    out = dense_infonce(pred, tgt, negatives="same_position")
+    torch.testing.assert_close(out["loss"], torch.stack(losses).mean())
+    assert out["top1"].item() == pytest.approx(sum(hits) / len(hits))
+
+
+def test_only_same_position_negatives_ignore_what_tells_positions_apart():
+    pred, tgt = _targets(), _targets()
+    where = 5 * torch.randn(1, 1, 32, 2, 2, generator=torch.Generator().manual_seed(3))  # one vector per position
+    same = [dense_infonce(pred, tgt + shift, negatives="same_position")["loss"] for shift in (0, where)]
+    every = [dense_infonce(pred + where, tgt + shift)["loss"] for shift in (0, where)]
+    torch.testing.assert_close(same[0], same[1])  # the position term is equal for every candidate: it cancels
+    assert every[1] < every[0] - 1  # with all negatives, matching positions alone lowers the loss
+    assert same[0] < dense_infonce(pred, tgt)["loss"]  # fewer candidates: B·T instead of B·T·H·W
+    with pytest.raises(ValueError, match="negatives must be one of all, same_position"):
+        dense_infonce(pred, tgt, negatives="pooled")
+
+
 def test_true_targets_beat_shuffled_targets():
     tgt = _targets()
     right = dense_infonce(tgt.clone(), tgt)

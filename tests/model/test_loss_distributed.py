@@ -8,8 +8,10 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as tmp
+import torch.nn.functional as F
 
 from memdpc.model.loss import dense_infonce
+from memdpc.model.names import NEGATIVES
 
 
 def _tensors(rank: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -17,12 +19,12 @@ def _tensors(rank: int) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.randn(2, 3, 8, 2, 2, generator=g), torch.randn(2, 3, 8, 2, 2, generator=g)
 
 
-def _worker(rank: int, world: int, init: str, out: str) -> None:
+def _worker(rank: int, world: int, init: str, out: str, negatives: str) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
     try:
         pred, tgt = (t.requires_grad_() for t in _tensors(rank))
-        res = dense_infonce(pred, tgt, global_negatives=True)
+        res = dense_infonce(pred, tgt, global_negatives=True, negatives=negatives)
         res["loss"].backward()
         torch.save(
             {"loss": res["loss"].detach(), "pred_grad": pred.grad, "tgt_grad": tgt.grad},
@@ -33,20 +35,34 @@ def _worker(rank: int, world: int, init: str, out: str) -> None:
         dist.destroy_process_group()
 
 
+def _joint_losses(preds, tgts, negatives: str) -> list[torch.Tensor]:
+    """Each rank's loss, computed in one process over both ranks' targets."""
+    if negatives == "all":
+        rows = [p.permute(0, 1, 3, 4, 2).reshape(-1, 8) for p in preds]
+        cols = torch.cat([t.permute(0, 1, 3, 4, 2).reshape(-1, 8) for t in tgts])
+        return [F.cross_entropy(r @ cols.t(), torch.arange(24) + 24 * k) for k, r in enumerate(rows)]
+    losses = []
+    for k, p in enumerate(preds):  # per map position: rows (b, t) of rank k against (rank, b, t) at that position
+        per_position = []
+        for i in range(2):
+            for j in range(2):
+                cols = torch.cat([t[:, :, :, i, j].reshape(-1, 8) for t in tgts])
+                per_position.append(F.cross_entropy(p[:, :, :, i, j].reshape(-1, 8) @ cols.t(), torch.arange(6) + 6 * k))
+        losses.append(torch.stack(per_position).mean())
+    return losses
+
+
 @pytest.mark.slow
-def test_global_negatives_match_one_process_over_the_joint_batch(tmp_path):
-    tmp.spawn(_worker, args=(2, f"file://{tmp_path / 'rdv'}", str(tmp_path)), nprocs=2, join=True)
+@pytest.mark.parametrize("negatives", NEGATIVES)
+def test_global_negatives_match_one_process_over_the_joint_batch(tmp_path, negatives):
+    tmp.spawn(_worker, args=(2, f"file://{tmp_path / 'rdv'}", str(tmp_path), negatives), nprocs=2, join=True)
     got = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in range(2)]
     preds, tgts = zip(*(tuple(t.requires_grad_() for t in _tensors(r)) for r in range(2)), strict=True)
-    rows = [p.permute(0, 1, 3, 4, 2).reshape(-1, 8) for p in preds]
-    cols = torch.cat([t.permute(0, 1, 3, 4, 2).reshape(-1, 8) for t in tgts])
-    losses = [
-        torch.nn.functional.cross_entropy(r @ cols.t(), torch.arange(24) + 24 * k) for k, r in enumerate(rows)
-    ]
+    losses = _joint_losses(preds, tgts, negatives)
     sum(losses).backward()
     for r in range(2):
         torch.testing.assert_close(got[r]["loss"], losses[r].detach())
         torch.testing.assert_close(got[r]["pred_grad"], preds[r].grad)
         torch.testing.assert_close(got[r]["tgt_grad"], tgts[r].grad)  # negatives of the other rank count too
-    local = dense_infonce(*_tensors(0))["loss"]
+    local = dense_infonce(*_tensors(0), negatives=negatives)["loss"]
     assert local < got[0]["loss"]  # more negatives, harder task

@@ -18,6 +18,7 @@ def test_defaults_are_the_papers():
     assert (c.arch, c.size, c.num_blocks, c.block_len, c.pred_steps, c.mem_size) == ("memdpc_r18", 128, 8, 5, 3, 1024)
     assert (c.lr, c.weight_decay, c.batch_size, c.schedule, c.lr_min) == (1e-3, 1e-5, 16, "plateau", 1e-4)
     assert c.widths == [64, 128, 256, 256] and not c.global_negatives and c.amp == "none"
+    assert (c.negatives, c.best_by, c.early_stop) == ("all", "loss", 0)
 
 
 def test_yaml_and_toml_give_the_same_config(tmp_path):
@@ -43,6 +44,10 @@ def test_option_strings_are_coerced():
     ("pred_steps: 8\n", "pred_steps (8) must be smaller than num_blocks (8)"),
     ("schedule: milestones\n", "needs --milestones"),
     ("crop_size: -1\n", "crop_size must be ≥ 0 (0 = resize the crop once), not -1"),
+    ("negatives: none\n", "negatives must be one of all, same_position"),
+    ("best_by: knn\nknn_every: 2\n", "best_by knn needs the kNN monitor every epoch (--knn-every 1)"),
+    ("best_by: knn\nknn_every: 1\nval_split: none\n", "and a validation split"),
+    ("early_stop: -1\n", "early_stop must be ≥ 0"),
 ])
 def test_bad_config_files_name_the_file_and_problem(tmp_path, text, message):
     path = tmp_path / "bad.yaml"

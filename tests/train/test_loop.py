@@ -21,7 +21,7 @@ from memdpc.distenv import DistEnv
 from memdpc.model import create_model
 from memdpc.model.checkpoint import load_model, read_checkpoint
 from memdpc.pipeline.clip import ClipSpec
-from memdpc.train.checkpoint import param_digest
+from memdpc.train.checkpoint import initial_model, param_digest
 from memdpc.train.config import TrainConfig
 from memdpc.train.knn import knn_recall
 from memdpc.train.loop import _loader
@@ -87,14 +87,18 @@ def test_short_run_lowers_the_loss_and_records_everything(learned_run, train_sha
         assert key in r
     assert all(0 <= v["content_share"] <= 1 for v in records(learned_run, "val"))
     assert r["lr"] == 1e-3 and r["clips_per_s"] > 0 and 0 <= r["data_wait"] <= 1
-    (knn,) = records(learned_run, "knn")
-    # the monitor's R@1 is that of the weights it ran on (the epoch's last.pt), recomputed here
+    first, knn = records(learned_run, "knn")  # at initialisation and after epoch 4
+    assert first["step"] == 0 and knn["step"] == 16
+    # the monitor's R@1 is that of the weights it ran on (the initial weights, the epoch's last.pt), recomputed here
     config = TrainConfig(shards=str(train_shards), out="unused", backend="torch", size=64, num_blocks=5,
                          block_len=3, batch_size=4, num_workers=0)
     env = DistEnv(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))
     loaders = [_loader(config, env, split, CLIP, train=False) for split in ("train", "test")]
     last, _ = load_model(learned_run / "checkpoints" / "last.pt")
     assert knn["r1"] == knn_recall(last, *loaders, env.device, config.knn_max_batches)
+    run_config = TrainConfig(**{**config.to_dict(), "arch": "memdpc_r18", "widths": [8, 16, 32, 32], "mem_size": 32,
+                                "pred_steps": 2})
+    assert first["r1"] == knn_recall(initial_model(run_config), *loaders, env.device, config.knn_max_batches)
     assert knn["r1"] * 3 == pytest.approx(round(knn["r1"] * 3))  # a recall over the 3 test videos
     assert len(records(learned_run, "val")) == 4
     ckpt = read_checkpoint(learned_run / "checkpoints" / "last.pt")
@@ -109,6 +113,26 @@ def test_short_run_lowers_the_loss_and_records_everything(learned_run, train_sha
             assert tb_steps == steps and tb_values == pytest.approx(values, rel=1e-6), (kind, key)
     model, _ = load_model(learned_run / "checkpoints" / "best.pt")
     assert model.config["name"] == "memdpc_r18" and model.features(torch.randn(1, 5, 3, 3, 64, 64)).shape == (1, 32)
+
+
+@pytest.mark.slow
+def test_best_by_knn_keeps_the_best_monitored_epoch_and_stops_early(train_shards, tmp_path, one_thread):
+    out = tmp_path / "run"
+    res = cli(*TINY, "--shards", str(train_shards), "--out", str(out), "--epochs", "8", "--lr", "0.01",
+              "--knn-every", "1", "--best-by", "knn", "--early-stop", "2")
+    assert res.exit_code == 0, res.output
+    knn = records(out, "knn")
+    assert knn[0]["step"] == 0  # the initial weights' value: logged, not a candidate for best.pt
+    best, best_at, stale, stopped = -1.0, None, 0, None
+    for epoch, r in enumerate(knn[1:]):  # what the loop must have decided, from what it logged
+        best, best_at, stale = (r["r1"], r, 0) if r["r1"] > best else (best, best_at, stale + 1)
+        if stale == 2:
+            stopped = epoch
+            break
+    assert stopped is not None and len(knn) == stopped + 2  # no epoch trained after the stop
+    assert read_checkpoint(out / "checkpoints" / "best.pt")["step"] == best_at["step"]
+    assert read_checkpoint(out / "checkpoints" / "last.pt")["stale"] == 2
+    assert "early stop: no new best knn for 2 epochs" in res.output
 
 
 @pytest.mark.slow
