@@ -67,6 +67,8 @@ def main() -> None:
     help="Dataset layout of DATASET_ROOT.",
 )
 @click.option("--split", type=click.IntRange(1, 3), default=1, show_default=True, help="Official split 1–3.")
+@click.option("--val-per-class", type=int, default=0, show_default=True,
+              help="Move this many training videos per class (the last by id) to a 'val' split.")
 @click.option(
     "--out",
     "out",
@@ -74,12 +76,12 @@ def main() -> None:
     default=None,
     help="Index file to write (default: DATASET_ROOT/index_<layout>_split<N>.jsonl).",
 )
-def index_cmd(dataset_root: Path, layout: str, split: int, out: Path | None) -> None:
+def index_cmd(dataset_root: Path, layout: str, split: int, val_per_class: int, out: Path | None) -> None:
     """Read a dataset in its official layout and write one video index (JSONL)."""
     from memdpc.preprocess.datasets import build_index
-    from memdpc.preprocess.video_index import summary, write_index
+    from memdpc.preprocess.video_index import hold_out_val, summary, write_index
 
-    records = build_index(dataset_root, layout, split)
+    records = hold_out_val(build_index(dataset_root, layout, split), val_per_class)
     out = out or dataset_root / f"index_{layout}_split{split}.jsonl"
     write_index(records, out)
     counts = summary(records)

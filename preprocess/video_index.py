@@ -12,7 +12,7 @@ import json
 import os
 import re
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -80,6 +80,30 @@ def read_index(path: str | os.PathLike) -> list[VideoRecord]:
     if not records:
         raise UserError(f"{path}: the video index is empty")
     return records
+
+
+def hold_out_val(records: list[VideoRecord], per_class: int) -> list[VideoRecord]:
+    """Move the last ``per_class`` training videos of each class (in id order) to split ``val``.
+
+    For layouts without a validation split (UCF101, HMDB51): the kNN monitor and ``--best-by knn`` then
+    choose on videos that are neither trained on nor tested. Every class must keep a training video.
+    """
+    if per_class < 0:
+        raise UserError(f"--val-per-class must be ≥ 0, not {per_class}")
+    if per_class == 0:
+        return records
+    by_class: dict[int, list[str]] = {}
+    for r in records:
+        if r.split == "train":
+            by_class.setdefault(r.label, []).append(r.id)
+    val = set()
+    for label, ids in sorted(by_class.items()):
+        if len(ids) <= per_class:
+            name = next(r.label_name for r in records if r.label == label)
+            raise UserError(f"class '{name}' has {len(ids)} training video(s): too few to hold {per_class} out "
+                            "for validation and still train on one")
+        val.update(sorted(ids)[-per_class:])
+    return [replace(r, split="val") if r.id in val else r for r in records]
 
 
 def summary(records: list[VideoRecord]) -> dict[str, Counter]:

@@ -145,6 +145,15 @@ def test_cli_writes_index_and_summary(ucf, tmp_path):
     assert len(read_index(tmp_path / "idx.jsonl")) == 4
 
 
+def test_cli_holds_out_validation_videos_or_says_why_not(ucf, tmp_path):
+    out = tmp_path / "idx.jsonl"
+    res = CliRunner().invoke(main, ["index", str(ucf), "--layout", "ucf101", "--out", str(out), "--val-per-class", "1"])
+    assert res.exit_code == 2 and not out.exists()
+    assert res.output.strip().splitlines()[-1] == (
+        "Error: class 'ApplyEyeMakeup' has 1 training video(s): too few to hold 1 out for validation and still "
+        "train on one")
+
+
 def _bad_missing_split(root: Path) -> str:
     (root / "ucfTrainTestlist" / "testlist01.txt").unlink()
     return "testlist01.txt: split file not found"

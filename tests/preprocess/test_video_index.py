@@ -11,6 +11,7 @@ from memdpc.errors import UserError
 from memdpc.preprocess.video_index import (
     VideoRecord,
     check_unique,
+    hold_out_val,
     read_index,
     summary,
     video_id,
@@ -107,3 +108,17 @@ def test_summary_counts_classes_per_split():
         VideoRecord("r2", "/r2", 1, "Run", "train"),
     ]
     assert summary(recs) == {"train": Counter(Walk=2, Run=1), "test": Counter(Run=1), "val": Counter({"": 1})}
+
+
+def test_hold_out_val_moves_the_last_training_videos_of_each_class():
+    videos = [VideoRecord(f"v_{c}_g{g:02d}", f"/d/{c}{g}.avi", label, c, "test" if g == 1 else "train")
+              for label, c in enumerate(("Walk", "Run")) for g in (3, 1, 4, 2)]
+    held = hold_out_val(videos, 1)
+    assert [(r.id, r.split) for r in held if r.split == "val"] == [("v_Walk_g04", "val"), ("v_Run_g04", "val")]
+    assert [r.id for r in held] == [r.id for r in videos]  # order and everything but the split kept
+    assert summary(hold_out_val(videos, 2))["train"] == Counter({"Walk": 1, "Run": 1})
+    assert hold_out_val(videos, 0) == videos
+    with pytest.raises(UserError, match="class 'Walk' has 3 training video"):
+        hold_out_val(videos, 3)
+    with pytest.raises(UserError, match="must be ≥ 0"):
+        hold_out_val(videos, -1)
