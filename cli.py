@@ -30,6 +30,7 @@ from memdpc.pipeline.clip import EVAL_CROPS
 from memdpc.pipeline.shard import run_shard
 from memdpc.pipeline.shard_plan import SHORT_POLICIES, SPLITS
 from memdpc.preprocess.example_layout import CODECS, ExampleConfig
+from memdpc.preprocess.photos import PhotoConfig, make_photos
 from memdpc.preprocess.synthetic import SyntheticConfig, make_synthetic
 from memdpc.streams import STREAMS
 
@@ -139,6 +140,14 @@ def data_synthetic(out: Path, **kw) -> None:
     """Write the built-in motion-class dataset to OUT in the UCF101 layout."""
     cfg = SyntheticConfig(**kw)
     _wrote_example(make_synthetic(out, cfg), cfg)
+
+
+@data.command("photos")
+@_example_options(PhotoConfig())
+def data_photos(out: Path, **kw) -> None:
+    """Write the held-out family (camera and object motions over photographs) to OUT in the UCF101 layout."""
+    cfg = PhotoConfig(**kw)
+    _wrote_example(make_photos(out, cfg), cfg)
 
 
 # ---------------------------------------------------------------------------------------- preprocess
