@@ -29,7 +29,9 @@ from memdpc.pipeline.backends import BACKENDS as LOADER_BACKENDS
 from memdpc.pipeline.clip import EVAL_CROPS
 from memdpc.pipeline.shard import run_shard
 from memdpc.pipeline.shard_plan import SHORT_POLICIES, SPLITS
-from memdpc.preprocess.synthetic import CLASSES, CODECS, SyntheticConfig, make_synthetic
+from memdpc.preprocess.example_layout import CODECS, ExampleConfig
+from memdpc.preprocess.photos import PhotoConfig, make_photos
+from memdpc.preprocess.synthetic import SyntheticConfig, make_synthetic
 from memdpc.streams import STREAMS
 
 console = Console(stderr=True)
@@ -104,33 +106,50 @@ def data() -> None:
 main.add_command(data)
 
 
-_SYNTHETIC = SyntheticConfig()  # the library's defaults
+def _example_options(defaults: ExampleConfig):
+    """The options of an example family's command, showing that family's defaults."""
+    def wrap(fn):
+        opts = [
+            click.argument("out", type=OUT_DIR),
+            click.option("--videos-per-class", type=int, default=defaults.videos_per_class, show_default=True,
+                         help="Videos per class."),
+            click.option("--frames", type=int, default=defaults.frames, show_default=True, help="Frames per video."),
+            click.option("--size", type=int, default=defaults.size, show_default=True,
+                         help="Frame width and height in pixels."),
+            click.option("--classes", "num_classes", type=int, default=defaults.num_classes, show_default=True,
+                         help=f"Number of classes (≤ {len(defaults.classes)})."),
+            click.option("--fps", type=float, default=defaults.fps, show_default=True,
+                         help="Frame rate written in the files."),
+            click.option("--codec", type=click.Choice(CODECS), default=defaults.codec, show_default=True,
+                         help="Video codec (xvid/mjpg: .avi, mp4v: .mp4)."),
+            click.option("--seed", type=int, default=defaults.seed, show_default=True,
+                         help="Random seed (same seed, same bytes)."),
+        ]
+        for opt in reversed(opts):
+            fn = opt(fn)
+        return fn
+    return wrap
+
+
+def _wrote_example(root: Path, cfg: ExampleConfig) -> None:
+    Console().print(f"wrote {cfg.num_classes} classes × {cfg.videos_per_class} videos to {root}")
+    Console().print(f"next: memdpc index {root} --layout ucf101")
 
 
 @data.command("synthetic")
-@click.argument("out", type=OUT_DIR)
-@click.option("--videos-per-class", type=int, default=_SYNTHETIC.videos_per_class, show_default=True,
-              help="Videos per class.")
-@click.option("--frames", type=int, default=_SYNTHETIC.frames, show_default=True, help="Frames per video.")
-@click.option("--size", type=int, default=_SYNTHETIC.size, show_default=True,
-              help="Frame width and height in pixels.")
-@click.option("--classes", "num_classes", type=int, default=_SYNTHETIC.num_classes, show_default=True,
-              help=f"Number of classes (≤ {len(CLASSES)}).")
-@click.option("--fps", type=float, default=_SYNTHETIC.fps, show_default=True, help="Frame rate written in the files.")
-@click.option(
-    "--codec",
-    type=click.Choice(CODECS),
-    default=_SYNTHETIC.codec,
-    show_default=True,
-    help="Video codec (xvid/mjpg: .avi, mp4v: .mp4).",
-)
-@click.option("--seed", type=int, default=_SYNTHETIC.seed, show_default=True,
-              help="Random seed (same seed, same bytes).")
+@_example_options(SyntheticConfig())
 def data_synthetic(out: Path, **kw) -> None:
     """Write the built-in motion-class dataset to OUT in the UCF101 layout."""
-    root = make_synthetic(out, SyntheticConfig(**kw))
-    Console().print(f"wrote {kw['num_classes']} classes × {kw['videos_per_class']} videos to {root}")
-    Console().print(f"next: memdpc index {root} --layout ucf101")
+    cfg = SyntheticConfig(**kw)
+    _wrote_example(make_synthetic(out, cfg), cfg)
+
+
+@data.command("photos")
+@_example_options(PhotoConfig())
+def data_photos(out: Path, **kw) -> None:
+    """Write the held-out family (camera and object motions over photographs) to OUT in the UCF101 layout."""
+    cfg = PhotoConfig(**kw)
+    _wrote_example(make_photos(out, cfg), cfg)
 
 
 # ---------------------------------------------------------------------------------------- preprocess

@@ -33,10 +33,11 @@ from rich.table import Table
 from memdpc.atomic import write_json_atomic
 from memdpc.preprocess.decode import DecodeSpec
 from memdpc.preprocess.encode import FLOW_ENCODING, JpegEncoding, code_error
+from memdpc.preprocess.example_layout import write_video
 from memdpc.preprocess.flow import FlowStage, OpenCVTVL1
 from memdpc.preprocess.job import PreprocessConfig, process_video
 from memdpc.preprocess.run import run_preprocess
-from memdpc.preprocess.synthetic import CLASSES, render_video, write_video
+from memdpc.preprocess.synthetic import CLASSES, render_video
 from memdpc.preprocess.tvl1_params import TVL1Params
 from memdpc.preprocess.video_index import VideoRecord
 

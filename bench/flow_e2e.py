@@ -43,9 +43,10 @@ from memdpc.atomic import write_json_atomic
 from memdpc.bench.flow_backends import make_pairs
 from memdpc.preprocess import tvl1_torch, tvl1_triton
 from memdpc.preprocess.decode import DecodeSpec, VideoStream
+from memdpc.preprocess.example_layout import write_video
 from memdpc.preprocess.flow import flow_to_codes
 from memdpc.preprocess.run import PreprocessConfig, run_preprocess
-from memdpc.preprocess.synthetic import CLASSES, render_video, write_video
+from memdpc.preprocess.synthetic import CLASSES, render_video
 from memdpc.preprocess.tvl1_params import TVL1Params
 from memdpc.preprocess.tvl1_torch import level_sizes
 from memdpc.preprocess.video_index import VideoRecord

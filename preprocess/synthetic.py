@@ -14,12 +14,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import cv2
 import numpy as np
 
-from memdpc.atomic import atomic_path
-from memdpc.errors import UserError
+from memdpc.preprocess.example_layout import ExampleConfig, write_example
 
 CLASSES = (
     "MoveRight",
@@ -33,26 +33,13 @@ CLASSES = (
     "ShakeHorizontal",
     "ShakeVertical",
 )
-CODECS = {"xvid": ("XVID", ".avi"), "mjpg": ("MJPG", ".avi"), "mp4v": ("mp4v", ".mp4")}
 
 
 @dataclass(frozen=True)
-class SyntheticConfig:
-    videos_per_class: int = 8
-    frames: int = 48
-    size: int = 64
-    fps: float = 25.0
+class SyntheticConfig(ExampleConfig):
     num_classes: int = len(CLASSES)
-    codec: str = "xvid"
-    seed: int = 0
 
-    def validate(self) -> None:
-        if not 1 <= self.num_classes <= len(CLASSES):
-            raise UserError(f"--classes must be between 1 and {len(CLASSES)}, not {self.num_classes}")
-        if self.videos_per_class < 1 or self.frames < 2 or self.size < 16 or self.fps <= 0:
-            raise UserError("need --videos-per-class ≥ 1, --frames ≥ 2, --size ≥ 16 and --fps > 0")
-        if self.codec not in CODECS:
-            raise UserError(f"unknown codec '{self.codec}' (choose from {', '.join(CODECS)})")
+    classes: ClassVar[tuple[str, ...]] = CLASSES
 
 
 # BGR tints of the object, one per pair of classes (CLASSES[2i], CLASSES[2i + 1]): red, green, blue, yellow, magenta
@@ -172,50 +159,8 @@ def render_video(cls: str, size: int, frames: int, rng: np.random.Generator) -> 
     return out
 
 
-def write_video(path: Path, frames: np.ndarray, fps: float, codec: str) -> None:
-    """Encode ``frames`` with OpenCV to ``path`` atomically."""
-    fourcc, _ = CODECS[codec]
-    h, w = frames.shape[1:3]
-    with atomic_path(path) as tmp:
-        writer = cv2.VideoWriter(str(tmp), cv2.VideoWriter_fourcc(*fourcc), fps, (w, h))
-        if not writer.isOpened():
-            raise UserError(f"{path}: OpenCV cannot write codec {codec}")
-        try:
-            for f in frames:
-                writer.write(f)
-        finally:
-            writer.release()
-
-
 def make_synthetic(out: str | Path, cfg: SyntheticConfig = SyntheticConfig()) -> Path:
-    """Write the example dataset to ``out`` in the UCF101 layout and return the dataset root.
-
-    ``out/UCF-101/<Class>/v_<Class>_gNN_c01.<ext>`` plus ``out/ucfTrainTestlist/`` with ``classInd.txt``
-    and three train/test splits (split s tests the groups g with (g - 1) % 3 == s - 1).
-    """
+    """Write the example dataset to ``out`` in the UCF101 layout (``example_layout.write_example``) and
+    return the dataset root."""
     cfg.validate()
-    out = Path(out)
-    classes = CLASSES[: cfg.num_classes]
-    _, ext = CODECS[cfg.codec]
-    lists = {s: ([], []) for s in (1, 2, 3)}
-    for ci, cls in enumerate(classes):
-        for g in range(1, cfg.videos_per_class + 1):
-            rel = f"{cls}/v_{cls}_g{g:02d}_c01{ext}"
-            path = out / "UCF-101" / rel
-            if not path.exists():
-                rng = np.random.default_rng([cfg.seed, ci, g])
-                write_video(path, render_video(cls, cfg.size, cfg.frames, rng), cfg.fps, cfg.codec)
-            for s in (1, 2, 3):
-                train, test = lists[s]
-                (test if (g - 1) % 3 == s - 1 else train).append((rel, ci + 1))
-    split_dir = out / "ucfTrainTestlist"
-    _write_text(split_dir / "classInd.txt", "".join(f"{i + 1} {c}\n" for i, c in enumerate(classes)))
-    for s, (train, test) in lists.items():
-        _write_text(split_dir / f"trainlist0{s}.txt", "".join(f"{r} {c}\n" for r, c in train))
-        _write_text(split_dir / f"testlist0{s}.txt", "".join(f"{r}\n" for r, _ in test))
-    return out
-
-
-def _write_text(path: Path, text: str) -> None:
-    with atomic_path(path) as tmp:
-        tmp.write_text(text)
+    return write_example(out, cfg, lambda cls, rng: render_video(cls, cfg.size, cfg.frames, rng))

@@ -34,6 +34,7 @@ def test_unknown_path_is_one_line_error(tmp_path):
     "args",
     [
         ["data", "synthetic", "{out}"],
+        ["data", "photos", "{out}"],
         ["preprocess", "flow", "index.jsonl", "--out", "{out}"],
         ["shard", "frames", "--index", "index.jsonl", "--stream", "rgb", "--out", "{out}", "--split", "test"],
         ["eval", "retrieve", "last.pt", "--shards", "shards", "--out", "{out}"],

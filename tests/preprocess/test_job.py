@@ -12,6 +12,7 @@ from memdpc.errors import UserError
 from memdpc.preprocess.archive import ArchiveWriter, archive_path, read_archive
 from memdpc.preprocess.decode import DecodeSpec, VideoStream
 from memdpc.preprocess.encode import FLOW_ENCODING, JpegEncoding, code_error, decode_rgb
+from memdpc.preprocess.example_layout import write_video
 from memdpc.preprocess.job import (
     FlowWriter,
     PreprocessConfig,
@@ -24,7 +25,7 @@ from memdpc.preprocess.job import (
     parse_part,
     select_part,
 )
-from memdpc.preprocess.synthetic import texture, write_video
+from memdpc.preprocess.synthetic import texture
 from memdpc.preprocess.tvl1_params import TVL1Params
 from memdpc.preprocess.video_index import VideoRecord
 
