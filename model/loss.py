@@ -3,8 +3,12 @@
 A prediction at (batch b, step t, position p) must pick its own target (b, t, p) among all B·T·H·W targets
 (``negatives="all"``, the paper's loss). Features that encode only the position p (zero padding gives it
 away) already lower that loss from ln(B·T·H·W) to ln(B·T); :func:`content_share` measures how much of the
-features is more than that. With ``negatives="same_position"`` a prediction at p is scored only against the
-B·T targets at p: knowing p no longer helps, so the loss gives the encoder no reason to learn it.
+features is more than that. Two options take such shortcuts away:
+
+- ``same_position``: a prediction at p is scored only against the B·T targets at p, so knowing p no longer helps;
+- ``other_clips``: only against the B targets at p and step t, one per clip: the clip's other steps are no
+  longer negatives, so what changes within a clip from step to step (where an object has got to) no longer
+  helps either, and what sets the clip apart from other clips (its motion, its scene) is what is left to learn.
 """
 
 from __future__ import annotations
@@ -52,9 +56,10 @@ def topk_accuracy(
     return [(rank < k).to(dtype).mean() for k in ks]
 
 
-def _per_position(x: torch.Tensor, positions: int) -> torch.Tensor:
-    """Rows ordered (b, t, h, w) -> (H*W, B*T, D): the rows of each map position together."""
-    return x.view(-1, positions, x.shape[1]).transpose(0, 1)
+def _grouped(x: torch.Tensor, group: int) -> torch.Tensor:
+    """Rows ordered (b, t, h, w) -> (group, rows / group, D), where each of the ``group`` last (fastest)
+    row indices collects its rows: group H*W gathers every position's rows, T*H*W every (step, position)'s."""
+    return x.view(-1, group, x.shape[1]).transpose(0, 1)
 
 
 def dense_infonce(
@@ -69,8 +74,9 @@ def dense_infonce(
     Scores are raw dot products (the reference), or cosine similarities divided by ``temperature`` when one
     is given. With ``global_negatives`` under torch.distributed the targets of all ranks are negatives too
     (every rank must hold the same batch size). ``negatives`` (:data:`~memdpc.model.names.NEGATIVES`): "all"
-    targets of the batch (the paper) or only those at the prediction's own map position. Returns scalar
-    ``loss`` (mean cross-entropy), ``top1``, ``top5``.
+    targets of the batch (the paper), only those at the prediction's own map position ("same_position"), or
+    only those of every clip at its own position and step ("other_clips"). Returns scalar ``loss`` (mean
+    cross-entropy), ``top1``, ``top5``.
     """
     if pred.shape != target.shape:
         raise ValueError(f"prediction {tuple(pred.shape)} and target {tuple(target.shape)} differ in shape")
@@ -86,11 +92,10 @@ def dense_infonce(
         scores = p @ t.t()  # (B*T*H*W, [world*]B*T*H*W)
         labels = torch.arange(p.shape[0], device=p.device) + offset
     else:
-        positions = pred.shape[3] * pred.shape[4]
-        rows = p.shape[0] // positions  # B*T
-        scores = torch.bmm(_per_position(p, positions), _per_position(t, positions).transpose(1, 2))
-        scores = scores.reshape(-1, scores.shape[2])  # rows (h, w, b, t), columns ([rank,] b, t) at that position
-        labels = (torch.arange(rows, device=p.device) + offset // positions).repeat(positions)
+        group = pred.shape[3] * pred.shape[4] * (pred.shape[1] if negatives == "other_clips" else 1)
+        scores = torch.bmm(_grouped(p, group), _grouped(t, group).transpose(1, 2))  # (group, rows, [world*]rows)
+        labels = (torch.arange(scores.shape[1], device=p.device) + offset // group).repeat(group)
+        scores = scores.reshape(-1, scores.shape[2])
     if temperature is not None:
         scores = scores / temperature
     loss = F.cross_entropy(scores.float(), labels)

@@ -61,6 +61,8 @@ class TrainConfig:
     mem_size: int = _f(1024, "Memory slots k.")
     widths: list[int] = _f([64, 128, 256, 256], "Encoder stage widths (comma-separated; tiny CPU nets: 8,16,32,32).")
     global_negatives: bool = _f(False, "All-gather targets across ranks so every rank's batch is a negative.")
+    temperature: float = _f(0.0, "Score cosine similarities divided by this temperature; 0: raw dot products (the "
+                            "paper).")
     negatives: str = _f("all", "Targets each prediction is scored against: all of the batch (the paper) or only "
                         "those at its own map position (the position on the map then tells nothing).")
     # optimisation
@@ -110,6 +112,8 @@ class TrainConfig:
             raise UserError(f"lr_min must be in (0, lr={self.lr}], not {self.lr_min}")
         if len(self.widths) != 4 or min(self.widths) < 1:
             raise UserError(f"widths must be 4 positive numbers, not {self.widths}")
+        if self.temperature < 0:
+            raise UserError(f"temperature must be > 0, or 0 for raw dot products, not {self.temperature}")
         if self.early_stop < 0:
             raise UserError(f"early_stop must be ≥ 0 (0 = never), not {self.early_stop}")
         if self.best_by == "knn" and (self.knn_every != 1 or self.val_split == "none"):
@@ -122,7 +126,7 @@ class TrainConfig:
         return dict(name=self.arch, bidirectional=self.bidirectional, mem_size=self.mem_size,
                     pred_steps=self.pred_steps, num_blocks=self.num_blocks, block_len=self.block_len,
                     input_size=self.size, widths=list(self.widths), global_negatives=self.global_negatives,
-                    negatives=self.negatives)
+                    negatives=self.negatives, temperature=self.temperature or None)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
