@@ -29,6 +29,7 @@ from memdpc.pipeline.backends import BACKENDS as LOADER_BACKENDS
 from memdpc.pipeline.clip import EVAL_CROPS
 from memdpc.pipeline.shard import run_shard
 from memdpc.pipeline.shard_plan import SHORT_POLICIES, SPLITS
+from memdpc.preprocess.example_families import EXAMPLE_FAMILIES
 from memdpc.preprocess.example_layout import CODECS, ExampleConfig
 from memdpc.preprocess.photos import PhotoConfig, make_photos
 from memdpc.preprocess.synthetic import SyntheticConfig, make_synthetic
@@ -703,14 +704,16 @@ def eval_fuse(result_a: Path, result_b: Path, weights, out: Path | None) -> None
 @click.option("--workers", type=click.IntRange(min=1), default=2, show_default=True,
               help="Preprocessing processes and loader workers.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Random seed of every stage.")
+@click.option("--data", type=click.Choice(EXAMPLE_FAMILIES), default=next(iter(EXAMPLE_FAMILIES)), show_default=True,
+              help="Example family: the built-in synthetic motions, or the held-out photos (needs memdpc[photos]).")
 @click.option("--backend", type=click.Choice(LOADER_BACKENDS), default="auto", show_default=True,
               help="Loader backend for training and evaluation (auto: DALI where installed).")
-def quickstart_cmd(out: Path, tiny: bool, workers: int, seed: int, backend: str) -> None:
-    """The main job end to end on the built-in data: data, preprocess, shard, train rgb and flow, evaluate
+def quickstart_cmd(out: Path, tiny: bool, workers: int, seed: int, data: str, backend: str) -> None:
+    """The main job end to end on example data: data, preprocess, shard, train rgb and flow, evaluate
     MemDPC against random init (retrieval, linear probe, late fusion) and print one table."""
     from memdpc.quickstart import quickstart
 
-    quickstart(out, tiny=tiny, workers=workers, seed=seed, backend=backend)
+    quickstart(out, tiny=tiny, workers=workers, seed=seed, data=data, backend=backend)
 
 
 # --------------------------------------------------------------------------------------------- bench

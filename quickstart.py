@@ -9,7 +9,7 @@ Every step resumes: re-running the command after a kill finishes the job without
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -17,13 +17,14 @@ from rich.console import Console
 from rich.table import Table
 
 from memdpc.atomic import atomic_path, write_json_atomic
+from memdpc.errors import UserError
 from memdpc.eval.run import evaluate, fuse
 from memdpc.pipeline.clip import ClipSpec
 from memdpc.pipeline.shard import run_shard
 from memdpc.preprocess.datasets import build_index
+from memdpc.preprocess.example_families import EXAMPLE_FAMILIES
 from memdpc.preprocess.run import preprocess
-from memdpc.preprocess.synthetic import SyntheticConfig, make_synthetic
-from memdpc.preprocess.video_index import write_index
+from memdpc.preprocess.video_index import hold_out_val, write_index
 from memdpc.report_tables import print_shard_report
 from memdpc.streams import STREAMS
 from memdpc.train.checkpoint import write_initial_checkpoint
@@ -58,12 +59,13 @@ class Profile:
     loader gives each worker whole shards): the default's 30 test clips make 8 shards.
     """
 
-    synthetic: SyntheticConfig
+    data: dict[str, Any]  # the example family's sizes (ExampleConfig fields); each family keeps its other defaults
     clip: ClipSpec
     window_step: int
     max_count: int
     train: dict[str, Any] = field(default_factory=dict)
     stream_train: dict[str, dict[str, Any]] = field(default_factory=dict)  # per stream, over ``train``
+    val_per_class: int = 1  # training videos per class held out for the kNN monitor (memdpc index --val-per-class)
     tvl1: dict[str, Any] = field(default_factory=lambda: {"scales": 3, "warps": 3})
     # the probe sees ~100 windows: full-batch steps at lr 1e-3 would leave it untrained (lr_min: FitConfig's lr/10,
     # written out as the exact 3e-4)
@@ -72,7 +74,7 @@ class Profile:
 
 PROFILES = {
     "default": Profile(
-        synthetic=SyntheticConfig(videos_per_class=8, frames=48, size=64, num_classes=10),
+        data=dict(videos_per_class=8, frames=48, size=64),
         clip=ClipSpec(num_blocks=8, block_len=5, stride=1),
         window_step=4,
         max_count=4,
@@ -82,7 +84,7 @@ PROFILES = {
         stream_train={"rgb": dict(size=32, epochs=40, patience=8), "flow": dict(jitter_flow=False)},
     ),
     "tiny": Profile(
-        synthetic=SyntheticConfig(videos_per_class=3, frames=24, size=32, num_classes=3),
+        data=dict(videos_per_class=3, frames=24, size=32, num_classes=3),
         clip=ClipSpec(num_blocks=4, block_len=4, stride=1),
         window_step=4,
         max_count=1,
@@ -93,28 +95,41 @@ PROFILES = {
 }
 
 
+def _check_same_run(out: Path, settings: dict[str, Any]) -> None:
+    """Record what a run in ``out`` was started with; a re-run (which resumes) must ask for the same."""
+    path = out / "quickstart-run.json"
+    if path.exists():
+        before = json.loads(path.read_text())
+        if before != settings:
+            raise UserError(f"{out}: holds a quickstart run of {before}, not {settings}; resume it with the "
+                            "same options or choose another --out")
+    else:
+        write_json_atomic(path, settings)
+
+
 def _step(console: Console, text: str) -> None:
     console.rule(f"[bold]{text}")
 
 
-def _data(out: Path, p: Profile, seed: int, console: Console) -> Path:
-    _step(console, "1/6 example data and index")
-    root = make_synthetic(out / "data", replace(p.synthetic, seed=seed))
+def _data(out: Path, p: Profile, family: str, seed: int, console: Console) -> Path:
+    _step(console, f"1/6 example data ({family}) and index")
+    config, make = EXAMPLE_FAMILIES[family]
+    root = make(out / "data", config(**p.data, seed=seed))
     index = out / "index.jsonl"
-    write_index(build_index(root, "ucf101", 1), index)
+    write_index(hold_out_val(build_index(root, "ucf101", 1), p.val_per_class), index)
     return index
 
 
 def _frames(out: Path, index: Path, p: Profile, workers: int, console: Console) -> Path:
     _step(console, "2/6 preprocess: RGB frames and TV-L1 flow")
-    preprocess(index, out / "frames", "rgb,flow", size=p.synthetic.size, tvl1=p.tvl1, workers=workers)
+    preprocess(index, out / "frames", "rgb,flow", size=p.data["size"], tvl1=p.tvl1, workers=workers)
     return out / "frames"
 
 
 def _shards(out: Path, frames: Path, index: Path, p: Profile, seed: int, console: Console) -> Path:
     _step(console, "3/6 shard")
     for stream in STREAMS:
-        for split in ("train", "test"):
+        for split in ("train", "val", "test"):
             report = run_shard(
                 frames,
                 index,
@@ -235,12 +250,17 @@ def quickstart(
     workers: int = 2,
     backend: str = "auto",
     seed: int = 0,
+    data: str = "synthetic",
     console: Console | None = None,
 ) -> list[dict[str, Any]]:
-    """Run the whole job in ``out``; return the summary rows (also written as JSON and Markdown)."""
+    """Run the whole job in ``out`` on the example family ``data``; return the summary rows (also written as
+    JSON and Markdown)."""
+    if data not in EXAMPLE_FAMILIES:
+        raise UserError(f"unknown example data {data!r}; choose one of {', '.join(EXAMPLE_FAMILIES)}")
     console = console or Console(stderr=True)
     out, p = Path(out), PROFILES["tiny" if tiny else "default"]
-    index = _data(out, p, seed, console)
+    _check_same_run(out, {"data": data, "seed": seed, "tiny": tiny})
+    index = _data(out, p, data, seed, console)
     frames = _frames(out, index, p, workers, console)
     shards = _shards(out, frames, index, p, seed, console)
     ckpts = _checkpoints(out, shards, p, seed, workers, backend, console)

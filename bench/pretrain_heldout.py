@@ -30,7 +30,8 @@ from rich.console import Console
 from rich.table import Table
 
 from memdpc.atomic import atomic_path, write_json_atomic
-from memdpc.quickstart import COLUMNS, DATA_FAMILIES, MODEL_NAMES, MODELS
+from memdpc.preprocess.example_families import EXAMPLE_FAMILIES
+from memdpc.quickstart import COLUMNS, MODEL_NAMES
 from memdpc.streams import STREAMS
 
 KERNELS = {"default": None, "avx2": "avx2"}  # name -> ATEN_CPU_CAPABILITY
@@ -100,7 +101,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--work", type=Path, default=Path("runs/heldout"))
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    ap.add_argument("--families", nargs="+", choices=list(DATA_FAMILIES), default=list(DATA_FAMILIES))
+    ap.add_argument("--families", nargs="+", choices=list(EXAMPLE_FAMILIES), default=list(EXAMPLE_FAMILIES))
     ap.add_argument("--kernels", nargs="+", choices=list(KERNELS), default=list(KERNELS))
     ap.add_argument("--out", type=Path, default=Path("bench/results/pretrain_heldout.json"))
     args = ap.parse_args()

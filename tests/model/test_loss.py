@@ -23,19 +23,29 @@ def test_matches_a_loop_over_every_prediction():
     torch.testing.assert_close(dense_infonce(pred, tgt)["loss"], torch.stack(losses).mean())
 
 
-def test_same_position_negatives_match_a_loop_over_every_prediction():
+@pytest.mark.parametrize("negatives", ["same_position", "other_clips"])
+def test_restricted_negatives_match_a_loop_over_every_prediction(negatives):
     pred, tgt = _targets(), _targets() + 0.3 * torch.randn(3, 3, 32, 2, 2, generator=torch.Generator().manual_seed(2))
-    clips = [(b, t) for b in range(3) for t in range(3)]
     losses, hits = [], []
-    for i in range(2):
-        for j in range(2):
-            for n, (b, t) in enumerate(clips):
-                scores = torch.stack([pred[b, t, :, i, j] @ tgt[b2, t2, :, i, j] for b2, t2 in clips])
-                losses.append(F.cross_entropy(scores[None], torch.tensor([n])))
-                hits.append(float(scores.argmax() == n))
-    out = dense_infonce(pred, tgt, negatives="same_position")
+    for b, t, i, j in [(b, t, i, j) for b in range(3) for t in range(3) for i in range(2) for j in range(2)]:
+        # the candidates: every clip's targets at (i, j), at every step or only at step t
+        cands = [(b2, t2) for b2 in range(3) for t2 in (range(3) if negatives == "same_position" else [t])]
+        scores = torch.stack([pred[b, t, :, i, j] @ tgt[b2, t2, :, i, j] for b2, t2 in cands])
+        own = cands.index((b, t))
+        losses.append(F.cross_entropy(scores[None], torch.tensor([own])))
+        hits.append(float(scores.argmax() == own))
+    out = dense_infonce(pred, tgt, negatives=negatives)
     torch.testing.assert_close(out["loss"], torch.stack(losses).mean())
     assert out["top1"].item() == pytest.approx(sum(hits) / len(hits))
+
+
+def test_other_clips_ignore_what_changes_within_a_clip():
+    pred, tgt = _targets(), _targets()
+    step = 5 * torch.randn(1, 3, 32, 1, 1, generator=torch.Generator().manual_seed(4))  # one vector per step
+    other = [dense_infonce(pred, tgt + shift, negatives="other_clips")["loss"] for shift in (0, step)]
+    torch.testing.assert_close(other[0], other[1])
+    same = [dense_infonce(pred + step, tgt + shift, negatives="same_position")["loss"] for shift in (0, step)]
+    assert same[1] < same[0] - 1  # with the clip's other steps as negatives, telling the steps apart pays
 
 
 def test_only_same_position_negatives_ignore_what_tells_positions_apart():

@@ -42,13 +42,15 @@ def _joint_losses(preds, tgts, negatives: str) -> list[torch.Tensor]:
         cols = torch.cat([t.permute(0, 1, 3, 4, 2).reshape(-1, 8) for t in tgts])
         return [F.cross_entropy(r @ cols.t(), torch.arange(24) + 24 * k) for k, r in enumerate(rows)]
     losses = []
-    for k, p in enumerate(preds):  # per map position: rows (b, t) of rank k against (rank, b, t) at that position
-        per_position = []
+    for k, p in enumerate(preds):  # per map position (and step): rows of rank k against (rank, b[, t]) there
+        groups = []
         for i in range(2):
             for j in range(2):
-                cols = torch.cat([t[:, :, :, i, j].reshape(-1, 8) for t in tgts])
-                per_position.append(F.cross_entropy(p[:, :, :, i, j].reshape(-1, 8) @ cols.t(), torch.arange(6) + 6 * k))
-        losses.append(torch.stack(per_position).mean())
+                for ts in ([list(range(3))] if negatives == "same_position" else [[t] for t in range(3)]):
+                    cols = torch.cat([t[:, ts, :, i, j].reshape(-1, 8) for t in tgts])
+                    rows = p[:, ts, :, i, j].reshape(-1, 8)
+                    groups.append(F.cross_entropy(rows @ cols.t(), torch.arange(len(rows)) + len(rows) * k))
+        losses.append(torch.stack(groups).mean())
     return losses
 
 
