@@ -36,6 +36,11 @@ MODEL_NAMES = {"random": "random init", "memdpc": "MemDPC"}
 COLUMNS = (("retrieval", "R@1"), ("retrieval", "R@5"), ("probe-linear", "top1"))
 
 
+# validation on held-out training videos: the kNN monitor every epoch chooses best.pt, which the evaluation reads,
+# and training stops after 5 epochs without a better one
+CHOOSE_BY_KNN = dict(val_split="val", knn_every=1, best_by="knn", early_stop=5)
+
+
 @dataclass(frozen=True)
 class Profile:
     """Sizes of one quickstart run: data, clip geometry, model and optimisation.
@@ -79,7 +84,8 @@ PROFILES = {
         window_step=4,
         max_count=4,
         train=dict(
-            size=96, crop_size=0, widths=[16, 32, 64, 64], batch_size=16, epochs=10, patience=4, val_max_batches=1
+            size=96, crop_size=0, widths=[16, 32, 64, 64], batch_size=16, epochs=10, patience=4, val_max_batches=1,
+            **CHOOSE_BY_KNN,
         ),
         stream_train={"rgb": dict(size=32, epochs=40, patience=8), "flow": dict(jitter_flow=False)},
     ),
@@ -88,7 +94,8 @@ PROFILES = {
         clip=ClipSpec(num_blocks=4, block_len=4, stride=1),
         window_step=4,
         max_count=1,
-        train=dict(size=32, crop_size=0, widths=[8, 16, 16, 16], batch_size=4, epochs=2, pred_steps=1, mem_size=64),
+        train=dict(size=32, crop_size=0, widths=[8, 16, 16, 16], batch_size=4, epochs=2, pred_steps=1, mem_size=64,
+                   **CHOOSE_BY_KNN),
         stream_train={"rgb": dict(epochs=3), "flow": dict(jitter_flow=False)},  # RGB longer, like the default
         probe={"epochs": 30, "lr": 3e-3, "lr_min": 3e-4},
     ),
@@ -168,7 +175,7 @@ def _checkpoints(
     for stream in STREAMS:
         config = _train_config(out, shards, stream, p, seed, workers, backend)
         run = train(config)
-        ckpts["memdpc", stream] = run / "checkpoints" / "last.pt"
+        ckpts["memdpc", stream] = run / "checkpoints" / "best.pt"
         random_run = Path(config.out).with_name(f"random-{stream}")
         ckpts["random", stream] = write_initial_checkpoint(config, random_run / "checkpoints" / "init.pt")
     return ckpts
