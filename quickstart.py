@@ -90,7 +90,7 @@ PROFILES = {
         stream_train={"rgb": dict(size=32, epochs=40, patience=8), "flow": dict(jitter_flow=False)},
     ),
     "tiny": Profile(
-        data=dict(videos_per_class=3, frames=24, size=32, num_classes=3),
+        data=dict(videos_per_class=5, frames=24, size=32, num_classes=3),
         clip=ClipSpec(num_blocks=4, block_len=4, stride=1),
         window_step=4,
         max_count=1,
@@ -102,14 +102,18 @@ PROFILES = {
 }
 
 
+def _options(settings: dict[str, Any]) -> str:
+    return " ".join(f"--{k}" if v is True else f"--{k} {v}" for k, v in settings.items() if v is not False)
+
+
 def _check_same_run(out: Path, settings: dict[str, Any]) -> None:
     """Record what a run in ``out`` was started with; a re-run (which resumes) must ask for the same."""
     path = out / "quickstart-run.json"
     if path.exists():
         before = json.loads(path.read_text())
         if before != settings:
-            raise UserError(f"{out}: holds a quickstart run of {before}, not {settings}; resume it with the "
-                            "same options or choose another --out")
+            raise UserError(f"{out}: holds a quickstart run of {_options(before)}, not {_options(settings)}; resume "
+                            "it with the same options or choose another --out")
     else:
         write_json_atomic(path, settings)
 

@@ -49,6 +49,16 @@ def test_tiny_quickstart_writes_complete_table(tmp_path):
     config = {s: yaml.safe_load((out / "runs" / s / "config.yaml").read_text()) for s in STREAMS}
     assert config["flow"]["jitter_flow"] is False
     assert (config["rgb"]["epochs"], config["flow"]["epochs"]) == (3, 2)
+    # the kNN monitor reads held-out training videos (not the test split) from the initial weights on, and
+    # chooses the checkpoint the evaluation reads
+    index = [json.loads(line) for line in (out / "index.jsonl").read_text().splitlines()]
+    assert {v["split"] for v in index} == {"train", "val", "test"}
+    for s in STREAMS:
+        assert (config[s]["val_split"], config[s]["best_by"]) == ("val", "knn")
+        knn = [json.loads(line) for line in (out / "runs" / s / "metrics.jsonl").read_text().splitlines()]
+        assert [r["step"] for r in knn if r["kind"] == "knn"][0] == 0
+    evaluated = json.loads((out / "eval" / "memdpc-flow" / "retrieval-flow.json").read_text())
+    assert evaluated["config"]["checkpoint"].endswith("runs/flow/checkpoints/best.pt"), evaluated["config"]
     # a re-run resumes: nothing is redone and the table is the same
     again = _run(out, "--workers", "1")
     assert again.returncode == 0, again.stderr[-3000:]
@@ -64,3 +74,18 @@ def test_tiny_quickstart_runs_on_the_torch_loader_with_several_workers(tmp_path)
     _check_table(out)
     manifest = json.loads((out / "shards" / "rgb" / "manifest-test.json").read_text())
     assert len(manifest["shards"]) >= 2
+
+
+@pytest.mark.slow
+def test_tiny_quickstart_on_the_held_out_photos_and_a_rerun_that_asks_for_other_data(tmp_path):
+    out = tmp_path / "qs"
+    res = _run(out, "--workers", "1", "--data", "photos")
+    assert res.returncode == 0, res.stderr[-3000:]
+    _check_table(out)
+    index = [json.loads(line) for line in (out / "index.jsonl").read_text().splitlines()]
+    assert {v["label_name"] for v in index} == {"CameraPan", "CameraZoom", "CameraRoll"}
+    again = _run(out, "--workers", "1")  # the synthetic family into the photos run's folder
+    assert again.returncode == 2
+    assert again.stderr.strip().splitlines()[-1] == (
+        f"Error: {out}: holds a quickstart run of --data photos --seed 0 --tiny, not --data synthetic --seed 0 "
+        "--tiny; resume it with the same options or choose another --out")
