@@ -464,7 +464,10 @@ def _train_options(fn):
 @click.option("--init-only", is_flag=True,
               help="Write the model the run starts from (untrained and seeded, or the --init weights) as "
                    "<out>/checkpoints/init.pt and stop (random-init baseline).")
-def train_cmd(config_file: Path | None, init_only: bool, **options) -> None:
+@click.option("--bn-from-data", is_flag=True,
+              help="With --init-only: BatchNorm statistics of the training split's clips (no weight changes), "
+                   "the fair random-init baseline of frozen evaluations.")
+def train_cmd(config_file: Path | None, init_only: bool, bn_from_data: bool, **options) -> None:
     """Self-supervised pretraining on one stream's shards (runs alone, under torchrun or srun).
 
     Example: memdpc train --stream rgb --shards shards/ --out runs/rgb. A run directory that already holds
@@ -475,10 +478,12 @@ def train_cmd(config_file: Path | None, init_only: bool, **options) -> None:
     values = read_config_file(config_file) if config_file else {}
     values.update({k: v for k, v in options.items() if v is not None})
     config = config_from_dict(values, where=str(config_file or "options"))
+    if bn_from_data and not init_only:
+        raise UserError("--bn-from-data goes with --init-only (a training run's BatchNorm statistics are the data's)")
     if init_only:
         from memdpc.train.checkpoint import write_initial_checkpoint
 
-        path = write_initial_checkpoint(config, Path(config.out) / "checkpoints" / "init.pt")
+        path = write_initial_checkpoint(config, Path(config.out) / "checkpoints" / "init.pt", bn_from_data)
         Console(stderr=True).print(f"untrained checkpoint: {path}")
         return
     from memdpc.train.loop import train

@@ -31,8 +31,8 @@ from memdpc.train.checkpoint import write_initial_checkpoint
 from memdpc.train.config import TrainConfig
 from memdpc.train.loop import train
 
-MODELS = ("random", "memdpc")
-MODEL_NAMES = {"random": "random init", "memdpc": "MemDPC"}
+MODELS = ("random", "random_bn", "memdpc")
+MODEL_NAMES = {"random": "random init", "random_bn": "random init, data BN", "memdpc": "MemDPC"}
 COLUMNS = (("retrieval", "R@1"), ("retrieval", "R@5"), ("probe-linear", "top1"))
 
 
@@ -182,6 +182,9 @@ def _checkpoints(
         ckpts["memdpc", stream] = run / "checkpoints" / "best.pt"
         random_run = Path(config.out).with_name(f"random-{stream}")
         ckpts["random", stream] = write_initial_checkpoint(config, random_run / "checkpoints" / "init.pt")
+        ckpts["random_bn", stream] = write_initial_checkpoint(
+            config, random_run.with_name(f"random-bn-{stream}") / "checkpoints" / "init.pt", bn_from_data=True
+        )
     return ckpts
 
 

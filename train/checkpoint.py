@@ -32,7 +32,12 @@ from memdpc.model.checkpoint import (
     serialize,
     write_checkpoint,
 )
+from memdpc.pipeline.clip import ClipSpec
+from memdpc.train.bn_stats import data_batchnorm_stats
 from memdpc.train.config import TrainConfig, config_from_dict
+from memdpc.train.prepare import check_shards, split_loader
+
+BN_BATCHES = 100  # training batches whose clips give an untrained encoder its BatchNorm statistics
 
 
 # ------------------------------------------------------------------------------------------------- RNG
@@ -117,13 +122,17 @@ def initial_model(config: TrainConfig, init: dict[str, Any] | None = None) -> nn
     return model
 
 
-def write_initial_checkpoint(config: TrainConfig, path: str | Path) -> Path:
+def write_initial_checkpoint(config: TrainConfig, path: str | Path, bn_from_data: bool = False) -> Path:
     """Write the model a run of ``config`` starts from, seeded as training would seed it
     (or with the ``--init`` weights), as a checkpoint that evaluation reads like a trained one: the
-    random-init baseline of the paper's tables."""
+    random-init baseline of the paper's tables. With ``bn_from_data`` its BatchNorm statistics are those of
+    the training split's clips (:mod:`memdpc.train.bn_stats`); no weight changes."""
     path = Path(path)
     init = read_init(config.init, config)[0] if config.init else None
     model = initial_model(config, init)
+    if bn_from_data:
+        loader = split_loader(config, config.train_split, ClipSpec(**check_shards(config)["train"]["clip"]), False)
+        data_batchnorm_stats(model, loader, torch.device("cpu"), BN_BATCHES)
     write_checkpoint(serialize(build_checkpoint(model, config.stream, "init", input_size=config.size, epoch=0,
-                                                step=0, config=config.to_dict())), path)
+                                                step=0, config=config.to_dict(), bn_from_data=bn_from_data)), path)
     return path

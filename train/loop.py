@@ -30,14 +30,12 @@ from memdpc import distenv as dd
 from memdpc.atomic import remove_stale_tmp
 from memdpc.errors import UserError
 from memdpc.model import checkpoint as mc
-from memdpc.pipeline.augment import AugmentSpec
 from memdpc.pipeline.clip import ClipSpec
-from memdpc.pipeline.loader import make_loader
 from memdpc.train import checkpoint as ck
 from memdpc.train.config import TrainConfig, config_differences, write_config
 from memdpc.train.knn import knn_recall
 from memdpc.train.metrics import Meter, MetricsLogger, truncate_jsonl
-from memdpc.train.prepare import CONFIG_NAME, check_run_dir, check_shards
+from memdpc.train.prepare import CONFIG_NAME, check_run_dir, check_shards, split_loader
 
 
 @dataclass
@@ -172,14 +170,8 @@ def _scheduler(config: TrainConfig, optimizer: torch.optim.Optimizer):
 
 def _loader(config: TrainConfig, env: dd.DistEnv, split: str, clip: ClipSpec, train: bool,
             rank: int | None = None, world_size: int | None = None):
-    """A loader of one split; training drops the last partial batch, so every rank takes equal steps."""
-    spec = AugmentSpec(jitter_flow=config.jitter_flow, crop_size=config.crop_size or None)
-    return make_loader(config.shards, config.stream, split, train=train, batch_size=config.batch_size,
-                       backend=config.backend, size=config.size, spec=spec,
-                       rank=env.rank if rank is None else rank,
-                       world_size=env.world_size if world_size is None else world_size,
-                       seed=config.seed, num_workers=config.num_workers, device=str(env.device), clip=clip,
-                       drop_last=train)
+    return split_loader(config, split, clip, train, env.rank if rank is None else rank,
+                        env.world_size if world_size is None else world_size, str(env.device))
 
 
 # ------------------------------------------------------------------------------------------- checkpoints

@@ -1,5 +1,5 @@
 """Checks before training starts: the shards fit ``--stream`` and the clip geometry, the run directory holds
-this config (or none), and which checkpoint, if any, the run resumes from."""
+this config (or none), and which checkpoint, if any, the run resumes from; and the loaders of the run's splits."""
 
 from __future__ import annotations
 
@@ -9,6 +9,9 @@ from typing import Any
 import yaml
 
 from memdpc.errors import UserError
+from memdpc.pipeline.augment import AugmentSpec
+from memdpc.pipeline.clip import ClipSpec
+from memdpc.pipeline.loader import make_loader
 from memdpc.pipeline.manifest import load_manifest, manifest_path
 from memdpc.streams import STREAMS
 from memdpc.train.config import TrainConfig, config_differences
@@ -66,3 +69,13 @@ def check_run_dir(config: TrainConfig) -> Path | None:
         return Path(config.resume)
     last = run_dir / "checkpoints" / "last.pt"
     return last if last.is_file() else None
+
+
+def split_loader(config: TrainConfig, split: str, clip: ClipSpec, train: bool, rank: int = 0, world_size: int = 1,
+                 device: str = "cpu"):
+    """A loader of one split of the run's shards, augmented as ``config`` says; training drops the last partial
+    batch, so every rank takes equal steps."""
+    spec = AugmentSpec(jitter_flow=config.jitter_flow, crop_size=config.crop_size or None)
+    return make_loader(config.shards, config.stream, split, train=train, batch_size=config.batch_size,
+                       backend=config.backend, size=config.size, spec=spec, rank=rank, world_size=world_size,
+                       seed=config.seed, num_workers=config.num_workers, device=device, clip=clip, drop_last=train)
