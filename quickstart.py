@@ -43,25 +43,24 @@ CHOOSE_BY_KNN = dict(val_split="val", knn_every=1, best_by="knn", early_stop=5)
 
 @dataclass(frozen=True)
 class Profile:
-    """Sizes of one quickstart run: data, clip geometry, model and optimisation.
+    """Sizes of one quickstart run: data, clip geometry, model and optimisation; one recipe for every family.
 
     The default is a small configuration for a CPU-only machine (README, "The quickstart", has its run time
-    and results): 10 classes × 8 videos of 48 frames at 64², clips of 8 blocks × 5 consecutive frames (stride
-    1 instead of the paper's 3, because the example videos are short), a 2D3D-ResNet18 with a quarter of the
-    channels (16, 32, 64, 64), memory 1024, and TV-L1 with 3 pyramid scales and 3 warps instead of OpenCV's 5
-    and 5 (64² frames need no deeper pyramid). The crop is resized straight to the training size (going
-    through 224 first would only upsample 64² frames, and slows loading), which differs per stream
-    (``stream_train``): flow trains at 96² (a 3 × 3 final feature map; at 64², with a 2 × 2 map, its loss
-    stalled and pretraining did not beat random init; at 32² it fell below random init); RGB trains at 32² (a
-    1 × 1 map). With more than one position the dense loss first learns where a cell is, before what it
-    shows; RGB at 96² spent all of its steps there and came out below random init. At 32² there is no
-    position to learn, a step is much cheaper, and the RGB encoder beats random init.
-    Flow images skip the per-frame colour jitter (``jitter_flow=False``; the paper jitters both streams): the
-    example objects move only a few codes off the zero-flow 128, while brightness jitter moves that 128 by
-    far more, differently in every frame (README, "Two settings make pretraining pay off").
-    Validation reads one batch per epoch (the whole test split would cost a large part of the training time).
+    and results): 8 videos per class of 48 frames at 64² (one training video per class held out as ``val``),
+    clips of 8 blocks × 5 consecutive frames (stride 1 instead of the paper's 3, because the example videos
+    are short), a 2D3D-ResNet18 with a quarter of the channels (16, 32, 64, 64), memory 1024, and TV-L1 with 3
+    pyramid scales and 3 warps instead of OpenCV's 5 and 5 (64² frames need no deeper pyramid). The crop is
+    resized straight to the training size (going through 224 first would only upsample 64² frames, and slows
+    loading), which differs per stream (``stream_train``): flow trains at 96² for 10 epochs, RGB at 32² (a
+    1 × 1 map, where the dense loss has no position to learn) for 40. Flow images skip the per-frame colour
+    jitter (``jitter_flow=False``; the paper jitters both streams): the example objects move only a few codes
+    off the zero-flow 128, while brightness jitter moves that 128 by far more, differently in every frame.
+    These settings were chosen on the built-in family; the held-out photos family checks them (README,
+    "Pretraining on data it was not tuned on"). The kNN monitor on the ``val`` videos chooses ``best.pt``,
+    which the evaluation reads (:data:`CHOOSE_BY_KNN`).
+    Validation reads one batch per epoch (the whole split would cost a large part of the training time).
     Shards hold ``max_count`` clips each, so that every loader worker has shards of its own (the torch
-    loader gives each worker whole shards): the default's 30 test clips make 8 shards.
+    loader gives each worker whole shards).
     """
 
     data: dict[str, Any]  # the example family's sizes (ExampleConfig fields); each family keeps its other defaults
