@@ -1,11 +1,23 @@
-"""Benchmark: training throughput (clips/s) and the fraction of wall time spent waiting for data, per loader.
+"""Benchmark: training throughput (clips/s), the data-wait fraction per loader, and what the CUDA fast defaults
+of ``memdpc train`` are worth, all from one run.
 
-Renders RGB videos, shards them (paper geometry: 8 blocks × 5 frames, stride 3), then runs the real training
-loop (``memdpc.train.loop.train``) for a few steps with each loader backend (torch reference loader, DALI),
-and, as the ceiling, the same model steps on one batch already in memory (no loader). Reports clips/s, the
-data-wait fraction and each loader's ratio to the ceiling, all from one run.
+Renders RGB videos, shards them (paper geometry: 8 blocks × 5 frames, stride 3), then measures:
 
-    python bench/train.py [--steps 12 --batch-size 4 --size 64 --backends torch,dali --out bench/results/train.json]
+- the in-memory ceiling (one batch already on the device, no loader) for eager fp32 (``--no-fast``), the fast
+  defaults in fp32, and the fast defaults with ``--amp bf16`` — each step the loop's own (``train_step``,
+  ``place_model``, ``make_optimizer``, ``place_clips``), timed with one wait for the device at the end; clips/s,
+  the ratio to eager, model FLOP/s (forward + backward FLOPs counted once by torch's FLOP counter) and their share
+  of the card's peak where the card is in :data:`PEAK_TFLOPS`;
+- the real training loop (``memdpc.train.loop.train``, at the fast defaults) with each loader backend against
+  the fast fp32 ceiling;
+- the loss curve over ``--curve-steps`` steps from one seed (fresh seeded batches each step): eager twice (the
+  run-to-run spread, from cuDNN's autotuning) and fast fp32, as the largest absolute difference from eager.
+
+Defaults: on CUDA the paper's setting (bidirectional MemDPC R18, 128², batch 16, k = 1024, 256² frames); on CPU a
+small one that finishes in minutes.
+
+    python bench/train.py --device cuda            # the figures of issue 24 (name the card with them)
+    python bench/train.py --device cpu [--steps 10 --curve-steps 50 --backends torch]
 """
 
 from __future__ import annotations
@@ -19,6 +31,7 @@ from pathlib import Path
 import torch
 from rich.console import Console
 from rich.table import Table
+from torch.utils.flop_counter import FlopCounterMode
 
 from memdpc.atomic import write_json_atomic
 from memdpc.bench.shard import make_archives
@@ -26,10 +39,23 @@ from memdpc.model import create_model
 from memdpc.pipeline.clip import ClipSpec
 from memdpc.pipeline.loader import dali_available
 from memdpc.pipeline.shard import shard_stream
+from memdpc.train.checkpoint import seed_everything
 from memdpc.train.config import TrainConfig
-from memdpc.train.loop import train
+from memdpc.train.loop import make_optimizer, place_clips, place_model, set_determinism, train, train_step
 
-WARMUP = 2  # steps left out of the averages (worker start-up, first allocations)
+WINDOW = 5  # steps per record of a loader run (the loop reads its metrics once per window); the first is warm-up
+PAPER = {"size": 128, "widths": [64, 128, 256, 256], "mem_size": 1024, "batch_size": 16, "frame_size": 256,
+         "steps": 30}
+SMALL = {"size": 64, "widths": [8, 16, 32, 32], "mem_size": 64, "batch_size": 4, "frame_size": 80, "steps": 10}
+# The ceiling's variants: config settings, and the peak they are held against (fp32 convolutions run as TF32).
+VARIANTS = {
+    "eager fp32 (--no-fast)": ({"fast": False, "amp": "none"}, "tf32"),
+    "fast fp32": ({"fast": True, "amp": "none"}, "tf32"),
+    "fast bf16 (--amp bf16)": ({"fast": True, "amp": "bf16"}, "bf16"),
+}
+# Dense (no sparsity) peak TFLOP/s by the card's name as torch reports it: the vendor's data-sheet figures, not
+# measured here. Cards not listed get no share of peak.
+PEAK_TFLOPS = {"H100 80GB HBM3": {"bf16": 989.0, "tf32": 495.0}}  # H100 SXM
 
 
 def make_shards(root: Path, videos: int, frames: int, frame_size: int) -> Path:
@@ -39,18 +65,19 @@ def make_shards(root: Path, videos: int, frames: int, frame_size: int) -> Path:
     return root / "shards"
 
 
-def config(args: argparse.Namespace, shards: Path, out: Path, backend: str) -> TrainConfig:
+def config(args: argparse.Namespace, shards: Path, out: Path, backend: str, **over) -> TrainConfig:
     return TrainConfig(stream="rgb", shards=str(shards), out=str(out), val_split="none", backend=backend,
                        num_workers=args.num_workers, arch=args.arch, widths=args.widths, size=args.size,
-                       mem_size=args.mem_size, batch_size=args.batch_size, epochs=10_000, max_steps=args.steps,
-                       log_every=1, progress=False, device=args.device)
+                       mem_size=args.mem_size, bidirectional=args.bidirectional, batch_size=args.batch_size,
+                       epochs=10_000, max_steps=args.steps, log_every=WINDOW, progress=False,
+                       device=args.device.type, **over)
 
 
 def summarise(records: list[dict], batch: int) -> dict:
-    steps = [r for r in records if r["kind"] == "train"][WARMUP:]
-    seconds = [batch / r["clips_per_s"] for r in steps]
-    waits = [r["data_wait"] * s for r, s in zip(steps, seconds, strict=True)]
-    return {"steps": len(steps), "clips_per_s": batch * len(steps) / sum(seconds),
+    windows = [r for r in records if r["kind"] == "train"][1:]
+    seconds = [batch * WINDOW / r["clips_per_s"] for r in windows]
+    waits = [r["data_wait"] * s for r, s in zip(windows, seconds, strict=True)]
+    return {"steps": WINDOW * len(windows), "clips_per_s": batch * WINDOW * len(windows) / sum(seconds),
             "data_wait": sum(waits) / sum(seconds)}
 
 
@@ -61,62 +88,152 @@ def run_loader(args: argparse.Namespace, shards: Path, work: Path, backend: str)
     return summarise([json.loads(ln) for ln in lines], args.batch_size)
 
 
-def run_ceiling(args: argparse.Namespace) -> dict:
-    """The same model and optimiser steps on one in-memory batch: the throughput with free data."""
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
-    cfg = config(args, Path("."), Path("."), "torch")
-    device = torch.device("cuda" if args.device != "cpu" and torch.cuda.is_available() else "cpu")
-    model = create_model(**cfg.model_kwargs(), seed=0).to(device).train()
-    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    clips = torch.randn(args.batch_size, 8, 3, 5, args.size, args.size, device=device)
-    times = []
-    for _ in range(args.steps):
-        t0 = time.perf_counter()
-        loss = model(clips)["loss"]
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        float(loss.detach())  # wait for the device
-        times.append(time.perf_counter() - t0)
-    kept = times[WARMUP:]
-    return {"steps": len(kept), "clips_per_s": args.batch_size * len(kept) / sum(kept), "data_wait": 0.0}
+
+def _setup(cfg: TrainConfig, device: torch.device):
+    """The model, optimiser and scaler as ``memdpc train`` builds them for ``cfg``, every generator seeded."""
+    set_determinism(cfg)
+    seed_everything(cfg.seed)
+    model = place_model(create_model(**cfg.model_kwargs(), seed=0), cfg, device).train()
+    return model, make_optimizer(model, cfg, device), torch.amp.GradScaler(device.type, enabled=False)
+
+
+def _clips(args: argparse.Namespace, generator: torch.Generator | None = None) -> torch.Tensor:
+    shape = (args.batch_size, 8, 3, 5, args.size, args.size)
+    return torch.randn(shape, generator=generator, device=args.device)
+
+
+def run_ceiling(args: argparse.Namespace, over: dict) -> dict:
+    """The loop's steps on one in-memory batch: the throughput with free data. ``WINDOW`` untimed steps, then
+    ``--steps`` − ``WINDOW`` timed ones with one wait for the device at the end (as the loop waits per window)."""
+    cfg = config(args, Path("."), Path("."), "torch", **over)
+    model, opt, scaler = _setup(cfg, args.device)
+    clips = place_clips(_clips(args), cfg, args.device)
+    for _ in range(WINDOW):
+        train_step(model, opt, scaler, clips, cfg)
+    _sync(args.device)
+    timed = args.steps - WINDOW
+    t0 = time.perf_counter()
+    for _ in range(timed):
+        train_step(model, opt, scaler, clips, cfg)
+    _sync(args.device)
+    return {"steps": timed, "clips_per_s": args.batch_size * timed / (time.perf_counter() - t0), "data_wait": 0.0}
+
+
+def loss_curve(args: argparse.Namespace, over: dict) -> list[float]:
+    """The losses of ``--curve-steps`` steps from seed 0, on fresh seeded batches; read once at the end."""
+    cfg = config(args, Path("."), Path("."), "torch", **over)
+    model, opt, scaler = _setup(cfg, args.device)
+    g = torch.Generator(device=args.device).manual_seed(0)
+    losses = [train_step(model, opt, scaler, place_clips(_clips(args, g), cfg, args.device), cfg)["loss"].detach()
+              for _ in range(args.curve_steps)]
+    return torch.stack(losses).tolist()
+
+
+def flops_per_clip(args: argparse.Namespace) -> float:
+    """Forward + backward FLOPs of one clip, counted by torch's FLOP counter on one eager fp32 step."""
+    cfg = config(args, Path("."), Path("."), "torch", fast=False)
+    model = create_model(**cfg.model_kwargs(), seed=0).to(args.device).train()
+    with FlopCounterMode(display=False) as counter:
+        model(_clips(args))["loss"].backward()
+    return counter.get_total_flops() / args.batch_size
+
+
+def spread(curves: dict[str, list[float]]) -> dict[str, float]:
+    """Largest absolute loss difference from the first eager run: of the second eager run, and of fast fp32."""
+    base = curves["eager 1"]
+    return {name: max(abs(a - b) for a, b in zip(curves[name], base, strict=True)) for name in ("eager 2", "fast fp32")}
+
+
+def add_rates(results: dict[str, dict], flops: float, card: str) -> None:
+    """Ratios to eager and to the fast fp32 ceiling; model FLOP/s and their share of the card's peak."""
+    eager, fast = (results[f"in memory, {n}"]["clips_per_s"] for n in ("eager fp32 (--no-fast)", "fast fp32"))
+    peaks = next((p for name, p in PEAK_TFLOPS.items() if name in card), None)
+    for name, r in results.items():
+        precision = next((v[1] for n, v in VARIANTS.items() if name.endswith(n)), "tf32")
+        r["ratio_to_eager"], r["ratio_to_fast_ceiling"] = r["clips_per_s"] / eager, r["clips_per_s"] / fast
+        r["tflop_per_s"] = flops * r["clips_per_s"] / 1e12
+        r["share_of_peak"] = r["tflop_per_s"] / peaks[precision] if peaks else None
+
+
+def throughput_table(results: dict[str, dict], title: str) -> Table:
+    table = Table(title=title)
+    for col in ("run", "clips/s", "data wait", "× eager", "× fast ceiling", "TFLOP/s", "of peak"):
+        table.add_column(col, justify="left" if col == "run" else "right")
+    for name, r in results.items():
+        share = "—" if r["share_of_peak"] is None else f"{r['share_of_peak']:.1%}"
+        table.add_row(name, f"{r['clips_per_s']:.2f}", f"{r['data_wait']:.0%}", f"{r['ratio_to_eager']:.2f}",
+                      f"{r['ratio_to_fast_ceiling']:.2f}", f"{r['tflop_per_s']:.3g}", share)
+    return table
+
+
+def spread_table(diffs: dict[str, float], steps: int) -> Table:
+    table = Table(title=f"loss curve, {steps} steps from one seed: largest |loss − eager run 1|")
+    table.add_column("run", justify="left")
+    table.add_column("max abs difference", justify="right")
+    table.add_column("within eager's run-to-run spread", justify="right")
+    table.add_row("eager fp32, run 2 (the spread)", f"{diffs['eager 2']:.3g}", "")
+    table.add_row("fast fp32", f"{diffs['fast fp32']:.3g}", "yes" if diffs["fast fp32"] <= diffs["eager 2"] else "no")
+    return table
+
+
+def parse_args() -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
+    ap.add_argument("--videos", type=int, default=8)
+    ap.add_argument("--frames", type=int, default=130)
+    ap.add_argument("--frame-size", type=int, help="Rendered frame size (the shards' frames); CUDA 256, CPU 80.")
+    ap.add_argument("--size", type=int, help="Training input size; CUDA 128, CPU 64.")
+    ap.add_argument("--arch", default="memdpc_r18")
+    ap.add_argument("--widths", type=lambda s: [int(v) for v in s.split(",")], help="CUDA 64,128,256,256; CPU 8,16,32,32.")
+    ap.add_argument("--mem-size", type=int, help="CUDA 1024, CPU 64.")
+    ap.add_argument("--bidirectional", action=argparse.BooleanOptionalAction, default=True)
+    ap.add_argument("--batch-size", type=int, help="CUDA 16, CPU 4.")
+    ap.add_argument("--steps", type=int, help=f"Steps per throughput run, the first {WINDOW} untimed; CUDA 30, CPU 10.")
+    ap.add_argument("--curve-steps", type=int, default=50)
+    ap.add_argument("--num-workers", type=int, default=2)
+    ap.add_argument("--backends", default="torch,dali")
+    ap.add_argument("--out", type=Path, default=Path("bench/results/train.json"))
+    args = ap.parse_args()
+    args.device = torch.device("cuda" if args.device != "cpu" and torch.cuda.is_available() else "cpu")
+    for k, v in (PAPER if args.device.type == "cuda" else SMALL).items():
+        if getattr(args, k) is None:
+            setattr(args, k, v)
+    if args.steps < 2 * WINDOW:
+        ap.error(f"--steps must be at least {2 * WINDOW} (one warm-up window and one timed)")
+    return args
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--videos", type=int, default=8)
-    ap.add_argument("--frames", type=int, default=130)
-    ap.add_argument("--frame-size", type=int, default=80, help="Rendered frame size (the shards' frames).")
-    ap.add_argument("--size", type=int, default=64, help="Training input size.")
-    ap.add_argument("--arch", default="memdpc_r18")
-    ap.add_argument("--widths", type=lambda s: [int(v) for v in s.split(",")], default=[8, 16, 32, 32])
-    ap.add_argument("--mem-size", type=int, default=64)
-    ap.add_argument("--batch-size", type=int, default=4)
-    ap.add_argument("--steps", type=int, default=12)
-    ap.add_argument("--num-workers", type=int, default=2)
-    ap.add_argument("--backends", default="torch,dali")
-    ap.add_argument("--device", default="auto")
-    ap.add_argument("--out", type=Path, default=Path("bench/results/train.json"))
-    args = ap.parse_args()
+    args = parse_args()
     backends = [b for b in args.backends.split(",") if b != "dali" or dali_available()]
+    card = torch.cuda.get_device_name(args.device) if args.device.type == "cuda" else "CPU"
     console = Console()
+    results = {f"in memory, {name}": run_ceiling(args, over) for name, (over, _) in VARIANTS.items()}
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         shards = make_shards(work, args.videos, args.frames, args.frame_size)
-        results = {"in-memory batch (ceiling)": run_ceiling(args)}
         for backend in backends:
-            results[f"loader: {backend}"] = run_loader(args, shards, work, backend)
-    ceiling = results["in-memory batch (ceiling)"]["clips_per_s"]
-    table = Table(title=f"training throughput — {args.arch} widths {args.widths}, {args.size}², batch "
-                        f"{args.batch_size}, {args.steps - WARMUP} timed steps, {torch.get_num_threads()} threads")
-    for col in ("data", "clips/s", "data wait", "× ceiling"):
-        table.add_column(col, justify="left" if col == "data" else "right")
-    for name, r in results.items():
-        r["ratio_to_ceiling"] = r["clips_per_s"] / ceiling
-        table.add_row(name, f"{r['clips_per_s']:.2f}", f"{r['data_wait']:.0%}", f"{r['ratio_to_ceiling']:.2f}")
-    console.print(table)
-    write_json_atomic(args.out, {"args": {k: v for k, v in vars(args).items() if k != "out"},
-                                 "threads": torch.get_num_threads(), "results": results})
+            results[f"loader: {backend} (fast fp32)"] = run_loader(args, shards, work, backend)
+    flops = flops_per_clip(args)
+    add_rates(results, flops, card)
+    curves = {"eager 1": loss_curve(args, VARIANTS["eager fp32 (--no-fast)"][0]),
+              "eager 2": loss_curve(args, VARIANTS["eager fp32 (--no-fast)"][0]),
+              "fast fp32": loss_curve(args, VARIANTS["fast fp32"][0])}
+    diffs = spread(curves)
+    console.print(throughput_table(results, f"training throughput on {card} — {args.arch} widths {args.widths}"
+                                            f"{' bidirectional' if args.bidirectional else ''}, {args.size}², batch "
+                                            f"{args.batch_size}, {flops / 1e9:.3g} GFLOP per clip (fwd + bwd), "
+                                            f"{torch.get_num_threads()} threads"))
+    console.print(spread_table(diffs, args.curve_steps))
+    write_json_atomic(args.out, {"args": {k: str(v) if k == "device" else v for k, v in vars(args).items()
+                                          if k != "out"},
+                                 "card": card, "torch": torch.__version__, "threads": torch.get_num_threads(),
+                                 "flops_per_clip": flops, "results": results, "loss_curves": curves,
+                                 "loss_curve_max_abs_diff": diffs})
     console.print(f"wrote {args.out}")
 
 

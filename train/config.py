@@ -77,6 +77,8 @@ class TrainConfig:
     milestones: list[int] = _f([], "Epochs at which the milestone schedule decays (comma-separated).")
     amp: str = _f("none", "Automatic mixed precision.")
     compile: bool = _f(False, "torch.compile the model.")
+    fast: bool = _f(True, "CUDA speed defaults (channels_last_3d encoder and clips, fused Adam), fp32 numerics kept; "
+                          "--no-fast for the eager reference. No effect on CPU.")
     device: str = _f("auto", "auto: CUDA when available, else CPU.")
     seed: int = _f(0, "Random seed (same seed, same weights on CPU).")
     deterministic: bool = _f(False, "torch.use_deterministic_algorithms (bit-exact resume on GPU; slower).")
@@ -133,7 +135,9 @@ class TrainConfig:
 
 
 # Fields that may differ when a run restarts: they change how the run is executed or logged, not the
-# experiment. Everything else must equal the config recorded in the run directory.
+# experiment. Everything else must equal the config recorded in the run directory. ``fast`` is not among them:
+# on CUDA it changes the numbers (fused Adam, other convolution kernels for the other layout), so a run resumed
+# with the other setting would not continue as the uninterrupted run would (like ``amp`` and ``deterministic``).
 RESTART_FREE = frozenset({"shards", "out", "backend", "num_workers", "epochs", "max_steps", "compile", "device",
                           "ckpt_every_steps", "keep_every", "log_every", "knn_every", "knn_max_batches",
                           "progress", "resume"})

@@ -6,6 +6,12 @@ every rank's RNG states (now and at the start of the epoch). Resuming restores t
 loader's epoch (its shuffle and augmentation are seeded by seed and epoch), draws and discards the consumed
 batches, then restores the current RNG — so the run continues with the very batches and dropout masks an
 uninterrupted run would have used.
+
+No host synchronisation per step: the step's metrics stay on the device (:class:`~memdpc.train.metrics.StepValues`)
+and are read, in one transfer, every ``--log-every`` steps, before every checkpoint and at the end of the epoch.
+A non-finite loss is noticed at those reads, so up to ``--log-every`` − 1 more steps may run after it; the read
+before each save, and a check of the weights themselves, keep checkpoints from ever holding non-finite weights.
+On CUDA, ``--fast`` (the default) adds channels_last_3d and fused Adam (:func:`uses_fast`).
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ from memdpc.pipeline.clip import ClipSpec
 from memdpc.train import checkpoint as ck
 from memdpc.train.config import TrainConfig, config_differences, write_config
 from memdpc.train.knn import knn_recall
-from memdpc.train.metrics import Meter, MetricsLogger, truncate_jsonl
+from memdpc.train.metrics import Meter, MetricsLogger, StepValues, truncate_jsonl
 from memdpc.train.prepare import CONFIG_NAME, check_run_dir, check_shards, split_loader
 
 
@@ -64,6 +70,8 @@ class Parts:
     train_loader: Any
     val_loader: Any
     logger: MetricsLogger
+    steps: StepValues  # the steps' metrics not read yet (on the device)
+    meter: Meter  # the logging window (host)
 
 
 def train(config: TrainConfig) -> Path:
@@ -92,7 +100,7 @@ def _train(config: TrainConfig, env: dd.DistEnv) -> Path:
         if ckpt is not None:
             truncate_jsonl(run_dir / "metrics.jsonl", ckpt["step"])
     dd.barrier(env)
-    _set_determinism(config)
+    set_determinism(config)
     parts = _build(config, env, run_dir, ClipSpec(**manifests["train"]["clip"]), init)
     state = State()
     if ckpt is not None:
@@ -129,7 +137,8 @@ def _read_init(config: TrainConfig, env: dd.DistEnv) -> dict[str, Any]:
     return init
 
 
-def _set_determinism(config: TrainConfig) -> None:
+def set_determinism(config: TrainConfig) -> None:
+    """Deterministic kernels with --deterministic; otherwise cuDNN times its algorithms and keeps the fastest."""
     if config.deterministic:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
         torch.use_deterministic_algorithms(True)
@@ -145,8 +154,8 @@ def _build(config: TrainConfig, env: dd.DistEnv, run_dir: Path, clip: ClipSpec,
                         f"batch ({config.batch_size}); lower --batch-size")
     val_loader = _loader(config, env, config.val_split, clip, train=False) if config.val_split != "none" else None
 
-    model = ck.initial_model(config, init).to(env.device)
-    optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    model = place_model(ck.initial_model(config, init), config, env.device)
+    optimizer = make_optimizer(model, config, env.device)
     wrapped: nn.Module = model
     if env.distributed:
         wrapped = DistributedDataParallel(model, device_ids=[env.device.index] if env.device.type == "cuda" else None)
@@ -155,7 +164,55 @@ def _build(config: TrainConfig, env: dd.DistEnv, run_dir: Path, clip: ClipSpec,
     return Parts(config, env, run_dir, clip, wrapped, optimizer, _scheduler(config, optimizer),
                  torch.amp.GradScaler(env.device.type, enabled=config.amp == "fp16"),
                  train_loader, val_loader,
-                 MetricsLogger(run_dir, env.is_main, config.progress))
+                 MetricsLogger(run_dir, env.is_main, config.progress), StepValues(config.log_every), Meter())
+
+
+def uses_fast(config: TrainConfig, device: torch.device) -> bool:
+    """Whether the CUDA speed defaults apply: ``--fast`` on a CUDA device. On CPU they are left out, as fused
+    Adam's numbers differ from the default Adam's and CPU runs stay bit-identical to earlier versions."""
+    return config.fast and device.type == "cuda"
+
+
+def place_model(model: nn.Module, config: TrainConfig, device: torch.device) -> nn.Module:
+    """The model on ``device``; with the fast defaults its encoder's 3D convolutions in channels_last_3d, the
+    layout in which cuDNN's 3D kernels are fastest (fp32 numbers kept, up to the kernels' summation order)."""
+    model = model.to(device)
+    if uses_fast(config, device):
+        model.backbone.to(memory_format=torch.channels_last_3d)
+    return model
+
+
+def make_optimizer(model: nn.Module, config: TrainConfig, device: torch.device) -> torch.optim.Adam:
+    """Adam; with the fast defaults its fused CUDA kernel (one launch for all parameters), else torch's default."""
+    return torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay,
+                            fused=_fused(config, device))
+
+
+def _fused(config: TrainConfig, device: torch.device) -> bool | None:
+    return True if uses_fast(config, device) else None
+
+
+def place_clips(clips: torch.Tensor, config: TrainConfig, device: torch.device) -> torch.Tensor:
+    """A (B, N, C, SL, H, W) batch on ``device``; with the fast defaults each block in channels_last_3d, the
+    encoder's layout (the encoder sees the blocks as a (B·N, C, SL, H, W) view, which keeps it)."""
+    clips = clips.to(device, non_blocking=True)
+    if not uses_fast(config, device):
+        return clips
+    return clips.flatten(0, 1).contiguous(memory_format=torch.channels_last_3d).view(clips.shape)
+
+
+def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler,
+               clips: torch.Tensor, config: TrainConfig) -> dict[str, torch.Tensor]:
+    """One optimiser step on a batch already placed (:func:`place_clips`); the model's outputs, on the device
+    (nothing here waits for the device)."""
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(config.amp)
+    with torch.autocast(clips.device.type, dtype=dtype, enabled=dtype is not None):
+        out = model(clips)
+    optimizer.zero_grad(set_to_none=True)
+    scaler.scale(out["loss"]).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    return out
 
 
 def _scheduler(config: TrainConfig, optimizer: torch.optim.Optimizer):
@@ -187,8 +244,12 @@ def _gather(env: dd.DistEnv, model: nn.Module, epoch_rng: dict[str, Any] | None)
 
 def _save(p: Parts, s: State, names: list[str]) -> None:
     """Write the checkpoint (rank 0) under each of ``names`` in ``checkpoints/``; all ranks take part, and
-    all raise when rank 0 could not write (a full disk), so that no rank waits for the others forever."""
+    all raise when rank 0 could not write (a full disk), so that no rank waits for the others forever.
+    The steps not read yet are read first (their losses checked, the epoch's loss sum complete), and non-finite
+    weights stop training instead of replacing the last good checkpoint."""
+    _read(p, s)
     model = ck.unwrap(p.model)
+    _check_weights(p, s, model)
     ranks = _gather(p.env, model, s.epoch_rng)
     error = None
     if p.env.is_main:
@@ -216,7 +277,7 @@ def _restore(p: Parts, ckpt: dict[str, Any], path: Path) -> State:
     model = ck.unwrap(p.model)
     mc.check_compatible(ckpt, path, model.config)
     model.load_state_dict(ckpt["model"])
-    p.optimizer.load_state_dict(ckpt["optimizer"])
+    p.optimizer.load_state_dict(_this_runs_kernel(ckpt["optimizer"], _fused(p.config, p.env.device)))
     if p.scheduler is not None:
         p.scheduler.load_state_dict(ckpt["scheduler"])
     p.scaler.load_state_dict(ckpt["scaler"])
@@ -225,6 +286,13 @@ def _restore(p: Parts, ckpt: dict[str, Any], path: Path) -> State:
     p.logger.message(f"resuming {path} at epoch {ckpt['epoch']}, step {ckpt['step']}")
     return State(ckpt["epoch"], ckpt["step"], ckpt["epoch_step"], ckpt["best_val"], ckpt.get("stale", 0),
                  list(ckpt["epoch_loss"]), rng["epoch_start"])
+
+
+def _this_runs_kernel(state: dict[str, Any], fused: bool | None) -> dict[str, Any]:
+    """The optimiser state with this run's Adam kernel: torch would restore the one the checkpoint was written
+    with (fused or not), and only for a fused kernel does it place the step counters on the weights' device —
+    a run may resume on another device (fused on CUDA, torch's default on CPU)."""
+    return {**state, "param_groups": [{**g, "fused": fused} for g in state["param_groups"]]}
 
 
 # ---------------------------------------------------------------------------------------------- the loop
@@ -259,51 +327,66 @@ def _epoch_batches(p: Parts, s: State) -> Iterator[None]:
     ck.set_rng_state(now)
     p.logger.start_epoch(s.epoch, len(p.train_loader), s.epoch_step)
     p.model.train()
-    meter = Meter()
+    p.meter.reset()
+    info = None  # the progress display's loss: the last one read (reading it every step would wait for the device)
     while True:
         t0 = time.perf_counter()
         batch = next(batches, None)
         if batch is None:
             return
         wait = time.perf_counter() - t0
-        values = _step(p, s, batch)
+        out = train_step(p.model, p.optimizer, p.scaler, place_clips(batch.clips, c, p.env.device), c)
+        p.steps.add(out, batch.clips.shape[0], wait)
         s.step, s.epoch_step = s.step + 1, s.epoch_step + 1
-        s.epoch_loss = [s.epoch_loss[0] + values["loss"], s.epoch_loss[1] + 1]
-        meter.add(values, batch.clips.shape[0], wait)
-        p.logger.advance(f"loss {values['loss']:.3f}")
         if s.step % c.log_every == 0:
-            _log_train(p, s, meter)
+            info = f"loss {_read(p, s)['loss']:.3f}"
+            _log_train(p, s)
+        p.logger.advance(info)
         yield
 
 
-def _step(p: Parts, s: State, batch) -> dict[str, float]:
-    c, env = p.config, p.env
-    clips = batch.clips.to(env.device, non_blocking=True)
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(c.amp)
-    with torch.autocast(env.device.type, dtype=dtype, enabled=dtype is not None):
-        out = p.model(clips)
-    loss = out["loss"]
-    if not dd.all_true(env, bool(torch.isfinite(loss.detach()))):
-        last = p.run_dir / "checkpoints" / "last.pt"
-        kept = f"the last good checkpoint is {last}" if last.exists() else "no checkpoint had been written yet"
-        raise UserError(f"loss is not finite ({loss.item()}) at epoch {s.epoch}, step {s.step + 1}: training "
-                        f"stopped; {kept} (try a lower --lr, or --amp none)")
-    p.optimizer.zero_grad(set_to_none=True)
-    p.scaler.scale(loss).backward()
-    p.scaler.step(p.optimizer)
-    p.scaler.update()
-    return {k: float(v.detach()) for k, v in out.items() if v.dim() == 0}
+def _read(p: Parts, s: State) -> dict[str, float] | None:
+    """Bring the steps not read yet to the host (one transfer) and add them, in step order, to the logging
+    window and the epoch's loss sum: the same float64 sums as reading every step. Returns the last step's values.
+
+    A non-finite loss among them stops training with a one-line error. All ranks read at the same steps, so
+    they decide together."""
+    done = p.steps.read()
+    bad = next((i for i, (values, _, _) in enumerate(done) if not math.isfinite(values["loss"])), None)
+    if not dd.all_true(p.env, bad is None):
+        i = len(done) - 1 if bad is None else bad
+        raise _stopped(p, f"loss is not finite ({done[i][0]['loss']}) at epoch {s.epoch}, "
+                          f"step {s.step - len(done) + i + 1}")
+    for values, clips, wait in done:
+        s.epoch_loss = [s.epoch_loss[0] + values["loss"], s.epoch_loss[1] + 1]
+        p.meter.add(values, clips, wait)
+    return done[-1][0] if done else None
+
+
+def _check_weights(p: Parts, s: State, model: nn.Module) -> None:
+    """Stop training when a weight or BatchNorm statistic is not finite (a finite loss can be followed by an
+    update that is not); one wait for the device, before each save."""
+    tensors = [t for t in model.state_dict().values() if t.is_floating_point()]
+    finite = bool(torch.stack([torch.isfinite(t).all() for t in tensors]).all())
+    if not dd.all_true(p.env, finite):
+        raise _stopped(p, f"the weights are not finite after epoch {s.epoch}, step {s.step}")
+
+
+def _stopped(p: Parts, what: str) -> UserError:
+    last = p.run_dir / "checkpoints" / "last.pt"
+    kept = f"the last good checkpoint is {last}" if last.exists() else "no checkpoint had been written yet"
+    return UserError(f"{what}: training stopped; {kept} (try a lower --lr, or --amp none)")
 
 
 def _lr(p: Parts) -> float:
     return p.optimizer.param_groups[0]["lr"]
 
 
-def _log_train(p: Parts, s: State, meter: Meter) -> None:
-    values = dd.all_mean(p.env, meter.means())
+def _log_train(p: Parts, s: State) -> None:
+    values = dd.all_mean(p.env, p.meter.means())
     p.logger.log({"kind": "train", "epoch": s.epoch, "step": s.step, **values, "lr": _lr(p),
-                  **meter.rates(p.env.world_size)})
-    meter.reset()
+                  **p.meter.rates(p.env.world_size)})
+    p.meter.reset()
 
 
 @contextlib.contextmanager
@@ -341,6 +424,7 @@ def validate(p: Parts) -> dict[str, float]:
 
 def _end_epoch(p: Parts, s: State) -> None:
     c = p.config
+    _read(p, s)
     if p.val_loader is not None:
         val = validate(p)
         p.logger.log({"kind": "val", "epoch": s.epoch, "step": s.step, **val})

@@ -4,6 +4,9 @@ Only rank 0 writes. Each record has ``kind`` (``train``, ``val`` or ``knn``), ``
 records carry the loss, contrastive top-1/top-5 (overall and per direction ``_f``/``_b``), the encoder
 features' ``content_share`` (:func:`memdpc.model.loss.content_share`; val records too), ``lr``,
 ``clips_per_s`` (all ranks) and ``data_wait`` (fraction of wall time spent waiting for the loader).
+
+The model's values stay on the device until they are read (:class:`StepValues`): reading a CUDA tensor makes
+the host wait for the GPU, and doing that once per step keeps the GPU idle while the host prepares the next.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import torch
 from rich.console import Console
 
 from memdpc.atomic import write_bytes_atomic
@@ -46,6 +50,39 @@ class Meter:
     def rates(self, world_size: int) -> dict[str, float]:
         elapsed = max(time.perf_counter() - self.start, 1e-9)
         return {"clips_per_s": self.clips * world_size / elapsed, "data_wait": min(self.wait / elapsed, 1.0)}
+
+
+class StepValues:
+    """The scalar outputs of the steps since the last :meth:`read`, one float64 row per step on the model's
+    device, with each step's clip count and data wait (host numbers) beside them.
+
+    A row holds the exact float64 value of each output, so the host sums over :meth:`read`'s rows, taken in
+    step order, equal those of reading every step with ``float()`` bit for bit. ``capacity`` is the most steps
+    between two reads (``--log-every``: the loop reads at least that often).
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.keys: list[str] = []
+        self.rows: torch.Tensor | None = None
+        self.host: list[tuple[int, float]] = []
+
+    def add(self, out: dict[str, torch.Tensor], clips: int, wait: float) -> None:
+        """Keep one step's scalar outputs on their device (two small kernels, no wait for the device)."""
+        scalars = [v.detach() for v in out.values() if v.dim() == 0]
+        if self.rows is None:
+            self.keys = [k for k, v in out.items() if v.dim() == 0]
+            self.rows = torch.empty(self.capacity, len(self.keys), dtype=torch.float64, device=scalars[0].device)
+        self.rows[len(self.host)].copy_(torch.stack(scalars))
+        self.host.append((clips, wait))
+
+    def read(self) -> list[tuple[dict[str, float], int, float]]:
+        """(values, clips, data wait) of each step since the last read, in step order; one device→host copy."""
+        rows = self.rows[: len(self.host)].tolist() if self.host else []
+        done = [(dict(zip(self.keys, row, strict=True)), clips, wait)
+                for row, (clips, wait) in zip(rows, self.host, strict=True)]
+        self.host = []
+        return done
 
 
 def truncate_jsonl(path: Path, max_step: int) -> None:

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -18,13 +19,15 @@ from click.testing import CliRunner
 
 from memdpc.cli import main
 from memdpc.distenv import DistEnv
+from memdpc.errors import UserError
 from memdpc.model import create_model
 from memdpc.model.checkpoint import load_model, read_checkpoint
 from memdpc.pipeline.clip import ClipSpec
 from memdpc.train.checkpoint import initial_model, param_digest
 from memdpc.train.config import TrainConfig
 from memdpc.train.knn import knn_recall
-from memdpc.train.loop import _loader
+from memdpc.train.loop import State, _check_weights, _loader, make_optimizer, place_clips, place_model
+from memdpc.train.metrics import StepValues
 
 from ..conftest import reference_weights
 from .conftest import CLIP, tb_scalars
@@ -297,6 +300,63 @@ def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(train_shards, tmp_pat
     assert records(out, "train")[-1]["step"] == 1
 
 
+def test_nan_loss_between_reads_is_found_before_the_next_save(train_shards, tmp_path, one_thread):
+    """Read every 5 steps, saved every 3: the NaN of step 2 is noticed by the read before the save of step 3,
+    named with its own step, and no checkpoint is written from the weights it left."""
+    out = tmp_path / "nan"
+    res = cli(*TINY, "--shards", str(train_shards), "--out", str(out), "--lr", "1e30", "--lr-min", "1e29",
+              "--log-every", "5", "--ckpt-every-steps", "3", "--val-split", "none")
+    assert res.exit_code == 2
+    assert "loss is not finite (nan) at epoch 0, step 2: training stopped; no checkpoint had been written yet" \
+        in res.output
+    assert not (out / "checkpoints" / "last.pt").exists() and records(out, "train") == []
+
+
+def test_non_finite_weights_are_never_saved(tmp_path):
+    model = create_model("dpc_r18", widths=(4, 8, 16, 16), input_size=32, num_blocks=5, block_len=3, pred_steps=2)
+    p = SimpleNamespace(env=DistEnv(0, 1, 0, torch.device("cpu")), run_dir=tmp_path)
+    _check_weights(p, State(step=7), model)  # finite: no error
+    with torch.no_grad():
+        model.backbone.conv1.weight[0, 0, 0, 0, 0] = float("inf")
+    with pytest.raises(UserError, match="the weights are not finite after epoch 0, step 7: training stopped; no "
+                                        "checkpoint had been written yet"):
+        _check_weights(p, State(step=7), model)
+
+
+def test_metrics_are_read_only_every_log_every_steps(train_shards, tmp_path, one_thread, monkeypatch):
+    """2 epochs of 4 steps, a record every 3: the device's values come to the host only at steps 3, 4 (the
+    epoch's end), 6 and 8, each step once, and the records hold the same means as reading every step would."""
+    reads, read = [], StepValues.read
+
+    def counted(self):
+        done = read(self)
+        reads.append([values["loss"] for values, _, _ in done])
+        return done
+
+    monkeypatch.setattr(StepValues, "read", counted)
+    out = tmp_path / "run"
+    res = cli(*TINY, "--shards", str(train_shards), "--out", str(out), "--epochs", "2", "--log-every", "3",
+              "--val-split", "none")
+    assert res.exit_code == 0, res.output
+    assert [len(r) for r in reads if r] == [3, 1, 2, 2]
+    train = records(out, "train")
+    assert [r["step"] for r in train] == [3, 6]
+    losses = [loss for r in reads for loss in r]
+    assert train[0]["loss"] == sum(losses[:3]) / 3 and train[1]["loss"] == sum(losses[4:6]) / 2
+    assert read_checkpoint(out / "checkpoints" / "last.pt")["epoch_loss"] == [losses[4] + losses[5] + losses[6]
+                                                                              + losses[7], 4]
+
+
+def test_fast_defaults_change_nothing_on_cpu():
+    config = TrainConfig(shards="unused", out="unused", widths=[4, 8, 16, 16], size=32)
+    cpu = torch.device("cpu")
+    model = place_model(create_model("dpc_r18", widths=(4, 8, 16, 16), input_size=32), config, cpu)
+    assert model.backbone.conv1.weight.is_contiguous()
+    assert make_optimizer(model, config, cpu).defaults["fused"] is None  # torch's default Adam, as before
+    clips = torch.randn(2, 5, 3, 3, 32, 32)
+    assert place_clips(clips, config, cpu) is clips
+
+
 @pytest.mark.slow
 def test_full_disk_while_saving_keeps_the_previous_checkpoint(learned_run, train_shards, tmp_path, one_thread):
     """Resume a copy of the learned run for one more epoch under a real file-size limit (EFBIG)."""
@@ -328,6 +388,45 @@ def test_gpu_run_with_bf16_and_dali(train_shards, tmp_path):
     ckpt = read_checkpoint(out / "checkpoints" / "last.pt")
     assert ckpt["step"] == 8 and all(torch.isfinite(v).all() for v in ckpt["model"].values() if v.is_floating_point())
     assert records(out, "val")
+
+
+@pytest.mark.gpu
+def test_gpu_fast_defaults_place_the_encoder_and_clips_channels_last():
+    config = TrainConfig(shards="unused", out="unused")
+    cuda = torch.device("cuda")
+    model = place_model(create_model("dpc_r18", widths=(4, 8, 16, 16), input_size=32), config, cuda)
+    assert model.backbone.conv1.weight.is_contiguous(memory_format=torch.channels_last_3d)
+    assert make_optimizer(model, config, cuda).defaults["fused"] is True
+    clips = place_clips(torch.randn(2, 5, 3, 3, 32, 32), config, cuda)
+    assert clips.shape == (2, 5, 3, 3, 32, 32)
+    assert clips.flatten(0, 1).is_contiguous(memory_format=torch.channels_last_3d)  # the encoder's view
+
+
+@pytest.mark.gpu
+def test_gpu_fast_defaults_follow_the_eager_losses(train_shards, tmp_path):
+    """channels_last_3d, fused Adam and cuDNN autotuning change the summation order only: over 8 steps the
+    losses stay within a small tolerance of the eager reference (--no-fast)."""
+    losses = {}
+    for name, extra in (("fast", []), ("eager", ["--no-fast"])):
+        out = tmp_path / name
+        res = cli(*TINY, "--shards", str(train_shards), "--out", str(out), "--device", "cuda", "--epochs", "2",
+                  "--val-split", "none", *extra)
+        assert res.exit_code == 0, res.output
+        losses[name] = [r["loss"] for r in records(out, "train")]
+    assert len(losses["fast"]) == 8
+    assert losses["fast"] == pytest.approx(losses["eager"], rel=1e-3, abs=1e-4)
+
+
+@pytest.mark.gpu
+def test_gpu_bf16_training_at_the_fast_defaults_stays_finite(train_shards, tmp_path):
+    out = tmp_path / "bf16"
+    res = cli(*TINY, "--shards", str(train_shards), "--out", str(out), "--device", "cuda", "--amp", "bf16",
+              "--epochs", "3", "--val-split", "none")
+    assert res.exit_code == 0, res.output
+    ckpt = read_checkpoint(out / "checkpoints" / "last.pt")
+    assert ckpt["step"] == 12 and ckpt["config"]["fast"] is True
+    assert all(torch.isfinite(v).all() for v in ckpt["model"].values() if v.is_floating_point())
+    assert all(r["loss"] == r["loss"] for r in records(out, "train"))  # no NaN
 
 
 @pytest.mark.parametrize(("jitter", "crop_size"), [(True, 224), (False, 0)])
