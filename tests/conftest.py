@@ -36,6 +36,18 @@ def tiny_dataset(tmp_path_factory) -> Path:
     return make_synthetic(tmp_path_factory.mktemp("tiny") / "syn", TINY)
 
 
+def decode_video(path: Path) -> np.ndarray:
+    """Every frame of a video file, read back with OpenCV: (frames, H, W, 3) uint8 BGR."""
+    cap = cv2.VideoCapture(str(path))
+    frames = []
+    while True:
+        ok, frame = cap.read()
+        if not ok:
+            cap.release()
+            return np.stack(frames)
+        frames.append(frame)
+
+
 def jpeg(img: np.ndarray, quality: int = 90) -> bytes:
     """A BGR (H, W, 3) uint8 image as OpenCV JPEG bytes."""
     ok, buf = cv2.imencode(".jpg", img, [cv2.IMWRITE_JPEG_QUALITY, quality])

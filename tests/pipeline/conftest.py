@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-import cv2
 import numpy as np
 import pytest
 
@@ -18,7 +17,7 @@ from memdpc.preprocess.datasets import build_index
 from memdpc.preprocess.synthetic import CLASSES, render_video
 from memdpc.preprocess.video_index import VideoRecord, write_index
 
-from ..conftest import frame_diffs, write_jpeg_archive
+from ..conftest import decode_video, frame_diffs, write_jpeg_archive
 
 
 @dataclass(frozen=True)
@@ -26,17 +25,6 @@ class Archives:
     root: Path  # holds rgb/<id>.tar and flow/<id>.tar
     index: Path  # the video index (JSONL)
     records: list[VideoRecord]
-
-
-def decode_video(path: Path) -> np.ndarray:
-    cap = cv2.VideoCapture(str(path))
-    frames = []
-    while True:
-        ok, frame = cap.read()
-        if not ok:
-            cap.release()
-            return np.stack(frames)
-        frames.append(frame)
 
 
 def write_stream_archives(root: Path, video_id: str, frames: np.ndarray, fps: float = 25.0) -> None:

@@ -1,13 +1,14 @@
 from dataclasses import dataclass
 from typing import ClassVar
 
-import cv2
 import numpy as np
 import pytest
 
 from memdpc.errors import UserError
 from memdpc.preprocess.datasets import build_index
 from memdpc.preprocess.example_layout import CODECS, ExampleConfig, write_example, write_video
+
+from ..conftest import decode_video
 
 
 @dataclass(frozen=True)
@@ -28,9 +29,7 @@ def test_write_video_round_trip(tmp_path, codec):
     frames = np.stack([np.full((16, 32, 3), v, np.uint8) for v in (30, 120, 220)])
     path = tmp_path / f"v{CODECS[codec][1]}"
     write_video(path, frames, 25.0, codec)
-    cap, got = cv2.VideoCapture(str(path)), []
-    while (read := cap.read())[0]:
-        got.append(read[1])
+    got = decode_video(path)
     assert len(got) == 3 and got[0].shape == (16, 32, 3)
     assert np.allclose([f.mean() for f in got], [30, 120, 220], atol=8)
     assert [p.name for p in tmp_path.iterdir()] == [path.name]  # no temporary file left

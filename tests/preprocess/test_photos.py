@@ -11,17 +11,9 @@ from memdpc.preprocess import photos
 from memdpc.preprocess.datasets import build_index
 from memdpc.preprocess.photos import PHOTO_CLASSES, PHOTO_FILES, PhotoConfig, load_photos, make_photos
 
+from ..conftest import decode_video
+
 SMALL = PhotoConfig(videos_per_class=3, frames=6, size=32)
-
-
-def _decode(path: Path) -> np.ndarray:
-    cap = cv2.VideoCapture(str(path))
-    frames = []
-    while True:
-        ok, f = cap.read()
-        if not ok:
-            return np.stack(frames)
-        frames.append(f)
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +31,7 @@ def test_videos_decode_to_stated_frames_and_size(small_photos):
     videos = sorted(small_photos.glob("UCF-101/*/*.avi"))
     assert len(videos) == 3 * len(PHOTO_CLASSES)
     for v in videos:
-        frames = _decode(v)
+        frames = decode_video(v)
         assert frames.shape == (6, 32, 32, 3)
         assert frames.std() > 10  # a photograph, not a blank frame
 
@@ -145,7 +137,7 @@ def test_appearance_does_not_tell_the_class_but_motion_does(tmp_path):
     measured 0.11) while five flow statistics classify most videos (measured 0.83)."""
     root = make_photos(tmp_path / "p", PhotoConfig(videos_per_class=6, frames=16, size=48))
     records = build_index(root, "ucf101", 1)
-    videos = [_decode(Path(r.path)) for r in records]
+    videos = [decode_video(Path(r.path)) for r in records]
     labels = np.array([r.label for r in records])
     appearance = _nearest_centroid_accuracy(np.array([_colour_histogram(v) for v in videos]), labels)
     motion = _nearest_centroid_accuracy(np.array([_motion_statistics(v) for v in videos]), labels)

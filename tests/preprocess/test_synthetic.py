@@ -1,4 +1,3 @@
-from pathlib import Path
 
 import cv2
 import numpy as np
@@ -9,22 +8,14 @@ from memdpc.cli import main
 from memdpc.preprocess.datasets import build_index
 from memdpc.preprocess.synthetic import CLASSES, SyntheticConfig, make_synthetic
 
-
-def _decode(path: Path) -> np.ndarray:
-    cap = cv2.VideoCapture(str(path))
-    frames = []
-    while True:
-        ok, f = cap.read()
-        if not ok:
-            return np.stack(frames)
-        frames.append(f)
+from ..conftest import decode_video
 
 
 def test_videos_decode_to_stated_frames_and_size(tiny_dataset):
     videos = sorted(tiny_dataset.glob("UCF-101/*/*.avi"))
     assert len(videos) == 9
     for v in videos:
-        assert _decode(v).shape == (30, 32, 32, 3)
+        assert decode_video(v).shape == (30, 32, 32, 3)
 
 
 def test_index_reads_synthetic_as_ucf101(tiny_dataset):
