@@ -17,7 +17,7 @@ Four tables, side by side on the same frames and videos (real-looking synthetic 
    device and worker count, in pairs/s (target on one H100 at 256²: ≥ 1000).
 
     python bench/flow_e2e.py [--sizes 128,256 --batches 16,64,256 --device cuda --videos 32 --frames 64 \
-        --cpu-workers 1,16 --out bench/results/flow_e2e.json]
+        --cpu-workers 1,16 --torch-videos 4 --out bench/results/flow_e2e.json]
     TRITON_INTERPRET=1 python bench/flow_e2e.py --quick     # a check of the script on a CPU (slow kernels)
 
 Where the GPU machine has no OpenCV contrib, make the fidelity rows' frames and OpenCV flows first on a
@@ -31,6 +31,7 @@ import argparse
 import os
 import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import cv2
@@ -146,15 +147,16 @@ def fidelity(prev, nxt, ref, device: str, params: TVL1Params) -> dict:
     }
 
 
+def _write_video(path: Path, k: int, frames: int, size: int) -> None:
+    write_video(path, render_video(CLASSES[k % len(CLASSES)], size, frames, np.random.default_rng(k)), 25.0, "xvid")
+
+
 def make_videos(root: Path, n: int, frames: int, size: int) -> list[VideoRecord]:
     """``n`` real video files (xvid .avi) of ``frames`` frames at ``size``², and their index records."""
-    rng = np.random.default_rng(0)
-    records = []
-    for k in range(n):
-        path = root / f"v{k:03d}.avi"
-        write_video(path, render_video(CLASSES[k % len(CLASSES)], size, frames, rng), 25.0, "xvid")
-        records.append(VideoRecord(id=f"v{k:03d}", path=str(path), label=0, label_name="x", split="train"))
-    return records
+    paths = [root / f"v{k:03d}.avi" for k in range(n)]
+    with ProcessPoolExecutor(os.cpu_count()) as pool:
+        list(pool.map(_write_video, paths, range(n), [frames] * n, [size] * n))
+    return [VideoRecord(id=p.stem, path=str(p), label=0, label_name="x", split="train") for p in paths]
 
 
 def video_pairs(records: list[VideoRecord], n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -170,16 +172,44 @@ def video_pairs(records: list[VideoRecord], n: int) -> tuple[np.ndarray, np.ndar
     return np.stack(prev), np.stack(nxt)
 
 
+def _cpu_seconds() -> float:
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
 def end_to_end(records, backend: str, device: str, workers: int, out: Path, params: TVL1Params) -> dict:
-    """Pairs/s of ``run_preprocess`` (flow only) from video files to archives on disk."""
+    """Pairs/s of ``run_preprocess`` (flow only) from video files to archives on disk, and where the time
+    went: CPU cores busy on average (this process and its workers), and the report's stage seconds (summed
+    over threads: the flow stage's share of the device thread, JPEG encoding, decoding) per wall second."""
     cfg = PreprocessConfig(out=str(out), streams=("flow",), decode=DecodeSpec(size=0), tvl1=params,
                            flow_backend=backend, device=device, workers=workers)  # fmt: skip
-    t = time.perf_counter()
+    t, cpu = time.perf_counter(), _cpu_seconds()
     report = run_preprocess(records, cfg, progress=False)
-    wall = time.perf_counter() - t
+    wall, cpu = time.perf_counter() - t, _cpu_seconds() - cpu
     pairs = sum(v.get("streams", {}).get("flow", 0) for v in report["videos"])
     failed = sum(v["status"] == "failed" for v in report["videos"])
-    return {"pairs": pairs, "seconds": wall, "pairs_per_s": pairs / wall, "failed": failed}
+    stages = report["summary"]["stage_seconds"]
+    return {"pairs": pairs, "seconds": wall, "pairs_per_s": pairs / wall, "failed": failed,
+            "cores_busy": cpu / wall, **{f"{k}_busy": v / wall for k, v in stages.items()}}  # fmt: skip
+
+
+def choose_tiles(args: argparse.Namespace, dev: str, params: TVL1Params) -> list[dict]:
+    """Time each of ``--tiles`` at the largest size and batch, then keep the fastest for the rest of the run
+    (``tvl1_triton.TILES``); rows of the table."""
+    size, batch = max(map(int, args.sizes.split(","))), max(map(int, args.batches.split(",")))
+    prev, nxt = make_pairs(size, 16)
+    kind = torch.device(dev).type
+    run = tvl1_triton.TILES[kind][3]
+    rows = []
+    for spec in args.tiles.split(","):
+        bh, bw, warps = map(int, spec.split("x"))
+        tvl1_triton.TILES[kind] = (bh, bw, warps, run)
+        rate = time_kernel(lambda p, n: tvl1_triton.tvl1_flow(p, n, params), prev, nxt, dev, batch, args.repeat)
+        rows.append({"size": size, "batch": batch, "tile": f"{bh}×{bw}", "warps": warps, "pairs_per_s": rate})
+        console.log(f"tile {bh}×{bw}, {warps} warps: {rate:.1f} pairs/s")
+    best = max(rows, key=lambda r: r["pairs_per_s"])
+    tvl1_triton.TILES[kind] = (*map(int, best["tile"].split("×")), best["warps"], run)
+    return rows
 
 
 def _table(title: str, rows: list[dict], cols: dict[str, str]) -> Table:
@@ -200,6 +230,7 @@ def make_reference(args: argparse.Namespace, params: TVL1Params, saved: dict) ->
             )
             records = make_videos(Path(tmp) / f"videos{size}", args.videos, args.frames, size)
             opencv_reference(f"{size}/video", *video_pairs(records, args.fidelity_pairs), params, saved)
+    args.make_reference.parent.mkdir(parents=True, exist_ok=True)
     np.savez_compressed(args.make_reference, **saved)
     console.print(f"wrote {args.make_reference}")
 
@@ -219,6 +250,9 @@ def main() -> None:
         "--cpu-videos", type=int, default=0, help="videos for the OpenCV runs (0: --cpu-workers' max)"
     )
     ap.add_argument(
+        "--torch-videos", type=int, default=4, help="videos for the torch port's runs (it is the slow baseline)"
+    )
+    ap.add_argument(
         "--peak-gbps", type=float, default=0.0, help="the card's memory bandwidth (default: by name)"
     )
     ap.add_argument(
@@ -233,12 +267,18 @@ def main() -> None:
         default=None,
         help="only compute the fidelity rows' frames and OpenCV flows into this .npz, then stop",
     )
+    ap.add_argument(
+        "--tiles",
+        default="",
+        help="iteration-kernel tiles to try first, ROWSxCOLSxWARPS,… (the fastest is used for the rest)",
+    )
     ap.add_argument("--quick", action="store_true", help="tiny sizes: checks the script, measures nothing")
     ap.add_argument("--out", type=Path, default=Path("bench/results/flow_e2e.json"))
     args = ap.parse_args()
     if args.quick:
         args.sizes, args.batches, args.torch_batches, args.repeat = "32", "2,4", "4", 1
         args.fidelity_pairs, args.videos, args.frames, args.cpu_workers = 2, 2, 4, "1"
+        args.tiles = args.tiles and "64x64x4"
     dev = args.device
     params = QUICK if args.quick else TVL1Params()
     card = torch.cuda.get_device_name(dev) if dev.startswith("cuda") else "CPU (Triton interpreter)"
@@ -254,6 +294,8 @@ def main() -> None:
         return
     has_opencv_tvl1 = hasattr(cv2, "optflow")
 
+    if args.tiles:
+        rows["tiles"] = choose_tiles(args, dev, params)
     for size in map(int, args.sizes.split(",")):
         prev, nxt = make_pairs(size, 16)
         fns = {
@@ -292,12 +334,17 @@ def main() -> None:
                 subset = records
                 if backend == "opencv":
                     subset = records[: args.cpu_videos or max(int(w) for w in args.cpu_workers.split(","))]
+                elif backend == "torch":
+                    subset = records[: args.torch_videos]
                 out = tmp / f"out-{size}-{backend}-{workers}"
                 r = end_to_end(subset, backend, device, workers, out, params)
                 rows["end_to_end"].append({"size": size, "backend": backend, "device": device,
                                            "workers": workers, "videos": len(subset)} | r)  # fmt: skip
                 console.log(f"end to end {backend} {size}² workers {workers}: {r['pairs_per_s']:.1f} pairs/s")
 
+    if "tiles" in rows:
+        console.print(_table(f"Iteration-kernel tiles on {card} (the fastest used below)", rows["tiles"],
+                             {"size": "d", "batch": "d", "tile": "s", "warps": "d", "pairs_per_s": ".1f"}))
     console.print(_table(f"Kernels on {card}", rows["kernel"],
                          {"size": "d", "kernel": "s", "batch": "d", "pairs_per_s": ".1f"}))  # fmt: skip
     console.print(_table(f"Roofline of the Triton iteration kernels on {card}", rows["roofline"], {
@@ -309,8 +356,11 @@ def main() -> None:
         "identical_codes": ".2%", "flow_magnitude_mean": ".3f"}))  # fmt: skip
     console.print(_table("End to end: video files → flow archives", rows["end_to_end"], {
         "size": "d", "backend": "s", "device": "s", "workers": "d", "videos": "d", "pairs": "d",
-        "seconds": ".1f", "pairs_per_s": ".1f", "failed": "d"}))  # fmt: skip
-    write_json_atomic(args.out, {"device": card, "args": {k: str(v) for k, v in vars(args).items()}, **rows})
+        "seconds": ".1f", "pairs_per_s": ".1f", "failed": "d", "cores_busy": ".1f", "flow_busy": ".2f",
+        "encode_busy": ".1f", "decode_busy": ".1f"}))  # fmt: skip
+    tiles = tvl1_triton.TILES[torch.device(dev).type]
+    write_json_atomic(args.out, {"device": card, "tiles_used": tiles,
+                                 "args": {k: str(v) for k, v in vars(args).items()}, **rows})  # fmt: skip
     console.print(f"wrote {args.out}")
 
 

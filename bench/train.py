@@ -45,8 +45,9 @@ from memdpc.train.loop import make_optimizer, place_clips, place_model, set_dete
 
 WINDOW = 5  # steps per record of a loader run (the loop reads its metrics once per window); the first is warm-up
 PAPER = {"size": 128, "widths": [64, 128, 256, 256], "mem_size": 1024, "batch_size": 16, "frame_size": 256,
-         "steps": 30}
-SMALL = {"size": 64, "widths": [8, 16, 32, 32], "mem_size": 64, "batch_size": 4, "frame_size": 80, "steps": 10}
+         "steps": 30, "videos": 64, "frames": 200, "num_workers": 12}
+SMALL = {"size": 64, "widths": [8, 16, 32, 32], "mem_size": 64, "batch_size": 4, "frame_size": 80, "steps": 10,
+         "videos": 8, "frames": 130, "num_workers": 2}
 # The ceiling's variants: config settings, and the peak they are held against (fp32 convolutions run as TF32).
 VARIANTS = {
     "eager fp32 (--no-fast)": ({"fast": False, "amp": "none"}, "tf32"),
@@ -61,7 +62,7 @@ PEAK_TFLOPS = {"H100 80GB HBM3": {"bf16": 989.0, "tf32": 495.0}}  # H100 SXM
 def make_shards(root: Path, videos: int, frames: int, frame_size: int) -> Path:
     records = make_archives(root / "archives", videos, frames, frame_size)
     shard_stream(root / "archives", records, "rgb", root / "shards", "train", clip=ClipSpec(), window_step=5,
-                 max_count=8, seed=0)
+                 max_count=4, seed=0)  # small shards: every loader worker gets some
     return root / "shards"
 
 
@@ -183,8 +184,8 @@ def spread_table(diffs: dict[str, float], steps: int) -> Table:
 def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
-    ap.add_argument("--videos", type=int, default=8)
-    ap.add_argument("--frames", type=int, default=130)
+    ap.add_argument("--videos", type=int, help="Videos rendered; CUDA 64, CPU 8.")
+    ap.add_argument("--frames", type=int, help="Frames per video; CUDA 200 (16 clips each), CPU 130 (2).")
     ap.add_argument("--frame-size", type=int, help="Rendered frame size (the shards' frames); CUDA 256, CPU 80.")
     ap.add_argument("--size", type=int, help="Training input size; CUDA 128, CPU 64.")
     ap.add_argument("--arch", default="memdpc_r18")
@@ -194,7 +195,7 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--batch-size", type=int, help="CUDA 16, CPU 4.")
     ap.add_argument("--steps", type=int, help=f"Steps per throughput run, the first {WINDOW} untimed; CUDA 30, CPU 10.")
     ap.add_argument("--curve-steps", type=int, default=50)
-    ap.add_argument("--num-workers", type=int, default=2)
+    ap.add_argument("--num-workers", type=int, help="Loader workers; CUDA 12, CPU 2.")
     ap.add_argument("--backends", default="torch,dali")
     ap.add_argument("--out", type=Path, default=Path("bench/results/train.json"))
     args = ap.parse_args()

@@ -6,9 +6,10 @@ torch's kernels release the GIL):
 
 - ``threads`` decode threads each take the next video, decode it (:class:`VideoStream`), write its RGB
   archive when asked, convert its frames to grey and add its frame pairs to the batch of their frame size;
-- one device thread takes full batches (``backend.batch_size`` pairs; a partial one when all decoding is
-  over, or when more than ``threads`` frame sizes wait with no video of theirs being decoded), maps them to
-  flow codes on the device (``backend.codes``) and passes the codes on;
+- one device thread takes full batches (:func:`batch_pairs`: a budget of pixels, so many small frames or
+  few large ones; a partial batch when all decoding is over, or when more than ``threads`` frame sizes wait
+  with no video of theirs being decoded), maps them to flow codes on the device (``backend.codes``) and
+  passes the codes on, split into one chunk per encode thread;
 - ``threads`` encode threads JPEG-encode the codes, measure their storage error and append them in order to
   the video's flow archive; the video's last pair commits its archives and reports the video.
 
@@ -39,7 +40,7 @@ import torch
 from memdpc.errors import UserError
 from memdpc.preprocess.archive import ArchiveWriter, archive_path
 from memdpc.preprocess.decode import DecodeError, PartialVideo, VideoStream
-from memdpc.preprocess.flow import BatchedFlowBackend, make_backend
+from memdpc.preprocess.flow import BatchedFlowBackend, batch_pairs, make_backend
 from memdpc.preprocess.job import (
     FlowWriter,
     PreprocessConfig,
@@ -110,7 +111,7 @@ class DeviceStage:
     def __init__(self, backend: BatchedFlowBackend, cfg: PreprocessConfig, threads: int) -> None:
         self.backend, self.cfg, self.threads = backend, cfg, threads
         self._ready: queue.Queue = queue.Queue(maxsize=2)  # full batches for the device thread
-        self._coded: queue.Queue = queue.Queue(maxsize=2 * backend.batch_size)  # codes to encode
+        self._coded: queue.Queue = queue.Queue(maxsize=2 * threads)  # chunks of codes: two batches
         self._buckets: dict[tuple[int, int], list[_Pair]] = {}  # pairs waiting for a batch, by frame size
         self._producers: Counter[tuple[int, int]] = Counter()  # decode threads on videos of a frame size
         self._idle: dict[tuple[int, int], None] = {}  # buckets without a producer, oldest first
@@ -269,7 +270,7 @@ class DeviceStage:
         with self._lock:
             bucket = self._buckets.setdefault(hw, [])
             bucket.append(pair)
-            full = self._buckets.pop(hw) if len(bucket) >= self.backend.batch_size else None
+            full = self._buckets.pop(hw) if len(bucket) >= batch_pairs(self.backend, *hw) else None
         if full:
             self._put(self._ready, full)
 
@@ -302,8 +303,9 @@ class DeviceStage:
             t, c = time.perf_counter(), time.thread_time()
             codes = self._codes(np.stack([p.prev for p in batch]), np.stack([p.nxt for p in batch]))
             share = ((time.perf_counter() - t) / len(batch), (time.thread_time() - c) / len(batch))
-            for pair, code in zip(batch, codes, strict=True):
-                self._put(self._coded, (pair, code, share))
+            step = -(-len(batch) // self.threads)
+            for i in range(0, len(batch), step):
+                self._put(self._coded, (batch[i : i + step], codes[i : i + step], share))
 
     def _codes(self, prev: np.ndarray, nxt: np.ndarray) -> np.ndarray:
         """``backend.codes`` in chunks that fit the device's memory: a chunk that does not is halved, and
@@ -331,23 +333,31 @@ class DeviceStage:
     # ------------------------------------------------------------------------------------------ encode
     def _encode_loop(self) -> None:
         while (item := self._get(self._coded)) is not _END:
-            pair, codes, (flow_s, flow_cpu) = item
-            video, encoded = pair.video, None
-            t, c = time.perf_counter(), time.thread_time()
-            if video.failure is None:
-                try:
-                    encoded = encode_flow(codes, self.cfg.flow_encoding)
-                except cv2.error as e:
-                    video.fail(failure_reason(e))
-            with video.lock:
-                video.stages["flow"] += flow_s
-                video.stages["encode"] += time.perf_counter() - t
-                video.cpu += flow_cpu + time.thread_time() - c
-                if encoded is not None:
-                    video.pending[pair.seq] = encoded
-                self._append_ready(video)
-                video.settled += 1
-                self._finish_if_done(video)
+            pairs, codes, share = item
+            for pair, code in zip(pairs, codes, strict=True):
+                if self._stop.is_set():
+                    raise _Aborted
+                self._encode(pair, code, share)
+
+    def _encode(self, pair: _Pair, codes: np.ndarray, share: tuple[float, float]) -> None:
+        """JPEG-encode one pair's codes and append them to its video's flow archive in order."""
+        flow_s, flow_cpu = share
+        video, encoded = pair.video, None
+        t, c = time.perf_counter(), time.thread_time()
+        if video.failure is None:
+            try:
+                encoded = encode_flow(codes, self.cfg.flow_encoding)
+            except cv2.error as e:
+                video.fail(failure_reason(e))
+        with video.lock:
+            video.stages["flow"] += flow_s
+            video.stages["encode"] += time.perf_counter() - t
+            video.cpu += flow_cpu + time.thread_time() - c
+            if encoded is not None:
+                video.pending[pair.seq] = encoded
+            self._append_ready(video)
+            video.settled += 1
+            self._finish_if_done(video)
 
     def _append_ready(self, video: _Video) -> None:
         """Append the encoded pairs that are next in order (under ``video.lock``)."""

@@ -51,7 +51,16 @@ class BatchedFlowBackend(FlowBackend, Protocol):
     the caller then splits it.
     """
 
+    batch_pixels: int  # the batched path's batch: this many pixels, i.e. batch_pixels // (H·W) pairs
+
     def codes(self, prev: np.ndarray, nxt: np.ndarray, third: int) -> np.ndarray: ...
+
+
+def batch_pairs(backend: BatchedFlowBackend, height: int, width: int) -> int:
+    """The pairs of ``height``×``width`` frames in one batch of the batched path: a budget of pixels, so
+    small frames come in large batches (the kernels' per-launch overhead spread over more pairs) and large
+    ones in batches that still fit the device."""
+    return max(1, backend.batch_pixels // (height * width))
 
 
 class OpenCVTVL1:
@@ -80,6 +89,7 @@ class TorchTVL1:
     ``batch_size`` pairs per call on ``device`` (a GPU, or the CPU for checks)."""
 
     batch_size = 32
+    batch_pixels = 32 * 256 * 256
     kernels = "memdpc.preprocess.tvl1_torch"  # the module whose ``tvl1_flow`` runs the batch
 
     def __init__(self, params: TVL1Params = TVL1Params(), device: str = "cuda") -> None:
@@ -115,6 +125,7 @@ class TritonTVL1(TorchTVL1):
     CPU under ``TRITON_INTERPRET=1`` for checks."""
 
     batch_size = 128
+    batch_pixels = 512 * 256 * 256  # the kernels' pairs/s still grow up to this batch at 256²
     kernels = "memdpc.preprocess.tvl1_triton"
 
     def __init__(self, params: TVL1Params = TVL1Params(), device: str = "cuda") -> None:

@@ -47,9 +47,10 @@ from memdpc.preprocess.tvl1_torch import (
     resize_linear,
 )
 
-# Pixels per program: (tile rows, tile columns) of the iteration kernels and a run of pixels for the warp
-# and median kernels. In the CPU interpreter, where each program costs Python time, larger ones.
-TILES = {"cuda": (16, 64, 256), "cpu": (64, 64, 4096)}
+# Per device type: the iteration kernels' tile (rows, columns) and warps per program, and the run of pixels
+# of the warp and median kernels' programs (bench/flow_e2e.py --tiles times other tiles). In the CPU
+# interpreter, where each program costs Python time, large ones.
+TILES = {"cuda": (16, 64, 4, 256), "cpu": (64, 64, 4, 4096)}
 CHECK_EVERY_CUDA = 10  # inner iterations between host checks on CUDA (each check is a synchronisation)
 
 _EPS = tl.constexpr(FLT_EPSILON)
@@ -233,7 +234,7 @@ def _solve_level(i0, i1, u1, u2, params: TVL1Params, check_every: int):
     scaled_eps = float(np.float32(params.epsilon * params.epsilon * h * w))
     l_t = float(np.float32(params.lambda_ * params.theta))
     taut = float(np.float32(params.tau / params.theta))
-    th, tw, run = TILES[i0.device.type]
+    th, tw, warps, run = TILES[i0.device.type]
     tiles_x = triton.cdiv(w, tw)
     n_tiles = tiles_x * triton.cdiv(h, th)
     tiles, pixels = (n_tiles, b), (triton.cdiv(h * w, run), b)
@@ -257,11 +258,12 @@ def _solve_level(i0, i1, u1, u2, params: TVL1Params, check_every: int):
                 flag_in, flag_out = flags[n % 2], flags[(n + 1) % 2]
                 _u_kernel[tiles](
                     u1, u2, p11, p12, p21, p22, wx, wy, rc, flag_in, part, h, w, tiles_x, n_tiles,
-                    l_t, params.theta, BH=th, BW=tw, **_NO_FMA,
+                    l_t, params.theta, BH=th, BW=tw, num_warps=warps, **_NO_FMA,
                 )  # fmt: skip
                 _p_kernel[tiles](
                     u1, u2, p11, p12, p21, p22, part, flag_in, flag_out, count, h, w, tiles_x, n_tiles,
-                    scaled_eps, taut, BH=th, BW=tw, NT=triton.next_power_of_2(n_tiles), **_NO_FMA,
+                    scaled_eps, taut, BH=th, BW=tw, NT=triton.next_power_of_2(n_tiles), num_warps=warps,
+                    **_NO_FMA,
                 )  # fmt: skip
                 n += 1
                 if n % check_every == 0 and not bool(flag_out.any()):

@@ -71,11 +71,12 @@ def tars(out: Path) -> dict[str, bytes]:
 
 
 class RecordingTVL1(TorchTVL1):
-    """The real torch backend, noting the shape of every batch it is given."""
+    """The real torch backend, noting the shape of every batch it is given; ``batch_size`` pairs of 32×32
+    frames per batch (a budget of pixels: fewer pairs of larger frames)."""
 
     def __init__(self, batch_size: int) -> None:
         super().__init__(CHEAP, "cpu")
-        self.batch_size, self.calls = batch_size, []
+        self.batch_pixels, self.calls = batch_size * 32 * 32, []
 
     def codes(self, prev: np.ndarray, nxt: np.ndarray, third: int) -> np.ndarray:
         self.calls.append(prev.shape)
@@ -116,8 +117,9 @@ def test_cross_video_batches_equal_the_per_video_path(records, reference, tmp_pa
     assert sum(shape[0] for shape in backend.calls) == 3 * 29 + 11 + 6
     if batch_size == 64:  # a full batch and a partial one per frame size: pairs of several videos each
         assert sorted(backend.calls) == [(17, 32, 48), (23, 32, 32), (64, 32, 32)]
-    else:
-        assert max(shape[0] for shape in backend.calls) == 4
+    else:  # 4 pairs of 32×32 frames hold the pixels of 2 pairs of 32×48 ones (4096 // 1536)
+        assert max(shape[0] for shape in backend.calls if shape[1:] == (32, 32)) == 4
+        assert max(shape[0] for shape in backend.calls if shape[1:] == (32, 48)) == 2
     entry = entries[records[0].id]
     assert entry["streams"] == {"rgb": 30, "flow": 29} and entry["num_frames"] == 30
     assert set(entry["stages"]) == {"decode", "flow", "encode"} and entry["flow_code_error"]["max_abs"] >= 0
@@ -259,8 +261,8 @@ def test_a_batch_too_large_for_the_device_is_split_and_retried(records, referenc
     entries = run_stage(card, records, config(tmp_path))
     assert all(e["status"] == "done" for e in entries.values()) and len(entries) == len(records)
     assert tars(tmp_path) == tars(reference)  # no pair lost or changed
-    # 8 → 4 → 2 once per frame size, then the smaller size is kept
-    assert sorted(shape[0] for shape in card.refused) == [4, 4, 8, 8]
+    # 8 → 4 → 2 at 32×32 and 5 → 2 at 32×48 (the same pixels), once per frame size, then kept
+    assert sorted(shape[0] for shape in card.refused) == [4, 5, 8]
     assert {shape[1:] for shape in card.refused} == {(32, 32), (32, 48)}
     assert max(shape[0] for shape in card.calls) == 2
     assert sum(shape[0] for shape in card.calls) == 3 * 29 + 11 + 6

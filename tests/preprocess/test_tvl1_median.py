@@ -47,7 +47,7 @@ def test_median_kernel_equals_opencv_and_copies_stopped_pairs(ksize):
     src = [torch.from_numpy(x[i]).to(DEVICE) for i in range(2)]  # u1, u2 of two pairs
     dst = [torch.full_like(s, -1.0) for s in src]
     flags = torch.tensor([1, 0], dtype=torch.int32, device=DEVICE)  # the second pair has stopped
-    run = TILES[torch.device(DEVICE).type][2]
+    run = TILES[torch.device(DEVICE).type][3]
     _median_kernel[(triton.cdiv(21 * 26, run), 2)](*src, *dst, flags, 21, 26, K=ksize, BLOCK=run)
     for i in range(2):
         expected = cv2.medianBlur(x[i, 0], ksize)
