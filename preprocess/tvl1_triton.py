@@ -14,8 +14,10 @@ reference these kernels are tested against), but each step is one pass over memo
 
 Stopping is decided on the device: ``_p_kernel`` sums a pair's tile sums in a fixed order and clears the
 pair's flag once the update is ≤ ε²·H·W (OpenCV's rule); every kernel skips pairs whose flag is clear, so a
-stopped pair is frozen and its flow does not depend on the other pairs of the batch. The host only asks
-whether any pair still runs, every ``check_every`` inner iterations, to leave the loops early.
+stopped pair is frozen and its flow does not depend on the other pairs of the batch. Every ``check_every``
+inner iterations the host drops the pairs that stopped from the iteration kernels' grid (they read the list
+of the pairs still running), so a batch's last stragglers do not pay for programs of pairs that are done, and
+it leaves the loops once none runs.
 
 Products and sums are not contracted into fused multiply-adds (``enable_fp_fusion=False``) except where
 OpenCV's remap uses them, and divisions and square roots round to nearest, as in the torch port. Tile sums
@@ -153,9 +155,10 @@ def _divergence(p1_ptr, p2_ptr, off, W, xs, ys, inside):
 
 @triton.jit
 def _u_kernel(u1_ptr, u2_ptr, p11_ptr, p12_ptr, p21_ptr, p22_ptr, wx_ptr, wy_ptr, rc_ptr, flag_ptr,
-              part_ptr, H, W, tiles_x, n_tiles, l_t, theta, BH: tl.constexpr, BW: tl.constexpr):  # fmt: skip
+              part_ptr, active_ptr, H, W, tiles_x, n_tiles, l_t, theta,
+              BH: tl.constexpr, BW: tl.constexpr):  # fmt: skip
     """estimateV + divergence + estimateU in place; the tile's summed squared update into ``part``."""
-    tile, b = tl.program_id(0), tl.program_id(1)
+    tile, b = tl.program_id(0), tl.load(active_ptr + tl.program_id(1))
     if tl.load(flag_ptr + b) == 0:
         return
     ys = (tile // tiles_x) * BH + tl.arange(0, BH)[:, None]
@@ -203,11 +206,11 @@ def _dual_update(u_ptr, pa_ptr, pb_ptr, off, H, W, xs, ys, inside, taut):
 
 @triton.jit
 def _p_kernel(u1_ptr, u2_ptr, p11_ptr, p12_ptr, p21_ptr, p22_ptr, part_ptr, flag_in_ptr, flag_out_ptr,
-              count_ptr, H, W, tiles_x, n_tiles, scaled_eps, taut,
+              count_ptr, active_ptr, H, W, tiles_x, n_tiles, scaled_eps, taut,
               BH: tl.constexpr, BW: tl.constexpr, NT: tl.constexpr):  # fmt: skip
     """The dual update of a running pair; tile 0 also writes whether the pair runs on (update > ε²·H·W)
     and counts the pair's iterations."""
-    tile, b = tl.program_id(0), tl.program_id(1)
+    tile, b = tl.program_id(0), tl.load(active_ptr + tl.program_id(1))
     running = tl.load(flag_in_ptr + b) != 0
     if tile == 0:
         t = tl.arange(0, NT)
@@ -237,7 +240,7 @@ def _solve_level(i0, i1, u1, u2, params: TVL1Params, check_every: int):
     th, tw, warps, run = TILES[i0.device.type]
     tiles_x = triton.cdiv(w, tw)
     n_tiles = tiles_x * triton.cdiv(h, th)
-    tiles, pixels = (n_tiles, b), (triton.cdiv(h * w, run), b)
+    pixels = (triton.cdiv(h * w, run), b)
     i1x, i1y = (g.contiguous() for g in centered_gradient(i1))
     u1, u2 = u1.contiguous().clone(), u2.contiguous().clone()
     p11, p12, p21, p22 = (torch.zeros_like(i0) for _ in range(4))
@@ -249,6 +252,7 @@ def _solve_level(i0, i1, u1, u2, params: TVL1Params, check_every: int):
     for _ in range(params.warps):
         _warp_kernel[pixels](i0, i1, i1x, i1y, u1, u2, wx, wy, rc, h, w, BLOCK=run, **_NO_FMA)
         flags[0].fill_(1)  # every pair runs again at each warp (OpenCV resets its error)
+        active = torch.arange(b, dtype=torch.int32, device=i0.device)  # the pairs the iteration kernels visit
         n, running = 0, True
         for _ in range(params.outer_iterations):
             if ksize > 1:
@@ -256,19 +260,24 @@ def _solve_level(i0, i1, u1, u2, params: TVL1Params, check_every: int):
                 u1, m1, u2, m2 = m1, u1, m2, u2
             for _ in range(params.inner_iterations):
                 flag_in, flag_out = flags[n % 2], flags[(n + 1) % 2]
+                tiles = (n_tiles, len(active))
                 _u_kernel[tiles](
-                    u1, u2, p11, p12, p21, p22, wx, wy, rc, flag_in, part, h, w, tiles_x, n_tiles,
+                    u1, u2, p11, p12, p21, p22, wx, wy, rc, flag_in, part, active, h, w, tiles_x, n_tiles,
                     l_t, params.theta, BH=th, BW=tw, num_warps=warps, **_NO_FMA,
                 )  # fmt: skip
                 _p_kernel[tiles](
-                    u1, u2, p11, p12, p21, p22, part, flag_in, flag_out, count, h, w, tiles_x, n_tiles,
+                    u1, u2, p11, p12, p21, p22, part, flag_in, flag_out, count, active, h, w, tiles_x, n_tiles,
                     scaled_eps, taut, BH=th, BW=tw, NT=triton.next_power_of_2(n_tiles), num_warps=warps,
                     **_NO_FMA,
                 )  # fmt: skip
                 n += 1
-                if n % check_every == 0 and not bool(flag_out.any()):
-                    running = False
-                    break
+                if n % check_every == 0:
+                    # Stopped pairs leave the grid; both flag buffers clear them, for the median kernel
+                    flag_in.copy_(flag_out)
+                    active = active[flag_out[active] != 0]
+                    if not len(active):
+                        running = False
+                        break
             if not running:
                 break
     return u1, u2, count

@@ -102,7 +102,7 @@ for name, consts in CONSTS.items():
     sig = {}
     for arg in inspect.signature(kernel.fn).parameters:
         sig[arg] = ("constexpr" if arg in consts else "i32" if arg in INTS else "fp32" if arg in FLOATS
-                    else "*i32" if arg.startswith(("flag", "count")) else "*fp32")
+                    else "*i32" if arg.startswith(("flag", "count", "active")) else "*fp32")
     compiled = triton.compile(ASTSource(kernel, sig, constexprs=consts), target=GPUTarget("cuda", 90, 32),
                               options={"enable_fp_fusion": False})
     ptx[name] = compiled.asm["ptx"]
