@@ -77,6 +77,14 @@ def _fill(prev: np.ndarray, nxt: np.ndarray, batch: int, device: str) -> tuple[t
     return tuple(torch.from_numpy(np.concatenate([a] * reps)[:batch]).to(device) for a in (prev, nxt))
 
 
+def fns_for(params: TVL1Params) -> dict:
+    """The two batched TV-L1 implementations timed here, by name."""
+    return {
+        "triton": lambda p, n: tvl1_triton.tvl1_flow(p, n, params),
+        "torch": lambda p, n: tvl1_torch.tvl1_flow(p, n, params),
+    }
+
+
 def time_kernel(fn, prev, nxt, device: str, batch: int, repeat: int) -> float:
     """Pairs/s of ``fn`` on batches of ``batch`` pairs (the frames tiled to fill a batch), after a warm-up."""
     p, n = _fill(prev, nxt, batch, device)
@@ -159,12 +167,12 @@ def make_videos(root: Path, n: int, frames: int, size: int) -> list[VideoRecord]
     return [VideoRecord(id=p.stem, path=str(p), label=0, label_name="x", split="train") for p in paths]
 
 
-def video_pairs(records: list[VideoRecord], n: int) -> tuple[np.ndarray, np.ndarray]:
-    """``n`` consecutive greyscale pairs decoded from the video files (a few from each)."""
+def video_pairs(records: list[VideoRecord], n: int, per_video: int = 3) -> tuple[np.ndarray, np.ndarray]:
+    """``n`` consecutive greyscale pairs decoded from the video files (``per_video`` from each)."""
     prev, nxt = [], []
     for rec in records:
         grey = [cv2.cvtColor(f, cv2.COLOR_BGR2GRAY) for f in VideoStream(rec.path, DecodeSpec(size=0))]
-        take = min(3, n - len(prev))
+        take = min(per_video, n - len(prev))
         prev += grey[:take]
         nxt += grey[1 : take + 1]
         if len(prev) >= n:
@@ -298,10 +306,7 @@ def main() -> None:
         rows["tiles"] = choose_tiles(args, dev, params)
     for size in map(int, args.sizes.split(",")):
         prev, nxt = make_pairs(size, 16)
-        fns = {
-            "triton": lambda p, n: tvl1_triton.tvl1_flow(p, n, params),
-            "torch": lambda p, n: tvl1_torch.tvl1_flow(p, n, params),
-        }
+        fns = fns_for(params)
         best = 0.0
         for name, batches in (("triton", args.batches), ("torch", args.torch_batches)):
             for batch in map(int, batches.split(",")):
@@ -323,6 +328,13 @@ def main() -> None:
             frames = opencv_reference(f"{size}/video", *video_pairs(records, args.fidelity_pairs), params,
                                       saved)  # fmt: skip
             rows["fidelity"].append({"size": size, "frames": "video files"} | fidelity(*frames, dev, params))
+            # The kernel rows tile 16 pairs; a batch of distinct pairs also has the stragglers of real batches
+            batch = max(map(int, args.batches.split(",")))
+            distinct = video_pairs(records, batch, per_video=-(-batch // len(records)))
+            rate = time_kernel(fns_for(params)["triton"], *distinct, dev, batch, args.repeat)
+            rows["kernel"].append({"size": size, "kernel": "triton, distinct video pairs", "batch": batch,
+                                   "pairs_per_s": rate})  # fmt: skip
+            console.log(f"kernel triton {size}² batch {batch} of {len(distinct[0])} distinct video pairs: {rate:.1f}")
             runs = (
                 [("triton", dev, 1), ("torch", dev, 1)] if dev.startswith("cuda") else [("triton", "cpu", 1)]
             )
