@@ -97,8 +97,9 @@ def _train(config: TrainConfig, env: dd.DistEnv) -> Path:
         (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
         remove_stale_tmp(run_dir / "checkpoints")
         write_config(config, run_dir / CONFIG_NAME)
-        if ckpt is not None:
-            truncate_jsonl(run_dir / "metrics.jsonl", ckpt["step"])
+        # Records after the checkpoint will be written again; without one (a run killed before its first
+        # checkpoint), all of them will
+        truncate_jsonl(run_dir / "metrics.jsonl", ckpt["step"] if ckpt is not None else -1)
     dd.barrier(env)
     set_determinism(config)
     parts = _build(config, env, run_dir, ClipSpec(**manifests["train"]["clip"]), init)

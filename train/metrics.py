@@ -86,7 +86,7 @@ class StepValues:
 
 
 def truncate_jsonl(path: Path, max_step: int) -> None:
-    """Drop records written after ``max_step`` (they will be recomputed by a resumed run)."""
+    """Drop records written after ``max_step`` (they will be recomputed by a resumed run; −1 drops all)."""
     if not path.exists():
         return
     keep = [ln for ln in path.read_text().splitlines() if ln.strip() and _step(ln) <= max_step]

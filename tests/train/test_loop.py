@@ -118,6 +118,18 @@ def test_short_run_lowers_the_loss_and_records_everything(learned_run, train_sha
     assert model.config["name"] == "memdpc_r18" and model.features(torch.randn(1, 5, 3, 3, 64, 64)).shape == (1, 32)
 
 
+def test_a_run_killed_before_its_first_checkpoint_starts_its_metrics_afresh(train_shards, tmp_path, one_thread):
+    out = tmp_path / "run"
+    args = (*TINY, "--shards", str(train_shards), "--out", str(out), "--epochs", "1", "--knn-every", "1")
+    assert cli(*args).exit_code == 0
+    first = (out / "metrics.jsonl").read_text()
+    shutil.rmtree(out / "checkpoints")  # what a kill before the first checkpoint leaves: config and metrics
+    res = cli(*args)
+    assert res.exit_code == 0, res.output
+    assert [r["step"] for r in records(out, "knn")] == [0, 4]  # once each, not the killed attempt's again
+    assert (out / "metrics.jsonl").read_text().count("\n") == first.count("\n")
+
+
 @pytest.mark.slow
 def test_best_by_knn_keeps_the_best_monitored_epoch_and_stops_early(train_shards, tmp_path, one_thread):
     out = tmp_path / "run"
