@@ -480,6 +480,9 @@ def train_cmd(config_file: Path | None, init_only: bool, bn_from_data: bool, **o
     config = config_from_dict(values, where=str(config_file or "options"))
     if bn_from_data and not init_only:
         raise UserError("--bn-from-data goes with --init-only (a training run's BatchNorm statistics are the data's)")
+    if config.init and "stream" not in values:
+        # --stream's default (rgb) would train weights of the other stream with a warning that --stream asked for it
+        raise UserError(f"--init {config.init}: say which stream the run trains on (--stream rgb|flow)")
     if init_only:
         from memdpc.train.checkpoint import write_initial_checkpoint
 

@@ -38,6 +38,7 @@ from memdpc.train.config import TrainConfig, config_from_dict
 from memdpc.train.prepare import check_shards, split_loader
 
 BN_BATCHES = 100  # training batches whose clips give an untrained encoder its BatchNorm statistics
+BN_STATS = ("running_mean", "running_var", "num_batches_tracked")  # BatchNorm buffers, absent when not tracked
 
 
 # ------------------------------------------------------------------------------------------------- RNG
@@ -104,21 +105,30 @@ def read_init(path: str | Path, config: TrainConfig) -> tuple[dict[str, Any], st
     """The checkpoint whose weights start a new run of ``config``, and a warning or None.
 
     Refuses a classifier, a checkpoint of another stream (a converted one only warns), and one whose
-    weights do not fit the config's model (another family, widths, memory size or direction).
+    weights do not fit the config's model (another family, widths, memory size or direction). Weights without
+    BatchNorm statistics (a reference DPC's) are accepted: see :func:`initial_model`.
     """
     ckpt = read_checkpoint(path)
     require_pretrained(ckpt, path)
     _, warning = resolve_stream(ckpt, path, config.stream)
-    check_compatible(ckpt, path, create_model(**config.model_kwargs()).config, WEIGHT_KEYS)
+    keys = tuple(k for k in WEIGHT_KEYS if k != "track_running_stats")
+    check_compatible(ckpt, path, create_model(**config.model_kwargs()).config, keys)
     return ckpt, warning
 
 
 def initial_model(config: TrainConfig, init: dict[str, Any] | None = None) -> nn.Module:
     """The model a run of ``config`` starts from: seeded random weights, or those of ``init`` (from
-    :func:`read_init`)."""
+    :func:`read_init`).
+
+    The reference DPC tracks no BatchNorm statistics (``track_running_stats=False``), and a run has no
+    option to match it; such weights start a run whose statistics begin at their initial values (mean 0,
+    variance 1), which training mode never reads and which follow the data within a few steps.
+    """
     model = create_model(**config.model_kwargs(), seed=config.seed)
     if init is not None:
-        model.load_state_dict(init["model"])
+        absent = {k: v for k, v in model.state_dict().items()
+                  if k not in init["model"] and k.rsplit(".", 1)[-1] in BN_STATS}
+        model.load_state_dict({**init["model"], **absent})
     return model
 
 

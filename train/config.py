@@ -96,7 +96,8 @@ class TrainConfig:
     progress: bool = _f(True, "Show a rich progress display (rank 0).")
     resume: str = _f("", "Checkpoint to resume from (default: <out>/checkpoints/last.pt when it exists).")
     init: str = _f("", "Start a new run from this checkpoint's weights (memdpc's own or converted by `memdpc "
-                       "convert`); its architecture must match. A run that resumes ignores it.")
+                       "convert`); its architecture must match, and --stream must be given. A run that resumes "
+                       "ignores it.")
 
     def __post_init__(self) -> None:
         for name, choices in CHOICES.items():

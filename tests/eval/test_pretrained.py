@@ -97,8 +97,10 @@ def test_stream_of_a_converted_checkpoint_is_kept_unless_stream_overrides_it(eva
 def test_checkpoints_evaluation_cannot_use_are_one_line_errors(eval_data, released, converted, tmp_path):
     clf = tmp_path / "lc.pt"
     _ok(_cli("convert", released["classifier"][0], clf, "--stream", "rgb"))
-    for verb in ("retrieve", "probe", "finetune"):
-        _one_line_error(_cli("eval", verb, clf, "--shards", eval_data.shards, "--out", tmp_path / verb, *OPTS),
+    verbs = (("retrieve",), ("probe",), ("finetune",), ("oops", "--index", eval_data.index))
+    for verb, *extra in verbs:
+        _one_line_error(_cli("eval", verb, clf, "--shards", eval_data.shards, "--out", tmp_path / verb, *extra,
+                             *OPTS),
                         f"{clf}: holds a finetuned classifier (classifier_r18), not a pretrained MemDPC/DPC model")
     cut = tmp_path / "cut.pt"
     cut.write_bytes((converted / "rgb.pt").read_bytes()[:4096])

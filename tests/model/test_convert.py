@@ -147,6 +147,9 @@ def test_bad_checkpoints_are_user_errors(tmp_path):
         pytest.raises(UserError, convert_file, tmp_path / "x", tmp_path / "y").value
     )
     assert "not a readable PyTorch checkpoint" in _user_error(tmp_path, raw=b"\x80\x02}q\x00garbage")
+    whole = tmp_path / "whole.pth.tar"
+    torch.save({"epoch": 1, "state_dict": _reference_memdpc()}, whole)
+    assert "not a readable PyTorch checkpoint" in _user_error(tmp_path, raw=whole.read_bytes()[:4096])  # truncated
     assert "expected a dict" in _user_error(tmp_path, [1, 2])
     assert "no 'state_dict'" in _user_error(tmp_path, {"epoch": 1})
     assert "no 2D3D-ResNet" in _user_error(tmp_path, {"state_dict": {"mb": torch.zeros(2, 2)}})

@@ -69,6 +69,19 @@ def test_init_weights_start_the_run_and_the_init_only_checkpoint(tmp_path):
     assert not torch.equal(seeded.memory, weights["memory"])
 
 
+def test_a_reference_dpc_without_batchnorm_statistics_starts_a_dpc_run(tmp_path):
+    """The reference DPC tracks no BatchNorm statistics; its weights start the run, its statistics are fresh."""
+    path, weights = _converted(tmp_path, "dpc_r18", track_running_stats=False)
+    config = TrainConfig(**{**CONFIG, "arch": "dpc_r18", "mem_size": 1024})  # a DPC config keeps the default
+    init, _ = ck.read_init(path, config)
+    state = ck.initial_model(config, init).state_dict()
+    assert not any("running" in k for k in weights)  # the file is what the reference writes
+    assert all(torch.equal(state[k], v) for k, v in weights.items())
+    fresh = create_model(**config.model_kwargs()).state_dict()
+    stats = [k for k in state if k not in weights]
+    assert stats and all(k.rsplit(".", 1)[-1] in ck.BN_STATS and torch.equal(state[k], fresh[k]) for k in stats)
+
+
 def test_init_checkpoints_that_cannot_start_the_run_are_refused(tmp_path):
     config = TrainConfig(**CONFIG)
     dpc, _ = _converted(tmp_path, "dpc_r18", bidirectional=False)

@@ -245,13 +245,13 @@ def test_mismatched_checkpoints_and_run_dirs_are_refused(learned_run, train_shar
     assert res.exit_code == 2 and f"{init}: holds weights only" in res.output
 
 
-def _convert(tmp_path: Path, name: str, **kw) -> tuple[Path, dict[str, torch.Tensor]]:
+def _convert(tmp_path: Path, name: str, stream: str = "rgb", **kw) -> tuple[Path, dict[str, torch.Tensor]]:
     """A checkpoint in the reference layout (built without convert.py), converted with `memdpc convert`."""
     weights, ref = reference_weights(name, seed=5, widths=(4, 8, 16, 16), **kw)
     torch.save({"epoch": 99, "state_dict": ref, "best_acc": 0.5, "optimizer": {}, "iteration": 10},
                tmp_path / f"{name}.pth.tar")
     res = CliRunner().invoke(main, ["convert", str(tmp_path / f"{name}.pth.tar"), str(tmp_path / f"{name}.pt"),
-                                    "--stream", "rgb"])
+                                    "--stream", stream])
     assert res.exit_code == 0, res.output
     return tmp_path / f"{name}.pt", weights
 
@@ -296,6 +296,11 @@ def test_init_checkpoints_that_cannot_start_the_run_are_one_line_errors(train_sh
         res = cli(*INIT, "--shards", str(train_shards), "--out", str(tmp_path / "run"), "--init", str(path))
         assert res.exit_code == 2 and f"{path}: {text}" in res.output and "Traceback" not in res.output, res.output
         assert not (tmp_path / "run").exists()
+    assert INIT[:2] == ["--stream", "rgb"]  # without it, the default stream would be taken as asked for
+    flow, _ = _convert(tmp_path, "memdpc_r18", stream="flow", mem_size=16)
+    res = cli(*INIT[2:], "--shards", str(train_shards), "--out", str(tmp_path / "run"), "--init", str(flow))
+    assert res.exit_code == 2 and f"--init {flow}: say which stream the run trains on" in res.output, res.output
+    assert not (tmp_path / "run").exists()
     res = cli(*INIT, "--arch", "dpc_r18", "--shards", str(train_shards), "--out", str(tmp_path / "run"),
               "--resume", str(dpc))
     assert res.exit_code == 2 and f"{dpc}: holds weights only" in res.output, res.output
