@@ -24,7 +24,7 @@ from torch import nn
 from memdpc import __version__
 from memdpc.atomic import atomic_path
 from memdpc.errors import UserError
-from memdpc.model.factory import create_model
+from memdpc.model.factory import create_model, has_memory
 
 FORMAT = "memdpc-train-1"
 ORIGINS = ("train", "init", "converted")
@@ -187,6 +187,8 @@ def check_compatible(
     but the seed)."""
     ours, theirs = model_config, ckpt["model_config"]
     keys = keys or tuple(k for k in sorted(set(theirs) | set(ours)) if k != "seed")
+    if ours.get("name") == theirs.get("name") and not has_memory(ours["name"]):  # DPC: mem_size is moot
+        keys = tuple(k for k in keys if k != "mem_size")
     diff = [
         f"{k} {theirs.get(k)!r} (this run: {ours.get(k)!r})" for k in keys if theirs.get(k) != ours.get(k)
     ]

@@ -35,6 +35,11 @@ def _parse(name: str) -> tuple[type[nn.Module], dict, dict]:
     return cls, {**fixed, "depth": depth}, defaults
 
 
+def has_memory(name: str) -> bool:
+    """Whether model ``name`` has MemDPC's memory bank, so that its ``mem_size`` shapes weights."""
+    return _parse(name)[1].get("memory", False)
+
+
 def create_model(name: str, seed: int | None = None, **kw) -> nn.Module:
     """Build a model by name; unknown names or options raise :class:`UserError`."""
     cls, fixed, defaults = _parse(name)

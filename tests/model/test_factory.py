@@ -5,6 +5,7 @@ import torch
 
 from memdpc.errors import UserError
 from memdpc.model import MODEL_NAMES, create_model
+from memdpc.model.factory import has_memory
 
 from .conftest import TINY
 
@@ -55,3 +56,10 @@ def test_all_names_build_and_defaults():
 def test_bad_names_and_options_are_user_errors(name, kw):
     with pytest.raises(UserError, match="model"):
         create_model(name, **kw)
+
+
+def test_has_memory_follows_the_family():
+    assert has_memory("memdpc_r18") and has_memory("memdpc_r34")
+    assert not has_memory("dpc_r18") and not has_memory("classifier_r18")
+    with pytest.raises(UserError, match="unknown model"):
+        has_memory("dpc_r50")

@@ -72,7 +72,7 @@ def test_init_weights_start_the_run_and_the_init_only_checkpoint(tmp_path):
 def test_a_reference_dpc_without_batchnorm_statistics_starts_a_dpc_run(tmp_path):
     """The reference DPC tracks no BatchNorm statistics; its weights start the run, its statistics are fresh."""
     path, weights = _converted(tmp_path, "dpc_r18", track_running_stats=False)
-    config = TrainConfig(**{**CONFIG, "arch": "dpc_r18", "mem_size": 1024})  # a DPC config keeps the default
+    config = TrainConfig(**{**CONFIG, "arch": "dpc_r18"})  # its mem_size (not the file's 1024) is moot for DPC
     init, _ = ck.read_init(path, config)
     state = ck.initial_model(config, init).state_dict()
     assert not any("running" in k for k in weights)  # the file is what the reference writes
