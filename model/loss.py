@@ -14,6 +14,7 @@ features is more than that. Two options take such shortcuts away:
 from __future__ import annotations
 
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 
 from memdpc.model.names import NEGATIVES
@@ -26,11 +27,9 @@ def _flatten(x: torch.Tensor) -> torch.Tensor:
 
 def _gather_targets(targets: torch.Tensor) -> tuple[torch.Tensor, int]:
     """All-gather the targets of every rank (gradient flows back); returns them and this rank's row offset."""
-    import torch.distributed as dist
-
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
         return targets, 0
-    from torch.distributed.nn.functional import all_gather
+    from torch.distributed.nn.functional import all_gather  # absent from torch builds without distributed
 
     return torch.cat(all_gather(targets)), dist.get_rank() * targets.shape[0]
 

@@ -16,6 +16,7 @@ from memdpc.errors import UserError
 from memdpc.pipeline.augment import AugmentSpec
 from memdpc.pipeline.backends import BACKENDS
 from memdpc.pipeline.clip import EVAL_CROPS, ClipSpec
+from memdpc.pipeline.dali_loader import DaliLoader
 from memdpc.pipeline.manifest import load_manifest, manifest_path, shard_paths
 from memdpc.pipeline.plan import LoaderPlan
 from memdpc.pipeline.torch_loader import TorchLoader
@@ -84,8 +85,6 @@ def make_loader(
         drop_last=drop_last,
     )
     if backend == "dali":
-        from memdpc.pipeline.dali_loader import DaliLoader
-
         return DaliLoader(plan)
     return TorchLoader(plan)
 

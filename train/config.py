@@ -14,6 +14,11 @@ from typing import Any
 
 import yaml
 
+try:
+    import tomllib
+except ImportError:  # Python 3.10: TOML config files are refused with a message (_toml_loads)
+    tomllib = None
+
 from memdpc.atomic import write_bytes_atomic
 from memdpc.errors import UserError
 from memdpc.model.names import NEGATIVES, PRETRAIN_NAMES
@@ -183,10 +188,8 @@ def config_from_dict(values: dict[str, Any], where: str = "config", base: TrainC
 
 
 def _toml_loads(path: Path, text: str) -> Any:
-    try:
-        import tomllib
-    except ImportError:  # Python 3.10
-        raise UserError(f"{path}: TOML config files need Python ≥ 3.11; use YAML") from None
+    if tomllib is None:
+        raise UserError(f"{path}: TOML config files need Python ≥ 3.11; use YAML")
     return tomllib.loads(text)
 
 

@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 from rich.console import Console
+from torch.utils.tensorboard import SummaryWriter
 
 from memdpc.atomic import write_bytes_atomic
 from memdpc.progress import progress_bar
@@ -110,8 +111,6 @@ class MetricsLogger:
         self._task = None
         if not enabled:
             return
-        from torch.utils.tensorboard import SummaryWriter
-
         self._file = open(self.path, "a")  # noqa: SIM115 — closed in close()
         self._tb = SummaryWriter(str(run_dir / "tb"))
         if progress:
