@@ -29,11 +29,12 @@ from memdpc.pipeline.backends import BACKENDS as LOADER_BACKENDS
 from memdpc.pipeline.clip import EVAL_CROPS
 from memdpc.pipeline.shard import run_shard
 from memdpc.pipeline.shard_plan import SHORT_POLICIES, SPLITS
+from memdpc.preprocess.datasets import READERS, build_index
 from memdpc.preprocess.example_families import EXAMPLE_FAMILIES
 from memdpc.preprocess.example_layout import CODECS, ExampleConfig
 from memdpc.preprocess.photos import PhotoConfig, make_photos
 from memdpc.preprocess.synthetic import SyntheticConfig, make_synthetic
-from memdpc.streams import STREAMS
+from memdpc.streams import FLOW, RGB, STREAMS
 
 console = Console(stderr=True)
 # an output folder: click rejects an existing file of that name before any work starts
@@ -65,11 +66,12 @@ def main() -> None:
 @click.argument("dataset_root", type=click.Path(path_type=Path))
 @click.option(
     "--layout",
-    type=click.Choice(["ucf101", "hmdb51", "kinetics400", "oops", "folder"]),
+    type=click.Choice(list(READERS)),
     required=True,
     help="Dataset layout of DATASET_ROOT.",
 )
-@click.option("--split", type=click.IntRange(1, 3), default=1, show_default=True, help="Official split 1–3.")
+@click.option("--split", type=click.IntRange(1, 3), default=inspect.signature(build_index).parameters["split"].default,
+              show_default=True, help="Official split 1–3.")
 @click.option("--val-per-class", type=int, default=0, show_default=True,
               help="Move this many training videos per class (the last by id) to a 'val' split.")
 @click.option(
@@ -81,7 +83,6 @@ def main() -> None:
 )
 def index_cmd(dataset_root: Path, layout: str, split: int, val_per_class: int, out: Path | None) -> None:
     """Read a dataset in its official layout and write one video index (JSONL)."""
-    from memdpc.preprocess.datasets import build_index
     from memdpc.preprocess.video_index import hold_out_val, summary, write_index
 
     records = hold_out_val(build_index(dataset_root, layout, split), val_per_class)
@@ -343,14 +344,14 @@ def _run_preprocess(index: Path, **kw) -> None:
 
 
 @preprocess.command("frames")
-@_preprocess_options("rgb")
+@_preprocess_options(RGB)
 def preprocess_frames(index: Path, **kw) -> None:
     """RGB JPEG frames of every video in INDEX (a video index JSONL from `memdpc index`)."""
     _run_preprocess(index, **kw)
 
 
 @preprocess.command("flow")
-@_preprocess_options("flow")
+@_preprocess_options(FLOW)
 def preprocess_flow(index: Path, **kw) -> None:
     """TV-L1 flow images of every video in INDEX, computed from the video (n frames → n − 1 flows)."""
     _run_preprocess(index, **kw)
@@ -735,7 +736,7 @@ main.add_command(bench)
 
 @bench.command("loader")
 @click.argument("shards", type=click.Path(path_type=Path, exists=True, file_okay=False))
-@click.option("--stream", type=click.Choice(STREAMS), default="rgb", show_default=True, help="Stream.")
+@click.option("--stream", type=click.Choice(STREAMS), default=RGB, show_default=True, help="Stream.")
 @click.option("--split", default="train", show_default=True, help="Split whose shards are read.")
 @click.option("--size", type=int, default=128, show_default=True, help="Output clip size (full augmentation).")
 @click.option("--batch-size", type=int, default=8, show_default=True, help="Clips per batch.")

@@ -76,7 +76,8 @@ class DaliLoader:
         self._host_augment = self._host_geometry and augment
         # the host gets the frames unstacked (DALI's CPU stack of 40 frames cost a quarter of the decode graph's
         # time) and the draws it still has to apply
-        video = [f"f{i:02d}" for i in range(plan.num_frames)] if self._host_augment else ["video"]
+        self._frame_outputs = [f"f{i:02d}" for i in range(plan.num_frames)]
+        video = self._frame_outputs if self._host_augment else ["video"]
         self._outputs = [*video, "label", "meta", *self._host_draws]
         total = sum(plan.shard_samples)
         lo, hi = (total * plan.rank) // plan.world_size, (total * (plan.rank + 1)) // plan.world_size
@@ -268,7 +269,7 @@ class DaliLoader:
         """OpenCV's crop, resizes, flip and colour maps on DALI's decoded frames, one clip per pool thread
         (OpenCV releases the GIL)."""
         p = self.plan
-        frames = [out[f"f{k:02d}"].numpy() for k in range(p.num_frames)]  # F × (B, H, W, 3)
+        frames = [out[name].numpy() for name in self._frame_outputs]  # F × (B, H, W, 3)
         boxes, flips = out["box"].numpy(), out["flip"].numpy()
         maps = out["colour"].numpy() if "colour" in out else None
 
