@@ -558,14 +558,28 @@ def eval_group(ctx: click.Context, fuse_paths, weights, fuse_out) -> None:
     Every subcommand also runs under torchrun (each window is read by one rank; rank 0 writes the results).
     """
     if fuse_paths:
-        from memdpc.eval.run import fuse
-
-        fuse(*fuse_paths, out=fuse_out, weights=weights)
+        _fuse(*fuse_paths, out=fuse_out, weights=weights)
     elif ctx.invoked_subcommand is None:
         click.echo(ctx.get_help())
 
 
 main.add_command(eval_group, "eval")
+
+
+def _evaluate(task: str, checkpoint: Path, **kw) -> None:
+    from memdpc.eval.run import evaluate
+    from memdpc.report_tables import print_result
+
+    path = evaluate(task, checkpoint, **kw)
+    if path is not None:  # rank 0
+        print_result(path, Console())
+
+
+def _fuse(result_a: Path, result_b: Path, **kw) -> None:
+    from memdpc.eval.run import fuse
+    from memdpc.report_tables import print_result
+
+    print_result(fuse(result_a, result_b, **kw), Console())
 
 
 def _eval_options(fn):
@@ -630,9 +644,7 @@ def _fit(kw: dict, batch_size: int | None = None) -> dict:
               help="Queries per similarity block (memory: chunk × gallery).")
 def eval_retrieve(checkpoint: Path, **kw) -> None:
     """Nearest-neighbour retrieval: test videos query train videos; R@1/5/10/20/50."""
-    from memdpc.eval.run import evaluate
-
-    evaluate("retrieve", checkpoint, **kw)
+    _evaluate("retrieve", checkpoint, **kw)
 
 
 @eval_group.command("probe")
@@ -644,10 +656,8 @@ def eval_retrieve(checkpoint: Path, **kw) -> None:
 @_fit_options(PROBE_FIT)
 def eval_probe(checkpoint: Path, linear: bool, crops: str, **kw) -> None:
     """Linear / MLP probe on frozen, cached features; video-level top-1/top-5."""
-    from memdpc.eval.run import evaluate
-
     fit = _fit(kw)
-    evaluate("probe", checkpoint, head="linear" if linear else "mlp", crops=int(crops), fit=fit, **kw)
+    _evaluate("probe", checkpoint, head="linear" if linear else "mlp", crops=int(crops), fit=fit, **kw)
 
 
 @eval_group.command("finetune")
@@ -661,10 +671,8 @@ def eval_probe(checkpoint: Path, linear: bool, crops: str, **kw) -> None:
 @_fit_options(FINETUNE_FIT)
 def eval_finetune(checkpoint: Path, crops: str, **kw) -> None:
     """End-to-end finetuning (Adam 1e-3, wd 1e-3, dropout 0.9, plateau decay); resumable."""
-    from memdpc.eval.run import evaluate
-
     fit = _fit(kw, kw["batch_size"])
-    evaluate("finetune", checkpoint, crops=int(crops), fit=fit, **kw)
+    _evaluate("finetune", checkpoint, crops=int(crops), fit=fit, **kw)
 
 
 @eval_group.command("classify")
@@ -673,9 +681,7 @@ def eval_finetune(checkpoint: Path, crops: str, **kw) -> None:
               help="Test crops per window.")
 def eval_classify(checkpoint: Path, crops: str, **kw) -> None:
     """Score a finetuned classifier as it is (e.g. a converted reference LC checkpoint); video-level top-1/top-5."""
-    from memdpc.eval.run import evaluate
-
-    evaluate("classify", checkpoint, crops=int(crops), **kw)
+    _evaluate("classify", checkpoint, crops=int(crops), **kw)
 
 
 @eval_group.command("oops")
@@ -687,10 +693,8 @@ def eval_classify(checkpoint: Path, crops: str, **kw) -> None:
 @_fit_options(OOPS_FIT)
 def eval_oops(checkpoint: Path, **kw) -> None:
     """Unintentional actions: per time step z_t ⊕ ẑ_t → intentional / transitional / unintentional."""
-    from memdpc.eval.run import evaluate
-
     fit = _fit(kw, kw["batch_size"] if kw["mode"] == "finetune" else None)
-    evaluate("oops", checkpoint, fit=fit, **kw)
+    _evaluate("oops", checkpoint, fit=fit, **kw)
 
 
 @eval_group.command("fuse")
@@ -700,9 +704,7 @@ def eval_oops(checkpoint: Path, **kw) -> None:
 @click.option("--out", type=click.Path(path_type=Path), default=None, help="Results file to write.")
 def eval_fuse(result_a: Path, result_b: Path, weights, out: Path | None) -> None:
     """Late fusion of two results (RGB and flow): mean probabilities or summed similarities."""
-    from memdpc.eval.run import fuse
-
-    fuse(result_a, result_b, out=out, weights=weights)
+    _fuse(result_a, result_b, out=out, weights=weights)
 
 
 # ---------------------------------------------------------------------------------------- quickstart

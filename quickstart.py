@@ -25,7 +25,7 @@ from memdpc.preprocess.datasets import build_index
 from memdpc.preprocess.example_families import EXAMPLE_FAMILIES
 from memdpc.preprocess.run import preprocess
 from memdpc.preprocess.video_index import hold_out_val, write_index
-from memdpc.report_tables import print_shard_report
+from memdpc.report_tables import print_result, print_shard_report
 from memdpc.streams import STREAMS
 from memdpc.train.checkpoint import write_initial_checkpoint
 from memdpc.train.config import TrainConfig
@@ -192,20 +192,26 @@ def _evaluate(
 ) -> dict:
     _step(console, "5/6 evaluation: retrieval and linear probe, per stream, then late fusion")
     results: dict[tuple[str, str, str], Path] = {}
+
+    def shown(path: Path) -> Path:
+        print_result(path, console)
+        return path
+
     for model in MODELS:
         for stream in STREAMS:
             folder = out / "eval" / f"{model}-{stream}"
-            common = dict(shards=shards, out=folder, num_workers=workers, backend=backend, console=console)
-            results[model, stream, "retrieval"] = evaluate("retrieve", ckpts[model, stream], **common)
-            results[model, stream, "probe-linear"] = evaluate(
-                "probe", ckpts[model, stream], head="linear", fit=p.probe, **common
+            common = dict(shards=shards, out=folder, num_workers=workers, backend=backend)
+            results[model, stream, "retrieval"] = shown(evaluate("retrieve", ckpts[model, stream], **common))
+            results[model, stream, "probe-linear"] = shown(
+                evaluate("probe", ckpts[model, stream], head="linear", fit=p.probe, **common)
             )
         for kind in ("retrieval", "probe-linear"):
-            results[model, "fused", kind] = fuse(
-                results[model, "rgb", kind],
-                results[model, "flow", kind],
-                out=out / "eval" / f"{model}-fused" / f"{kind}.json",
-                console=console,
+            results[model, "fused", kind] = shown(
+                fuse(
+                    results[model, "rgb", kind],
+                    results[model, "flow", kind],
+                    out=out / "eval" / f"{model}-fused" / f"{kind}.json",
+                )
             )
     return results
 

@@ -1,12 +1,18 @@
-"""The command line's tables of pipeline reports: what ``memdpc shard`` (and the quickstart) wrote, and
-``memdpc shard --verify``. The library returns the reports; only the front ends print them.
+"""The command line's tables of the library's reports: what ``memdpc shard`` (and the quickstart) wrote,
+``memdpc shard --verify``, and the metrics of an evaluation result (``memdpc eval``). The library returns the
+reports; only the front ends print them.
 """
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+from typing import Any
+
 from rich.console import Console
 from rich.table import Table
 
+from memdpc.eval.results import load_result
 from memdpc.pipeline.manifest import VerifyResult
 from memdpc.pipeline.shard import ShardReport
 
@@ -43,3 +49,20 @@ def print_verify(results: list[VerifyResult], console: Console) -> bool:
         for p in r.problems:
             console.print(f"[red]{r.manifest.parent.name}/{p}")
     return not any(r.problems for r in results)
+
+
+def metrics_table(result: dict[str, Any]) -> Table:
+    """A rich table of one result's metrics (percentages for values in [0, 1])."""
+    table = Table(title=f"{result['kind']} · {result['stream']} · {result['dataset']}/{result['split']}")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for name, value in result["metrics"].items():
+        shown = f"{100 * value:.2f}%" if isinstance(value, float) and 0.0 <= value <= 1.0 else str(value)
+        table.add_row(name, shown)
+    return table
+
+
+def print_result(path: str | os.PathLike, console: Console) -> None:
+    """The metrics table of the results file ``path``, then where it is."""
+    console.print(metrics_table(load_result(path)[0]))
+    console.print(f"wrote {Path(path)}")

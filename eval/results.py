@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from rich.table import Table
 
 from memdpc.atomic import atomic_path, write_json_atomic
 from memdpc.errors import UserError
@@ -71,14 +70,3 @@ def load_result(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str, np.n
     with np.load(npz, allow_pickle=False) as z:
         arrays = {k: z[k] for k in z.files}
     return result, arrays
-
-
-def metrics_table(result: dict[str, Any], title: str | None = None) -> Table:
-    """A rich table of one result's metrics (percentages for values in [0, 1])."""
-    table = Table(title=title or f"{result['kind']} · {result['stream']} · {result['dataset']}/{result['split']}")
-    table.add_column("metric")
-    table.add_column("value", justify="right")
-    for name, value in result["metrics"].items():
-        shown = f"{100 * value:.2f}%" if isinstance(value, float) and 0.0 <= value <= 1.0 else str(value)
-        table.add_row(name, shown)
-    return table

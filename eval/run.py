@@ -1,4 +1,5 @@
-"""The entry points behind ``memdpc eval …``: process-group setup, the task, the table of results.
+"""The entry points behind ``memdpc eval …``: process-group setup and the task; they return the results file
+(the command line prints its table, :func:`memdpc.report_tables.print_result`).
 
 Every task runs alone or under ``torchrun`` (each rank reads its own shards; rank 0 gathers, scores and
 writes the results).
@@ -11,8 +12,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
-
 from memdpc import distenv as dd
 from memdpc.eval.classify import run_classify
 from memdpc.eval.data import EvalData
@@ -22,7 +21,7 @@ from memdpc.eval.fusion import fuse_results
 from memdpc.eval.oops import run_oops
 from memdpc.eval.pretrained import default_size
 from memdpc.eval.probe import run_probe
-from memdpc.eval.results import load_result, metrics_table, save_result
+from memdpc.eval.results import save_result
 from memdpc.eval.retrieval import run_retrieval
 from memdpc.model.checkpoint import read_checkpoint
 
@@ -44,9 +43,9 @@ def evaluate(task: str, checkpoint: str | os.PathLike, *, shards: str | os.PathL
              test_split: str = EvalData.test_split, size: int | None = None, batch_size: int = EvalData.batch_size,
              backend: str = EvalData.backend,
              num_workers: int | None = None, device: str = "auto", fit: dict[str, Any] | None = None,
-             console: Console | None = None, **task_kw: Any) -> Path | None:
-    """Run one evaluation task (``retrieve``, ``probe``, ``finetune``, ``oops``, ``classify``); rank 0 prints
-    its table.
+             **task_kw: Any) -> Path | None:
+    """Run one evaluation task (``retrieve``, ``probe``, ``finetune``, ``oops``, ``classify``); rank 0 writes
+    its results file.
 
     ``size`` None takes the size the checkpoint was trained at (128 when unknown). ``fit`` overrides
     :class:`FitConfig` fields for the tasks that train a head. Returns the results path on rank 0, None elsewhere.
@@ -65,18 +64,12 @@ def evaluate(task: str, checkpoint: str | os.PathLike, *, shards: str | os.PathL
         finished = True
     finally:
         dd.cleanup(env, finished)
-    if path is not None:
-        (console or Console()).print(metrics_table(load_result(path)[0]))
-        (console or Console()).print(f"wrote {path}")
     return path
 
 
 def fuse(result_a: str | os.PathLike, result_b: str | os.PathLike, out: str | os.PathLike | None = None,
-         weights: tuple[float, float] = (1.0, 1.0), console: Console | None = None) -> Path:
-    """Late fusion of two results files (see :mod:`memdpc.eval.fusion`); prints and writes the result."""
+         weights: tuple[float, float] = (1.0, 1.0)) -> Path:
+    """Late fusion of two results files (see :mod:`memdpc.eval.fusion`); writes the result and returns its path."""
     result, arrays = fuse_results(result_a, result_b, weights)
     out = Path(out) if out is not None else Path(result_a).with_name(f"{result['kind']}-{result['stream']}.json")
-    save_result(out, result, arrays)
-    (console or Console()).print(metrics_table(result))
-    (console or Console()).print(f"wrote {out}")
-    return out
+    return save_result(out, result, arrays)

@@ -1,5 +1,6 @@
-"""report_tables.py: the shard report and the verification tables, rendered for real (real shards of real
-JPEG archives, a rich ``Console(record=True)``) and read back row by row."""
+"""report_tables.py: the shard report, the verification and the evaluation-metrics tables, rendered for real
+(real shards of real JPEG archives, a real results file, a rich ``Console(record=True)``) and read back row by
+row."""
 
 from __future__ import annotations
 
@@ -10,12 +11,13 @@ import numpy as np
 import pytest
 from rich.console import Console
 
+from memdpc.eval.results import save_result
 from memdpc.pipeline.clip import ClipSpec
 from memdpc.pipeline.manifest import verify_shards
 from memdpc.pipeline.shard import ShardReport, run_shard
 from memdpc.preprocess.synthetic import CLASSES, render_video
 from memdpc.preprocess.video_index import VideoRecord
-from memdpc.report_tables import print_shard_report, print_verify
+from memdpc.report_tables import print_result, print_shard_report, print_verify
 
 from .conftest import write_jpeg_archive
 
@@ -96,3 +98,15 @@ def test_verify_table_of_good_and_damaged_shards(shards, tmp_path):
     assert _rows(text)[1][-1] == f"{len(problems)} problems" and problems
     for p in problems:
         assert f"rgb/{p}" in text
+
+
+def test_result_metrics_as_percentages_and_counts(tmp_path):
+    result = {"kind": "probe-linear", "stream": "rgb", "dataset": "syn", "split": "test", "classes": ["a"],
+              "metrics": {"top1": 0.5, "top5": 1.0, "videos": 4}}
+    path = save_result(tmp_path / "r.json", result, {"video_ids": np.array(["v"]), "probs": np.ones((1, 1))})
+    console = _console()
+    print_result(path, console)
+    text = console.export_text()
+    assert " ".join(text.split()[:5]) == "probe-linear · rgb · syn/test"  # the title, wrapped to the table's width
+    assert _rows(text) == [["metric", "value"], ["top1", "50.00%"], ["top5", "100.00%"], ["videos", "4"]]
+    assert text.rstrip().endswith(f"wrote {path}")
