@@ -6,8 +6,8 @@ centre crop at the frame's own size, i.e. no resampling), so machine load hits b
 CPU-ms per clip (this process and its DataLoader workers, all threads), best of ``--repeat``. The figure of
 merit is the DALI / torch clips/s ratio (target on CPU: ≥ 1.0 with full augmentation). The warm-up drains
 what the loaders made ahead while starting (the DataLoader queues 2 batches per worker, DALI 2), so the timed
-batches are made while timed: with one warm-up batch, 16 workers had 32 batches ready and the torch loader
-"read" 1131 clips/s on an H200 machine.
+batches are made while timed (with one warm-up batch, 16 workers had 32 batches ready and the torch loader
+timed reading its queue).
 
     memdpc bench loader SHARDS [--stream rgb --split train --size 128 --batch-size 8 --batches 8]
     python bench/loader.py [SHARDS]   # without SHARDS: renders a synthetic shard set first
