@@ -477,4 +477,4 @@ def opencv_flow(prev: np.ndarray, next: np.ndarray, params: TVL1Params = TVL1Par
     return out
 
 
-__all__ = ["Schedule", "TVL1Params", "check_params", "level_sizes", "opencv_flow", "tvl1_flow"]
+__all__ = ["Schedule", "check_params", "level_sizes", "opencv_flow", "tvl1_flow"]
