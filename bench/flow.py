@@ -40,6 +40,7 @@ from memdpc.preprocess.run import run_preprocess
 from memdpc.preprocess.synthetic import CLASSES, render_video
 from memdpc.preprocess.tvl1_params import TVL1Params
 from memdpc.preprocess.video_index import VideoRecord
+from memdpc.streams import STREAMS
 
 console = Console(width=150)
 CHEAP = TVL1Params(scales=1, warps=1, inner_iterations=2, outer_iterations=1, median_filtering=1)
@@ -58,7 +59,7 @@ def make_videos(root: Path, n: int, frames: int, size: int) -> list[VideoRecord]
 def throughput(recs: list[VideoRecord], root: Path, workers: list[int]) -> list[dict]:
     rows = []
     for w in workers:
-        cfg = PreprocessConfig(out=str(root / f"out-w{w}"), streams=("rgb", "flow"), decode=DecodeSpec(size=0),
+        cfg = PreprocessConfig(out=str(root / f"out-w{w}"), streams=STREAMS, decode=DecodeSpec(size=0),
                                flow_backend="opencv", workers=w)  # fmt: skip
         load = os.getloadavg()[0]
         t = time.perf_counter()
@@ -132,7 +133,7 @@ def memory(root: Path, lengths: list[int], size: int) -> list[dict]:
         rec = VideoRecord(f"long{n}", str(path), 0, "MoveRight", "train")
         cfg = PreprocessConfig(
             out=str(root / "mem"),
-            streams=("rgb", "flow"),
+            streams=STREAMS,
             decode=DecodeSpec(size=0),
             tvl1=CHEAP,
             flow_backend="opencv",
