@@ -24,9 +24,6 @@ class VideoAccumulator:
     def __init__(self) -> None:
         self._windows: dict[str, tuple[str, int, np.ndarray]] = {}
 
-    def __len__(self) -> int:
-        return len(self._windows)
-
     def add(self, keys: Sequence[str], video_ids: Sequence[str], labels: Sequence[int],
             logits: torch.Tensor | np.ndarray) -> None:
         """Add a batch. ``logits``: (B, C) for one crop or (B, K, C) for K crops; softmax is taken here."""
@@ -37,17 +34,6 @@ class VideoAccumulator:
         for key, vid, label, p in zip(keys, video_ids, labels, probs, strict=True):
             if key not in self._windows:  # a repeat (padding) is the same window: count it once
                 self._windows[key] = (vid, int(label), p)
-
-    def merge(self, other: VideoAccumulator) -> None:
-        """Add every window of ``other`` (gathered from another rank) not seen yet."""
-        for key, value in other._windows.items():
-            self._windows.setdefault(key, value)
-
-    def check_complete(self, expected_windows: int, source: str) -> None:
-        """Refuse an evaluation that saw fewer (or more) distinct windows than the shards hold."""
-        if len(self._windows) != expected_windows:
-            raise UserError(f"{source}: evaluated {len(self._windows)} distinct windows, "
-                            f"but the shards hold {expected_windows}")
 
     def video_probs(self) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray]:
         """(video ids sorted, labels (V,), probabilities (V, C), windows per video (V,)).

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import shutil
 from collections import Counter
 
 import numpy as np
@@ -63,6 +65,18 @@ def test_cache_is_reused_only_for_the_same_fingerprint(eval_data, tmp_path):
     assert len(calls) == n and b.keys == a.keys and np.array_equal(a.values, b.values)
     cached_windows(fn, data, "test", ENV, cache=cache, stamp="two")
     assert len(calls) == 2 * n
+
+
+def test_a_split_evaluated_with_windows_missing_is_refused(eval_data, tmp_path):
+    shards = tmp_path / "shards"
+    shutil.copytree(eval_data.shards, shards)
+    manifest = shards / "rgb" / "manifest-test.json"
+    held = json.loads(manifest.read_text())
+    manifest.write_text(json.dumps({**held, "num_samples": held["num_samples"] + 1}))  # one window the loader lacks
+    data = EvalData(shards, "rgb", size=32, batch_size=3, backend="torch", num_workers=0)
+    n = held["num_samples"]
+    with pytest.raises(UserError, match=f"evaluated {n} distinct windows, but the shards hold {n + 1}"):
+        run_windows(_mean_pixel, data, "test", ENV)
 
 
 def test_label_sets_and_empty_splits_are_checked(eval_data, tmp_path):
