@@ -212,7 +212,7 @@ def _video_samples(
 def sample_bytes(sample: Sample, src: FrameSource) -> int:
     """Bytes the sample's members take in a tar (headers, data, padding): frames, ``cls``, ``json``."""
     sizes = np.append(src.sizes[sample.indices], [LABEL_BYTES, len(sample.json_bytes)])
-    return int((ustar.BLOCK + sizes + (-sizes % ustar.BLOCK)).sum())
+    return int(ustar.member_bytes(sizes).sum())
 
 
 def _cut(
@@ -223,20 +223,14 @@ def _cut(
     body = 0  # bytes of the current shard's members, headers and padding
     for s in samples:
         members = sample_bytes(s, sources[s.video_id])
-        if cur and (len(cur) >= max_count or _total(body + members) > max_size):
-            shards.append(ShardPlan(shard_name(split, len(shards)), cur, _total(body)))
+        if cur and (len(cur) >= max_count or ustar.tar_size(body + members) > max_size):
+            shards.append(ShardPlan(shard_name(split, len(shards)), cur, ustar.tar_size(body)))
             cur, body = [], 0
         cur.append(s)
         body += members
     if cur:
-        shards.append(ShardPlan(shard_name(split, len(shards)), cur, _total(body)))
+        shards.append(ShardPlan(shard_name(split, len(shards)), cur, ustar.tar_size(body)))
     return shards
-
-
-def _total(body: int) -> int:
-    """Size of a tar whose members take ``body`` bytes: plus the end blocks, padded to whole records."""
-    n = body + 2 * ustar.BLOCK
-    return n + ustar.padding_to_record(n)
 
 
 def _check_key(rec: VideoRecord, clip: ClipSpec, source: str) -> None:

@@ -1,9 +1,10 @@
 """Fast plain-USTAR headers: the hot path of sharding, which writes and lists tens of members per sample.
 
-:mod:`tarfile` spends about 150 µs building or parsing one header in Python; sharding only ever needs plain
+:mod:`tarfile` builds and parses headers slowly in Python (README, Shard); sharding only ever needs plain
 regular-file USTAR headers with fixed owner, mode and mtime, so :func:`header` patches a template made by
 :mod:`tarfile` itself (same bytes, tested), and :func:`list_members` reads headers directly, refusing
-anything that is not a plain regular file (callers then fall back to :mod:`tarfile`).
+anything that is not a plain regular file (callers then fall back to :mod:`tarfile`). :func:`member_bytes`
+and :func:`tar_size` say how large a tar of given members is, before it is written.
 """
 
 from __future__ import annotations
@@ -48,10 +49,17 @@ def padding(size: int) -> int:
     return -size % BLOCK
 
 
-def tar_size(member_sizes: list[int]) -> int:
-    """Size of a tar of these members as written by :func:`write_end` / :mod:`tarfile` (end blocks, record)."""
-    body = sum(BLOCK + s + padding(s) for s in member_sizes) + 2 * BLOCK
-    return body + padding_to_record(body)
+def member_bytes(size):
+    """Bytes a member of ``size`` data bytes takes in a tar: its header, its data, the padding to a whole block
+    (elementwise for an array of sizes)."""
+    return BLOCK + size + padding(size)
+
+
+def tar_size(body: int) -> int:
+    """Size of a tar whose members take ``body`` bytes (:func:`member_bytes` summed), as :mod:`tarfile` and
+    the shard writer close it: two zero blocks, then zeros to a whole record."""
+    n = body + 2 * BLOCK
+    return n + padding_to_record(n)
 
 
 def padding_to_record(n: int) -> int:

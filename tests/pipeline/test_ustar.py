@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import tarfile
 
+import numpy as np
 import pytest
 
 from memdpc.pipeline import ustar
@@ -49,7 +50,9 @@ def test_list_members_and_tar_size_agree_with_tarfile():
     with tarfile.open(fileobj=io.BytesIO(raw)) as tar:
         assert got == [(m.name, m.offset_data, m.size) for m in tar]
     assert [raw[o : o + n] for _, o, n in got] == list(MEMBERS.values())
-    assert ustar.tar_size([len(v) for v in MEMBERS.values()]) == len(raw)
+    assert ustar.tar_size(sum(ustar.member_bytes(len(v)) for v in MEMBERS.values())) == len(raw)
+    sizes = np.array([len(v) for v in MEMBERS.values()])
+    assert ustar.member_bytes(sizes).tolist() == [ustar.member_bytes(int(s)) for s in sizes]  # elementwise
 
 
 def test_list_members_refuses_truncated_corrupt_and_non_plain_tars():
