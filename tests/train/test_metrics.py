@@ -3,11 +3,7 @@ from __future__ import annotations
 import json
 from types import SimpleNamespace
 
-import pytest
-import torch
-
 from memdpc.train import metrics
-from memdpc.train.knn import recall_at_1
 from memdpc.train.metrics import Meter, MetricsLogger, truncate_jsonl
 
 from .conftest import tb_scalars
@@ -52,11 +48,3 @@ def test_truncate_drops_records_after_the_resumed_step_and_cut_lines(tmp_path):
     path.write_text("\n".join(lines) + '\n{"kind": "tr')  # a line cut by a kill
     truncate_jsonl(path, 2)
     assert [json.loads(ln)["step"] for ln in path.read_text().splitlines()] == [1, 2]
-
-
-def test_recall_at_1():
-    train_x = torch.tensor([[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0]])
-    train_y = torch.tensor([0, 1, 2])
-    test_x = torch.tensor([[0.9, 0.1], [0.1, 0.9], [-1.0, 0.1]])
-    assert recall_at_1(train_x, train_y, test_x, torch.tensor([0, 1, 2])) == 1.0
-    assert recall_at_1(train_x, train_y, test_x, torch.tensor([1, 1, 1])) == pytest.approx(1 / 3)
