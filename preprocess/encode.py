@@ -78,9 +78,8 @@ class JpegEncoding:
 
 
 RGB_ENCODING = JpegEncoding(90, "420")
-# Chosen by measurement (bench/flow.py, storage table): a standard YCbCr JPEG, which every decoder (nvJPEG
-# included) reads alike, without chroma subsampling, at quality 100: mean absolute code error about 0.36 on
-# real 256² TV-L1 fields and 0.35–0.62 on small ones (quality 95: 0.43; 4:2:0 mixes x and y).
+# Chosen by measurement (bench/flow.py's storage table; README has the figures): a standard YCbCr JPEG, which
+# every decoder (nvJPEG included) reads alike, without chroma subsampling, at quality 100.
 # ``FLOW_ENCODING_RGB`` (``--flow-encoding rgb``) is smaller and more exact, for CPU decoders.
 FLOW_ENCODING = JpegEncoding(100, "444")
 FLOW_ENCODING_RGB = JpegEncoding(90, "rgb")
