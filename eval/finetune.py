@@ -37,6 +37,8 @@ from memdpc.eval.results import save_result
 from memdpc.eval.shard_meta import window_info
 from memdpc.eval.subset import stratified_subset
 from memdpc.model import Classifier
+from memdpc.model import checkpoint as mc
+from memdpc.model.memdpc import finish_config
 from memdpc.pipeline.clip import ClipSpec
 from memdpc.pipeline.loader import make_loader
 from memdpc.pipeline.manifest import load_manifest
@@ -139,7 +141,8 @@ def _ce(module: nn.Module, clips: torch.Tensor, keys: list[str], labels: torch.T
 def run_finetune(checkpoint: str | os.PathLike, data: EvalData, out: str | os.PathLike, env: dd.DistEnv, *,
                  crops: int = 1, dropout: float = FINETUNE_DROPOUT, label_fraction: float = 1.0, random_init: bool = False,
                  fit: FitConfig = FINETUNE_FIT, plot: bool = False) -> Path | None:
-    """``memdpc eval finetune``: writes ``finetune-<stream>[-frac<F>].json`` (+ npz with probabilities)."""
+    """``memdpc eval finetune``: writes ``finetune-<stream>[-frac<F>].json`` (+ npz with probabilities) and the
+    finetuned classifier's checkpoint ``….pt``."""
     out = Path(out)
     pretrained, _, stream = load_encoder(checkpoint, data, env)
     data = replace(data, stream=stream, batch_size=fit.batch_size)
@@ -148,7 +151,9 @@ def run_finetune(checkpoint: str | os.PathLike, data: EvalData, out: str | os.Pa
     torch.manual_seed(fit.seed)
     clf = Classifier.from_pretrained(pretrained, len(classes), dropout)
     if random_init:
-        clf = Classifier(len(classes), **{k: v for k, v in clf.hparams.items() if k != "num_classes"})
+        name = clf.config["name"]
+        clf = finish_config(Classifier(len(classes), **{k: v for k, v in clf.hparams.items() if k != "num_classes"}),
+                            name, None)  # fmt: skip
     clf = clf.to(env.device)
     tag = f"finetune-{stream}" + ("-scratch" if random_init else "") + (
         f"-frac{label_fraction:g}" if label_fraction < 1 else "")
@@ -158,6 +163,9 @@ def run_finetune(checkpoint: str | os.PathLike, data: EvalData, out: str | os.Pa
     losses = train_epochs(clf, _ce, lambda e: kept_batches(loader, keep, fit.batch_size, e), env, fit,
                           out / f"{tag}.state.pt", settings)
     clf.eval()
+    if env.is_main:  # the classifier, for `memdpc eval classify` (the state file holds it only to resume)
+        mc.write_checkpoint(mc.serialize(mc.build_checkpoint(clf, stream, "finetune", input_size=data.size,
+                                                             source=settings["checkpoint"])), out / f"{tag}.pt")
     scored = score_videos(clf, data, env, crops)
     if scored is None:
         return None

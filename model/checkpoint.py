@@ -2,10 +2,12 @@
 
 A checkpoint is a dict that loads with ``torch.load(weights_only=True)``. Every one holds ``format``,
 ``memdpc_version``, ``origin`` (``train``: written by the training loop; ``init``: the untrained model of a
-config; ``converted``: imported from the reference implementation), ``model`` (state_dict), ``model_config``
+config; ``converted``: imported from the reference implementation; ``finetune``: the classifier that
+``memdpc eval finetune`` trained), ``model`` (state_dict), ``model_config``
 (``create_model(**it)`` rebuilds the model), ``stream`` (None for a converted file that was not told) and
 ``input_size`` (the size the weights were trained at; None when unknown). Training checkpoints add the
-resume state (see :mod:`memdpc.train.checkpoint`), converted ones the ``source`` file and its ``epoch``.
+resume state (see :mod:`memdpc.train.checkpoint`), converted ones the ``source`` file and its ``epoch``,
+finetuned ones the ``source`` checkpoint they started from.
 
 Training and evaluation both read checkpoints through :func:`read_checkpoint`; it also accepts the files
 of earlier versions (no ``origin`` or ``input_size``; converted files without ``format``).
@@ -27,7 +29,7 @@ from memdpc.errors import UserError
 from memdpc.model.factory import create_model, has_memory
 
 FORMAT = "memdpc-train-1"
-ORIGINS = ("train", "init", "converted")
+ORIGINS = ("train", "init", "converted", "finetune")
 # model_config entries that change which weights a model has or their shapes
 WEIGHT_KEYS = ("name", "widths", "bidirectional", "mem_size", "track_running_stats", "num_classes")
 
