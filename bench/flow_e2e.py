@@ -5,7 +5,9 @@ Four tables, side by side on the same frames and videos (real-looking synthetic 
 
 1. **kernel**: pairs/s of the fused Triton kernels (``tvl1_triton``) and of the torch port (``tvl1_torch``)
    per frame size and batch size, after a warm-up call (targets on one H100 at 256²: ≥ 1500 pairs/s at the
-   best batch);
+   best batch): 16 pairs tiled to the batch, and a batch of distinct pairs decoded from the video files
+   (with a real batch's stragglers); ``--tiles`` first times other tiles of the iteration kernels and
+   keeps the fastest;
 2. **roofline**: the inner iterations each pair ran (counted by the kernels; "finest-level equivalent":
    every level's iterations weighted by its share of the finest level's pixels), the bytes the iteration
    kernels move per pair (``ITERATION_BYTES`` per pixel and iteration), the bandwidth that the best kernel
@@ -212,7 +214,7 @@ def choose_tiles(args: argparse.Namespace, dev: str, params: TVL1Params) -> list
     for spec in args.tiles.split(","):
         bh, bw, warps = map(int, spec.split("x"))
         tvl1_triton.TILES[kind] = (bh, bw, warps, run)
-        rate = time_kernel(lambda p, n: tvl1_triton.tvl1_flow(p, n, params), prev, nxt, dev, batch, args.repeat)
+        rate = time_kernel(fns_for(params)["triton"], prev, nxt, dev, batch, args.repeat)
         rows.append({"size": size, "batch": batch, "tile": f"{bh}×{bw}", "warps": warps, "pairs_per_s": rate})
         console.log(f"tile {bh}×{bw}, {warps} warps: {rate:.1f} pairs/s")
     best = max(rows, key=lambda r: r["pairs_per_s"])
