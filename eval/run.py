@@ -56,8 +56,7 @@ def evaluate(task: str, checkpoint: str | os.PathLike, *, shards: str | os.PathL
     if fit is not None:
         base = {"finetune": replace(FINETUNE_FIT, batch_size=batch_size), "oops": OOPS_FIT}.get(task, PROBE_FIT)
         task_kw["fit"] = fit_config(base, **fit)
-    Path(out).mkdir(parents=True, exist_ok=True)
-    env = dd.setup(device)
+    env = dd.setup(device)  # ``out`` appears with the first file written (a refused checkpoint leaves none)
     finished = False
     try:
         path = _runner(task)(checkpoint, data, out, env, **task_kw)
