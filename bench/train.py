@@ -10,8 +10,9 @@ Renders RGB videos, shards them (paper geometry: 8 blocks × 5 frames, stride 3)
   of the card's peak where the card is in :data:`PEAK_TFLOPS`;
 - the real training loop (``memdpc.train.loop.train``, at the fast defaults) with each loader backend against
   the fast fp32 ceiling;
-- the loss curve over ``--curve-steps`` steps from one seed (fresh seeded batches each step): eager twice (the
-  run-to-run spread, from cuDNN's autotuning) and fast fp32, as the largest absolute difference from eager.
+- the loss curve over ``--curve-steps`` steps from one seed (fresh seeded batches each step), each run in a
+  process of its own: eager twice (the run-to-run spread, from cuDNN's autotuning) and fast fp32, as the largest
+  absolute difference from eager.
 
 Defaults: on CUDA the paper's setting (bidirectional MemDPC R18, 128², batch 16, k = 1024, 256² frames); on CPU a
 small one that finishes in minutes.
@@ -26,6 +27,8 @@ import argparse
 import json
 import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
 from pathlib import Path
 
 import torch
@@ -134,6 +137,13 @@ def loss_curve(args: argparse.Namespace, over: dict) -> list[float]:
     return torch.stack(losses).tolist()
 
 
+def in_fresh_process(fn, *args):
+    """``fn(*args)`` in a new process, where cuDNN chooses its algorithms afresh as a new run does (a second
+    run in the same process reuses the first one's choices, and would show no run-to-run spread)."""
+    with ProcessPoolExecutor(1, mp_context=get_context("spawn")) as pool:
+        return pool.submit(fn, *args).result()
+
+
 def flops_per_clip(args: argparse.Namespace) -> float:
     """Forward + backward FLOPs of one clip, counted by torch's FLOP counter on one eager fp32 step."""
     cfg = config(args, Path("."), Path("."), "torch", fast=False)
@@ -221,9 +231,9 @@ def main() -> None:
             results[f"loader: {backend} (fast fp32)"] = run_loader(args, shards, work, backend)
     flops = flops_per_clip(args)
     add_rates(results, flops, card)
-    curves = {"eager 1": loss_curve(args, VARIANTS["eager fp32 (--no-fast)"][0]),
-              "eager 2": loss_curve(args, VARIANTS["eager fp32 (--no-fast)"][0]),
-              "fast fp32": loss_curve(args, VARIANTS["fast fp32"][0])}
+    curves = {name: in_fresh_process(loss_curve, args, VARIANTS[variant][0])
+              for name, variant in (("eager 1", "eager fp32 (--no-fast)"), ("eager 2", "eager fp32 (--no-fast)"),
+                                    ("fast fp32", "fast fp32"))}
     diffs = spread(curves)
     console.print(throughput_table(results, f"training throughput on {card} — {args.arch} widths {args.widths}"
                                             f"{' bidirectional' if args.bidirectional else ''}, {args.size}², batch "
