@@ -12,7 +12,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from memdpc import __version__
+from memdpc import __version__, interrupts
 from memdpc.errors import UserError
 from memdpc.eval.data import EvalData
 from memdpc.eval.fit import (
@@ -42,13 +42,19 @@ OUT_DIR = click.Path(path_type=Path, file_okay=False)
 
 
 class _Group(click.Group):
-    """A click group that turns UserError from any command into a one-line usage error (exit 2)."""
+    """A click group that turns UserError from any command into a one-line usage error (exit 2), and an
+    interrupt into what the verb kept and exit code 128 + the signal (130 for SIGINT, 143 for SIGTERM)."""
 
     def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
         except UserError as e:
             raise click.UsageError(str(e)) from None
+        except KeyboardInterrupt as e:
+            stop = interrupts.as_interrupted(e)
+            console.print(f"[yellow]interrupted ({stop}):[/yellow] " + ("; ".join(stop.notes) or "nothing kept"),
+                          soft_wrap=True)
+            ctx.exit(stop.exit_code)
 
 
 def _group(**kw):
@@ -59,6 +65,7 @@ def _group(**kw):
 @click.version_option(__version__, prog_name="memdpc")
 def main() -> None:
     """memdpc: self-supervised video representation learning with Memory-augmented Dense Predictive Coding."""
+    interrupts.install()
 
 
 # --------------------------------------------------------------------------------------------- index
