@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from memdpc.preprocess.archive import archive_path, write_archive
-from memdpc.preprocess.synthetic import SyntheticConfig, make_synthetic
+from memdpc.preprocess.example_layout import write_video
+from memdpc.preprocess.synthetic import SyntheticConfig, make_synthetic, render_video
 
 if not torch.cuda.is_available():  # before anything imports Triton: its kernels then run in the interpreter
     os.environ.setdefault("TRITON_INTERPRET", "1")
@@ -34,6 +35,45 @@ TINY = SyntheticConfig(videos_per_class=3, frames=30, size=32, num_classes=3, se
 def tiny_dataset(tmp_path_factory) -> Path:
     """A 3-class × 3-video synthetic dataset (30 frames of 32×32) in the UCF101 layout."""
     return make_synthetic(tmp_path_factory.mktemp("tiny") / "syn", TINY)
+
+
+# A user's own folder (<class>/<video>), as real ones are: (class, motion, file name, width × height, frames, fps,
+# codec). Three frame sizes and aspect ratios (one portrait), two codecs, two frame rates, one long video.
+MESSY_VIDEOS = (
+    ("jumping", "MoveUp", "a", (64, 48), 44, 25.0, "mjpg"),
+    ("jumping", "MoveUp", "b", (48, 64), 40, 30.0, "mp4v"),
+    ("jumping", "MoveUp", "c", (80, 44), 150, 30.0, "mp4v"),
+    ("jumping", "MoveUp", "d", (64, 48), 42, 25.0, "mjpg"),
+    ("spinning", "RotateClockwise", "a", (48, 64), 44, 25.0, "mjpg"),
+    ("spinning", "RotateClockwise", "b", (80, 44), 40, 25.0, "mp4v"),
+    ("spinning", "RotateClockwise", "c", (64, 48), 46, 30.0, "mjpg"),
+    ("spinning", "RotateClockwise", "d", (48, 64), 40, 30.0, "mp4v"),
+    ("zooming", "ZoomIn", "a", (80, 44), 44, 30.0, "mjpg"),
+    ("zooming", "ZoomIn", "b", (64, 48), 40, 25.0, "mp4v"),
+    ("zooming", "ZoomIn", "c", (48, 64), 48, 25.0, "mjpg"),
+    ("zooming", "ZoomIn", "d", (80, 44), 40, 30.0, "mp4v"),
+    ("zooming", "ZoomIn", "e", (64, 48), 42, 25.0, "mjpg"),
+)
+MESSY_BROKEN = ("zooming/truncated.avi", "jumping/notes.avi")  # half a file; a text file named .avi
+
+
+def make_messy_folder(root: Path) -> Path:
+    """Write :data:`MESSY_VIDEOS` and the broken files of :data:`MESSY_BROKEN` under ``root``; return it."""
+    for i, (cls, motion, name, (w, h), frames, fps, codec) in enumerate(MESSY_VIDEOS):
+        square = render_video(motion, max(w, h), frames, np.random.default_rng([7, i]))
+        video = np.stack([cv2.resize(f, (w, h), interpolation=cv2.INTER_AREA) for f in square])
+        write_video(root / cls / f"{name}{'.avi' if codec == 'mjpg' else '.mp4'}", video, fps, codec)
+    truncated, text = (root / p for p in MESSY_BROKEN)
+    whole = root / "zooming" / "e.avi"
+    truncated.write_bytes(whole.read_bytes()[: whole.stat().st_size // 2])
+    text.write_text("shot list: jumping, take 3\n")
+    return root
+
+
+@pytest.fixture(scope="session")
+def messy_folder(tmp_path_factory) -> Path:
+    """A user's folder of 13 videos of 3 classes in mixed sizes, codecs and frame rates, plus 2 broken files."""
+    return make_messy_folder(tmp_path_factory.mktemp("messy") / "my_videos")
 
 
 def decode_video(path: Path) -> np.ndarray:
