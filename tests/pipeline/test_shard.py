@@ -297,7 +297,7 @@ def test_bad_archives_are_skipped_and_reported_or_refused_with_strict(long_archi
     report = run_shard(root, long_archives.records, "rgb", tmp_path / "out", "test")
     reasons = {s["video_id"]: s["reason"] for s in report.skipped}
     assert set(reasons) == set(test_ids[:3])
-    assert "not found" in reasons[test_ids[0]]
+    assert "not written yet" in reasons[test_ids[0]]
     assert reasons[test_ids[1]] and reasons[test_ids[2]]
     m = load_manifest(tmp_path / "out", "rgb", "test")
     assert m["num_videos"] == 1 and m["skipped"] == report.skipped

@@ -150,7 +150,7 @@ def test_cli_holds_out_validation_videos_or_says_why_not(ucf, tmp_path):
     res = CliRunner().invoke(main, ["index", str(ucf), "--layout", "ucf101", "--out", str(out), "--val-per-class", "1"])
     assert res.exit_code == 2 and not out.exists()
     assert res.output.strip().splitlines()[-1] == (
-        "Error: class 'ApplyEyeMakeup' has 1 training video(s): too few to hold 1 out for validation and still "
+        "Error: class 'ApplyEyeMakeup' has 1 training video(s): too few to hold out 1 for validation and still "
         "train on one")
 
 
