@@ -16,6 +16,7 @@ from memdpc.eval.results import load_result
 from memdpc.pipeline.manifest import VerifyResult
 from memdpc.pipeline.shard import ShardReport
 from memdpc.pipeline.shard_plan import SKIP_KINDS, UNUSABLE
+from memdpc.preprocess.video_index import plural
 
 SKIPPED_LISTED = 20  # skipped videos listed per kind; the manifest's "skipped" lists them all
 
@@ -42,7 +43,7 @@ def print_shard_report(r: ShardReport, console: Console, next_step: bool = False
         by_kind.setdefault(s.get("kind", UNUSABLE), []).append(s)
     if by_kind:
         counts = "; ".join(f"{len(v)} {SKIP_KINDS[k]}" for k, v in sorted(by_kind.items()))
-        console.print(f"[yellow]skipped {len(r.skipped)} videos:[/] {counts}", soft_wrap=True)
+        console.print(f"[yellow]skipped {plural(len(r.skipped), 'video')}:[/] {counts}", soft_wrap=True)
     for kind, skipped in sorted(by_kind.items()):
         for s in skipped[:SKIPPED_LISTED]:
             console.print(f"[yellow]skipped[/] {s['video_id']}: {s['reason']}", soft_wrap=True)
@@ -51,7 +52,8 @@ def print_shard_report(r: ShardReport, console: Console, next_step: bool = False
                           f"(all listed under 'skipped' in {r.manifest})", soft_wrap=True)
     for w in r.warnings:
         console.print(f"[yellow]warning:[/] {w}", soft_wrap=True)
-    console.print(f"wrote {r.manifest} ({r.samples} samples of {r.videos} videos in {r.shards} shards)", soft_wrap=True)
+    console.print(f"wrote {r.manifest} ({plural(r.samples, 'sample')} of {plural(r.videos, 'video')} in "
+                  f"{plural(r.shards, 'shard')})", soft_wrap=True)
     if next_step and r.next_step:
         console.print(f"next: {r.next_step}", soft_wrap=True)
 

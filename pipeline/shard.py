@@ -59,7 +59,7 @@ from memdpc.pipeline.shard_plan import (
     make_plan,
 )
 from memdpc.pipeline.wds_index import format_index, index_path, split_name
-from memdpc.preprocess.video_index import VideoRecord, name_list, read_index
+from memdpc.preprocess.video_index import VideoRecord, name_list, plural, read_index
 from memdpc.progress import progress_bar
 from memdpc.streams import STREAMS
 
@@ -329,15 +329,17 @@ def _write(folder: Path, plan: Plan, report: ShardReport, bar) -> list[dict]:
 
 def _warnings(plan: Plan, records: list[VideoRecord], out_dir: str | os.PathLike) -> list[str]:
     """What a user should know about the shards written: videos whose archives are not written yet, classes
-    without samples (in an eval split: those that train has), and sibling shards of other settings."""
+    without samples (in an eval split: those with training videos in the index), and sibling shards of other
+    settings."""
     stream, split = plan.config["stream"], plan.config["split"]
     out = []
     pending = [s["video_id"] for s in plan.skipped if s["kind"] == NOT_WRITTEN]
     if pending:
         out.append(
-            f"{len(pending)} of the {len(plan.archives)} {split} videos have no {stream} archive yet (preprocess "
-            f"not run on them, or still running; e.g. {pending[0]}): these shards leave them out; once preprocess "
-            "has finished, run the same command with --overwrite"
+            f"{len(pending)} of the {plural(len(plan.archives), split + ' video')} "
+            f"{'has' if len(pending) == 1 else 'have'} no {stream} archive yet (preprocess not run on them, or still "
+            f"running; e.g. {pending[0]}): these shards leave them out; once preprocess has finished, run the same "
+            "command with --overwrite"
         )
     have = {s.label for sh in plan.shards for s in sh.samples}
     empty = [label for label, name in enumerate(plan.classes) if name and label not in have]
@@ -345,16 +347,12 @@ def _warnings(plan: Plan, records: list[VideoRecord], out_dir: str | os.PathLike
     missed = [plan.classes[label] for label in empty if label in trained]
     rest = [plan.classes[label] for label in empty if label not in trained]
     if missed:
-        out.append(f"{stream}/{split} has no samples of {_classes(missed)} that train has: {name_list(missed)} "
-                   "(retrieval and the kNN monitor on this split leave them out)")
+        out.append(f"{stream}/{split} has no samples of {plural(len(missed), 'class')} with training videos: "
+                   f"{name_list(missed)} (retrieval and the kNN monitor on this split leave them out)")
     if rest:
-        out.append(f"{_classes(rest)} {'have' if len(rest) > 1 else 'has'} no samples in {stream}/{split}: "
-                   f"{name_list(rest)}")
+        verb = "has" if len(rest) == 1 else "have"
+        out.append(f"{plural(len(rest), 'class')} {verb} no samples in {stream}/{split}: {name_list(rest)}")
     return out + _sibling_warnings(out_dir, plan)
-
-
-def _classes(names: list[str]) -> str:
-    return f"{len(names)} class{'es' * (len(names) != 1)}"
 
 
 def _sibling_warnings(out_dir: str | os.PathLike, plan: Plan) -> list[str]:
@@ -398,8 +396,8 @@ def _interrupted(e: KeyboardInterrupt, plan: Plan | None, report: ShardReport | 
     if report is None:
         return stop.keep("stopped while planning: nothing written; the same command starts again")
     cfg = plan.config
-    return stop.keep(f"{report.kept + report.written} of {report.shards} shards of {cfg['stream']}/{cfg['split']} "
-                     "written; the same command resumes")
+    return stop.keep(f"{report.kept + report.written} of {plural(report.shards, 'shard')} of "
+                     f"{cfg['stream']}/{cfg['split']} written; the same command resumes")
 
 
 def run_shard(

@@ -22,6 +22,7 @@ from memdpc.preprocess.video_index import (
     check_unique,
     hold_out,
     name_list,
+    plural,
     video_id,
     write_index,
 )
@@ -273,9 +274,8 @@ def index_warnings(records: list[VideoRecord], layout: str) -> list[str]:
     for split in (s for s in SPLIT_NAMES if s in present):
         missing = sorted(set(names) - {r.label_name for r in records if r.split == split})
         if missing:
-            n = len(missing)
-            out.append(f"{n} class{'es' * (n > 1)} {'have' if n > 1 else 'has'} no video in '{split}': "
-                       f"{name_list(missing)}")
+            out.append(f"{plural(len(missing), 'class')} {'has' if len(missing) == 1 else 'have'} no video in "
+                       f"'{split}': {name_list(missing)}")
     return out
 
 

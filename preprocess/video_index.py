@@ -145,6 +145,11 @@ def name_list(names: list[str], most: int = 10) -> str:
     return ", ".join(names[:most]) + (f" and {more} more" if more > 0 else "")
 
 
+def plural(n: int, noun: str) -> str:
+    """``1 video``, ``2 videos``, ``3 classes``."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}{'es' if noun.endswith('s') else 's'}"
+
+
 def summary(records: list[VideoRecord]) -> dict[str, Counter]:
     """Per-split counts of videos per class name."""
     out: dict[str, Counter] = {}
