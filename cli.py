@@ -69,7 +69,7 @@ def main() -> None:
 
 
 # --------------------------------------------------------------------------------------------- index
-_INDEX = {name: p.default for name, p in inspect.signature(make_index).parameters.items()}  # the library's defaults
+_INDEX = {name: p.default for name, p in inspect.signature(make_index).parameters.items()}  # library defaults
 
 @main.command("index")
 @click.argument("dataset_root", type=click.Path(path_type=Path))
@@ -81,12 +81,26 @@ _INDEX = {name: p.default for name, p in inspect.signature(make_index).parameter
 )
 @click.option("--split", type=click.IntRange(1, 3), default=_INDEX["split"], show_default=True,
               help="Official split 1–3.")
-@click.option("--test-per-class", type=click.IntRange(min=0), default=_INDEX["test_per_class"], show_default=True,
-              help="Move this many training videos per class to a 'test' split (for a folder without test/).")
-@click.option("--val-per-class", type=click.IntRange(min=0), default=_INDEX["val_per_class"], show_default=True,
-              help="Then move this many training videos per class to a 'val' split.")
-@click.option("--seed", type=click.IntRange(min=0), default=None,
-              help="Draw the held-out videos at random per class with this seed (default: the last ones by id).")
+@click.option(
+    "--test-per-class",
+    type=click.IntRange(min=0),
+    default=_INDEX["test_per_class"],
+    show_default=True,
+    help="Move this many training videos per class to a 'test' split (for a folder without test/).",
+)
+@click.option(
+    "--val-per-class",
+    type=click.IntRange(min=0),
+    default=_INDEX["val_per_class"],
+    show_default=True,
+    help="Then move this many training videos per class to a 'val' split.",
+)
+@click.option(
+    "--seed",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Draw the held-out videos at random per class with this seed (default: the last ones by id).",
+)
 @click.option(
     "--out",
     "out",
@@ -110,8 +124,11 @@ def index_cmd(dataset_root: Path, layout: str, **kw) -> None:
     Console().print(table)
     for w in report.warnings:
         console.print(f"[yellow]warning:[/yellow] {w}", soft_wrap=True)
-    console.print(f"wrote {report.path}; next: memdpc preprocess flow {report.path} --out FRAMES --streams rgb,flow "
-                  "(FRAMES: a new folder for the frame archives)", soft_wrap=True)
+    console.print(
+        f"wrote {report.path}; next: memdpc preprocess flow {report.path} --out FRAMES --streams rgb,flow "
+        "(FRAMES: a new folder for the frame archives)",
+        soft_wrap=True,
+    )
 
 
 # ---------------------------------------------------------------------------------------------- data
@@ -425,9 +442,12 @@ _SHARD = {name: p.default for name, p in inspect.signature(run_shard).parameters
               show_default=True,
               help="Source frames between the frames of a sample (a sample spans blocks × block-len × stride).")
 @click.option("--strict", is_flag=True, help="Stop at the first bad video (default: skip and report it).")
-@click.option("--overwrite", is_flag=True,
-              help="Rewrite the split's shards in --out made with other options or from archives changed since "
-                   "(default: refuse).")
+@click.option(
+    "--overwrite",
+    is_flag=True,
+    help="Rewrite the split's shards in --out made with other options or from archives changed since "
+    "(default: refuse).",
+)
 @click.option(
     "--verify",
     "verify",
@@ -452,8 +472,9 @@ def shard_cmd(archive_root: Path | None, verify: Path | None, **kw) -> None:
     index, stream, out, split = kw.pop("index"), kw.pop("stream"), kw.pop("out"), kw.pop("split")
     kw["clip"] = ClipSpec(kw.pop("num_blocks"), kw.pop("block_len"), kw.pop("stride"))
     console = Console()
-    print_shard_report(run_shard(archive_root, index, stream, out, split, console=console, **kw), console,
-                       next_step=True)
+    print_shard_report(
+        run_shard(archive_root, index, stream, out, split, console=console, **kw), console, next_step=True
+    )
 
 
 # --------------------------------------------------------------------------------------------- train

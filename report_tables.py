@@ -48,12 +48,18 @@ def print_shard_report(r: ShardReport, console: Console, next_step: bool = False
         for s in skipped[:SKIPPED_LISTED]:
             console.print(f"[yellow]skipped[/] {s['video_id']}: {s['reason']}", soft_wrap=True)
         if len(skipped) > SKIPPED_LISTED:
-            console.print(f"[yellow]skipped[/] … and {len(skipped) - SKIPPED_LISTED} more {SKIP_KINDS[kind]} "
-                          f"(all listed under 'skipped' in {r.manifest})", soft_wrap=True)
+            console.print(
+                f"[yellow]skipped[/] … and {len(skipped) - SKIPPED_LISTED} more {SKIP_KINDS[kind]} "
+                f"(all listed under 'skipped' in {r.manifest})",
+                soft_wrap=True,
+            )
     for w in r.warnings:
         console.print(f"[yellow]warning:[/] {w}", soft_wrap=True)
-    console.print(f"wrote {r.manifest} ({plural(r.samples, 'sample')} of {plural(r.videos, 'video')} in "
-                  f"{plural(r.shards, 'shard')})", soft_wrap=True)
+    console.print(
+        f"wrote {r.manifest} ({plural(r.samples, 'sample')} of {plural(r.videos, 'video')} in "
+        f"{plural(r.shards, 'shard')})",
+        soft_wrap=True,
+    )
     if next_step and r.next_step:
         console.print(f"next: {r.next_step}", soft_wrap=True)
 

@@ -72,7 +72,7 @@ THROTTLE_ENV = "MEMDPC_SHARD_THROTTLE"
 @dataclass
 class ShardReport:
     """What a run wrote (rendered by :func:`memdpc.report_tables.print_shard_report`): counts, the videos
-    skipped and why (``kind``: see ``shard_plan.SKIP_KINDS``), warnings a user should read, and the next step."""
+    skipped and why (``kind``: ``shard_plan.SKIP_KINDS``), warnings a user should read, and the next step."""
 
     manifest: Path
     samples: int
@@ -214,20 +214,25 @@ def _difference(folder: Path, split: str, old: dict, new: dict) -> str:
     fix = f"add --overwrite to rewrite the {split} shards, or use another --out"
     diff = sorted(k for k in new["config"] if old.get("config", {}).get(k) != new["config"][k])
     if diff:
-        return f"{folder}: holds {split} shards of another configuration (differs in options {', '.join(diff)}); {fix}"
+        options = ", ".join(diff)
+        return f"{folder}: holds {split} shards of another configuration (differs in options {options}); {fix}"
     was, now = old.get("archives"), new["archives"]
     if was is None:
-        return f"{folder}: holds {split} shards of an unreadable or earlier plan (no record of its archives); {fix}"
+        return f"{folder}: holds {split} shards of an unreadable or older plan (without its archives); {fix}"
     if was.keys() != now.keys():
         added, removed = sorted(now.keys() - was.keys()), sorted(was.keys() - now.keys())
-        return (f"{folder}: holds {split} shards of another configuration (the input videos differ: {len(added)} "
-                f"added, {len(removed)} removed, e.g. {(added or removed)[0]}); {fix}")
+        return (
+            f"{folder}: holds {split} shards of another configuration (the input videos differ: {len(added)} "
+            f"added, {len(removed)} removed, e.g. {(added or removed)[0]}); {fix}"
+        )
     changed = [vid for vid in now if now[vid] != was[vid]]
     if changed:
         vid = changed[0]
         what = "written" if was[vid] is None else "lost or unusable" if now[vid] is None else "rewritten"
-        return (f"{folder}: {len(changed)} of the {len(now)} archives of its {split} shards changed since they were "
-                f"planned (e.g. {vid}: its archive was {what} since); {fix}")
+        return (
+            f"{folder}: {len(changed)} of the {len(now)} archives of its {split} shards changed since they "
+            f"were planned (e.g. {vid}: its archive was {what} since); {fix}"
+        )
     return f"{folder}: holds {split} shards of another configuration (the input videos or frames); {fix}"
 
 
@@ -304,12 +309,16 @@ def _write(folder: Path, plan: Plan, report: ShardReport, bar) -> list[dict]:
         for sh in present:
             if (entry := _check_existing(folder / sh.name, sh)) is not None:
                 entries[sh.name] = entry
+                report.kept += 1
             bar.advance(check)
-    report.kept = len(entries)
     per_sample = plan.config["clip"]["num_blocks"] * plan.config["clip"]["block_len"]
     done = sum(len(sh.samples) for sh in plan.shards if sh.name in entries) * per_sample
-    task = bar.add_task(f"{stream}/{split}: write shards", total=plan.num_samples * per_sample, completed=done,
-                        unit="frames · 0 frames/s")
+    task = bar.add_task(
+        f"{stream}/{split}: write shards",
+        total=plan.num_samples * per_sample,
+        completed=done,
+        unit="frames · 0 frames/s",
+    )
     t0, written = time.perf_counter(), [0]
 
     def advance() -> None:
@@ -335,11 +344,11 @@ def _warnings(plan: Plan, records: list[VideoRecord], out_dir: str | os.PathLike
     out = []
     pending = [s["video_id"] for s in plan.skipped if s["kind"] == NOT_WRITTEN]
     if pending:
+        verb = "has" if len(pending) == 1 else "have"
         out.append(
-            f"{len(pending)} of the {plural(len(plan.archives), split + ' video')} "
-            f"{'has' if len(pending) == 1 else 'have'} no {stream} archive yet (preprocess not run on them, or still "
-            f"running; e.g. {pending[0]}): these shards leave them out; once preprocess has finished, run the same "
-            "command with --overwrite"
+            f"{len(pending)} of the {plural(len(plan.archives), split + ' video')} {verb} no {stream} archive "
+            f"yet (preprocess not run on them, or still running; e.g. {pending[0]}): these shards leave them "
+            "out; once preprocess has finished, run the same command with --overwrite"
         )
     have = {s.label for sh in plan.shards for s in sh.samples}
     empty = [label for label, name in enumerate(plan.classes) if name and label not in have]
@@ -347,8 +356,10 @@ def _warnings(plan: Plan, records: list[VideoRecord], out_dir: str | os.PathLike
     missed = [plan.classes[label] for label in empty if label in trained]
     rest = [plan.classes[label] for label in empty if label not in trained]
     if missed:
-        out.append(f"{stream}/{split} has no samples of {plural(len(missed), 'class')} with training videos: "
-                   f"{name_list(missed)} (retrieval and the kNN monitor on this split leave them out)")
+        out.append(
+            f"{stream}/{split} has no samples of {plural(len(missed), 'class')} with training videos: "
+            f"{name_list(missed)} (retrieval and the kNN monitor on this split leave them out)"
+        )
     if rest:
         verb = "has" if len(rest) == 1 else "have"
         out.append(f"{plural(len(rest), 'class')} {verb} no samples in {stream}/{split}: {name_list(rest)}")
@@ -372,9 +383,11 @@ def _sibling_warnings(out_dir: str | os.PathLike, plan: Plan) -> list[str]:
             keys = [k for k in plan.settings if s == stream or k.startswith("decode.")]
             diff = [k for k in keys if k in settings and settings[k] != plan.settings[k]]
             if diff:
-                out.append(f"the {other} shards in {out_dir} were cut from archives of other settings ({diff[0]} "
-                           f"{settings[diff[0]]!r}, these {plan.settings[diff[0]]!r}): shard {other} again with "
-                           "--overwrite")
+                out.append(
+                    f"the {other} shards in {out_dir} were cut from archives of other settings ({diff[0]} "
+                    f"{settings[diff[0]]!r}, these {plan.settings[diff[0]]!r}): shard {other} again with "
+                    "--overwrite"
+                )
     return out
 
 
@@ -392,12 +405,14 @@ def _next_step(out_dir: str | os.PathLike, stream: str, split: str) -> str:
 
 
 def _interrupted(e: KeyboardInterrupt, plan: Plan | None, report: ShardReport | None) -> interrupts.Interrupted:
+    """``e`` as :class:`~memdpc.interrupts.Interrupted`, with how many shards are in place."""
     stop = interrupts.as_interrupted(e)
     if report is None:
         return stop.keep("stopped while planning: nothing written; the same command starts again")
-    cfg = plan.config
-    return stop.keep(f"{report.kept + report.written} of {plural(report.shards, 'shard')} of "
-                     f"{cfg['stream']}/{cfg['split']} written; the same command resumes")
+    return stop.keep(
+        f"{report.kept + report.written} of {plural(report.shards, 'shard')} of "
+        f"{plan.config['stream']}/{plan.config['split']} written; the same command resumes"
+    )
 
 
 def run_shard(

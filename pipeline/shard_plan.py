@@ -42,7 +42,7 @@ DEFAULT_WINDOW_STEP = 20  # UCF101 (~180 frames at 25 fps): starts 0, 20, 40 (, 
 DEFAULT_MAX_COUNT = 1000
 DEFAULT_MAX_SIZE = 128 * 2**20
 DEFAULT_CLIP = ClipSpec()
-# the run reports of `memdpc preprocess` in its --out folder, whole or per --part (PreprocessConfig.report_path)
+# `memdpc preprocess`'s run reports in its --out folder, whole or per --part (PreprocessConfig.report_path)
 PREPROCESS_REPORTS = ("preprocess-report.json", "preprocess-report-part*of*.json")
 # why a video of the split has no samples: its kind in ``Plan.skipped`` and how the summary names it
 FAILED, NOT_WRITTEN, UNUSABLE = "failed", "not written", "unusable"
@@ -128,8 +128,14 @@ class Plan:
         keys = [[s.key for s in sh.samples] for sh in self.shards]
         digest = hashlib.sha256(json.dumps(keys).encode()).hexdigest()
         shards = [{"name": sh.name, "num_samples": len(sh.samples), "bytes": sh.bytes} for sh in self.shards]
-        return {"format": FORMAT, "config": self.config, "settings": self.settings, "archives": self.archives,
-                "samples_sha256": digest, "shards": shards}
+        return {
+            "format": FORMAT,
+            "config": self.config,
+            "settings": self.settings,
+            "archives": self.archives,
+            "samples_sha256": digest,
+            "shards": shards,
+        }
 
 
 def usable_frames(stream: str, num_frames: int) -> int:
@@ -199,8 +205,8 @@ def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 def archive_settings(meta: dict[str, Any]) -> dict[str, Any]:
     """The preprocess settings an archive's ``meta.json`` records that change its frames, as flat keys
-    (``decode.size``, ``encoding``, ``flow.tvl1.warps``, …). The flow backend is not one: the backends give the
-    same codes (README, Batched TV-L1), so parts preprocessed on CPUs and on GPUs may be mixed."""
+    (``decode.size``, ``encoding``, ``flow.tvl1.warps``, …). The flow backend is not one: the backends give
+    the same codes (README, Batched TV-L1), so parts preprocessed on CPUs and on GPUs may be mixed."""
     settings = _flat({"decode": meta.get("decode") or {}, "flow": meta.get("flow") or {}})
     settings.pop("flow.backend", None)
     return {"encoding": meta.get("encoding"), **settings}
@@ -221,24 +227,26 @@ def _check_settings(metas: dict[str, dict[str, Any]], folder: Path) -> dict[str,
     theirs = archive_settings(metas[odd[0]])
     key = sorted(k for k in common.keys() | theirs.keys() if common.get(k) != theirs.get(k))[0]
     raise UserError(
-        f"{folder}: {len(odd)} of {len(metas)} archives were made with other preprocess settings than the rest "
-        f"(e.g. {odd[0]}.tar: {key} {theirs.get(key)!r}, the rest {common.get(key)!r}); run `memdpc preprocess` "
-        "again with one set of options and --overwrite"
+        f"{folder}: {len(odd)} of {len(metas)} archives were made with other preprocess settings than the "
+        f"rest (e.g. {odd[0]}.tar: {key} {theirs.get(key)!r}, the rest {common.get(key)!r}); run `memdpc "
+        "preprocess` again with one set of options and --overwrite"
     )
 
 
 def preprocess_outcomes(archive_root: str | os.PathLike) -> dict[str, dict[str, Any]]:
-    """Video id → its entry (``status``, ``reason``) in the preprocess reports of ``archive_root``, the newest
-    report last so that it wins; empty when preprocess wrote none there."""
+    """Video id → its entry (``status``, ``reason``) in the preprocess reports of ``archive_root``, the
+    newest report last so that it wins; empty when preprocess wrote none there."""
     root = Path(archive_root)
-    reports = sorted({p for pattern in PREPROCESS_REPORTS for p in root.glob(pattern)},
-                     key=lambda p: p.stat().st_mtime_ns)
+    found = {p for pattern in PREPROCESS_REPORTS for p in root.glob(pattern)}
+    reports = sorted(found, key=lambda p: p.stat().st_mtime_ns)
     out: dict[str, dict[str, Any]] = {}
     for path in reports:
         try:
             out.update({v["id"]: v for v in json.loads(path.read_text())["videos"]})
         except (OSError, ValueError, KeyError, TypeError) as e:
-            raise UserError(f"{path}: unreadable preprocess report ({e}); delete it or run preprocess again") from None
+            raise UserError(
+                f"{path}: unreadable preprocess report ({e}); delete it or run preprocess again"
+            ) from None
     return out
 
 
@@ -247,18 +255,27 @@ def _missing(path: Path, outcome: dict[str, Any] | None) -> dict[str, str]:
     written yet."""
     if outcome is not None and outcome.get("status") == "failed":
         return {"kind": FAILED, "reason": f"failed in preprocess: {outcome.get('reason', 'no reason given')}"}
-    return {"kind": NOT_WRITTEN, "reason": f"{path}: not written yet (preprocess not run on it, or still running)"}
+    return {
+        "kind": NOT_WRITTEN,
+        "reason": f"{path}: not written yet (preprocess not run on it, or still running)",
+    }
 
 
 def _check_root(root: Path, stream: str) -> None:
     if not root.is_dir():
-        raise UserError(f"{root}: frame archive folder not found; give the --out folder of `memdpc preprocess`")
+        raise UserError(
+            f"{root}: frame archive folder not found; give the --out folder of `memdpc preprocess`"
+        )
     if (root / stream).is_dir():
         return
     if root.name in STREAMS and any(root.glob("*.tar")):
-        raise UserError(f"{root}: is a folder of {root.name} archives; give the folder that holds it ({root.parent})")
-    raise UserError(f"{root}: holds no {stream}/ folder of frame archives; run `memdpc preprocess` with --out "
-                    f"{root} and --streams including {stream} first")
+        raise UserError(
+            f"{root}: is a folder of {root.name} archives; give the folder that holds it ({root.parent})"
+        )
+    raise UserError(
+        f"{root}: holds no {stream}/ folder of frame archives; run `memdpc preprocess` with --out "
+        f"{root} and --streams including {stream} first"
+    )
 
 
 def sample_json(rec: VideoRecord, start: int, fps: Any, stream: str) -> bytes:

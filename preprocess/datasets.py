@@ -259,7 +259,11 @@ _EMPTY_HINT = {
     "val": "use --val-per-class N (held-out videos for train's kNN monitor and --best-by knn)",
     "test": "use --test-per-class N",
 }
-_FOLDER_HINT = {"train": ", or a train/ folder", "val": ", or a val/ folder", "test": ", or train/ and test/ folders"}
+_FOLDER_HINT = {
+    "train": ", or a train/ folder",
+    "val": ", or a val/ folder",
+    "test": ", or train/ and test/ folders",
+}
 def index_warnings(records: list[VideoRecord], layout: str) -> list[str]:
     """What a user should know before preprocessing: a split of the layout that is empty (with how to fill
     it), and classes with no video in a split. Unlabelled videos (Oops) have no classes to check."""
@@ -274,8 +278,8 @@ def index_warnings(records: list[VideoRecord], layout: str) -> list[str]:
     for split in (s for s in SPLIT_NAMES if s in present):
         missing = sorted(set(names) - {r.label_name for r in records if r.split == split})
         if missing:
-            out.append(f"{plural(len(missing), 'class')} {'has' if len(missing) == 1 else 'have'} no video in "
-                       f"'{split}': {name_list(missing)}")
+            verb = "has" if len(missing) == 1 else "have"
+            out.append(f"{plural(len(missing), 'class')} {verb} no video in '{split}': {name_list(missing)}")
     return out
 
 

@@ -74,8 +74,10 @@ def read_index(path: str | os.PathLike) -> list[VideoRecord]:
     binary file) given instead, or a malformed line."""
     path = Path(path)
     if path.is_dir():
-        raise UserError(f"{path}: is a folder, not a video index; `memdpc index {path} --layout folder` (or "
-                        "the dataset's layout) writes the index file")
+        raise UserError(
+            f"{path}: is a folder, not a video index; `memdpc index {path} --layout folder` (or "
+            "the dataset's layout) writes the index file"
+        )
     if not path.is_file():
         raise UserError(f"{path}: video index not found; {INDEX_HINT}")
     if path.suffix.lower() in VIDEO_EXTS:
@@ -116,7 +118,7 @@ def hold_out(
     want = test_per_class + val_per_class
     if want == 0:
         return records
-    by_class: dict[int, list[str]] = {r.label: [] for r in records}  # every class, also one with no train video
+    by_class: dict[int, list[str]] = {r.label: [] for r in records}  # also a class without training videos
     for r in records:
         if r.split == "train":
             by_class[r.label].append(r.id)
@@ -125,8 +127,10 @@ def hold_out(
     for label, ids in sorted(by_class.items()):
         if len(ids) <= want:
             name = next(r.label_name for r in records if r.label == label)
-            raise UserError(f"class '{name}' has {len(ids)} training video(s): too few to hold out "
-                            f"{_held(val_per_class, test_per_class)} and still train on one")
+            raise UserError(
+                f"class '{name}' has {len(ids)} training video(s): too few to hold out "
+                f"{_held(val_per_class, test_per_class)} and still train on one"
+            )
         ids = sorted(ids)
         order = ids[::-1] if rng is None else [ids[i] for i in rng.permutation(len(ids))]
         moved.update(dict.fromkeys(order[:test_per_class], "test"))

@@ -563,3 +563,21 @@ def test_cli_mistakes_are_one_line_errors_with_the_next_step(tiny_archives, tmp_
     assert res.exit_code == 2 and "Traceback" not in res.output
     assert res.output.splitlines()[-1].startswith("Error: " + message.format(root=root, index=index))
     assert not (tmp_path / "shards").exists()
+
+
+def test_shards_of_another_split_cut_from_archives_of_other_settings_are_a_warning(long_archives, tmp_path):
+    root = _copy_archives(long_archives, tmp_path)
+    for r in long_archives.records:
+        for stream in ("rgb", "flow"):
+            meta, frames = read_archive(archive_path(root, stream, r.id))
+            size = 16 if r.split == "test" or stream == "flow" else 32  # rgb/train from a --size 32 rerun
+            write_archive(archive_path(root, stream, r.id), frames, {**meta, "decode": {"size": size}})
+    out = tmp_path / "shards"
+    assert run_shard(root, long_archives.records, "rgb", out, "test").warnings == []
+    assert run_shard(root, long_archives.records, "flow", out, "train").warnings == []
+    assert run_shard(root, long_archives.records, "rgb", out, "train").warnings == [
+        f"the rgb/test shards in {out} were cut from archives of other settings (decode.size 16, these 32): "
+        "shard rgb/test again with --overwrite",
+        f"the flow/train shards in {out} were cut from archives of other settings (decode.size 16, these 32): "
+        "shard flow/train again with --overwrite",
+    ]
