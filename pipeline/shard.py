@@ -311,7 +311,7 @@ def _write(folder: Path, plan: Plan, report: ShardReport, bar) -> list[dict]:
                 entries[sh.name] = entry
                 report.kept += 1
             bar.advance(check)
-    per_sample = plan.config["clip"]["num_blocks"] * plan.config["clip"]["block_len"]
+    per_sample = ClipSpec(**plan.config["clip"]).num_frames
     done = sum(len(sh.samples) for sh in plan.shards if sh.name in entries) * per_sample
     task = bar.add_task(
         f"{stream}/{split}: write shards",
@@ -393,13 +393,12 @@ def _sibling_warnings(out_dir: str | os.PathLike, plan: Plan) -> list[str]:
 
 def _next_step(out_dir: str | os.PathLike, stream: str, split: str) -> str:
     """The command that goes on from here: the split train needs next, or training."""
-    have = {p.stem.removeprefix("manifest-") for p in stream_dir(out_dir, stream).glob("manifest-*.json")}
     train = f"memdpc train --stream {stream} --shards {out_dir} --out runs/{stream}"
     if split == "all":
         return f"{train} --train-split all --val-split none"
-    if "train" not in have:
+    if not manifest_path(out_dir, stream, "train").is_file():
         return "the same command with --split train"
-    if "test" not in have:
+    if not manifest_path(out_dir, stream, "test").is_file():
         return f"the same command with --split test (train validates on it), then {train}"
     return train
 
