@@ -45,11 +45,11 @@ DEFAULT_CLIP = ClipSpec()
 # `memdpc preprocess`'s run reports in its --out folder, whole or per --part (PreprocessConfig.report_path)
 PREPROCESS_REPORTS = ("preprocess-report.json", "preprocess-report-part*of*.json")
 # why a video of the split has no samples: its kind in ``Plan.skipped`` and how the summary names it
-FAILED, NOT_WRITTEN, UNUSABLE = "failed", "not written", "unusable"
+FAILED, NOT_WRITTEN, UNUSABLE = "failed", "not-written", "unusable"
 SKIP_KINDS = {
     FAILED: "failed in preprocess",
     NOT_WRITTEN: "not written yet (preprocess not run on them, or still running)",
-    UNUSABLE: "unusable archives",
+    UNUSABLE: "with an unusable archive",
 }
 
 

@@ -77,8 +77,10 @@ def test_kept_shards_are_counted_in_the_shards_cell(shards):
 
 def test_skipped_videos_are_counted_by_why_and_listed_up_to_a_limit_then_warnings_and_what_was_written(shards):
     _, r = shards
-    failed = [{"video_id": f"v_f{i}", "kind": "failed", "reason": f"failed in preprocess: bad {i}"} for i in range(23)]
-    pending = [{"video_id": "v_p", "kind": "not written", "reason": "/a/rgb/v_p.tar: not written yet"}]
+    failed = [
+        {"video_id": f"v_f{i}", "kind": "failed", "reason": f"failed in preprocess: bad {i}"} for i in range(23)
+    ]
+    pending = [{"video_id": "v_p", "kind": "not-written", "reason": "/a/rgb/v_p.tar: not written yet"}]
     report = ShardReport(r.manifest, 5, 3, videos=3, skipped=failed + pending, warnings=["1 class has no samples"],
                          next_step="memdpc train --stream rgb --shards s --out runs/rgb")
     for next_step in (False, True):

@@ -23,6 +23,8 @@ from memdpc.pipeline.shard import THROTTLE_ENV, run_shard, shard_stream
 from memdpc.pipeline.shard_plan import usable_frames
 from memdpc.preprocess.archive import archive_path, read_archive, write_archive
 
+from ..conftest import jpeg
+
 CLIP = ClipSpec()
 NF = CLIP.num_frames
 
@@ -272,7 +274,8 @@ def test_sigint_and_sigterm_stop_within_seconds_say_what_was_kept_and_the_rerun_
         done = len(list(tmp_path.glob("flow/train-*.tar")))
         assert at_least <= done < 5 and not (tmp_path / "flow" / "manifest-train.json").exists()
         err = proc.stderr.read().decode()
-        assert f"interrupted ({sig.name}): {done} of 5 shards of flow/train written; the same command resumes" in err
+        note = f"interrupted ({sig.name}): {done} of 5 shards of flow/train written; the same command resumes"
+        assert note in err
         assert "Traceback" not in err
     resumed = _cli(*args)
     assert resumed.wait(timeout=120) == 0, resumed.stderr.read()
@@ -454,20 +457,24 @@ def test_shard_tells_videos_failed_in_preprocess_from_archives_not_written_yet(t
     failed, pending, kept = [r for r in tiny_archives.records if r.split == "test"]
     for r in (failed, pending):
         archive_path(root, "rgb", r.id).unlink()
-    videos = [{"id": failed.id, "status": "failed", "reason": "moov atom not found"}, {"id": kept.id, "status": "done"}]
+    videos = [
+        {"id": failed.id, "status": "failed", "reason": "moov atom not found"},
+        {"id": kept.id, "status": "done"},
+    ]
     (root / "preprocess-report.json").write_text(json.dumps({"videos": videos}))
     out = tmp_path / "shards"
     res = _run_cli(root, "--index", tiny_archives.index, "--stream", "rgb", "--out", out, "--split", "test")
     assert res.exit_code == 0, res.output
     lines = res.output.splitlines()
     expected = [
-        "skipped 2 videos: 1 failed in preprocess; 1 not written yet (preprocess not run on them, or still running)",
+        "skipped 2 videos: 1 failed in preprocess; 1 not written yet (preprocess not run on them, or still "
+        "running)",
         f"skipped {failed.id}: failed in preprocess: moov atom not found",
-        f"skipped {pending.id}: {archive_path(root, 'rgb', pending.id)}: not written yet (preprocess not run on it, "
-        "or still running)",
-        f"warning: 1 of the 3 test videos has no rgb archive yet (preprocess not run on them, or still running; e.g. "
-        f"{pending.id}): these shards leave them out; once preprocess has finished, run the same command with "
-        "--overwrite",
+        f"skipped {pending.id}: {archive_path(root, 'rgb', pending.id)}: not written yet (preprocess not run on "
+        "it, or still running)",
+        f"warning: 1 of the 3 test videos has no rgb archive yet (preprocess not run on them, or still running; "
+        f"e.g. {pending.id}): these shards leave them out; once preprocess has finished, run the same command "
+        "with --overwrite",
         f"warning: rgb/test has no samples of 2 classes with training videos: {failed.label_name}, "
         f"{pending.label_name} (retrieval and the kNN monitor on this split leave them out)",
         f"wrote {out / 'rgb' / 'manifest-test.json'} (1 sample of 1 video in 1 shard)",
@@ -475,7 +482,8 @@ def test_shard_tells_videos_failed_in_preprocess_from_archives_not_written_yet(t
     ]
     assert lines[-len(expected):] == expected
     manifest = load_manifest(out, "rgb", "test")
-    assert [(s["video_id"], s["kind"]) for s in manifest["skipped"]] == [(failed.id, "failed"), (pending.id, "not written")]
+    kinds = [(s["video_id"], s["kind"]) for s in manifest["skipped"]]
+    assert kinds == [(failed.id, "failed"), (pending.id, "not-written")]
 
 
 def test_a_class_without_samples_is_a_warning(tiny_archives, tmp_path):
@@ -490,8 +498,10 @@ def test_a_class_without_samples_is_a_warning(tiny_archives, tmp_path):
         "--overwrite",
         f"1 class has no samples in flow/train: {gone[0].label_name}",
     ]
-    assert report.next_step == "the same command with --split test (train validates on it), then memdpc train " \
-        f"--stream flow --shards {tmp_path / 'shards'} --out runs/flow"
+    assert report.next_step == (
+        "the same command with --split test (train validates on it), then memdpc train --stream flow --shards "
+        f"{tmp_path / 'shards'} --out runs/flow"
+    )
 
 
 def _shard_files(folder: Path) -> dict[str, bytes]:
@@ -505,16 +515,15 @@ def test_archives_changed_since_the_plan_are_refused_and_overwrite_rewrites_the_
     run_shard(root, long_archives.records, "rgb", out, "test", max_count=1)
     before = _shard_files(out / "rgb")
     meta, frames = read_archive(archive_path(root, "rgb", test[1].id))  # preprocess again, at another quality
-    lower = [cv2.imencode(".jpg", cv2.imdecode(np.frombuffer(f, np.uint8), 1), [cv2.IMWRITE_JPEG_QUALITY, 50])[1]
-             .tobytes() for f in frames]
+    lower = [jpeg(cv2.imdecode(np.frombuffer(f, np.uint8), cv2.IMREAD_COLOR), quality=50) for f in frames]
     write_archive(archive_path(root, "rgb", test[1].id), lower, meta)
     res = _run_cli(root, "--index", long_archives.index, "--stream", "rgb", "--out", out, "--split", "test",
                    "--max-count", "1")
     assert res.exit_code == 2 and "Traceback" not in res.output
     assert res.output.splitlines()[-1] == (
         f"Error: {out / 'rgb'}: 1 of the 4 archives of its test shards changed since they were planned (e.g. "
-        f"{test[1].id}: its archive was rewritten since); add --overwrite to rewrite the test shards, or use another "
-        "--out"
+        f"{test[1].id}: its archive was rewritten since); add --overwrite to rewrite the test shards, or use "
+        "another --out"
     )
     assert _shard_files(out / "rgb") == before  # refused: nothing touched
     again = run_shard(root, long_archives.records, "rgb", out, "test", max_count=1, overwrite=True)
@@ -549,7 +558,7 @@ def test_progress_counts_frames(long_archives, tmp_path):
 @pytest.mark.parametrize(
     "make, message",
     [
-        (lambda t: (t / "nope", t / "index.jsonl"), "{root}: frame archive folder not found; give the --out folder"),
+        (lambda t: (t / "nope", t / "index.jsonl"), "{root}: frame archive folder not found; give the --out"),
         (lambda t: (t, t / "clip.mp4"), "{index}: is a video file, not a video index;"),
         (lambda t: (t, t), "{index}: is a folder, not a video index; `memdpc index {index} --layout folder`"),
     ],

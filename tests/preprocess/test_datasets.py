@@ -228,12 +228,14 @@ def test_cli_folder_index_holds_out_test_then_val_per_class(tmp_path):
     assert sorted(k for k, s in split.items() if s == "test") == ["jump__jump03", "run__run03", "sit__sit02"]
     assert sorted(k for k, s in split.items() if s == "val") == ["jump__jump02", "run__run02", "sit__sit01"]
     assert "warning" not in res.output
-    assert res.output.splitlines()[-1] == (f"wrote {out}; next: memdpc preprocess flow {out} --out FRAMES --streams "
-                                           "rgb,flow (FRAMES: a new folder for the frame archives)")
+    assert res.output.splitlines()[-1] == (
+        f"wrote {out}; next: memdpc preprocess flow {out} --out FRAMES --streams rgb,flow (FRAMES: a new folder "
+        "for the frame archives)"
+    )
     res = _index_cli(root, out, "--test-per-class", "2", "--val-per-class", "1")
     assert res.exit_code == 2 and res.output.splitlines()[-1] == (
-        "Error: class 'sit' has 3 training video(s): too few to hold out 2 for test and 1 for validation and still "
-        "train on one")
+        "Error: class 'sit' has 3 training video(s): too few to hold out 2 for test and 1 for validation and "
+        "still train on one")
 
 
 def test_cli_folder_index_with_a_seed_draws_at_random_and_the_same_seed_gives_the_same_bytes(tmp_path):
