@@ -29,7 +29,7 @@ from memdpc.pipeline.backends import BACKENDS as LOADER_BACKENDS
 from memdpc.pipeline.clip import EVAL_CROPS
 from memdpc.pipeline.shard import run_shard
 from memdpc.pipeline.shard_plan import SHORT_POLICIES, SPLITS
-from memdpc.preprocess.datasets import READERS, build_index
+from memdpc.preprocess.datasets import READERS, make_index
 from memdpc.preprocess.example_families import EXAMPLE_FAMILIES
 from memdpc.preprocess.example_layout import CODECS, ExampleConfig
 from memdpc.preprocess.photos import PhotoConfig, make_photos
@@ -69,6 +69,8 @@ def main() -> None:
 
 
 # --------------------------------------------------------------------------------------------- index
+_INDEX = {name: p.default for name, p in inspect.signature(make_index).parameters.items()}  # library defaults
+
 @main.command("index")
 @click.argument("dataset_root", type=click.Path(path_type=Path))
 @click.option(
@@ -77,26 +79,42 @@ def main() -> None:
     required=True,
     help="Dataset layout of DATASET_ROOT.",
 )
-@click.option("--split", type=click.IntRange(1, 3), default=inspect.signature(build_index).parameters["split"].default,
-              show_default=True, help="Official split 1–3.")
-@click.option("--val-per-class", type=int, default=0, show_default=True,
-              help="Move this many training videos per class (the last by id) to a 'val' split.")
+@click.option("--split", type=click.IntRange(1, 3), default=_INDEX["split"], show_default=True,
+              help="Official split 1–3.")
+@click.option(
+    "--test-per-class",
+    type=click.IntRange(min=0),
+    default=_INDEX["test_per_class"],
+    show_default=True,
+    help="Move this many training videos per class to a 'test' split (for a folder without test/).",
+)
+@click.option(
+    "--val-per-class",
+    type=click.IntRange(min=0),
+    default=_INDEX["val_per_class"],
+    show_default=True,
+    help="Then move this many training videos per class to a 'val' split.",
+)
+@click.option(
+    "--seed",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Draw the held-out videos at random per class with this seed (default: the last ones by id).",
+)
 @click.option(
     "--out",
     "out",
-    type=click.Path(path_type=Path),
+    type=click.Path(path_type=Path, dir_okay=False),
     default=None,
     help="Index file to write (default: DATASET_ROOT/index_<layout>_split<N>.jsonl).",
 )
-def index_cmd(dataset_root: Path, layout: str, split: int, val_per_class: int, out: Path | None) -> None:
+def index_cmd(dataset_root: Path, layout: str, **kw) -> None:
     """Read a dataset in its official layout and write one video index (JSONL)."""
-    from memdpc.preprocess.video_index import hold_out_val, summary, write_index
+    from memdpc.preprocess.video_index import summary
 
-    records = hold_out_val(build_index(dataset_root, layout, split), val_per_class)
-    out = out or dataset_root / f"index_{layout}_split{split}.jsonl"
-    write_index(records, out)
-    counts = summary(records)
-    table = Table(title=f"{out} — {len(records)} videos")
+    report = make_index(dataset_root, layout, **kw)
+    counts = summary(report.records)
+    table = Table(title=f"{report.path} — {len(report.records)} videos")
     table.add_column("class")
     for s in counts:
         table.add_column(s, justify="right")
@@ -104,6 +122,13 @@ def index_cmd(dataset_root: Path, layout: str, split: int, val_per_class: int, o
         table.add_row(name or "(none)", *(str(c.get(name, 0)) for c in counts.values()))
     table.add_row("[bold]total", *(f"[bold]{sum(c.values())}" for c in counts.values()))
     Console().print(table)
+    for w in report.warnings:
+        console.print(f"[yellow]warning:[/yellow] {w}", soft_wrap=True)
+    console.print(
+        f"wrote {report.path}; next: memdpc preprocess flow {report.path} --out FRAMES --streams rgb,flow "
+        "(FRAMES: a new folder for the frame archives)",
+        soft_wrap=True,
+    )
 
 
 # ---------------------------------------------------------------------------------------------- data
@@ -418,6 +443,12 @@ _SHARD = {name: p.default for name, p in inspect.signature(run_shard).parameters
               help="Source frames between the frames of a sample (a sample spans blocks × block-len × stride).")
 @click.option("--strict", is_flag=True, help="Stop at the first bad video (default: skip and report it).")
 @click.option(
+    "--overwrite",
+    is_flag=True,
+    help="Rewrite the split's shards in --out made with other options or from archives changed since "
+    "(default: refuse).",
+)
+@click.option(
     "--verify",
     "verify",
     type=click.Path(path_type=Path),
@@ -441,7 +472,9 @@ def shard_cmd(archive_root: Path | None, verify: Path | None, **kw) -> None:
     index, stream, out, split = kw.pop("index"), kw.pop("stream"), kw.pop("out"), kw.pop("split")
     kw["clip"] = ClipSpec(kw.pop("num_blocks"), kw.pop("block_len"), kw.pop("stride"))
     console = Console()
-    print_shard_report(run_shard(archive_root, index, stream, out, split, console=console, **kw), console)
+    print_shard_report(
+        run_shard(archive_root, index, stream, out, split, console=console, **kw), console, next_step=True
+    )
 
 
 # --------------------------------------------------------------------------------------------- train

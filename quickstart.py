@@ -24,7 +24,7 @@ from memdpc.pipeline.shard import run_shard
 from memdpc.preprocess.datasets import build_index
 from memdpc.preprocess.example_families import EXAMPLE_FAMILIES
 from memdpc.preprocess.run import preprocess
-from memdpc.preprocess.video_index import hold_out_val, write_index
+from memdpc.preprocess.video_index import hold_out, write_index
 from memdpc.report_tables import print_result, print_shard_report
 from memdpc.streams import STREAMS
 from memdpc.train.checkpoint import write_initial_checkpoint
@@ -126,7 +126,7 @@ def _data(out: Path, p: Profile, family: str, seed: int, console: Console) -> Pa
     config, make = EXAMPLE_FAMILIES[family]
     root = make(out / "data", config(**p.data, seed=seed))
     index = out / "index.jsonl"
-    write_index(hold_out_val(build_index(root, "ucf101", 1), p.val_per_class), index)
+    write_index(hold_out(build_index(root, "ucf101", 1), p.val_per_class), index)
     return index
 
 

@@ -15,10 +15,16 @@ from rich.table import Table
 from memdpc.eval.results import load_result
 from memdpc.pipeline.manifest import VerifyResult
 from memdpc.pipeline.shard import ShardReport
+from memdpc.pipeline.shard_plan import SKIP_KINDS, UNUSABLE
+from memdpc.preprocess.video_index import plural
+
+SKIPPED_LISTED = 20  # skipped videos listed per kind; the manifest's "skipped" lists them all
 
 
-def print_shard_report(r: ShardReport, console: Console) -> None:
-    """One table row for the shards written (or kept), then every skipped video and why."""
+def print_shard_report(r: ShardReport, console: Console, next_step: bool = False) -> None:
+    """One table row for the shards written (or kept); the skipped videos counted by why (failed in
+    preprocess, archive not written yet, unusable archive) and listed; the warnings; then what was written and,
+    with ``next_step``, the command that goes on from here."""
     table = Table(title=str(r.manifest))
     for col in ("videos", "samples", "shards", "GB", "samples/s", "short", "skipped"):
         table.add_column(col, justify="right")
@@ -32,8 +38,30 @@ def print_shard_report(r: ShardReport, console: Console) -> None:
         str(len(r.skipped)),
     )
     console.print(table)
+    by_kind: dict[str, list[dict[str, str]]] = {}
     for s in r.skipped:
-        console.print(f"[yellow]skipped[/] {s['video_id']}: {s['reason']}")
+        by_kind.setdefault(s.get("kind", UNUSABLE), []).append(s)
+    if by_kind:
+        counts = "; ".join(f"{len(v)} {SKIP_KINDS[k]}" for k, v in sorted(by_kind.items()))
+        console.print(f"[yellow]skipped {plural(len(r.skipped), 'video')}:[/] {counts}", soft_wrap=True)
+    for kind, skipped in sorted(by_kind.items()):
+        for s in skipped[:SKIPPED_LISTED]:
+            console.print(f"[yellow]skipped[/] {s['video_id']}: {s['reason']}", soft_wrap=True)
+        if len(skipped) > SKIPPED_LISTED:
+            console.print(
+                f"[yellow]skipped[/] … and {len(skipped) - SKIPPED_LISTED} more {SKIP_KINDS[kind]} "
+                f"(all listed under 'skipped' in {r.manifest})",
+                soft_wrap=True,
+            )
+    for w in r.warnings:
+        console.print(f"[yellow]warning:[/] {w}", soft_wrap=True)
+    console.print(
+        f"wrote {r.manifest} ({plural(r.samples, 'sample')} of {plural(r.videos, 'video')} in "
+        f"{plural(r.shards, 'shard')})",
+        soft_wrap=True,
+    )
+    if next_step and r.next_step:
+        console.print(f"next: {r.next_step}", soft_wrap=True)
 
 
 def print_verify(results: list[VerifyResult], console: Console) -> bool:

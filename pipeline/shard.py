@@ -10,8 +10,10 @@ Tars are plain USTAR with fixed owner, mode and mtime, so the same inputs and se
 
 Resuming: the plan (see :mod:`memdpc.pipeline.shard_plan`) fixes which samples go to which shard; a shard is
 written to a temporary name and renamed when complete (its index and checksum first), so on a re-run every shard already
-in place is checked against the plan and kept, and only the missing ones are written. An output folder
-whose plan differs (other options or other inputs) is refused.
+in place is checked against the plan and kept, and only the missing ones are written; SIGINT and SIGTERM stop a
+run between two writes and say how many shards are in place. An output folder whose plan differs (other
+options, other videos, or archives rewritten, written or lost since) is refused, or with ``overwrite`` the
+split's shards are deleted and written anew.
 """
 
 from __future__ import annotations
@@ -20,13 +22,14 @@ import hashlib
 import json
 import os
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
+from memdpc import interrupts
 from memdpc.atomic import atomic_path, remove_stale_tmp, write_bytes_atomic, write_json_atomic
 from memdpc.errors import UserError
 from memdpc.pipeline import ustar
@@ -46,6 +49,9 @@ from memdpc.pipeline.shard_plan import (
     DEFAULT_MAX_SIZE,
     DEFAULT_WINDOW_STEP,
     FORMAT,
+    NOT_WRITTEN,
+    SKIP_KINDS,
+    TRAIN_SPLITS,
     FrameSource,
     Plan,
     Sample,
@@ -53,8 +59,9 @@ from memdpc.pipeline.shard_plan import (
     make_plan,
 )
 from memdpc.pipeline.wds_index import format_index, index_path, split_name
-from memdpc.preprocess.video_index import VideoRecord, read_index
+from memdpc.preprocess.video_index import VideoRecord, name_list, plural, read_index
 from memdpc.progress import progress_bar
+from memdpc.streams import STREAMS
 
 __all__ = ["run_shard", "shard_stream", "write_shard", "ShardReport", "THROTTLE_ENV"]
 
@@ -64,6 +71,9 @@ THROTTLE_ENV = "MEMDPC_SHARD_THROTTLE"
 
 @dataclass
 class ShardReport:
+    """What a run wrote (rendered by :func:`memdpc.report_tables.print_shard_report`): counts, the videos
+    skipped and why (``kind``: ``shard_plan.SKIP_KINDS``), warnings a user should read, and the next step."""
+
     manifest: Path
     samples: int
     shards: int
@@ -75,6 +85,8 @@ class ShardReport:
     rewritten: int = 0
     short: int = 0
     skipped: list[dict[str, str]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    next_step: str = ""
 
 
 class _HashWriter:
@@ -170,23 +182,68 @@ def _check_existing(tar_path: Path, shard: ShardPlan) -> dict | None:
     return _entry(tar_path, shard, sha256)
 
 
-def _claim(folder: Path, split: str, plan: Plan) -> None:
-    """Write the plan file, or check that the one in place (from an interrupted run) is the same plan."""
-    path = folder / f"plan-{split}.json"
+PLAN = "plan-{split}.json"  # in a stream's folder, beside the shards
+
+
+def plan_path(folder: Path, split: str) -> Path:
+    return folder / PLAN.format(split=split)
+
+
+def _claim(folder: Path, split: str, plan: Plan, overwrite: bool) -> None:
+    """Write the plan file, or check that the one in place (from an interrupted run) is the same plan; with
+    ``overwrite``, discard the split's shards of another plan first."""
+    path = plan_path(folder, split)
     new = json.loads(json.dumps(plan.fingerprint()))
     if path.is_file():
-        old = json.loads(path.read_text())
+        try:
+            old = json.loads(path.read_text())
+        except (OSError, ValueError):
+            old = {}
         if old == new:
             return
-        diff = sorted(k for k in new["config"] if old.get("config", {}).get(k) != new["config"][k])
-        what = f"options {', '.join(diff)}" if diff else "the input videos or frames"
-        raise UserError(
-            f"{folder}: holds {split} shards of another configuration (differs in {what}); "
-            "use another --out or delete that folder"
-        )
-    if any(folder.glob(shard_pattern(split))) or manifest_path(folder.parent, folder.name, split).exists():
+        if not overwrite:
+            raise UserError(_difference(folder, split, old, new))
+        _discard(folder, split, old)
+    elif any(folder.glob(shard_pattern(split))) or manifest_path(folder.parent, folder.name, split).exists():
         raise UserError(f"{folder}: holds {split} shards without a memdpc plan file; use another --out")
     write_json_atomic(path, new)
+
+
+def _difference(folder: Path, split: str, old: dict, new: dict) -> str:
+    """One line: how the plan of the shards in ``folder`` differs from the new one, and what to do."""
+    fix = f"add --overwrite to rewrite the {split} shards, or use another --out"
+    diff = sorted(k for k in new["config"] if old.get("config", {}).get(k) != new["config"][k])
+    if diff:
+        options = ", ".join(diff)
+        return f"{folder}: holds {split} shards of another configuration (differs in options {options}); {fix}"
+    was, now = old.get("archives"), new["archives"]
+    if was is None:
+        return f"{folder}: holds {split} shards of an unreadable or older plan (without its archives); {fix}"
+    if was.keys() != now.keys():
+        added, removed = sorted(now.keys() - was.keys()), sorted(was.keys() - now.keys())
+        return (
+            f"{folder}: holds {split} shards of another configuration (the input videos differ: {len(added)} "
+            f"added, {len(removed)} removed, e.g. {(added or removed)[0]}); {fix}"
+        )
+    changed = [vid for vid in now if now[vid] != was[vid]]
+    if changed:
+        vid = changed[0]
+        what = "written" if was[vid] is None else "lost or unusable" if now[vid] is None else "rewritten"
+        return (
+            f"{folder}: {len(changed)} of the {len(now)} archives of its {split} shards changed since they "
+            f"were planned (e.g. {vid}: its archive was {what} since); {fix}"
+        )
+    return f"{folder}: holds {split} shards of another configuration (the input videos or frames); {fix}"
+
+
+def _discard(folder: Path, split: str, old: dict) -> None:
+    """Delete the split's manifest (first: without it nothing reads the shards), then its shards with their
+    indexes and checksums: those the old plan names and any other in place."""
+    manifest_path(folder.parent, folder.name, split).unlink(missing_ok=True)
+    names = {sh["name"] for sh in old.get("shards", [])} | {p.name for p in folder.glob(shard_pattern(split))}
+    for tar in sorted(folder / n for n in names):
+        for p in (tar, index_path(tar), checksum_path(tar)):
+            p.unlink(missing_ok=True)
 
 
 def _uniform(values: set, what: str, folder: Path):
@@ -224,31 +281,137 @@ def _manifest(plan: Plan, entries: list[dict], folder: Path) -> dict[str, Any]:
     }
 
 
-def _keep_or_write(tar: Path, shard: ShardPlan, plan: Plan, report: ShardReport, advance) -> dict:
-    """Keep a shard already in place if it is exactly the planned one, else (re)write it."""
-    entry = _check_existing(tar, shard) if tar.exists() else None
-    if entry is not None:
-        report.kept += 1
-        advance(len(shard.samples))
-        return entry
-    report.rewritten += tar.exists()
-    report.written += 1
-    return write_shard(tar, shard, plan.sources, on_sample=advance)
-
-
-def _prepare(out_dir: str | os.PathLike, plan: Plan) -> Path:
+def _prepare(out_dir: str | os.PathLike, plan: Plan, overwrite: bool) -> Path:
     """The stream folder, claimed for this plan and cleared of temporary files of killed runs."""
     cfg = plan.config
     if plan.num_samples == 0:
+        kinds = Counter(s["kind"] for s in plan.skipped)
+        why = ", ".join(f"{n} {SKIP_KINDS[k]}" for k, n in sorted(kinds.items()))
         raise UserError(
-            f"no {cfg['stream']} samples for split '{cfg['split']}' ({len(plan.skipped)} videos skipped, "
-            f"{plan.short} short with --short {cfg['windows']['short']})"
+            f"no {cfg['stream']} samples for split '{cfg['split']}' ({len(plan.skipped)} videos skipped"
+            f"{': ' + why if why else ''}; {plan.short} short with --short {cfg['windows']['short']})"
         )
     folder = stream_dir(out_dir, cfg["stream"])
     folder.mkdir(parents=True, exist_ok=True)
-    _claim(folder, cfg["split"], plan)
+    _claim(folder, cfg["split"], plan, overwrite)
     remove_stale_tmp(folder)
     return folder
+
+
+def _write(folder: Path, plan: Plan, report: ShardReport, bar) -> list[dict]:
+    """Keep every shard in place that is exactly the planned one (checked first, so the rate and the time
+    left count only the frames written), then write the others; return the manifest entries."""
+    stream, split = plan.config["stream"], plan.config["split"]
+    present = [sh for sh in plan.shards if (folder / sh.name).exists()]
+    entries: dict[str, dict] = {}
+    if present:
+        check = bar.add_task(f"{stream}/{split}: check shards in place", total=len(present), unit="shards")
+        for sh in present:
+            if (entry := _check_existing(folder / sh.name, sh)) is not None:
+                entries[sh.name] = entry
+                report.kept += 1
+            bar.advance(check)
+    per_sample = ClipSpec(**plan.config["clip"]).num_frames
+    done = sum(len(sh.samples) for sh in plan.shards if sh.name in entries) * per_sample
+    task = bar.add_task(
+        f"{stream}/{split}: write shards",
+        total=plan.num_samples * per_sample,
+        completed=done,
+        unit="frames · 0 frames/s",
+    )
+    t0, written = time.perf_counter(), [0]
+
+    def advance() -> None:
+        written[0] += per_sample
+        rate = written[0] / max(time.perf_counter() - t0, 1e-9)
+        bar.update(task, advance=per_sample, unit=f"frames · {rate:.0f} frames/s")
+
+    for sh in plan.shards:
+        if sh.name not in entries:
+            rewrite = (folder / sh.name).exists()
+            entries[sh.name] = write_shard(folder / sh.name, sh, plan.sources, on_sample=advance)
+            report.written += 1
+            report.rewritten += rewrite
+            interrupts.check()  # a signal swallowed by a finaliser stops the run here
+    return [entries[sh.name] for sh in plan.shards]
+
+
+def _warnings(plan: Plan, records: list[VideoRecord], out_dir: str | os.PathLike) -> list[str]:
+    """What a user should know about the shards written: videos whose archives are not written yet, classes
+    without samples (in an eval split: those with training videos in the index), and sibling shards of other
+    settings."""
+    stream, split = plan.config["stream"], plan.config["split"]
+    out = []
+    pending = [s["video_id"] for s in plan.skipped if s["kind"] == NOT_WRITTEN]
+    if pending:
+        verb = "has" if len(pending) == 1 else "have"
+        out.append(
+            f"{len(pending)} of the {plural(len(plan.archives), split + ' video')} {verb} no {stream} archive "
+            f"yet (preprocess not run on them, or still running; e.g. {pending[0]}): these shards leave them "
+            "out; once preprocess has finished, run the same command with --overwrite"
+        )
+    have = {s.label for sh in plan.shards for s in sh.samples}
+    empty = [label for label, name in enumerate(plan.classes) if name and label not in have]
+    trained = set() if split in TRAIN_SPLITS else {r.label for r in records if r.split == "train"}
+    missed = [plan.classes[label] for label in empty if label in trained]
+    rest = [plan.classes[label] for label in empty if label not in trained]
+    if missed:
+        out.append(
+            f"{stream}/{split} has no samples of {plural(len(missed), 'class')} with training videos: "
+            f"{name_list(missed)} (retrieval and the kNN monitor on this split leave them out)"
+        )
+    if rest:
+        verb = "has" if len(rest) == 1 else "have"
+        out.append(f"{plural(len(rest), 'class')} {verb} no samples in {stream}/{split}: {name_list(rest)}")
+    return out + _sibling_warnings(out_dir, plan)
+
+
+def _sibling_warnings(out_dir: str | os.PathLike, plan: Plan) -> list[str]:
+    """Shards of other splits or streams in ``out_dir`` cut from archives of other settings (the same stream:
+    any setting; the other stream: the decoding, which the two streams share)."""
+    stream, split = plan.config["stream"], plan.config["split"]
+    out = []
+    for s in STREAMS:
+        for path in sorted(stream_dir(out_dir, s).glob(PLAN.format(split="*"))):
+            if path == plan_path(stream_dir(out_dir, stream), split):
+                continue
+            try:
+                theirs = json.loads(path.read_text())
+                other, settings = f"{s}/{theirs['config']['split']}", theirs.get("settings") or {}
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+            keys = [k for k in plan.settings if s == stream or k.startswith("decode.")]
+            diff = [k for k in keys if k in settings and settings[k] != plan.settings[k]]
+            if diff:
+                out.append(
+                    f"the {other} shards in {out_dir} were cut from archives of other settings ({diff[0]} "
+                    f"{settings[diff[0]]!r}, these {plan.settings[diff[0]]!r}): shard {other} again with "
+                    "--overwrite"
+                )
+    return out
+
+
+def _next_step(out_dir: str | os.PathLike, stream: str, split: str) -> str:
+    """The command that goes on from here: the split train needs next, or training."""
+    train = f"memdpc train --stream {stream} --shards {out_dir} --out runs/{stream}"
+    if split == "all":
+        return f"{train} --train-split all --val-split none"
+    if not manifest_path(out_dir, stream, "train").is_file():
+        return "the same command with --split train"
+    if not manifest_path(out_dir, stream, "test").is_file():
+        return f"the same command with --split test (train validates on it), then {train}"
+    return train
+
+
+def _interrupted(e: KeyboardInterrupt, plan: Plan | None, report: ShardReport | None) -> interrupts.Interrupted:
+    """``e`` as :class:`~memdpc.interrupts.Interrupted`, with how many shards are in place."""
+    stop = interrupts.as_interrupted(e)
+    if report is None:
+        return stop.keep("stopped while planning: nothing written; the same command starts again")
+    return stop.keep(
+        f"{report.kept + report.written} of {plural(report.shards, 'shard')} of "
+        f"{plan.config['stream']}/{plan.config['split']} written; the same command resumes"
+    )
 
 
 def run_shard(
@@ -265,43 +428,49 @@ def run_shard(
     max_size: int = DEFAULT_MAX_SIZE,
     seed: int = 0,
     strict: bool = False,
+    overwrite: bool = False,
     console: Console | None = None,
 ) -> ShardReport:
     """Shard one stream and split (see the module docstring); with ``console``, show progress there.
 
+    ``overwrite``: an output folder holding the split's shards of another plan (other options, videos or
+    archives) gets them deleted and written anew instead of refused. On SIGINT/SIGTERM (``KeyboardInterrupt``)
+    it re-raises :class:`memdpc.interrupts.Interrupted` saying how many shards are in place.
     Returns the :class:`ShardReport` (rendered by :func:`memdpc.report_tables.print_shard_report`)."""
     t0 = time.perf_counter()
     source = "video index"
     if not isinstance(index_records, list):
         source, index_records = str(index_records), read_index(index_records)
-    with progress_bar("samples", console=console, disable=console is None) as bar:
-        scan = bar.add_task(f"{stream}/{split}: scan archives", total=None)
-        plan = make_plan(
-            archive_root,
-            index_records,
-            stream,
-            split,
-            clip=clip,
-            window_step=window_step,
-            short=short,
-            max_count=max_count,
-            max_size=max_size,
-            seed=seed,
-            strict=strict,
-            source=source,
-            on_video=lambda i, n: bar.update(scan, completed=i + 1, total=n),
-        )
-        folder = _prepare(out_dir, plan)
-        report = ShardReport(manifest_path(out_dir, stream, split), plan.num_samples, len(plan.shards))
-        report.short, report.skipped = plan.short, plan.skipped
-        task = bar.add_task(f"{stream}/{split}: write shards", total=plan.num_samples)
-        entries = [
-            _keep_or_write(folder / sh.name, sh, plan, report, lambda n=1: bar.advance(task, n))
-            for sh in plan.shards
-        ]
-    manifest = _manifest(plan, entries, folder)
-    write_manifest(report.manifest, manifest)
+    plan = report = None
+    try:
+        with progress_bar("{task.fields[unit]}", console=console, disable=console is None) as bar:
+            scan = bar.add_task(f"{stream}/{split}: scan archives", total=None, unit="videos")
+            plan = make_plan(
+                archive_root,
+                index_records,
+                stream,
+                split,
+                clip=clip,
+                window_step=window_step,
+                short=short,
+                max_count=max_count,
+                max_size=max_size,
+                seed=seed,
+                strict=strict,
+                source=source,
+                on_video=lambda i, n: bar.update(scan, completed=i + 1, total=n),
+            )
+            folder = _prepare(out_dir, plan, overwrite)
+            report = ShardReport(manifest_path(out_dir, stream, split), plan.num_samples, len(plan.shards))
+            report.short, report.skipped = plan.short, plan.skipped
+            entries = _write(folder, plan, report, bar)
+        manifest = _manifest(plan, entries, folder)
+        write_manifest(report.manifest, manifest)
+    except KeyboardInterrupt as e:
+        raise _interrupted(e, plan, report) from None
     report.videos, report.bytes = manifest["num_videos"], sum(e["bytes"] for e in entries)
+    report.warnings = _warnings(plan, index_records, out_dir)
+    report.next_step = _next_step(out_dir, stream, split)
     report.seconds = time.perf_counter() - t0
     return report
 

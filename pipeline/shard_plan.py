@@ -17,6 +17,7 @@ import hashlib
 import json
 import os
 import tarfile
+from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,6 +42,15 @@ DEFAULT_WINDOW_STEP = 20  # UCF101 (~180 frames at 25 fps): starts 0, 20, 40 (, 
 DEFAULT_MAX_COUNT = 1000
 DEFAULT_MAX_SIZE = 128 * 2**20
 DEFAULT_CLIP = ClipSpec()
+# `memdpc preprocess`'s run reports in its --out folder, whole or per --part (PreprocessConfig.report_path)
+PREPROCESS_REPORTS = ("preprocess-report.json", "preprocess-report-part*of*.json")
+# why a video of the split has no samples: its kind in ``Plan.skipped`` and how the summary names it
+FAILED, NOT_WRITTEN, UNUSABLE = "failed", "not-written", "unusable"
+SKIP_KINDS = {
+    FAILED: "failed in preprocess",
+    NOT_WRITTEN: "not written yet (preprocess not run on them, or still running)",
+    UNUSABLE: "with an unusable archive",
+}
 
 
 @dataclass(frozen=True, eq=False)
@@ -105,17 +115,27 @@ class Plan:
     shards: list[ShardPlan]
     skipped: list[dict[str, str]] = field(default_factory=list)
     short: int = 0
+    archives: dict[str, str | None] = field(default_factory=dict)  # video id → archive_digest, None: skipped
+    settings: dict[str, Any] = field(default_factory=dict)  # the archives' archive_settings (all alike)
 
     @property
     def num_samples(self) -> int:
         return sum(len(s.samples) for s in self.shards)
 
     def fingerprint(self) -> dict[str, Any]:
-        """What a finished output directory must match to be resumed: config plus every shard's keys."""
+        """What a finished output directory must match to be resumed: config, the archives' settings and
+        identities (so archives rewritten since are noticed), and every shard's keys."""
         keys = [[s.key for s in sh.samples] for sh in self.shards]
         digest = hashlib.sha256(json.dumps(keys).encode()).hexdigest()
         shards = [{"name": sh.name, "num_samples": len(sh.samples), "bytes": sh.bytes} for sh in self.shards]
-        return {"format": FORMAT, "config": self.config, "samples_sha256": digest, "shards": shards}
+        return {
+            "format": FORMAT,
+            "config": self.config,
+            "settings": self.settings,
+            "archives": self.archives,
+            "samples_sha256": digest,
+            "shards": shards,
+        }
 
 
 def usable_frames(stream: str, num_frames: int) -> int:
@@ -165,6 +185,97 @@ def scan_archive(path: Path) -> FrameSource:
         )
     table = np.array([frames[i] for i in range(n)], dtype=np.int64).reshape(n, 2)
     return FrameSource(path, meta, table[:, 0].copy(), table[:, 1].copy())
+
+
+def archive_digest(src: FrameSource) -> str:
+    """An archive's identity as far as its shards depend on it: its ``meta.json`` and every frame's size (from
+    the headers planning reads anyway). Rewritten with other settings or from another source, it differs;
+    copied elsewhere, it does not."""
+    h = hashlib.sha256(json.dumps(src.meta, sort_keys=True).encode())
+    h.update(src.sizes.astype("<i8").tobytes())
+    return h.hexdigest()[:16]
+
+
+def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out = {}
+    for k, v in d.items():
+        out.update(_flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v})
+    return out
+
+
+def archive_settings(meta: dict[str, Any]) -> dict[str, Any]:
+    """The preprocess settings an archive's ``meta.json`` records that change its frames, as flat keys
+    (``decode.size``, ``encoding``, ``flow.tvl1.warps``, …). The flow backend is not one: the backends give
+    the same codes (README, Batched TV-L1), so parts preprocessed on CPUs and on GPUs may be mixed."""
+    settings = _flat({"decode": meta.get("decode") or {}, "flow": meta.get("flow") or {}})
+    settings.pop("flow.backend", None)
+    return {"encoding": meta.get("encoding"), **settings}
+
+
+def _check_settings(metas: dict[str, dict[str, Any]], folder: Path) -> dict[str, Any]:
+    """The settings all archives (video id → ``meta.json``) share; UserError naming how many differ from the
+    most common, one of them and the setting, when they do not all share them (e.g. a preprocess
+    ``--overwrite`` with other options stopped halfway)."""
+    groups: dict[str, list[str]] = defaultdict(list)
+    for vid, meta in metas.items():
+        groups[json.dumps(archive_settings(meta), sort_keys=True)].append(vid)
+    ranked = sorted(groups.values(), key=len, reverse=True)
+    common = archive_settings(metas[ranked[0][0]]) if ranked else {}
+    if len(ranked) <= 1:
+        return common
+    odd = [vid for group in ranked[1:] for vid in group]
+    theirs = archive_settings(metas[odd[0]])
+    key = sorted(k for k in common.keys() | theirs.keys() if common.get(k) != theirs.get(k))[0]
+    raise UserError(
+        f"{folder}: {len(odd)} of {len(metas)} archives were made with other preprocess settings than the "
+        f"rest (e.g. {odd[0]}.tar: {key} {theirs.get(key)!r}, the rest {common.get(key)!r}); run `memdpc "
+        "preprocess` again with one set of options and --overwrite"
+    )
+
+
+def preprocess_outcomes(archive_root: str | os.PathLike) -> dict[str, dict[str, Any]]:
+    """Video id → its entry (``status``, ``reason``) in the preprocess reports of ``archive_root``, the
+    newest report last so that it wins; empty when preprocess wrote none there."""
+    root = Path(archive_root)
+    found = {p for pattern in PREPROCESS_REPORTS for p in root.glob(pattern)}
+    reports = sorted(found, key=lambda p: p.stat().st_mtime_ns)
+    out: dict[str, dict[str, Any]] = {}
+    for path in reports:
+        try:
+            out.update({v["id"]: v for v in json.loads(path.read_text())["videos"]})
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise UserError(
+                f"{path}: unreadable preprocess report ({e}); delete it or run preprocess again"
+            ) from None
+    return out
+
+
+def _missing(path: Path, outcome: dict[str, Any] | None) -> dict[str, str]:
+    """The skip entry of a video without an archive: failed in preprocess (its report says why), or not
+    written yet."""
+    if outcome is not None and outcome.get("status") == "failed":
+        return {"kind": FAILED, "reason": f"failed in preprocess: {outcome.get('reason', 'no reason given')}"}
+    return {
+        "kind": NOT_WRITTEN,
+        "reason": f"{path}: not written yet (preprocess not run on it, or still running)",
+    }
+
+
+def _check_root(root: Path, stream: str) -> None:
+    if not root.is_dir():
+        raise UserError(
+            f"{root}: frame archive folder not found; give the --out folder of `memdpc preprocess`"
+        )
+    if (root / stream).is_dir():
+        return
+    if root.name in STREAMS and any(root.glob("*.tar")):
+        raise UserError(
+            f"{root}: is a folder of {root.name} archives; give the folder that holds it ({root.parent})"
+        )
+    raise UserError(
+        f"{root}: holds no {stream}/ folder of frame archives; run `memdpc preprocess` with --out "
+        f"{root} and --streams including {stream} first"
+    )
 
 
 def sample_json(rec: VideoRecord, start: int, fps: Any, stream: str) -> bytes:
@@ -233,6 +344,17 @@ def _cut(
     return shards
 
 
+def _usable_archive(path: Path, rec: VideoRecord, stream: str) -> FrameSource:
+    """The scanned archive of ``rec``; UserError if it is unreadable or has too few frames."""
+    src = scan_archive(path)
+    expected = _expected_frames(rec, stream)
+    if expected is not None and src.num_frames < expected:
+        raise UserError(f"{src.path}: {src.num_frames} frames, but the index says {expected}")
+    if usable_frames(stream, src.num_frames) < 1:
+        raise UserError(f"{src.path}: too few frames ({src.num_frames}) for a {stream} sample")
+    return src
+
+
 def _check_key(rec: VideoRecord, clip: ClipSpec, source: str) -> None:
     longest = member_name(sample_key(rec.id, 0), frame_member(clip.num_frames - 1))
     if "." in rec.id or "/" in rec.id or len(longest) > ustar.MAX_NAME:
@@ -273,8 +395,15 @@ def make_plan(
     classes = class_names(records, source)
     chosen = [r for r in records if split == "all" or r.split == split]
     if not chosen:
-        raise UserError(f"{source}: no videos in split '{split}'")
+        have = ", ".join(f"{k}: {n}" for k, n in sorted(Counter(r.split for r in records).items()))
+        hint = f"; `memdpc index … --{split}-per-class N` holds some out" if split in ("test", "val") else ""
+        raise UserError(f"{source}: no videos in split '{split}' (it has {have}){hint}")
+    root = Path(archive_root)
+    _check_root(root, stream)
+    outcomes = preprocess_outcomes(root)
     sources: dict[str, FrameSource] = {}
+    archives: dict[str, str | None] = {}
+    metas: dict[str, dict[str, Any]] = {}
     samples: list[Sample] = []
     skipped: list[dict[str, str]] = []
     num_short = 0
@@ -282,24 +411,28 @@ def make_plan(
         if on_video:
             on_video(i, len(chosen))
         _check_key(rec, clip, source)
-        try:
-            src = scan_archive(archive_path(archive_root, stream, rec.id))
-            expected = _expected_frames(rec, stream)
-            if expected is not None and src.num_frames < expected:
-                raise UserError(f"{src.path}: {src.num_frames} frames, but the index says {expected}")
-            if usable_frames(stream, src.num_frames) < 1:
-                raise UserError(f"{src.path}: too few frames ({src.num_frames}) for a {stream} sample")
-        except UserError as e:
+        archives[rec.id] = None
+        path = archive_path(root, stream, rec.id)
+        if path.is_file():
+            try:
+                src, skip = _usable_archive(path, rec, stream), None
+            except UserError as e:
+                skip = {"kind": UNUSABLE, "reason": str(e)}
+        else:
+            skip = _missing(path, outcomes.get(rec.id))
+        if skip is not None:
             if strict:
-                raise
-            skipped.append({"video_id": rec.id, "reason": str(e)})
+                raise UserError(f"{rec.id}: {skip['reason']}")
+            skipped.append({"video_id": rec.id, **skip})
             continue
+        archives[rec.id], metas[rec.id] = archive_digest(src), src.meta
         if usable_frames(stream, src.num_frames) < clip.span:
             num_short += 1
             if short == "drop":
                 continue
         sources[rec.id] = src
         samples.extend(_video_samples(rec, src, stream, clip, train, window_step))
+    settings = _check_settings(metas, root / stream)
     if train:
         samples = [samples[i] for i in np.random.default_rng(seed).permutation(len(samples))]
     config = {
@@ -317,4 +450,4 @@ def make_plan(
         "seed": seed,
     }
     shards = _cut(samples, sources, split, max_count, max_size)
-    return Plan(config, classes, sources, shards, skipped, num_short)
+    return Plan(config, classes, sources, shards, skipped, num_short, archives, settings)

@@ -8,14 +8,24 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import statistics
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from memdpc.errors import UserError
-from memdpc.preprocess.video_index import VideoRecord, check_unique, video_id
-
-VIDEO_EXTS = (".avi", ".mp4", ".mkv", ".webm", ".mov", ".m4v", ".mpg", ".mpeg")
+from memdpc.preprocess.video_index import (
+    SPLIT_NAMES,
+    VIDEO_EXTS,
+    VideoRecord,
+    check_unique,
+    hold_out,
+    name_list,
+    plural,
+    video_id,
+    write_index,
+)
 
 
 def _first_existing(candidates: list[Path], what: str) -> Path:
@@ -240,3 +250,65 @@ def build_index(root: str | Path, layout: str, split: int = 1) -> list[VideoReco
     if layout not in READERS:
         raise UserError(f"unknown layout '{layout}' (choose from {', '.join(READERS)})")
     return READERS[layout](root, split)
+
+
+# the splits each layout can give (Oops: train and val); a missing one is worth a warning, with how to get it
+_LAYOUT_SPLITS = {"oops": ("train", "val")}
+_EMPTY_HINT = {
+    "train": "every video is in another split",
+    "val": "use --val-per-class N (held-out videos for train's kNN monitor and --best-by knn)",
+    "test": "use --test-per-class N",
+}
+_FOLDER_HINT = {
+    "train": ", or a train/ folder",
+    "val": ", or a val/ folder",
+    "test": ", or train/ and test/ folders",
+}
+def index_warnings(records: list[VideoRecord], layout: str) -> list[str]:
+    """What a user should know before preprocessing: a split of the layout that is empty (with how to fill
+    it), and classes with no video in a split. Unlabelled videos (Oops) have no classes to check."""
+    splits = _LAYOUT_SPLITS.get(layout, SPLIT_NAMES)
+    present = {r.split for r in records}
+    names = sorted({r.label_name for r in records if r.label >= 0})
+    out = []
+    for split in splits:
+        if split not in present:
+            hint = _EMPTY_HINT[split] + (_FOLDER_HINT[split] if layout == "folder" else "")
+            out.append(f"no '{split}' videos: {hint}")
+    for split in (s for s in SPLIT_NAMES if s in present):
+        missing = sorted(set(names) - {r.label_name for r in records if r.split == split})
+        if missing:
+            verb = "has" if len(missing) == 1 else "have"
+            out.append(f"{plural(len(missing), 'class')} {verb} no video in '{split}': {name_list(missing)}")
+    return out
+
+
+@dataclass
+class IndexReport:
+    """What ``memdpc index`` wrote: the index file, its records and the warnings about its splits."""
+
+    path: Path
+    records: list[VideoRecord]
+    warnings: list[str]
+
+
+def default_index_path(root: str | os.PathLike, layout: str, split: int) -> Path:
+    return Path(root) / f"index_{layout}_split{split}.jsonl"
+
+
+def make_index(
+    root: str | os.PathLike,
+    layout: str,
+    split: int = 1,
+    *,
+    val_per_class: int = 0,
+    test_per_class: int = 0,
+    seed: int | None = None,
+    out: str | os.PathLike | None = None,
+) -> IndexReport:
+    """``memdpc index``: read the dataset, hold videos out (:func:`~memdpc.preprocess.video_index.hold_out`),
+    write the index (default :func:`default_index_path`) and say what is missing from its splits."""
+    records = hold_out(build_index(root, layout, split), val_per_class, test_per_class, seed=seed)
+    path = Path(out) if out is not None else default_index_path(root, layout, split)
+    write_index(records, path)
+    return IndexReport(path, records, index_warnings(records, layout))

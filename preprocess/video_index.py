@@ -16,10 +16,15 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from memdpc.atomic import atomic_path
 from memdpc.errors import UserError
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
+VIDEO_EXTS = (".avi", ".mp4", ".mkv", ".webm", ".mov", ".m4v", ".mpg", ".mpeg")
+SPLIT_NAMES = ("train", "val", "test")  # the splits an index holds
+INDEX_HINT = "give the JSONL file `memdpc index DATASET_ROOT --layout …` writes"
 
 
 def video_id(name: str) -> str:
@@ -65,12 +70,24 @@ def write_index(records: list[VideoRecord], path: str | os.PathLike) -> None:
 
 
 def read_index(path: str | os.PathLike) -> list[VideoRecord]:
-    """Read a JSONL video index, with a clear error for a missing file or a malformed line."""
+    """Read a JSONL video index, with a one-line error for a missing file, a folder or a video (or other
+    binary file) given instead, or a malformed line."""
     path = Path(path)
+    if path.is_dir():
+        raise UserError(
+            f"{path}: is a folder, not a video index; `memdpc index {path} --layout folder` (or "
+            "the dataset's layout) writes the index file"
+        )
     if not path.is_file():
-        raise UserError(f"{path}: video index not found")
+        raise UserError(f"{path}: video index not found; {INDEX_HINT}")
+    if path.suffix.lower() in VIDEO_EXTS:
+        raise UserError(f"{path}: is a video file, not a video index; {INDEX_HINT}")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise UserError(f"{path}: not a video index (binary data, not JSON lines); {INDEX_HINT}") from None
     records = []
-    for lineno, line in enumerate(path.read_text().splitlines(), 1):
+    for lineno, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:
@@ -82,28 +99,59 @@ def read_index(path: str | os.PathLike) -> list[VideoRecord]:
     return records
 
 
-def hold_out_val(records: list[VideoRecord], per_class: int) -> list[VideoRecord]:
-    """Move the last ``per_class`` training videos of each class (in id order) to split ``val``.
+def hold_out(
+    records: list[VideoRecord], val_per_class: int = 0, test_per_class: int = 0, *, seed: int | None = None
+) -> list[VideoRecord]:
+    """Move training videos of each class to split ``test`` (first) and then to ``val``.
 
-    For layouts without a validation split (UCF101, HMDB51): the kNN monitor and ``--best-by knn`` then
-    choose on videos that are neither trained on nor tested. Every class must keep a training video.
+    For layouts without such splits (a plain folder; UCF101 and HMDB51 have no ``val``, which the kNN monitor
+    and ``--best-by knn`` choose on). Without ``seed`` the held-out videos are the last training videos of each
+    class in id order (``test`` the last ``test_per_class``, ``val`` the last ``val_per_class`` of the rest, so
+    ``val`` alone is what it was before ``test_per_class`` existed); with ``seed`` they are drawn at random per
+    class (classes in label order, one generator). Every class must keep a training video.
     """
-    if per_class < 0:
-        raise UserError(f"--val-per-class must be ≥ 0, not {per_class}")
-    if per_class == 0:
+    for option, n in (("--val-per-class", val_per_class), ("--test-per-class", test_per_class)):
+        if n < 0:
+            raise UserError(f"{option} must be ≥ 0, not {n}")
+    if seed is not None and seed < 0:
+        raise UserError(f"--seed must be ≥ 0, not {seed}")
+    want = test_per_class + val_per_class
+    if want == 0:
         return records
-    by_class: dict[int, list[str]] = {}
+    by_class: dict[int, list[str]] = {r.label: [] for r in records}  # also a class without training videos
     for r in records:
         if r.split == "train":
-            by_class.setdefault(r.label, []).append(r.id)
-    val = set()
+            by_class[r.label].append(r.id)
+    rng = None if seed is None else np.random.default_rng(seed)
+    moved: dict[str, str] = {}
     for label, ids in sorted(by_class.items()):
-        if len(ids) <= per_class:
+        if len(ids) <= want:
             name = next(r.label_name for r in records if r.label == label)
-            raise UserError(f"class '{name}' has {len(ids)} training video(s): too few to hold {per_class} out "
-                            "for validation and still train on one")
-        val.update(sorted(ids)[-per_class:])
-    return [replace(r, split="val") if r.id in val else r for r in records]
+            raise UserError(
+                f"class '{name}' has {len(ids)} training video(s): too few to hold out "
+                f"{_held(val_per_class, test_per_class)} and still train on one"
+            )
+        ids = sorted(ids)
+        order = ids[::-1] if rng is None else [ids[i] for i in rng.permutation(len(ids))]
+        moved.update(dict.fromkeys(order[:test_per_class], "test"))
+        moved.update(dict.fromkeys(order[test_per_class:want], "val"))
+    return [replace(r, split=moved[r.id]) if r.id in moved else r for r in records]
+
+
+def _held(val: int, test: int) -> str:
+    parts = [f"{test} for test"] * bool(test) + [f"{val} for validation"] * bool(val)
+    return " and ".join(parts)
+
+
+def name_list(names: list[str], most: int = 10) -> str:
+    """``a, b, c`` for a warning: at most ``most`` names, then how many more."""
+    more = len(names) - most
+    return ", ".join(names[:most]) + (f" and {more} more" if more > 0 else "")
+
+
+def plural(n: int, noun: str) -> str:
+    """``1 video``, ``2 videos``, ``3 classes``."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}{'es' if noun.endswith('s') else 's'}"
 
 
 def summary(records: list[VideoRecord]) -> dict[str, Counter]:

@@ -49,3 +49,25 @@ def test_an_output_folder_that_is_a_file_is_a_usage_error(tmp_path, args):
     assert res.returncode == 2, res.stderr
     assert f"'{out}' is a file" in res.stderr and "Traceback" not in res.stderr
     assert out.read_text() == "keep me"
+
+
+@pytest.mark.parametrize(
+    "verb, given, message",
+    [
+        ("flow", "clip.mp4", "{given}: is a video file, not a video index; give the JSONL file `memdpc index"),
+        ("frames", "videos", "{given}: is a folder, not a video index; `memdpc index {given} --layout folder`"),
+        ("frames", "notes.jsonl", "{given}: not a video index (binary data, not JSON lines)"),
+    ],
+)
+def test_preprocess_given_something_else_than_an_index_is_a_one_line_error(tmp_path, verb, given, message):
+    from click.testing import CliRunner
+
+    from memdpc.cli import main
+
+    (tmp_path / "videos" / "jump").mkdir(parents=True)
+    (tmp_path / "clip.mp4").write_bytes(b"\x00\x00\x00\x18ftypmp42" + bytes(range(256)))
+    (tmp_path / "notes.jsonl").write_bytes(bytes(range(256)))
+    res = CliRunner().invoke(main, ["preprocess", verb, str(tmp_path / given), "--out", str(tmp_path / "frames")])
+    assert res.exit_code == 2 and "Traceback" not in res.output
+    assert res.output.splitlines()[-1].startswith("Error: " + message.format(given=tmp_path / given))
+    assert not (tmp_path / "frames").exists()

@@ -17,7 +17,7 @@ from memdpc.pipeline.manifest import verify_shards
 from memdpc.pipeline.shard import ShardReport, run_shard
 from memdpc.preprocess.synthetic import CLASSES, render_video
 from memdpc.preprocess.video_index import VideoRecord
-from memdpc.report_tables import print_result, print_shard_report, print_verify
+from memdpc.report_tables import SKIPPED_LISTED, print_result, print_shard_report, print_verify
 
 from .conftest import write_jpeg_archive
 
@@ -73,6 +73,32 @@ def test_kept_shards_are_counted_in_the_shards_cell(shards):
     console = _console()
     print_shard_report(ShardReport(r.manifest, 5, 3, videos=3, kept=2, seconds=1.0), console)
     assert _rows(console.export_text())[1] == ["3", "5", "3 (2 kept)", "0.000", "5.0", "0", "0"]
+
+
+def test_skipped_videos_are_counted_by_why_and_listed_up_to_a_limit_then_warnings_and_what_was_written(shards):
+    _, r = shards
+    failed = [
+        {"video_id": f"v_f{i}", "kind": "failed", "reason": f"failed in preprocess: bad {i}"} for i in range(23)
+    ]
+    pending = [{"video_id": "v_p", "kind": "not-written", "reason": "/a/rgb/v_p.tar: not written yet"}]
+    report = ShardReport(r.manifest, 5, 3, videos=3, skipped=failed + pending, warnings=["1 class has no samples"],
+                         next_step="memdpc train --stream rgb --shards s --out runs/rgb")
+    for next_step in (False, True):
+        console = _console()
+        print_shard_report(report, console, next_step=next_step)
+        lines = console.export_text().splitlines()
+        start = lines.index("skipped 24 videos: 23 failed in preprocess; 1 not written yet (preprocess not run on "
+                            "them, or still running)")
+        assert lines[start + 1 : start + 2 + SKIPPED_LISTED] == [
+            *(f"skipped v_f{i}: failed in preprocess: bad {i}" for i in range(SKIPPED_LISTED)),
+            f"skipped … and 3 more failed in preprocess (all listed under 'skipped' in {r.manifest})",
+        ]
+        assert lines[start + 2 + SKIPPED_LISTED :] == [
+            "skipped v_p: /a/rgb/v_p.tar: not written yet",
+            "warning: 1 class has no samples",
+            f"wrote {r.manifest} (5 samples of 3 videos in 3 shards)",
+            *["next: memdpc train --stream rgb --shards s --out runs/rgb"] * next_step,
+        ]
 
 
 def test_verify_table_of_good_and_damaged_shards(shards, tmp_path):

@@ -21,7 +21,9 @@ from memdpc.pipeline.clip import ClipSpec
 from memdpc.pipeline.manifest import load_manifest, shard_paths, verify_shards
 from memdpc.pipeline.shard import THROTTLE_ENV, run_shard, shard_stream
 from memdpc.pipeline.shard_plan import usable_frames
-from memdpc.preprocess.archive import archive_path, read_archive
+from memdpc.preprocess.archive import archive_path, read_archive, write_archive
+
+from ..conftest import jpeg
 
 CLIP = ClipSpec()
 NF = CLIP.num_frames
@@ -218,24 +220,36 @@ def _cli(*args: str, env=None) -> subprocess.Popen:
     )
 
 
+@pytest.fixture(scope="module")
+def flow_train_ref(long_archives, tmp_path_factory) -> Path:
+    """flow/train shards of ``long_archives`` with --max-count 2 (5 shards), written without interruption."""
+    out = tmp_path_factory.mktemp("ref")
+    run_shard(long_archives.root, long_archives.records, "flow", out, "train", max_count=2)
+    return out / "flow"
+
+
+KILL_ARGS = ("--stream", "flow", "--max-count", "2")
+
+
+def _wait_for_shards(out: Path, n: int, proc: subprocess.Popen) -> None:
+    deadline = time.time() + 60
+    while len(list(out.glob("flow/train-*.tar"))) < n and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.02)
+
+
+def _assert_same_files(out: Path, ref: Path) -> None:
+    files = sorted(p.name for p in ref.iterdir())
+    assert files == sorted(p.name for p in (out / "flow").iterdir())  # no temporary files left behind
+    for name in files:
+        assert (out / "flow" / name).read_bytes() == (ref / name).read_bytes(), name
+
+
 @pytest.mark.slow
-def test_kill_and_resume_gives_the_same_shards(long_archives, tmp_path):
-    args = [
-        str(long_archives.root),
-        "--index",
-        str(long_archives.index),
-        "--stream",
-        "flow",
-        "--max-count",
-        "2",
-    ]
-    ref = _cli(*args, "--out", str(tmp_path / "ref"))
-    assert ref.wait(timeout=120) == 0, ref.stderr.read()
+def test_kill_and_resume_gives_the_same_shards(long_archives, flow_train_ref, tmp_path):
+    args = [str(long_archives.root), "--index", str(long_archives.index), *KILL_ARGS]
     out = tmp_path / "killed"
     proc = _cli(*args, "--out", str(out), env={THROTTLE_ENV: "0.3"})
-    deadline = time.time() + 60
-    while len(list(out.glob("flow/train-*.tar"))) < 2 and time.time() < deadline:
-        time.sleep(0.02)
+    _wait_for_shards(out, 2, proc)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     done = sorted(p.name for p in out.glob("flow/train-*.tar"))
@@ -243,10 +257,29 @@ def test_kill_and_resume_gives_the_same_shards(long_archives, tmp_path):
     resumed = _cli(*args, "--out", str(out))
     assert resumed.wait(timeout=120) == 0, resumed.stderr.read()
     assert "kept" in resumed.stdout.read().decode()
-    files = sorted(p.name for p in (tmp_path / "ref" / "flow").iterdir())
-    assert files == sorted(p.name for p in (out / "flow").iterdir())  # no temporary files left behind
-    for name in files:
-        assert (out / "flow" / name).read_bytes() == (tmp_path / "ref" / "flow" / name).read_bytes(), name
+    _assert_same_files(out, flow_train_ref)
+
+
+@pytest.mark.slow
+def test_sigint_and_sigterm_stop_within_seconds_say_what_was_kept_and_the_rerun_completes(
+    long_archives, flow_train_ref, tmp_path
+):
+    args = [str(long_archives.root), "--index", str(long_archives.index), *KILL_ARGS, "--out", str(tmp_path)]
+    for sig, code, at_least in ((signal.SIGINT, 130, 1), (signal.SIGTERM, 143, 3)):
+        proc = _cli(*args, env={THROTTLE_ENV: "0.3"})
+        _wait_for_shards(tmp_path, at_least, proc)
+        sent = time.time()
+        proc.send_signal(sig)
+        assert proc.wait(timeout=10) == code and time.time() - sent < 5
+        done = len(list(tmp_path.glob("flow/train-*.tar")))
+        assert at_least <= done < 5 and not (tmp_path / "flow" / "manifest-train.json").exists()
+        err = proc.stderr.read().decode()
+        note = f"interrupted ({sig.name}): {done} of 5 shards of flow/train written; the same command resumes"
+        assert note in err
+        assert "Traceback" not in err
+    resumed = _cli(*args)
+    assert resumed.wait(timeout=120) == 0, resumed.stderr.read()
+    _assert_same_files(tmp_path, flow_train_ref)
 
 
 def test_resume_keeps_complete_shards_and_rewrites_damaged_ones(long_archives, tmp_path):
@@ -297,7 +330,7 @@ def test_bad_archives_are_skipped_and_reported_or_refused_with_strict(long_archi
     report = run_shard(root, long_archives.records, "rgb", tmp_path / "out", "test")
     reasons = {s["video_id"]: s["reason"] for s in report.skipped}
     assert set(reasons) == set(test_ids[:3])
-    assert "not found" in reasons[test_ids[0]]
+    assert "not written yet" in reasons[test_ids[0]]
     assert reasons[test_ids[1]] and reasons[test_ids[2]]
     m = load_manifest(tmp_path / "out", "rgb", "test")
     assert m["num_videos"] == 1 and m["skipped"] == report.skipped
@@ -409,3 +442,151 @@ def test_cli_clip_geometry_options_reach_the_samples(tiny_archives, tmp_path):
         names = tar.getnames()
     key = names[0].split(".")[0]
     assert sorted(n for n in names if n.startswith(key + ".f")) == [f"{key}.f{i:02d}.jpg" for i in range(12)]
+
+
+def _run_cli(*args: str):
+    from click.testing import CliRunner
+
+    from memdpc.cli import main
+
+    return CliRunner(env={"COLUMNS": "300"}).invoke(main, ["shard", *map(str, args)])
+
+
+def test_shard_tells_videos_failed_in_preprocess_from_archives_not_written_yet(tiny_archives, tmp_path):
+    root = _copy_archives(tiny_archives, tmp_path)
+    failed, pending, kept = [r for r in tiny_archives.records if r.split == "test"]
+    for r in (failed, pending):
+        archive_path(root, "rgb", r.id).unlink()
+    videos = [
+        {"id": failed.id, "status": "failed", "reason": "moov atom not found"},
+        {"id": kept.id, "status": "done"},
+    ]
+    (root / "preprocess-report.json").write_text(json.dumps({"videos": videos}))
+    out = tmp_path / "shards"
+    res = _run_cli(root, "--index", tiny_archives.index, "--stream", "rgb", "--out", out, "--split", "test")
+    assert res.exit_code == 0, res.output
+    lines = res.output.splitlines()
+    expected = [
+        "skipped 2 videos: 1 failed in preprocess; 1 not written yet (preprocess not run on them, or still "
+        "running)",
+        f"skipped {failed.id}: failed in preprocess: moov atom not found",
+        f"skipped {pending.id}: {archive_path(root, 'rgb', pending.id)}: not written yet (preprocess not run on "
+        "it, or still running)",
+        f"warning: 1 of the 3 test videos has no rgb archive yet (preprocess not run on them, or still running; "
+        f"e.g. {pending.id}): these shards leave them out; once preprocess has finished, run the same command "
+        "with --overwrite",
+        f"warning: rgb/test has no samples of 2 classes with training videos: {failed.label_name}, "
+        f"{pending.label_name} (retrieval and the kNN monitor on this split leave them out)",
+        f"wrote {out / 'rgb' / 'manifest-test.json'} (1 sample of 1 video in 1 shard)",
+        "next: the same command with --split train",
+    ]
+    assert lines[-len(expected):] == expected
+    manifest = load_manifest(out, "rgb", "test")
+    kinds = [(s["video_id"], s["kind"]) for s in manifest["skipped"]]
+    assert kinds == [(failed.id, "failed"), (pending.id, "not-written")]
+
+
+def test_a_class_without_samples_is_a_warning(tiny_archives, tmp_path):
+    root = _copy_archives(tiny_archives, tmp_path)
+    gone = [r for r in tiny_archives.records if r.split == "train" and r.label == 2]
+    for r in gone:
+        archive_path(root, "flow", r.id).unlink()
+    report = run_shard(root, tiny_archives.records, "flow", tmp_path / "shards", "train")
+    assert report.warnings == [
+        f"2 of the 6 train videos have no flow archive yet (preprocess not run on them, or still running; e.g. "
+        f"{gone[0].id}): these shards leave them out; once preprocess has finished, run the same command with "
+        "--overwrite",
+        f"1 class has no samples in flow/train: {gone[0].label_name}",
+    ]
+    assert report.next_step == (
+        "the same command with --split test (train validates on it), then memdpc train --stream flow --shards "
+        f"{tmp_path / 'shards'} --out runs/flow"
+    )
+
+
+def _shard_files(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+
+
+def test_archives_changed_since_the_plan_are_refused_and_overwrite_rewrites_the_split(long_archives, tmp_path):
+    root = _copy_archives(long_archives, tmp_path)
+    test = [r for r in long_archives.records if r.split == "test"]
+    out = tmp_path / "shards"
+    run_shard(root, long_archives.records, "rgb", out, "test", max_count=1)
+    before = _shard_files(out / "rgb")
+    meta, frames = read_archive(archive_path(root, "rgb", test[1].id))  # preprocess again, at another quality
+    lower = [jpeg(cv2.imdecode(np.frombuffer(f, np.uint8), cv2.IMREAD_COLOR), quality=50) for f in frames]
+    write_archive(archive_path(root, "rgb", test[1].id), lower, meta)
+    res = _run_cli(root, "--index", long_archives.index, "--stream", "rgb", "--out", out, "--split", "test",
+                   "--max-count", "1")
+    assert res.exit_code == 2 and "Traceback" not in res.output
+    assert res.output.splitlines()[-1] == (
+        f"Error: {out / 'rgb'}: 1 of the 4 archives of its test shards changed since they were planned (e.g. "
+        f"{test[1].id}: its archive was rewritten since); add --overwrite to rewrite the test shards, or use "
+        "another --out"
+    )
+    assert _shard_files(out / "rgb") == before  # refused: nothing touched
+    again = run_shard(root, long_archives.records, "rgb", out, "test", max_count=1, overwrite=True)
+    assert (again.kept, again.written) == (0, 4)
+    run_shard(root, long_archives.records, "rgb", tmp_path / "fresh", "test", max_count=1)
+    assert _shard_files(out / "rgb") == _shard_files(tmp_path / "fresh" / "rgb") != before
+    # an archive written since (sharded while preprocess still ran), then other options: fewer shards, no leftovers
+    archive_path(root, "rgb", test[0].id).rename(tmp_path / "later.tar")
+    run_shard(root, long_archives.records, "rgb", out, "test", max_count=1, overwrite=True)
+    (tmp_path / "later.tar").rename(archive_path(root, "rgb", test[0].id))
+    with pytest.raises(UserError, match=f"e.g. {test[0].id}: its archive was written since"):
+        run_shard(root, long_archives.records, "rgb", out, "test", max_count=1)
+    run_shard(root, long_archives.records, "rgb", out, "test", max_count=3, overwrite=True)
+    run_shard(root, long_archives.records, "rgb", tmp_path / "fresh3", "test", max_count=3)
+    assert _shard_files(out / "rgb") == _shard_files(tmp_path / "fresh3" / "rgb")
+    assert not any(r.problems for r in verify_shards(out))
+
+
+def test_progress_counts_frames(long_archives, tmp_path):
+    import io
+
+    from rich.console import Console
+
+    console = Console(file=io.StringIO(), width=200)
+    report = run_shard(long_archives.root, long_archives.records, "flow", tmp_path, "train", max_count=2,
+                       console=console)
+    total = report.samples * NF
+    assert "flow/train: write shards" in console.file.getvalue()
+    assert f" {total}/{total} frames · " in console.file.getvalue() and "frames/s" in console.file.getvalue()
+
+
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda t: (t / "nope", t / "index.jsonl"), "{root}: frame archive folder not found; give the --out"),
+        (lambda t: (t, t / "clip.mp4"), "{index}: is a video file, not a video index;"),
+        (lambda t: (t, t), "{index}: is a folder, not a video index; `memdpc index {index} --layout folder`"),
+    ],
+    ids=["missing archive folder", "video as index", "folder as index"],
+)
+def test_cli_mistakes_are_one_line_errors_with_the_next_step(tiny_archives, tmp_path, make, message):
+    (tmp_path / "clip.mp4").write_bytes(b"\x00\x00\x00\x18ftypmp42" + bytes(range(256)))
+    (tmp_path / "index.jsonl").write_text(tiny_archives.index.read_text())
+    root, index = make(tmp_path)
+    res = _run_cli(root, "--index", index, "--stream", "rgb", "--out", tmp_path / "shards")
+    assert res.exit_code == 2 and "Traceback" not in res.output
+    assert res.output.splitlines()[-1].startswith("Error: " + message.format(root=root, index=index))
+    assert not (tmp_path / "shards").exists()
+
+
+def test_shards_of_another_split_cut_from_archives_of_other_settings_are_a_warning(long_archives, tmp_path):
+    root = _copy_archives(long_archives, tmp_path)
+    for r in long_archives.records:
+        for stream in ("rgb", "flow"):
+            meta, frames = read_archive(archive_path(root, stream, r.id))
+            size = 16 if r.split == "test" or stream == "flow" else 32  # rgb/train from a --size 32 rerun
+            write_archive(archive_path(root, stream, r.id), frames, {**meta, "decode": {"size": size}})
+    out = tmp_path / "shards"
+    assert run_shard(root, long_archives.records, "rgb", out, "test").warnings == []
+    assert run_shard(root, long_archives.records, "flow", out, "train").warnings == []
+    assert run_shard(root, long_archives.records, "rgb", out, "train").warnings == [
+        f"the rgb/test shards in {out} were cut from archives of other settings (decode.size 16, these 32): "
+        "shard rgb/test again with --overwrite",
+        f"the flow/train shards in {out} were cut from archives of other settings (decode.size 16, these 32): "
+        "shard flow/train again with --overwrite",
+    ]

@@ -9,6 +9,8 @@ the cut by count and size; and the one-line errors of bad options, labels, ids a
 from __future__ import annotations
 
 import io
+import json
+import shutil
 import tarfile
 from dataclasses import replace
 from pathlib import Path
@@ -18,8 +20,18 @@ import pytest
 
 from memdpc.errors import UserError
 from memdpc.pipeline.clip import ClipSpec
-from memdpc.pipeline.shard_plan import class_names, make_plan, sample_bytes, scan_archive, usable_frames
-from memdpc.preprocess.archive import META, archive_path
+from memdpc.pipeline.shard_plan import (
+    FAILED,
+    NOT_WRITTEN,
+    UNUSABLE,
+    archive_digest,
+    class_names,
+    make_plan,
+    sample_bytes,
+    scan_archive,
+    usable_frames,
+)
+from memdpc.preprocess.archive import META, archive_path, read_archive, write_archive
 from memdpc.preprocess.video_index import VideoRecord
 
 CLIP = ClipSpec()
@@ -110,7 +122,11 @@ def test_shards_are_cut_by_count_and_by_size(long_archives):
         ({"max_count": 0}, "--max-count and --max-size must be ≥ 1"),
         ({"max_size": 0}, "--max-count and --max-size must be ≥ 1"),
         ({"window_step": 0}, "--window-step must be ≥ 1, not 0"),
-        ({"split": "val"}, "video index: no videos in split 'val'"),
+        (
+            {"split": "val"},
+            "video index: no videos in split 'val' (it has test: 4, train: 4); "
+            "`memdpc index … --val-per-class N` holds some out",
+        ),
     ],
 )
 def test_bad_options_are_one_line_user_errors(long_archives, kw, message):
@@ -207,9 +223,95 @@ def test_bad_videos_are_skipped_or_refused_with_strict(long_archives, tmp_path):
     assert plan.skipped == [
         {
             "video_id": "v_gone",
-            "reason": f"{archive_path(long_archives.root, 'rgb', 'v_gone')}: frame archive not found",
+            "kind": NOT_WRITTEN,
+            "reason": f"{archive_path(long_archives.root, 'rgb', 'v_gone')}: not written yet (preprocess not run "
+            "on it, or still running)",
         }
     ]
     assert "v_gone" not in plan.sources and plan.num_samples == 4
-    with pytest.raises(UserError, match="v_gone.tar: frame archive not found"):
+    with pytest.raises(UserError, match="^v_gone: .*v_gone.tar: not written yet"):
         make_plan(long_archives.root, recs, "rgb", "test", strict=True)
+
+
+def _copy(archives, tmp_path: Path) -> Path:
+    return shutil.copytree(archives.root, tmp_path / "frames")
+
+
+def _rewrite(root: Path, stream: str, vid: str, **meta) -> None:
+    """Rewrite one archive with the same frames and ``meta`` added to its ``meta.json``."""
+    old, frames = read_archive(archive_path(root, stream, vid))
+    write_archive(archive_path(root, stream, vid), frames, {**old, **meta})
+
+
+def _report(root: Path, name: str, videos: list[dict]) -> None:
+    (root / name).write_text(json.dumps({"command": "preprocess", "videos": videos}))
+
+
+def test_videos_without_archive_are_told_apart_by_the_preprocess_reports(long_archives, tmp_path):
+    root = _copy(long_archives, tmp_path)
+    ids = [r.id for r in long_archives.records if r.split == "test"]
+    for vid in ids[:3]:
+        archive_path(root, "flow", vid).unlink()
+    archive_path(root, "flow", ids[3]).write_bytes(b"not a tar" * 50)
+    # two parts of one run: the failure in one, the other part's entry of a video whose archive is gone
+    _report(root, "preprocess-report-part0of2.json", [{"id": ids[0], "status": "failed", "reason": "no frames"}])
+    _report(root, "preprocess-report-part1of2.json", [{"id": ids[1], "status": "done"}])
+    plan = make_plan(root, long_archives.records, "flow", "test")
+    kinds = {s["video_id"]: (s["kind"], s["reason"]) for s in plan.skipped}
+    assert kinds[ids[0]] == (FAILED, "failed in preprocess: no frames")
+    for vid in ids[1:3]:
+        path = archive_path(root, "flow", vid)
+        assert kinds[vid] == (NOT_WRITTEN, f"{path}: not written yet (preprocess not run on it, or still running)")
+    assert kinds[ids[3]][0] == UNUSABLE and "unreadable frame archive" in kinds[ids[3]][1]
+    assert plan.archives == dict.fromkeys(ids)  # none usable: all recorded as such in the plan
+    (root / "preprocess-report.json").write_text("{broken")
+    with pytest.raises(UserError, match=r"preprocess-report.json: unreadable preprocess report \(.*\); delete it"):
+        make_plan(root, long_archives.records, "flow", "test")
+
+
+def test_archives_of_mixed_preprocess_settings_are_refused(long_archives, tmp_path):
+    root = _copy(long_archives, tmp_path)
+    tvl1 = {"tau": 0.25, "warps": 5}
+    ids = [r.id for r in long_archives.records if r.split == "train"]
+    for i, vid in enumerate(ids):  # the flow backend may differ: the backends give the same codes
+        backend = ("opencv", "triton")[i % 2]
+        _rewrite(root, "flow", vid, decode={"size": 16, "square": 0}, flow={"backend": backend, "tvl1": tvl1})
+    plan = make_plan(root, long_archives.records, "flow", "train")
+    assert plan.settings == {"encoding": "jpeg", "decode.size": 16, "decode.square": 0, "flow.tvl1.tau": 0.25,
+                             "flow.tvl1.warps": 5}
+    _rewrite(root, "flow", ids[2], flow={"backend": "opencv", "tvl1": {**tvl1, "warps": 3}})
+    with pytest.raises(UserError) as e:
+        make_plan(root, long_archives.records, "flow", "train")
+    assert str(e.value) == (
+        f"{root / 'flow'}: 1 of 4 archives were made with other preprocess settings than the rest (e.g. "
+        f"{ids[2]}.tar: flow.tvl1.warps 3, the rest 5); run `memdpc preprocess` again with one set of options and "
+        "--overwrite"
+    )
+
+
+def test_an_archive_digest_follows_its_frames_and_meta_not_its_place(long_archives, tmp_path):
+    root = _copy(long_archives, tmp_path)
+    vid = long_archives.records[0].id
+    digest = archive_digest(scan_archive(archive_path(long_archives.root, "rgb", vid)))
+    assert archive_digest(scan_archive(archive_path(root, "rgb", vid))) == digest  # a copy
+    _rewrite(root, "rgb", vid, source="/elsewhere/v.avi")
+    assert archive_digest(scan_archive(archive_path(root, "rgb", vid))) != digest
+    meta, frames = read_archive(archive_path(long_archives.root, "rgb", vid))
+    write_archive(archive_path(root, "rgb", vid), [frames[0] + b"\0", *frames[1:]], meta)  # one frame longer
+    assert archive_digest(scan_archive(archive_path(root, "rgb", vid))) != digest
+
+
+def test_an_archive_folder_that_is_missing_or_the_stream_folder_is_a_one_line_error(long_archives, tmp_path):
+    recs = long_archives.records
+    with pytest.raises(UserError) as e:
+        make_plan(tmp_path / "nope", recs, "rgb", "train")
+    assert str(e.value) == (f"{tmp_path / 'nope'}: frame archive folder not found; give the --out folder of "
+                            "`memdpc preprocess`")
+    with pytest.raises(UserError) as e:
+        make_plan(long_archives.root / "rgb", recs, "rgb", "train")
+    assert str(e.value) == (f"{long_archives.root / 'rgb'}: is a folder of rgb archives; give the folder that "
+                            f"holds it ({long_archives.root})")
+    with pytest.raises(UserError) as e:
+        make_plan(tmp_path, recs, "flow", "train")
+    assert str(e.value) == (f"{tmp_path}: holds no flow/ folder of frame archives; run `memdpc preprocess` with "
+                            f"--out {tmp_path} and --streams including flow first")

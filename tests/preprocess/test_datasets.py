@@ -150,7 +150,7 @@ def test_cli_holds_out_validation_videos_or_says_why_not(ucf, tmp_path):
     res = CliRunner().invoke(main, ["index", str(ucf), "--layout", "ucf101", "--out", str(out), "--val-per-class", "1"])
     assert res.exit_code == 2 and not out.exists()
     assert res.output.strip().splitlines()[-1] == (
-        "Error: class 'ApplyEyeMakeup' has 1 training video(s): too few to hold 1 out for validation and still "
+        "Error: class 'ApplyEyeMakeup' has 1 training video(s): too few to hold out 1 for validation and still "
         "train on one")
 
 
@@ -206,3 +206,79 @@ def test_k400_missing_video_names_csv_line(k400):
     (k400 / "val" / "abseiling" / "qqq_000005_000015.mp4").unlink()
     with pytest.raises(UserError, match=r"validate.csv:2: video qqq_000005_000015.mp4"):
         build_index(k400, "kinetics400")
+
+
+def _folder(root: Path, counts: dict[str, int], split: str = "") -> Path:
+    for cls, n in counts.items():
+        for i in range(n):
+            _touch(root / split / cls / f"{split}{cls}{i:02d}.mp4")
+    return root
+
+
+def _index_cli(root: Path, out: Path, *options: str):
+    return CliRunner().invoke(main, ["index", str(root), "--layout", "folder", "--out", str(out), *options])
+
+
+def test_cli_folder_index_holds_out_test_then_val_per_class(tmp_path):
+    root = _folder(tmp_path / "videos", {"jump": 4, "run": 4, "sit": 3})
+    out = tmp_path / "idx.jsonl"
+    res = _index_cli(root, out, "--test-per-class", "1", "--val-per-class", "1")
+    assert res.exit_code == 0, res.output
+    split = {r.id: r.split for r in read_index(out)}
+    assert sorted(k for k, s in split.items() if s == "test") == ["jump__jump03", "run__run03", "sit__sit02"]
+    assert sorted(k for k, s in split.items() if s == "val") == ["jump__jump02", "run__run02", "sit__sit01"]
+    assert "warning" not in res.output
+    assert res.output.splitlines()[-1] == (
+        f"wrote {out}; next: memdpc preprocess flow {out} --out FRAMES --streams rgb,flow (FRAMES: a new folder "
+        "for the frame archives)"
+    )
+    res = _index_cli(root, out, "--test-per-class", "2", "--val-per-class", "1")
+    assert res.exit_code == 2 and res.output.splitlines()[-1] == (
+        "Error: class 'sit' has 3 training video(s): too few to hold out 2 for test and 1 for validation and "
+        "still train on one")
+
+
+def test_cli_folder_index_with_a_seed_draws_at_random_and_the_same_seed_gives_the_same_bytes(tmp_path):
+    root = _folder(tmp_path / "videos", {"jump": 10, "run": 10})
+    held = {}
+    for name, seed in (("a", "5"), ("b", "5"), ("c", "6")):
+        res = _index_cli(root, tmp_path / f"{name}.jsonl", "--test-per-class", "2", "--val-per-class", "2",
+                         "--seed", seed)
+        assert res.exit_code == 0, res.output
+        held[name] = {r.id: r.split for r in read_index(tmp_path / f"{name}.jsonl") if r.split != "train"}
+        assert sorted(held[name].values()) == ["test"] * 4 + ["val"] * 4
+    assert (tmp_path / "a.jsonl").read_bytes() == (tmp_path / "b.jsonl").read_bytes()
+    assert held["a"] != held["c"]
+    _index_cli(root, tmp_path / "last.jsonl", "--test-per-class", "2", "--val-per-class", "2")
+    assert {r.id: r.split for r in read_index(tmp_path / "last.jsonl") if r.split != "train"} != held["a"]
+
+
+def test_cli_index_warns_once_of_empty_splits_and_classes_missing_from_a_split(tmp_path):
+    root = _folder(tmp_path / "plain", {"jump": 2, "run": 2})
+    res = _index_cli(root, tmp_path / "plain.jsonl")
+    assert res.exit_code == 0, res.output
+    assert [line for line in res.output.splitlines() if line.startswith("warning:")] == [
+        "warning: no 'val' videos: use --val-per-class N (held-out videos for train's kNN monitor and --best-by "
+        "knn), or a val/ folder",
+        "warning: no 'test' videos: use --test-per-class N, or train/ and test/ folders",
+    ]
+    split = _folder(_folder(tmp_path / "split", {"jump": 2, "run": 2, "sit": 2}, "train"), {"jump": 1}, "test")
+    res = _index_cli(split, tmp_path / "split.jsonl", "--val-per-class", "1")
+    assert res.exit_code == 0, res.output
+    assert [line for line in res.output.splitlines() if line.startswith("warning:")] == [
+        "warning: 2 classes have no video in 'test': run, sit"
+    ]
+
+
+def test_index_warnings_follow_the_layout(tmp_path):
+    from memdpc.preprocess.datasets import index_warnings
+    from memdpc.preprocess.video_index import VideoRecord
+
+    oops = [VideoRecord("a", "/a", -1, "", "train"), VideoRecord("b", "/b", -1, "", "val")]
+    assert index_warnings(oops, "oops") == []  # Oops has train and val, and no classes
+    ucf = [VideoRecord(f"v{i}", f"/v{i}", i, f"c{i}", "train") for i in range(13)]
+    ucf.append(VideoRecord("t", "/t", 0, "c0", "test"))
+    assert index_warnings(ucf, "ucf101") == [
+        "no 'val' videos: use --val-per-class N (held-out videos for train's kNN monitor and --best-by knn)",
+        "12 classes have no video in 'test': c1, c10, c11, c12, c2, c3, c4, c5, c6, c7 and 2 more",
+    ]

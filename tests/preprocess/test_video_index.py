@@ -11,7 +11,8 @@ from memdpc.errors import UserError
 from memdpc.preprocess.video_index import (
     VideoRecord,
     check_unique,
-    hold_out_val,
+    hold_out,
+    name_list,
     read_index,
     summary,
     video_id,
@@ -70,11 +71,33 @@ def test_a_bad_line_is_a_one_line_error_naming_file_and_line(tmp_path, bad, why)
 
 
 def test_missing_and_empty_index_are_user_errors(tmp_path):
-    with pytest.raises(UserError, match=f"^{tmp_path / 'no.jsonl'}: video index not found$"):
+    with pytest.raises(UserError) as e:
         read_index(tmp_path / "no.jsonl")
+    assert str(e.value) == (f"{tmp_path / 'no.jsonl'}: video index not found; give the JSONL file "
+                            "`memdpc index DATASET_ROOT --layout …` writes")
     (tmp_path / "empty.jsonl").write_text("\n\n")
     with pytest.raises(UserError, match="empty.jsonl: the video index is empty$"):
         read_index(tmp_path / "empty.jsonl")
+
+
+def test_a_folder_a_video_or_a_binary_file_given_as_the_index_says_what_it_is(tmp_path):
+    videos = tmp_path / "videos"
+    (videos / "jump").mkdir(parents=True)
+    clip = videos / "jump" / "a.mp4"
+    clip.write_bytes(b"\x00\x00\x00\x18ftypmp42\xff\xfe")
+    with pytest.raises(UserError) as e:
+        read_index(videos)
+    assert str(e.value) == (f"{videos}: is a folder, not a video index; `memdpc index {videos} --layout folder` "
+                            "(or the dataset's layout) writes the index file")
+    with pytest.raises(UserError) as e:
+        read_index(clip)
+    assert str(e.value).startswith(f"{clip}: is a video file, not a video index; give the JSONL file")
+    blob = tmp_path / "index.bin"
+    blob.write_bytes(bytes(range(256)))
+    with pytest.raises(UserError) as e:
+        read_index(blob)
+    assert str(e.value).startswith(f"{blob}: not a video index (binary data, not JSON lines)")
+    assert e.value.__suppress_context__
 
 
 @pytest.mark.parametrize(
@@ -110,15 +133,64 @@ def test_summary_counts_classes_per_split():
     assert summary(recs) == {"train": Counter(Walk=2, Run=1), "test": Counter(Run=1), "val": Counter({"": 1})}
 
 
+def _videos(per_class: dict[str, int]) -> list[VideoRecord]:
+    """Training videos g01 … gNN of each class, listed out of id order, plus one test video per class."""
+    out = []
+    for label, (c, n) in enumerate(per_class.items()):
+        out += [VideoRecord(f"v_{c}_g{g:02d}", f"/d/{c}{g}.avi", label, c, "train") for g in range(n, 0, -1)]
+        out.append(VideoRecord(f"v_{c}_t", f"/d/{c}t.avi", label, c, "test"))
+    return out
+
+
+def _held(records: list[VideoRecord], split: str) -> list[str]:
+    return sorted(r.id for r in records if r.split == split)
+
+
 def test_hold_out_val_moves_the_last_training_videos_of_each_class():
-    videos = [VideoRecord(f"v_{c}_g{g:02d}", f"/d/{c}{g}.avi", label, c, "test" if g == 1 else "train")
-              for label, c in enumerate(("Walk", "Run")) for g in (3, 1, 4, 2)]
-    held = hold_out_val(videos, 1)
-    assert [(r.id, r.split) for r in held if r.split == "val"] == [("v_Walk_g04", "val"), ("v_Run_g04", "val")]
+    videos = _videos({"Walk": 4, "Run": 4})
+    held = hold_out(videos, 1)
+    assert _held(held, "val") == ["v_Run_g04", "v_Walk_g04"]
     assert [r.id for r in held] == [r.id for r in videos]  # order and everything but the split kept
-    assert summary(hold_out_val(videos, 2))["train"] == Counter({"Walk": 1, "Run": 1})
-    assert hold_out_val(videos, 0) == videos
-    with pytest.raises(UserError, match="class 'Walk' has 3 training video"):
-        hold_out_val(videos, 3)
+    assert summary(hold_out(videos, 2))["train"] == Counter({"Walk": 2, "Run": 2})
+    assert hold_out(videos, 0) == videos
     with pytest.raises(UserError, match="must be ≥ 0"):
-        hold_out_val(videos, -1)
+        hold_out(videos, -1)
+
+
+def test_test_is_held_out_first_then_val_and_val_alone_is_unchanged():
+    videos = _videos({"Walk": 5, "Run": 4})
+    both = hold_out(videos, val_per_class=1, test_per_class=2)
+    assert _held(both, "test") == ["v_Run_g03", "v_Run_g04", "v_Run_t", "v_Walk_g04", "v_Walk_g05", "v_Walk_t"]
+    assert _held(both, "val") == ["v_Run_g02", "v_Walk_g03"]
+    assert _held(hold_out(videos, 1), "val") == ["v_Run_g04", "v_Walk_g05"]  # the README's quickstart choice
+
+
+def test_a_seed_draws_the_held_out_videos_at_random_and_the_same_seed_gives_the_same_index(tmp_path):
+    videos = _videos({"Walk": 12, "Run": 12})
+    draws = {seed: hold_out(videos, 2, 3, seed=seed) for seed in (0, 1)}
+    for seed, held in draws.items():
+        assert summary(held)["test"] == Counter(Walk=4, Run=4) and summary(held)["val"] == Counter(Walk=2, Run=2)
+        write_index(held, tmp_path / f"a{seed}.jsonl")
+        write_index(hold_out(videos, 2, 3, seed=seed), tmp_path / f"b{seed}.jsonl")
+        assert (tmp_path / f"a{seed}.jsonl").read_bytes() == (tmp_path / f"b{seed}.jsonl").read_bytes()
+    assert _held(draws[0], "val") != _held(draws[1], "val")
+    last = hold_out(videos, 2, 3)
+    assert (_held(draws[0], "test"), _held(draws[0], "val")) != (_held(last, "test"), _held(last, "val"))
+
+
+def test_every_class_keeps_a_training_video():
+    videos = _videos({"Walk": 3, "Run": 3})
+    assert summary(hold_out(videos, 1, 1, seed=2))["train"] == Counter(Walk=1, Run=1)
+    with pytest.raises(UserError) as e:
+        hold_out(videos, 1, 2)
+    assert str(e.value) == ("class 'Walk' has 3 training video(s): too few to hold out 2 for test and 1 for "
+                            "validation and still train on one")
+    with pytest.raises(UserError, match="class 'Walk' has 3 training video.*hold out 3 for validation and still"):
+        hold_out(videos, 3, seed=0)
+    with pytest.raises(UserError, match="--seed must be ≥ 0"):
+        hold_out(videos, 1, seed=-1)
+
+
+def test_name_list_counts_what_it_leaves_out():
+    assert name_list(["a", "b"]) == "a, b"
+    assert name_list([str(i) for i in range(13)], most=3) == "0, 1, 2 and 10 more"
