@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from memdpc.preprocess.archive import archive_path, write_archive
-from memdpc.preprocess.synthetic import SyntheticConfig, make_synthetic
+from memdpc.preprocess.example_layout import write_video
+from memdpc.preprocess.synthetic import CLASSES, SyntheticConfig, make_synthetic, render_video
 
 if not torch.cuda.is_available():  # before anything imports Triton: its kernels then run in the interpreter
     os.environ.setdefault("TRITON_INTERPRET", "1")
@@ -34,6 +35,28 @@ TINY = SyntheticConfig(videos_per_class=3, frames=30, size=32, num_classes=3, se
 def tiny_dataset(tmp_path_factory) -> Path:
     """A 3-class × 3-video synthetic dataset (30 frames of 32×32) in the UCF101 layout."""
     return make_synthetic(tmp_path_factory.mktemp("tiny") / "syn", TINY)
+
+
+MIXED_SIZES = ((48, 64), (64, 36), (40, 40))  # (height, width): landscape 4:3, portrait 9:16, square
+MIXED_FRAMES = 20
+
+
+@pytest.fixture(scope="session")
+def mixed_size_dataset(tmp_path_factory) -> Path:
+    """Real video files (MJPG, 20 frames) of three frame sizes in the folder layout ``<split>/<class>/``: per
+    class (2) one train video of each size of MIXED_SIZES, and one test video (portrait for the first class,
+    landscape for the second). Each is a rendered motion, cut to its size from a square render."""
+    root = tmp_path_factory.mktemp("mixed") / "videos"
+    videos = [(split, ci, hw) for ci in range(2) for split, hw in
+              [("train", hw) for hw in MIXED_SIZES] + [("test", MIXED_SIZES[1 - ci])]]
+    for g, (split, ci, (h, w)) in enumerate(videos):
+        side = max(h, w)
+        frames = render_video(CLASSES[ci], side, MIXED_FRAMES, np.random.default_rng([ci, g]))
+        y, x = (side - h) // 2, (side - w) // 2
+        path = root / split / CLASSES[ci] / f"clip{g:02d}_{h}x{w}.avi"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_video(path, np.ascontiguousarray(frames[:, y : y + h, x : x + w]), 25.0, "mjpg")
+    return root
 
 
 def decode_video(path: Path) -> np.ndarray:
