@@ -4,6 +4,8 @@ and the JPEG frame archives the pipeline, train and eval tests build from render
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import cv2
@@ -56,6 +58,29 @@ def mixed_size_dataset(tmp_path_factory) -> Path:
         path = root / split / CLASSES[ci] / f"clip{g:02d}_{h}x{w}.avi"
         path.parent.mkdir(parents=True, exist_ok=True)
         write_video(path, np.ascontiguousarray(frames[:, y : y + h, x : x + w]), 25.0, "mjpg")
+    return root
+
+
+MIXED_FRAME_SIZES = {(24, 32), (43, 24), (24, 24)}  # mixed_size_dataset after preprocess --size 24
+
+
+def run_memdpc(*args: str, cwd: Path | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    """``python -m memdpc.cli ARGS`` in a subprocess with one torch thread; output captured as text."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    return subprocess.run([sys.executable, "-m", "memdpc.cli", *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout, env=env, cwd=cwd)
+
+
+@pytest.fixture(scope="session")
+def mixed_size_frames(mixed_size_dataset, tmp_path_factory) -> Path:
+    """``memdpc index --layout folder`` and ``memdpc preprocess frames --size 24`` (README's short side,
+    aspect kept) of ``mixed_size_dataset``: a folder with ``index.jsonl`` and ``frames/rgb/<id>.tar`` of
+    three frame sizes (MIXED_FRAME_SIZES, one of them portrait)."""
+    root = tmp_path_factory.mktemp("mixed_frames")
+    for args in (["index", mixed_size_dataset, "--layout", "folder", "--out", root / "index.jsonl"],
+                 ["preprocess", "frames", root / "index.jsonl", "--out", root / "frames", "--size", "24"]):
+        res = run_memdpc(*args)
+        assert res.returncode == 0, res.stderr
     return root
 
 
