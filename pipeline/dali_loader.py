@@ -38,6 +38,7 @@ from memdpc.pipeline.augment import (
     colour_frames,
     crop_box,
     crop_resize,
+    eval_boxes,
     flow_flip_map,
     normalise,
     sample_clip,
@@ -332,11 +333,19 @@ class DaliLoader:
         fn, _, types = _dali()
         p = self.plan
         seq = self._stack([fn.decoders.image(f, output_type=types.RGB, **self._decode) for f in encoded])
+        # Shards of one frame size whose crops have the output's size are sliced (a copy): DALI's CPU resize
+        # costs as much at scale 1, where it moves no pixel value, as at any other scale.
+        one_size = p.frame_sizes[0] if len(p.frame_sizes) == 1 else None
+        copy = one_size is not None and {b[2] for b, _ in eval_boxes(*one_size, p.views, p.spec)} == {p.size}
         views = []
-        # a box of the output's size is copied exactly (a resize by 1, mirrored or not, moves no pixel value)
         for box, flipped in eval_boxes_graph(*frame_hw(encoded[0]), p.views, p.spec):
-            start, end = roi(box, flipped)
-            v = fn.resize(seq, roi_start=start, roi_end=end, size=[p.size, p.size], antialias=True)
+            if copy:
+                start = fn.cast(fn.stack(box[0], box[1]), dtype=types.INT32)
+                v = fn.slice(seq, start=start, shape=[p.size, p.size], axis_names="HW")
+                v = fn.flip(v, horizontal=1) if flipped else v
+            else:
+                start, end = roi(box, flipped)
+                v = fn.resize(seq, roi_start=start, roi_end=end, size=[p.size, p.size], antialias=True)
             if flipped and p.stream == "flow":
                 v = fn.coord_transform(
                     v, MT=flow_flip_map().astype(np.float32).ravel().tolist(), dtype=types.UINT8
