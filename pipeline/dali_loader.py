@@ -12,8 +12,8 @@ Graph (one per epoch, so an epoch is reproducible from ``(seed, epoch)`` alone):
              than its decode
              (+ the per-frame colour maps, applied on the target device: DALI's CPU coord_transform costs
              far more than cv2.transform)
-      eval:  40 × decoders.image → stack → one resize per crop of the sample's frames (+ flip) → stack to
-             (K, F, H, W, 3)
+      eval:  40 × decoders.image → stack → one resize per crop of the sample's frames (+ flip; a slice
+             where all frames have one size and the crops the output's) → stack to (K, F, H, W, 3)
 
 Random parameters come from :mod:`memdpc.pipeline.augment` through an ``external_source``, the same draws
 the torch loader uses. They do not depend on the frame size: a sample's size is known only inside the graph
