@@ -2,7 +2,8 @@
 
 Runs alternate (torch, DALI, torch, DALI, … for full augmentation, then for augmentation off = decode and a
 centre crop at the frame's own size, i.e. no resampling; with frames of several sizes, at the smallest short
-side), so machine load hits both alike. The clip geometry and the frame sizes come from the shards' manifest. Each run reads
+side), so machine load hits both alike. The clip geometry and the frame sizes come from the shards'
+manifest. Each run reads
 ``--batches`` batches after ``2 × workers + 1`` warm-up batches and reports clips/s (wall) and
 CPU-ms per clip (this process and its DataLoader workers, all threads), best of ``--repeat``. The figure of
 merit is the DALI / torch clips/s ratio (target on CPU: ≥ 1.0 with full augmentation). The warm-up drains

@@ -148,7 +148,8 @@ def crop_box(h: int, w: int, draw: np.ndarray, spec: AugmentSpec) -> Box:
 
 def eval_boxes(h: int, w: int, crops: int, spec: AugmentSpec) -> list[tuple[Box, bool]]:
     """Eval crops of an h × w frame as (box, flipped): 1 = centre square of the short side; 5 = corners +
-    centre, side ``eval_scale`` × the short side (rounded half up, as the DALI graph computes it); 10 = ×flip."""
+    centre, side ``eval_scale`` × the short side (rounded half up, as the DALI graph computes it);
+    10 = ×flip."""
     if crops not in EVAL_CROPS:
         raise UserError(f"crops must be one of {', '.join(map(str, EVAL_CROPS))}, not {crops}")
     if crops == 1:

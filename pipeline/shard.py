@@ -205,7 +205,9 @@ def _frame_sizes(plan: Plan) -> list[dict[str, Any]]:
         videos[s.frame_size].add(s.video_id)
         samples[s.frame_size] += 1
     order = sorted(samples, key=lambda hw: (-samples[hw], hw))
-    return [{"height": h, "width": w, "videos": len(videos[h, w]), "samples": samples[h, w]} for h, w in order]
+    return [
+        {"height": h, "width": w, "videos": len(videos[h, w]), "samples": samples[h, w]} for h, w in order
+    ]
 
 
 def _manifest(plan: Plan, entries: list[dict], folder: Path) -> dict[str, Any]:

@@ -67,8 +67,8 @@ MIXED_FRAME_SIZES = {(24, 32), (43, 24), (24, 24)}  # mixed_size_dataset after p
 def run_memdpc(*args: str, cwd: Path | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
     """``python -m memdpc.cli ARGS`` in a subprocess with one torch thread; output captured as text."""
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    return subprocess.run([sys.executable, "-m", "memdpc.cli", *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout, env=env, cwd=cwd)
+    cmd = [sys.executable, "-m", "memdpc.cli", *map(str, args)]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd)
 
 
 @pytest.fixture(scope="session")

@@ -7,6 +7,8 @@ import pytest
 
 from memdpc import __version__
 
+from .conftest import run_memdpc
+
 # the console script installed beside the running interpreter (works with or without an activated venv)
 MEMDPC = str(Path(sys.executable).parent / "memdpc")
 
@@ -58,20 +60,22 @@ def test_train_and_every_eval_kind_on_shards_of_mixed_frame_sizes(mixed_size_fra
     sizes; shards of them train (torch loader) and evaluate (DALI loader): retrieval with its frame-strip
     plot, a linear probe on ten crops per window, finetuning (random crops again) and scoring its classifier
     on five crops."""
-    from .conftest import run_memdpc
-
     shards, run, out = tmp_path / "shards", tmp_path / "run", tmp_path / "eval"
     geometry = ["--blocks", "4", "--block-len", "3", "--clip-stride", "1"]
     for split in ("train", "test"):
-        res = run_memdpc("shard", mixed_size_frames / "frames", "--index", mixed_size_frames / "index.jsonl",
-                         "--stream", "rgb", "--out", shards, "--split", split, "--window-step", "4", *geometry)
+        res = run_memdpc(
+            "shard", mixed_size_frames / "frames", "--index", mixed_size_frames / "index.jsonl",
+            "--stream", "rgb", "--out", shards, "--split", split, "--window-step", "4", *geometry,
+        )  # fmt: skip
         assert res.returncode == 0, res.stderr
     manifest = json.loads((shards / "rgb" / "manifest-train.json").read_text())
     assert len(manifest["frame_sizes"]) == 3 and manifest["frame_size"] is None
-    res = run_memdpc("train", "--stream", "rgb", "--shards", shards, "--out", run, "--widths", "8,16,32,32",
-                     "--size", "32", "--batch-size", "2", "--max-steps", "2", "--epochs", "1", "--num-blocks", "4",
-                     "--block-len", "3", "--pred-steps", "2", "--mem-size", "16", "--crop-size", "0", "--backend",
-                     "torch", "--workers", "1", "--no-progress")  # fmt: skip
+    res = run_memdpc(
+        "train", "--stream", "rgb", "--shards", shards, "--out", run, "--widths", "8,16,32,32",
+        "--size", "32", "--batch-size", "2", "--max-steps", "2", "--epochs", "1", "--num-blocks", "4",
+        "--block-len", "3", "--pred-steps", "2", "--mem-size", "16", "--crop-size", "0", "--backend", "torch",
+        "--workers", "1", "--no-progress",
+    )  # fmt: skip
     assert res.returncode == 0, res.stderr
     ckpt = run / "checkpoints" / "last.pt"
     common = ["--shards", shards, "--out", out, "--backend", "dali", "--workers", "1", "--batch-size", "4"]

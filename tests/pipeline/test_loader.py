@@ -351,7 +351,8 @@ def sample_frames(shard_dir: Path, stream: str, split: str) -> dict[str, np.ndar
             members = {m.name: t.extractfile(m).read() for m in t}
         for key in sorted({name.split(".", 1)[0] for name in members}):
             jpgs = [members[f"{key}.f{i:02d}.jpg"] for i in range(40)]
-            out[key] = np.stack([cv2.imdecode(np.frombuffer(j, np.uint8), cv2.IMREAD_COLOR)[..., ::-1] for j in jpgs])
+            bgr = [cv2.imdecode(np.frombuffer(j, np.uint8), cv2.IMREAD_COLOR) for j in jpgs]
+            out[key] = np.stack(bgr)[..., ::-1]
     return out
 
 
@@ -384,11 +385,13 @@ def test_eval_crops_are_cut_from_each_samples_own_frames(mixed_shards, backend, 
             mixed_shards, "rgb", "test", train=False, batch_size=2, size=side, crops=crops, backend=backend,
             num_workers=1,
         )  # fmt: skip
-        views = denormalise(one_epoch(loader)[key][0], AugmentSpec()).numpy().reshape(crops, 40, side, side, 3)
+        views = denormalise(one_epoch(loader)[key][0], AugmentSpec()).numpy()
+        views = views.reshape(crops, 40, side, side, 3)
         if crops == 1:
             starts = [((h - side) // 2, (w - side) // 2)]
         else:
-            starts = [(0, 0), (0, w - side), (h - side, 0), (h - side, w - side), ((h - side) // 2, (w - side) // 2)]
+            ends = (h - side, w - side)
+            starts = [(0, 0), (0, ends[1]), (ends[0], 0), ends, (ends[0] // 2, ends[1] // 2)]
         want = [f[:, y : y + side, x : x + side] for y, x in starts]
         want += [v[:, :, ::-1] for v in want] if crops == 10 else []
         for k, (got, exp) in enumerate(zip(views, want, strict=True)):
