@@ -1,7 +1,9 @@
 """Benchmark: the DALI loader against the torch reference loader, side by side, on the same shards.
 
 Runs alternate (torch, DALI, torch, DALI, … for full augmentation, then for augmentation off = decode and a
-centre crop at the frame's own size, i.e. no resampling), so machine load hits both alike. Each run reads
+centre crop at the frame's own size, i.e. no resampling; with frames of several sizes, at the smallest short
+side), so machine load hits both alike. The clip geometry and the frame sizes come from the shards'
+manifest. Each run reads
 ``--batches`` batches after ``2 × workers + 1`` warm-up batches and reports clips/s (wall) and
 CPU-ms per clip (this process and its DataLoader workers, all threads), best of ``--repeat``. The figure of
 merit is the DALI / torch clips/s ratio (target on CPU: ≥ 1.0 with full augmentation). The warm-up drains
@@ -29,8 +31,9 @@ from memdpc.atomic import write_json_atomic
 from memdpc.bench.shard import make_archives
 from memdpc.errors import UserError
 from memdpc.pipeline.augment import AugmentSpec
+from memdpc.pipeline.clip import ClipSpec
 from memdpc.pipeline.loader import dali_available, make_loader
-from memdpc.pipeline.manifest import load_manifest
+from memdpc.pipeline.manifest import find_manifests, frame_sizes, load_manifest, manifest_path
 from memdpc.pipeline.shard import shard_stream
 
 DEFAULT_OUT = Path("bench/results/loader.json")
@@ -62,7 +65,7 @@ def _cpu_seconds(proc: psutil.Process) -> float:
     return total
 
 
-def time_loader(cfg: LoaderBench, backend: str, augment: bool, frame_side: int) -> dict:
+def time_loader(cfg: LoaderBench, backend: str, augment: bool, frame_side: int, clip: ClipSpec) -> dict:
     """One run: warm up until nothing made ahead is left, then time ``cfg.batches`` batches (wall and CPU)."""
     spec = cfg.spec if augment else AugmentSpec.off()
     size = cfg.size if augment else frame_side
@@ -77,6 +80,7 @@ def time_loader(cfg: LoaderBench, backend: str, augment: bool, frame_side: int) 
         num_workers=cfg.workers,
         device=cfg.device,
         spec=spec,
+        clip=clip,
         drop_last=True,
     )
     warmup = 2 * cfg.workers + 1
@@ -110,14 +114,15 @@ def bench_loader(cfg: LoaderBench, console: Console | None = None) -> dict:
         raise UserError(
             "the loader bench compares DALI with the torch loader, but nvidia-dali is not installed"
         )
-    manifest = load_manifest(cfg.shards, cfg.stream, cfg.split)
-    side = min(manifest["frame_size"])
+    manifest = _manifest(cfg)
+    clip = ClipSpec(**manifest["clip"])
+    side = min((min(hw) for hw in frame_sizes(manifest)), default=cfg.size)
     best: dict[tuple[str, str], dict] = {}
     for _ in range(cfg.repeat):
         for augment in (True, False):
             for backend in ("torch", "dali"):
                 key = (backend, "full" if augment else "off")
-                run = time_loader(cfg, backend, augment, side)
+                run = time_loader(cfg, backend, augment, side, clip)
                 if key not in best or run["clips_per_s"] > best[key]["clips_per_s"]:
                     best[key] = run
     rows = []
@@ -128,22 +133,38 @@ def bench_loader(cfg: LoaderBench, console: Console | None = None) -> dict:
             rows.append(
                 {"backend": backend, "augmentation": aug, **r, "ratio_to_torch": r["clips_per_s"] / base}
             )
-    _print(cfg, manifest, rows, console)
+    _print(cfg, manifest, side, rows, console)
     result = {
         "config": {k: str(v) for k, v in asdict(cfg).items()},
-        "frame_size": manifest["frame_size"],
+        "clip": manifest["clip"],
+        "frame_sizes": [list(hw) for hw in frame_sizes(manifest)],
+        "size_off": side,
         "results": rows,
     }
     write_json_atomic(cfg.out, result)
     return result
 
 
-def _print(cfg: LoaderBench, manifest: dict, rows: list[dict], console: Console) -> None:
-    h, w = manifest["frame_size"]
+def _manifest(cfg: LoaderBench) -> dict:
+    """The manifest of the benchmarked stream and split; a one-line error naming what the folder holds."""
+    if not manifest_path(cfg.shards, cfg.stream, cfg.split).is_file():
+        if any(Path(cfg.shards).glob("manifest-*.json")):
+            raise UserError(f"{cfg.shards}: a stream's folder; give the shard folder that holds it")
+        held = [f"{p.parent.name}/{p.stem.removeprefix('manifest-')}" for p in find_manifests(cfg.shards)]
+        raise UserError(
+            f"{cfg.shards}: no {cfg.stream}/{cfg.split} shards (it holds {', '.join(held)}); "
+            "choose with --stream and --split"
+        )
+    return load_manifest(cfg.shards, cfg.stream, cfg.split)
+
+
+def _print(cfg: LoaderBench, manifest: dict, side: int, rows: list[dict], console: Console) -> None:
+    sizes = [f"{h}×{w}" for h, w in frame_sizes(manifest)] or ["mixed-size"]
+    clip = ClipSpec(**manifest["clip"])
     table = Table(
-        title=f"loaders on {cfg.shards}/{cfg.stream} ({h}×{w} JPEG frames, 40 per clip), output "
-        f"{cfg.size}² (aug off: {min(h, w)}²), batch {cfg.batch_size}, {cfg.workers} workers/threads, "
-        f"best of {cfg.repeat}"
+        title=f"loaders on {cfg.shards}/{cfg.stream} ({', '.join(sizes)} JPEG frames, {clip.num_frames} per "
+        f"clip), output {cfg.size}² (aug off: {side}²), batch {cfg.batch_size}, {cfg.workers} "
+        f"workers/threads, best of {cfg.repeat}"
     )
     for col in ("backend", "augmentation", "clips", "clips/s", "CPU-ms/clip", "× torch"):
         table.add_column(col, justify="left" if col in ("backend", "augmentation") else "right")

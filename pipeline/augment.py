@@ -10,6 +10,11 @@ flags, per-frame 3×4 colour matrices), so both loaders apply the same semantics
   as *(ref)* does); ImageNet mean/std.
 * eval: centre crop (a square of the short side), five-crop (4 corners + centre, side ``eval_scale`` × the
   short side) or ten-crop (the five and their mirror images), each resized straight to the output size.
+* frame sizes: shards may mix videos of several sizes and aspect ratios (ARCHITECTURE.md §2.3), so every
+  box is relative to the frames of its own sample. The random crop is drawn as numbers that do not depend on
+  the frame size (:func:`draw_crop`); :func:`crop_box` turns them into a box once the sample's size is
+  known (the torch loader and DALI's CPU path call it; DALI's GPU graph computes the same arithmetic from
+  the sample's JPEG header).
 * flow: a flip negates the x channel (x → 255 − x; *(ref)* forgets this); colour ops on flow are
   optional (``jitter_flow``, the paper: yes).
 
@@ -86,42 +91,71 @@ class AugmentSpec:
 
 @dataclass(frozen=True)
 class ClipParams:
-    """The random draw for one training clip: crop box, flip, and per-frame affine colour maps (F, 3, 4)."""
+    """The random draw for one training clip: the crop's draw (:func:`draw_crop`; :func:`crop_box` makes it a
+    box of the sample's frames), flip, and per-frame affine colour maps (F, 3, 4)."""
 
-    box: Box
+    crop: np.ndarray
     flip: bool
     colour: np.ndarray | None
 
 
 # ------------------------------------------------------------------------------------------ geometry
-def random_box(rng: np.random.Generator, h: int, w: int, spec: AugmentSpec) -> Box:
-    """torchvision's ``RandomResizedCrop.get_params``: 10 tries, then a centre crop with clamped aspect."""
-    area = h * w
+CROP_TRIES = 10
+"""torchvision's tries at an area and aspect that fit the frame before it falls back to a centre crop."""
+
+
+def draw_crop(rng: np.random.Generator, spec: AugmentSpec) -> np.ndarray:
+    """The random resized crop's draw, independent of the frame size: float64 (2·CROP_TRIES + 2,) = per try
+    an area fraction (uniform in ``crop_area``), per try an aspect ratio w/h (log-uniform in ``crop_aspect``),
+    then where the crop sits vertically and horizontally (uniforms in [0, 1))."""
     log_lo, log_hi = math.log(spec.crop_aspect[0]), math.log(spec.crop_aspect[1])
-    for _ in range(10):
-        target = area * rng.uniform(*spec.crop_area)
-        aspect = math.exp(rng.uniform(log_lo, log_hi))
-        cw, ch = round(math.sqrt(target * aspect)), round(math.sqrt(target / aspect))
-        if 0 < cw <= w and 0 < ch <= h:
-            return int(rng.integers(0, h - ch + 1)), int(rng.integers(0, w - cw + 1)), ch, cw
+    area = rng.uniform(*spec.crop_area, CROP_TRIES)
+    aspect = np.exp(rng.uniform(log_lo, log_hi, CROP_TRIES))
+    return np.concatenate([area, aspect, rng.random(2)])
+
+
+def _round(x: float) -> int:
+    """Half up, as the DALI graph computes it (``floor(x + 0.5)``; Python's round goes to even on exact
+    halves, the only place the two differ)."""
+    return math.floor(x + 0.5)
+
+
+def crop_box(h: int, w: int, draw: np.ndarray, spec: AugmentSpec) -> Box:
+    """The crop box of a :func:`draw_crop` draw in an h × w frame, by torchvision's
+    ``RandomResizedCrop.get_params``: the first try whose box fits, at a position scaled from the draw's two
+    uniforms; if none fits, a centre crop with the aspect clamped to ``crop_aspect``.
+
+    Float64 operations in this order are what ``dali_loader`` computes in its graph (tested equal)."""
+    target = float(h * w) * draw[:CROP_TRIES]
+    aspect = draw[CROP_TRIES : 2 * CROP_TRIES]
+    cws = np.floor(np.sqrt(target * aspect) + 0.5)
+    chs = np.floor(np.sqrt(target / aspect) + 0.5)
+    fits = np.flatnonzero((cws > 0) & (cws <= w) & (chs > 0) & (chs <= h))
+    if len(fits):
+        ch, cw = int(chs[fits[0]]), int(cws[fits[0]])
+        pos_y, pos_x = draw[2 * CROP_TRIES :]
+        return math.floor(pos_y * (h - ch + 1)), math.floor(pos_x * (w - cw + 1)), ch, cw
+    lo, hi = spec.crop_aspect
     ratio = w / h
-    if ratio < spec.crop_aspect[0]:
-        cw, ch = w, round(w / spec.crop_aspect[0])
-    elif ratio > spec.crop_aspect[1]:
-        ch, cw = h, round(h * spec.crop_aspect[1])
+    if ratio < lo:
+        cw, ch = w, _round(w / lo)
+    elif ratio > hi:
+        ch, cw = h, _round(h * hi)
     else:
         cw, ch = w, h
     return (h - ch) // 2, (w - cw) // 2, ch, cw
 
 
 def eval_boxes(h: int, w: int, crops: int, spec: AugmentSpec) -> list[tuple[Box, bool]]:
-    """Eval crops as (box, flipped): 1 = centre square of the short side; 5 = corners + centre; 10 = ×flip."""
+    """Eval crops of an h × w frame as (box, flipped): 1 = centre square of the short side; 5 = corners +
+    centre, side ``eval_scale`` × the short side (rounded half up, as the DALI graph computes it);
+    10 = ×flip."""
     if crops not in EVAL_CROPS:
         raise UserError(f"crops must be one of {', '.join(map(str, EVAL_CROPS))}, not {crops}")
     if crops == 1:
         s = min(h, w)
         return [(((h - s) // 2, (w - s) // 2, s, s), False)]
-    s = max(1, round(min(h, w) * spec.eval_scale))
+    s = max(1, _round(min(h, w) * spec.eval_scale))
     five = [(0, 0), (0, w - s), (h - s, 0), (h - s, w - s), ((h - s) // 2, (w - s) // 2)]
     boxes = [((y, x, s, s), False) for y, x in five]
     return boxes + [(b, True) for b, _ in boxes] if crops == 10 else boxes
@@ -196,13 +230,12 @@ def colour_maps(
     return maps[:, :3].astype(np.float32)
 
 
-def sample_clip(
-    rng: np.random.Generator, frame_size: tuple[int, int], num_frames: int, stream: str, spec: AugmentSpec
-) -> ClipParams:
-    """Draw everything random for one training clip (``spec.enabled`` must be true)."""
-    box = random_box(rng, frame_size[0], frame_size[1], spec)
+def sample_clip(rng: np.random.Generator, num_frames: int, stream: str, spec: AugmentSpec) -> ClipParams:
+    """Draw everything random for one training clip (``spec.enabled`` must be true), whatever its frame size:
+    the same draws fit every sample, so a loader may draw before it knows which sample they go to."""
+    crop = draw_crop(rng, spec)
     flip = bool(rng.random() < spec.flip_p)
-    return ClipParams(box, flip, colour_maps(rng, num_frames, stream, flip, spec))
+    return ClipParams(crop, flip, colour_maps(rng, num_frames, stream, flip, spec))
 
 
 # ------------------------------------------------------------------------------- OpenCV (host) ops

@@ -5,16 +5,21 @@ Graph (one per epoch, so an epoch is reproducible from ``(seed, epoch)`` alone):
     readers.webdataset (index files, shard_id/num_shards = rank/world size, pad_last_batch)
       train: 40 × decoders.image (whole frames)
              GPU: stack to (F, H, W, 3) → resize of the crop (a mirrored ROI flips) to crop_size → resize to
-             the output size
-             CPU: the 40 frames (unstacked) and the draws go to the host, where OpenCV crops, resizes and flips
-             them (crop_resize, the torch loader's code) in a thread pool: DALI's CPU resize is slower than its
-             decode
+             the output size; the crop box is computed in the graph from the draw and the sample's frame size
+             CPU: the 40 frames (unstacked; padded to the batch's largest frame where the shards mix sizes),
+             their size and the draws go to the host, where OpenCV crops, resizes and flips them
+             (crop_box + crop_resize, the torch loader's code) in a thread pool: DALI's CPU resize is slower
+             than its decode
              (+ the per-frame colour maps, applied on the target device: DALI's CPU coord_transform costs
              far more than cv2.transform)
-      eval:  40 × decoders.image → stack → one slice/resize per crop (+ flip) → stack to (K, F, H, W, 3)
+      eval:  40 × decoders.image → stack → one resize per crop of the sample's frames (+ flip; a slice
+             where all frames have one size and the crops the output's) → stack to (K, F, H, W, 3)
 
 Random parameters come from :mod:`memdpc.pipeline.augment` through an ``external_source``, the same draws
-the torch loader uses. The pipeline returns uint8; normalisation to float runs on the target device.
+the torch loader uses. They do not depend on the frame size: a sample's size is known only inside the graph
+(from its first JPEG's header, ``peek_image_shape``), where :func:`crop_box_graph` and
+:func:`eval_boxes_graph` compute ``augment.crop_box`` and ``augment.eval_boxes`` with DALI's arithmetic.
+The pipeline returns uint8; normalisation to float runs on the target device.
 """
 
 from __future__ import annotations
@@ -27,8 +32,11 @@ import numpy as np
 import torch
 
 from memdpc.pipeline.augment import (
+    CROP_TRIES,
+    AugmentSpec,
     apply_colour,
     colour_frames,
+    crop_box,
     crop_resize,
     eval_boxes,
     flow_flip_map,
@@ -44,6 +52,100 @@ def _dali():
     from nvidia.dali import fn, pipeline, types
 
     return fn, pipeline, types
+
+
+# ------------------------------------------------------------------------- boxes in the graph (float64)
+def _f64(value: float):
+    """A float64 constant of an arithmetic expression: only for values float32 holds exactly (DALI keeps a
+    scalar constant of an expression as float32); :func:`_spec_constants` carries the others."""
+    _, _, types = _dali()
+    return types.Constant(float(value), dtype=types.FLOAT64)
+
+
+def _spec_constants(spec: AugmentSpec):
+    """The spec's numbers the boxes use (crop_aspect, eval_scale), float64 per sample from an external source,
+    so that the graph computes with the same float64 values as ``augment``."""
+    fn, _, _ = _dali()
+    values = np.array([*spec.crop_aspect, spec.eval_scale], np.float64)
+    node = fn.external_source(source=lambda info: values, batch=False)
+    return node[0], node[1], node[2]
+
+
+def frame_hw(encoded):
+    """(height, width) of each sample's frames, float64 scalars, from the JPEG header of one frame."""
+    fn, _, types = _dali()
+    shape = fn.peek_image_shape(encoded, dtype=types.FLOAT64)  # (H, W, C)
+    return shape[0], shape[1]
+
+
+def crop_box_graph(h, w, draw, spec: AugmentSpec):
+    """:func:`memdpc.pipeline.augment.crop_box` as DALI arithmetic on each sample's (h, w) (float64 scalars)
+    and its draw (float64, the layout of ``augment.draw_crop``): (y0, x0, height, width) as float64 scalars.
+    The same float64 operations in the same order, so the boxes are the same; the first fitting try is found
+    without branching, as the largest of ``fits × (CROP_TRIES − try)``."""
+    from nvidia.dali import math
+
+    fn, _, types = _dali()
+    half = _f64(0.5)
+    target = (h * w) * draw[0:CROP_TRIES]
+    aspect = draw[CROP_TRIES : 2 * CROP_TRIES]
+    cws = math.floor(math.sqrt(target * aspect) + half)
+    chs = math.floor(math.sqrt(target / aspect) + half)
+    fits = (cws > _f64(0)) & (cws <= w) & (chs > _f64(0)) & (chs <= h)
+    rank = fits * types.Constant(np.arange(CROP_TRIES, 0, -1, dtype=np.int64))  # 0 where it does not fit
+    best = fn.reductions.max(rank)
+    first = rank == best  # with best == 0 (none fits) every try matches: masked by `found` below
+
+    def pick(values):  # the first fitting try's value (float64 reductions are not supported: via int64)
+        chosen = fn.reductions.max(fn.cast(values, dtype=types.INT64) * first)
+        return fn.cast(chosen, dtype=types.FLOAT64)
+
+    found = best > 0
+    lo, hi, _ = _spec_constants(spec)
+    ratio = w / h
+    narrow, wide = ratio < lo, ratio > hi
+    fallback_cw = narrow * w + wide * math.floor(h * hi + half) + (1 - narrow - wide) * w
+    fallback_ch = narrow * math.floor(w / lo + half) + wide * h + (1 - narrow - wide) * h
+    cw = found * pick(cws) + (1 - found) * fallback_cw
+    ch = found * pick(chs) + (1 - found) * fallback_ch
+    pos_y, pos_x = draw[2 * CROP_TRIES], draw[2 * CROP_TRIES + 1]
+    y0 = found * math.floor(pos_y * (h - ch + _f64(1))) + (1 - found) * math.floor((h - ch) / _f64(2))
+    x0 = found * math.floor(pos_x * (w - cw + _f64(1))) + (1 - found) * math.floor((w - cw) / _f64(2))
+    return y0, x0, ch, cw
+
+
+def eval_boxes_graph(h, w, crops: int, spec: AugmentSpec) -> list[tuple[tuple, bool]]:
+    """:func:`memdpc.pipeline.augment.eval_boxes` as DALI arithmetic on each sample's (h, w) (float64
+    scalars): [((y0, x0, side, side) as float64 scalars, flipped)]."""
+    from nvidia.dali import math
+
+    short = math.min(h, w)
+    if crops == 1:
+        side = short
+    else:
+        side = math.max(math.floor(short * _spec_constants(spec)[2] + _f64(0.5)), _f64(1))
+    y_end, x_end = h - side, w - side
+    y_mid, x_mid = math.floor(y_end / _f64(2)), math.floor(x_end / _f64(2))
+    if crops == 1:
+        return [((y_mid, x_mid, side, side), False)]
+    # the corners as end × 0 or 1: a lone float64 constant cannot be a DALI node, only part of an expression
+    corners = [(y_end * _f64(a), x_end * _f64(b)) for a, b in ((0, 0), (0, 1), (1, 0), (1, 1))]
+    corners.append((y_mid, x_mid))
+    boxes = [((y, x, side, side), False) for y, x in corners]
+    return boxes + [(b, True) for b, _ in boxes] if crops == 10 else boxes
+
+
+def roi(box, flip):
+    """A box as fn.resize's (roi_start, roi_end), float32 (y, x); mirrored (x from right to left) where
+    ``flip`` (a bool, or a 0/1 float64 scalar per sample)."""
+    fn, _, types = _dali()
+    y0, x0, h, w = box
+    if isinstance(flip, bool):
+        x_a, x_b = (x0 + w, x0) if flip else (x0, x0 + w)
+    else:
+        x_a, x_b = x0 + w * flip, x0 + w * (1 - flip)
+    start, end = fn.stack(y0, x_a), fn.stack(y0 + h, x_b)
+    return fn.cast(start, dtype=types.FLOAT), fn.cast(end, dtype=types.FLOAT)
 
 
 class DaliLoader:
@@ -70,14 +172,15 @@ class DaliLoader:
             raise ValueError("host_geometry is for the CPU pipeline")
         augment = plan.train and plan.spec.enabled
         colour = augment and (plan.spec.colour_on(plan.stream) or plan.stream == "flow")
-        geometry = ("box", "flip") if self._host_geometry else ("roi_start", "roi_end")
-        self._draw_names = (geometry + (("colour",) if colour else ())) if augment else ()
-        self._host_draws = [n for n in self._draw_names if n not in ("roi_start", "roi_end")]
+        self._draw_names = (("crop", "flip") + (("colour",) if colour else ())) if augment else ()
         self._host_augment = self._host_geometry and augment
+        self._host_draws = [n for n in self._draw_names if self._host_augment or n == "colour"]
         # the host gets the frames unstacked (DALI's CPU stack of 40 frames cost a quarter of the decode graph's
-        # time) and the draws it still has to apply
+        # time), their size, and the draws it still has to apply; frames of several sizes in one batch are
+        # padded to the largest (a batch leaves DALI as one tensor per output), the size says where they end
+        self._pad = len(plan.frame_sizes) != 1
         self._frame_outputs = [f"f{i:02d}" for i in range(plan.num_frames)]
-        video = self._frame_outputs if self._host_augment else ["video"]
+        video = [*self._frame_outputs, "shape"] if self._host_augment else ["video"]
         self._outputs = [*video, "label", "meta", *self._host_draws]
         total = sum(plan.shard_samples)
         lo, hi = (total * plan.rank) // plan.world_size, (total * (plan.rank + 1)) // plan.world_size
@@ -171,8 +274,9 @@ class DaliLoader:
 
     def _train_ops(self, encoded: list, epoch: int):
         """Decode whole frames (nvJPEG has no region-of-interest decoding); on the GPU resize the crop (flip =
-        a mirrored ROI). Also returns the draws the host applies: the crop box and flip when OpenCV resizes,
-        the per-frame colour maps (when the stream gets any) for :func:`apply_colour` on the target device."""
+        a mirrored ROI; the box from the draw and the sample's frame size). Also returns what the host applies
+        when OpenCV resizes: the frames, their size, the crop's draw and the flip; and the per-frame colour
+        maps (when the stream gets any) for :func:`apply_colour` on the target device."""
         fn, _, types = _dali()
         p = self.plan
         draws = fn.external_source(
@@ -182,15 +286,18 @@ class DaliLoader:
         frames = [fn.decoders.image(f, output_type=types.RGB, **self._decode) for f in encoded]
         host = [d[name] for name in self._host_draws]
         if self._host_geometry:
-            return frames, host
+            if self._pad:
+                frames = [fn.pad(f, axis_names="HW") for f in frames]
+            return [*frames, fn.peek_image_shape(encoded[0])], host
         seq = self._stack(frames)
         first = p.spec.crop_size or p.size
+        box = crop_box_graph(*frame_hw(encoded[0]), d["crop"], p.spec)
+        start, end = roi(box, fn.cast(d["flip"][0], dtype=types.FLOAT64))
         # the antialiasing filter costs time and only matters when shrinking by more than ~1.25× (256² frames:
-        # crops of at most 256 px go to 224, a 1.14× shrink at most)
-        shrink = max(p.frame_size) / first
-        video = fn.resize(
-            seq, roi_start=d["roi_start"], roi_end=d["roi_end"], size=[first, first], antialias=shrink > 1.25
-        )
+        # crops of at most 256 px go to 224, a 1.14× shrink at most); the largest frame of the shards decides
+        largest = max((max(hw) for hw in p.frame_sizes), default=None)
+        antialias = largest is None or largest / first > 1.25
+        video = fn.resize(seq, roi_start=start, roi_end=end, size=[first, first], antialias=antialias)
         if first != p.size:
             video = fn.resize(video, size=[p.size, p.size], antialias=True)
         return video, host
@@ -204,13 +311,10 @@ class DaliLoader:
             rng = np.random.default_rng([p.seed, epoch, p.rank, info.iteration])
             cols: dict[str, list[np.ndarray]] = {name: [] for name in self._draw_names}
             for _ in range(p.batch_size):
-                c = sample_clip(rng, p.frame_size, p.num_frames, p.stream, p.spec)
-                y0, x0, h, w = c.box
+                c = sample_clip(rng, p.num_frames, p.stream, p.spec)
                 row = {
-                    "box": np.array(c.box, np.int32),
+                    "crop": c.crop,
                     "flip": np.array([c.flip], np.int32),
-                    "roi_start": np.array([y0, x0 + (w if c.flip else 0)], np.float32),
-                    "roi_end": np.array([y0 + h, x0 + (0 if c.flip else w)], np.float32),
                     "colour": c.colour if c.colour is not None else identity,
                 }
                 for name, col in cols.items():
@@ -229,16 +333,19 @@ class DaliLoader:
         fn, _, types = _dali()
         p = self.plan
         seq = self._stack([fn.decoders.image(f, output_type=types.RGB, **self._decode) for f in encoded])
+        # Shards of one frame size whose crops have the output's size are sliced (a copy): DALI's CPU resize
+        # costs as much at scale 1, where it moves no pixel value, as at any other scale.
+        one_size = p.frame_sizes[0] if len(p.frame_sizes) == 1 else None
+        copy = one_size is not None and {b[2] for b, _ in eval_boxes(*one_size, p.views, p.spec)} == {p.size}
         views = []
-        for (y0, x0, h, w), flipped in eval_boxes(*p.frame_size, p.views, p.spec):
-            if (h, w) == (p.size, p.size):
-                v = fn.slice(seq, start=[y0, x0], shape=[h, w], axis_names="HW")
+        for box, flipped in eval_boxes_graph(*frame_hw(encoded[0]), p.views, p.spec):
+            if copy:
+                start = fn.cast(fn.stack(box[0], box[1]), dtype=types.INT32)
+                v = fn.slice(seq, start=start, shape=[p.size, p.size], axis_names="HW")
                 v = fn.flip(v, horizontal=1) if flipped else v
             else:
-                x_a, x_b = (x0 + w, x0) if flipped else (x0, x0 + w)
-                v = fn.resize(
-                    seq, roi_start=[y0, x_a], roi_end=[y0 + h, x_b], size=[p.size, p.size], antialias=True
-                )
+                start, end = roi(box, flipped)
+                v = fn.resize(seq, roi_start=start, roi_end=end, size=[p.size, p.size], antialias=True)
             if flipped and p.stream == "flow":
                 v = fn.coord_transform(
                     v, MT=flow_flip_map().astype(np.float32).ravel().tolist(), dtype=types.UINT8
@@ -267,15 +374,15 @@ class DaliLoader:
 
     def _host_train(self, out: dict, pool: ThreadPoolExecutor) -> torch.Tensor:
         """OpenCV's crop, resizes, flip and colour maps on DALI's decoded frames, one clip per pool thread
-        (OpenCV releases the GIL)."""
+        (OpenCV releases the GIL); each clip's box from its draw and its own frame size."""
         p = self.plan
-        frames = [out[name].numpy() for name in self._frame_outputs]  # F × (B, H, W, 3)
-        boxes, flips = out["box"].numpy(), out["flip"].numpy()
+        frames = [out[name].numpy() for name in self._frame_outputs]  # F × (B, H, W, 3), padded
+        shapes, crops, flips = out["shape"].numpy(), out["crop"].numpy(), out["flip"].numpy()
         maps = out["colour"].numpy() if "colour" in out else None
 
         def one(i: int) -> np.ndarray:
-            clip = [f[i] for f in frames]
-            clip = crop_resize(clip, tuple(int(v) for v in boxes[i]), bool(flips[i, 0]), p.size, p.spec)
+            box = crop_box(int(shapes[i, 0]), int(shapes[i, 1]), crops[i], p.spec)
+            clip = crop_resize([f[i] for f in frames], box, bool(flips[i, 0]), p.size, p.spec)
             return colour_frames(clip, maps[i]) if maps is not None else np.ascontiguousarray(clip)
 
-        return torch.from_numpy(np.stack(list(pool.map(one, range(len(boxes))))))
+        return torch.from_numpy(np.stack(list(pool.map(one, range(len(crops))))))

@@ -17,7 +17,7 @@ from memdpc.pipeline.augment import AugmentSpec
 from memdpc.pipeline.backends import BACKENDS
 from memdpc.pipeline.clip import EVAL_CROPS, ClipSpec
 from memdpc.pipeline.dali_loader import DaliLoader
-from memdpc.pipeline.manifest import load_manifest, manifest_path, shard_paths
+from memdpc.pipeline.manifest import frame_sizes, load_manifest, manifest_path, shard_paths
 from memdpc.pipeline.plan import LoaderPlan
 from memdpc.pipeline.torch_loader import TorchLoader
 
@@ -117,11 +117,6 @@ def plan_loader(
         raise UserError(
             f"{where}: shards hold clips {manifest.get('clip')}, the loader expects {clip.to_dict()}"
         )
-    if manifest.get("frame_size") is None:
-        raise UserError(
-            f"{where}: the shards hold videos of several frame sizes; the loaders crop with one frame size, "
-            "so preprocess with --square (e.g. --square 256, the paper's) and shard again"
-        )
     shards = shard_paths(shard_dir, manifest)
     if not shards or manifest.get("num_samples", 0) == 0:
         raise UserError(f"{where}: the shard list is empty")
@@ -142,7 +137,7 @@ def plan_loader(
         shards=shards,
         shard_samples=[int(s["num_samples"]) for s in manifest["shards"]],
         stream=stream,
-        frame_size=(int(manifest["frame_size"][0]), int(manifest["frame_size"][1])),
+        frame_sizes=tuple(frame_sizes(manifest)),
         encoding=str(manifest.get("encoding") or ""),
         num_frames=clip.num_frames,
         num_blocks=clip.num_blocks,

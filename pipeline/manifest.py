@@ -2,9 +2,11 @@
 
 The manifest is written last (atomically), so its presence means every shard it lists is complete. It
 holds the configuration (stream, split, clip geometry, window rule, seed, shard limits), the frame
-encoding and size, class names (index = label), sample and video counts, and per shard its tar name, index
-name, sample count, size and SHA-256. The names of the files in a stream's folder are spelled here
-(:func:`manifest_path`, :func:`shard_name`, :func:`checksum_path`; the index: ``wds_index.index_path``).
+encoding, the frame sizes (``frame_sizes``: each size with its video and sample counts; ``frame_size``:
+the one size, or None where the videos have several), class names (index = label), sample and video
+counts, and per shard its tar name, index name, sample count, size and SHA-256. The names of the files
+in a stream's folder are spelled here (:func:`manifest_path`, :func:`shard_name`, :func:`checksum_path`;
+the index: ``wds_index.index_path``).
 """
 
 from __future__ import annotations
@@ -68,6 +70,15 @@ def load_manifest(shard_dir: str | os.PathLike, stream: str, split: str) -> dict
     if manifest.get("stream") != stream or manifest.get("split") != split or "shards" not in manifest:
         raise UserError(f"{path}: not a {stream}/{split} shard manifest")
     return manifest
+
+
+def frame_sizes(manifest: dict[str, Any]) -> list[tuple[int, int]]:
+    """The (height, width) of the frames of a loaded manifest's samples, most samples first; empty for
+    shards of several sizes written before the manifest listed them."""
+    if "frame_sizes" in manifest:
+        return [(int(s["height"]), int(s["width"])) for s in manifest["frame_sizes"]]
+    size = manifest.get("frame_size")
+    return [(int(size[0]), int(size[1]))] if size else []
 
 
 def shard_paths(shard_dir: str | os.PathLike, manifest: dict[str, Any]) -> list[tuple[Path, Path]]:

@@ -32,7 +32,7 @@ class LoaderPlan:
     shards: list[tuple[Path, Path]]
     shard_samples: list[int]
     stream: str
-    frame_size: tuple[int, int]
+    frame_sizes: tuple[tuple[int, int], ...]  # (height, width) of the shards' frames; () where not recorded
     encoding: str  # the images' encoding, as recorded in the manifest (e.g. jpeg-q100-444)
     num_frames: int
     num_blocks: int

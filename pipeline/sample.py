@@ -2,8 +2,10 @@
 
 A sample is one window of one video. Its key is ``<video_id>_<start:05d>`` (``start``: the window's first
 frame), and its tar members are ``<key>.f00.jpg … <key>.fNN.jpg`` (the window's JPEG frames in order),
-``<key>.cls`` (the label, int32 little-endian) and ``<key>.json`` (video id, start, fps, label, label name,
-split, stream). Video ids hold no dot, so the key is everything before the first dot of a member name.
+``<key>.cls`` (the label, int32 little-endian) and ``<key>.json`` (video id, start, fps, the frames' height
+and width, label, label name, split, stream). Video ids hold no dot, so the key is everything before the
+first dot of a member name. Samples of one shard set may differ in frame size; the loaders crop each
+relative to its own frames.
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ import struct
 LABEL = "cls"
 """The label member: the class index, int32 little-endian."""
 INFO = "json"
-"""The info member: the window's JSON (video_id, start, fps, label, label_name, split, stream)."""
+"""The info member: the window's JSON (video_id, start, fps, height, width, label, label_name, split,
+stream)."""
 FRAME_PATTERN = "fNN.jpg"
 """How the frame members are named, in words (recorded in the manifest)."""
 LABEL_BYTES = struct.calcsize("<i")

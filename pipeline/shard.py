@@ -254,10 +254,23 @@ def _uniform(values: set, what: str, folder: Path):
     return next(iter(values))
 
 
+def _frame_sizes(plan: Plan) -> list[dict[str, Any]]:
+    """Each frame size of the plan's samples with its video and sample counts, most samples first."""
+    videos: dict[tuple, set[str]] = defaultdict(set)
+    samples: Counter[tuple] = Counter()
+    for s in (s for sh in plan.shards for s in sh.samples):
+        videos[s.frame_size].add(s.video_id)
+        samples[s.frame_size] += 1
+    order = sorted(samples, key=lambda hw: (-samples[hw], hw))
+    return [
+        {"height": h, "width": w, "videos": len(videos[h, w]), "samples": samples[h, w]} for h, w in order
+    ]
+
+
 def _manifest(plan: Plan, entries: list[dict], folder: Path) -> dict[str, Any]:
     metas = [plan.sources[vid].meta for vid in {s.video_id for sh in plan.shards for s in sh.samples}]
-    sizes = {(m.get("height"), m.get("width")) for m in metas}
-    size = list(next(iter(sizes))) if len(sizes) == 1 else None  # None: videos of several sizes
+    sizes = _frame_sizes(plan)
+    size = [sizes[0]["height"], sizes[0]["width"]] if len(sizes) == 1 else None  # None: see frame_sizes
     cfg = plan.config
     return {
         "format": FORMAT,
@@ -265,6 +278,7 @@ def _manifest(plan: Plan, entries: list[dict], folder: Path) -> dict[str, Any]:
         "split": cfg["split"],
         "clip": cfg["clip"],
         "frame_size": size,
+        "frame_sizes": sizes,
         "encoding": _uniform({m.get("encoding") for m in metas}, "encoding", folder),
         "num_samples": plan.num_samples,
         "num_videos": len(metas),

@@ -78,6 +78,7 @@ class Sample:
     fps: Any
     stream: str
     clip: ClipSpec
+    frame_size: tuple[int, int]  # (height, width) of the video's frames, from its archive's meta.json
 
     @property
     def video_id(self) -> str:
@@ -97,7 +98,7 @@ class Sample:
 
     @property
     def json_bytes(self) -> bytes:
-        return sample_json(self.rec, self.start, self.fps, self.stream)
+        return sample_json(self.rec, self.start, self.fps, self.stream, self.frame_size)
 
 
 @dataclass
@@ -278,11 +279,14 @@ def _check_root(root: Path, stream: str) -> None:
     )
 
 
-def sample_json(rec: VideoRecord, start: int, fps: Any, stream: str) -> bytes:
+def sample_json(rec: VideoRecord, start: int, fps: Any, stream: str, frame_size: tuple[int, int]) -> bytes:
+    """The sample's info member (fields named in :mod:`memdpc.pipeline.sample`)."""
     info = {
         "video_id": rec.id,
         "start": start,
         "fps": fps,
+        "height": frame_size[0],
+        "width": frame_size[1],
         "label": rec.label,
         "label_name": rec.label_name,
         "split": rec.split,
@@ -317,7 +321,8 @@ def _video_samples(
 ) -> list[Sample]:
     usable = usable_frames(stream, src.num_frames)
     starts = clip.train_starts(usable, window_step) if train else clip.eval_starts(usable)
-    return [Sample(rec, s, usable, src.meta.get("fps"), stream, clip) for s in starts]
+    size = (src.meta.get("height"), src.meta.get("width"))
+    return [Sample(rec, s, usable, src.meta.get("fps"), stream, clip, size) for s in starts]
 
 
 def sample_bytes(sample: Sample, src: FrameSource) -> int:

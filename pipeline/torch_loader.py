@@ -27,6 +27,7 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from memdpc.pipeline.augment import (
     colour_frames,
+    crop_box,
     crop_resize,
     eval_boxes,
     flow_flip_map,
@@ -52,7 +53,8 @@ def _to_rgb(frames_bgr: np.ndarray, maps: np.ndarray | None) -> np.ndarray:
 
 
 class ClipTransform:
-    """Decode one sample's 40 JPEGs and apply the spec (train draw or eval crops): uint8 RGB out."""
+    """Decode one sample's 40 JPEGs and apply the spec (train draw or eval crops), with boxes relative to the
+    sample's own frame size: uint8 RGB out, ``size`` × ``size``."""
 
     def __init__(self, plan: LoaderPlan) -> None:
         self.plan = plan
@@ -83,8 +85,9 @@ class ClipTransform:
 
     def _train(self, frames: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         p = self.plan
-        c = sample_clip(rng, frames.shape[1:3], p.num_frames, p.stream, p.spec)
-        return _to_rgb(crop_resize(frames, c.box, c.flip, p.size, p.spec), c.colour)
+        c = sample_clip(rng, p.num_frames, p.stream, p.spec)
+        box = crop_box(*frames.shape[1:3], c.crop, p.spec)
+        return _to_rgb(crop_resize(frames, box, c.flip, p.size, p.spec), c.colour)
 
     def _view(self, frames: np.ndarray, box, flipped: bool) -> np.ndarray:
         y0, x0, h, w = box

@@ -4,6 +4,8 @@ and the JPEG frame archives the pipeline, train and eval tests build from render
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import cv2
@@ -13,7 +15,7 @@ import torch
 
 from memdpc.preprocess.archive import archive_path, write_archive
 from memdpc.preprocess.example_layout import write_video
-from memdpc.preprocess.synthetic import SyntheticConfig, make_synthetic, render_video
+from memdpc.preprocess.synthetic import CLASSES, SyntheticConfig, make_synthetic, render_video
 
 if not torch.cuda.is_available():  # before anything imports Triton: its kernels then run in the interpreter
     os.environ.setdefault("TRITON_INTERPRET", "1")
@@ -74,6 +76,51 @@ def make_messy_folder(root: Path) -> Path:
 def messy_folder(tmp_path_factory) -> Path:
     """A user's folder of 13 videos of 3 classes in mixed sizes, codecs and frame rates, plus 2 broken files."""
     return make_messy_folder(tmp_path_factory.mktemp("messy") / "my_videos")
+
+
+MIXED_SIZES = ((48, 64), (64, 36), (40, 40))  # (height, width): landscape 4:3, portrait 9:16, square
+MIXED_FRAMES = 20
+
+
+@pytest.fixture(scope="session")
+def mixed_size_dataset(tmp_path_factory) -> Path:
+    """Real video files (MJPG, 20 frames) of three frame sizes in the folder layout ``<split>/<class>/``: per
+    class (2) one train video of each size of MIXED_SIZES, and one test video (portrait for the first class,
+    landscape for the second). Each is a rendered motion, cut to its size from a square render."""
+    root = tmp_path_factory.mktemp("mixed") / "videos"
+    videos = [(split, ci, hw) for ci in range(2) for split, hw in
+              [("train", hw) for hw in MIXED_SIZES] + [("test", MIXED_SIZES[1 - ci])]]
+    for g, (split, ci, (h, w)) in enumerate(videos):
+        side = max(h, w)
+        frames = render_video(CLASSES[ci], side, MIXED_FRAMES, np.random.default_rng([ci, g]))
+        y, x = (side - h) // 2, (side - w) // 2
+        path = root / split / CLASSES[ci] / f"clip{g:02d}_{h}x{w}.avi"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_video(path, np.ascontiguousarray(frames[:, y : y + h, x : x + w]), 25.0, "mjpg")
+    return root
+
+
+MIXED_FRAME_SIZES = {(24, 32), (43, 24), (24, 24)}  # mixed_size_dataset after preprocess --size 24
+
+
+def run_memdpc(*args: str, cwd: Path | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    """``python -m memdpc.cli ARGS`` in a subprocess with one torch thread; output captured as text."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    cmd = [sys.executable, "-m", "memdpc.cli", *map(str, args)]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd)
+
+
+@pytest.fixture(scope="session")
+def mixed_size_frames(mixed_size_dataset, tmp_path_factory) -> Path:
+    """``memdpc index --layout folder`` and ``memdpc preprocess frames --size 24`` (README's short side,
+    aspect kept) of ``mixed_size_dataset``: a folder with ``index.jsonl`` and ``frames/rgb/<id>.tar`` of
+    three frame sizes (MIXED_FRAME_SIZES, one of them portrait)."""
+    root = tmp_path_factory.mktemp("mixed_frames")
+    for args in (["index", mixed_size_dataset, "--layout", "folder", "--out", root / "index.jsonl"],
+                 ["preprocess", "frames", root / "index.jsonl", "--out", root / "frames", "--size", "24"]):
+        res = run_memdpc(*args)
+        assert res.returncode == 0, res.stderr
+    return root
 
 
 def decode_video(path: Path) -> np.ndarray:

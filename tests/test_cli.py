@@ -1,3 +1,4 @@
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -5,6 +6,8 @@ from pathlib import Path
 import pytest
 
 from memdpc import __version__
+
+from .conftest import run_memdpc
 
 # the console script installed beside the running interpreter (works with or without an activated venv)
 MEMDPC = str(Path(sys.executable).parent / "memdpc")
@@ -71,3 +74,43 @@ def test_preprocess_given_something_else_than_an_index_is_a_one_line_error(tmp_p
     assert res.exit_code == 2 and "Traceback" not in res.output
     assert res.output.splitlines()[-1].startswith("Error: " + message.format(given=tmp_path / given))
     assert not (tmp_path / "frames").exists()
+
+
+@pytest.mark.slow
+def test_train_and_every_eval_kind_on_shards_of_mixed_frame_sizes(mixed_size_frames, tmp_path):
+    """README's short-side --size on videos of three aspect ratios (portrait included) gives frames of three
+    sizes; shards of them train (torch loader) and evaluate (DALI loader): retrieval with its frame-strip
+    plot, a linear probe on ten crops per window, finetuning (random crops again) and scoring its classifier
+    on five crops."""
+    shards, run, out = tmp_path / "shards", tmp_path / "run", tmp_path / "eval"
+    geometry = ["--blocks", "4", "--block-len", "3", "--clip-stride", "1"]
+    for split in ("train", "test"):
+        res = run_memdpc(
+            "shard", mixed_size_frames / "frames", "--index", mixed_size_frames / "index.jsonl",
+            "--stream", "rgb", "--out", shards, "--split", split, "--window-step", "4", *geometry,
+        )  # fmt: skip
+        assert res.returncode == 0, res.stderr
+    manifest = json.loads((shards / "rgb" / "manifest-train.json").read_text())
+    assert len(manifest["frame_sizes"]) == 3 and manifest["frame_size"] is None
+    res = run_memdpc(
+        "train", "--stream", "rgb", "--shards", shards, "--out", run, "--widths", "8,16,32,32",
+        "--size", "32", "--batch-size", "2", "--max-steps", "2", "--epochs", "1", "--num-blocks", "4",
+        "--block-len", "3", "--pred-steps", "2", "--mem-size", "16", "--crop-size", "0", "--backend", "torch",
+        "--workers", "1", "--no-progress",
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    ckpt = run / "checkpoints" / "last.pt"
+    common = ["--shards", shards, "--out", out, "--backend", "dali", "--workers", "1", "--batch-size", "4"]
+    res = run_memdpc("eval", "retrieve", ckpt, *common, "--plot")
+    assert res.returncode == 0, res.stderr
+    retrieval = json.loads((out / "retrieval-rgb.json").read_text())
+    assert 0 <= retrieval["metrics"]["R@1"] <= 1 and list(out.glob("*.png"))
+    res = run_memdpc("eval", "probe", ckpt, *common, "--linear", "--crops", "10", "--epochs", "2")
+    assert res.returncode == 0, res.stderr
+    assert "top1" in json.loads((out / "probe-linear-rgb.json").read_text())["metrics"]
+    res = run_memdpc("eval", "finetune", ckpt, *common, "--epochs", "1")
+    assert res.returncode == 0, res.stderr
+    res = run_memdpc("eval", "classify", out / "finetune-rgb.pt", *common[:2], "--out", tmp_path / "scored",
+                     *common[4:], "--crops", "5")  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert "top1" in json.loads(next((tmp_path / "scored").glob("*.json")).read_text())["metrics"]

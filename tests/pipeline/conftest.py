@@ -67,6 +67,27 @@ def long_archives(tmp_path_factory) -> Archives:
 
 
 @pytest.fixture(scope="session")
+def mixed_archives(mixed_size_dataset, tmp_path_factory) -> Archives:
+    """Frame archives of ``mixed_size_dataset``: 8 videos of three frame sizes (48×64, 64×36 portrait, 40×40),
+    6 train and 2 test, each shorter than one window (one padded sample per video)."""
+    records = build_index(mixed_size_dataset, "folder")
+    frames = {r.id: decode_video(Path(r.path)) for r in records}
+    return make_archives(tmp_path_factory.mktemp("mixed_archives"), records, frames)
+
+
+@pytest.fixture(scope="session")
+def mixed_shards(mixed_archives, tmp_path_factory) -> Path:
+    """Shards of ``mixed_archives``: streams rgb and flow × splits train and test, 2 samples per shard."""
+    from memdpc.pipeline.shard import shard_stream
+
+    out = tmp_path_factory.mktemp("mixed_shards")
+    for stream in ("rgb", "flow"):
+        for split in ("train", "test"):
+            shard_stream(mixed_archives.root, mixed_archives.records, stream, out, split, max_count=2, seed=0)
+    return out
+
+
+@pytest.fixture(scope="session")
 def tiny_shards(tiny_archives, tmp_path_factory) -> Path:
     """Shards of ``tiny_archives``: streams rgb and flow × splits train and test, 2 samples per shard."""
     from memdpc.pipeline.shard import shard_stream

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
-from memdpc.pipeline.augment import AugmentSpec
-from memdpc.pipeline.dali_loader import DaliLoader
+from memdpc.pipeline.augment import AugmentSpec, crop_box, draw_crop, eval_boxes
+from memdpc.pipeline.dali_loader import DaliLoader, crop_box_graph, eval_boxes_graph
 from memdpc.pipeline.loader import make_loader
 
 from .test_loader import one_epoch, shard_keys
@@ -41,16 +42,68 @@ def test_more_threads_same_clips(tiny_shards):
     assert list(one) == list(two) and all(torch.equal(one[k][0], two[k][0]) for k in one)
 
 
-def test_gpu_graph_on_the_cpu_matches_the_opencv_geometry(tiny_shards):
-    """The GPU's graph (DALI crops, resizes and flips by a mirrored ROI) run on the CPU gives the clips of the
-    CPU's default (OpenCV resizes the same draws), up to the two libraries' interpolation."""
+@pytest.mark.parametrize("shards", ["tiny_shards", "mixed_shards"])
+def test_gpu_graph_on_the_cpu_matches_the_opencv_geometry(shards, request):
+    """The GPU's graph (DALI computes each sample's box from its draw and frame size, crops, resizes and flips
+    by a mirrored ROI) run on the CPU gives the clips of the CPU's default (OpenCV resizes the same draws with
+    each sample's box), up to the two libraries' interpolation; also on shards of three frame sizes, where
+    the host gets frames padded to the batch's largest."""
+    shards = request.getfixturevalue(shards)
     kw = dict(train=True, batch_size=3, size=24, backend="dali", seed=3, num_workers=1)
-    host = make_loader(tiny_shards, "rgb", "train", **kw)
+    host = make_loader(shards, "rgb", "train", **kw)
     dali = DaliLoader(host.plan, host_geometry=False)
     a, b = one_epoch(host), one_epoch(dali)
     assert sorted(a) == sorted(b)
     diff = torch.stack([(a[k][0] - b[k][0]).abs().mean() for k in a]) * 0.224 * 255
     assert diff.max() < 3, f"mean difference per clip up to {diff.max():.2f} levels"
+
+
+def run_graph(make_outputs, inputs: list[tuple]) -> list[list[np.ndarray]]:
+    """Run a one-off DALI CPU pipeline over ``inputs`` (one tuple of numpy arrays per sample, fed by an
+    external source) and return every sample's outputs."""
+    from nvidia.dali import fn, pipeline
+
+    pipe = pipeline.Pipeline(batch_size=len(inputs), num_threads=1, device_id=None)
+    with pipe:
+        nodes = fn.external_source(source=lambda: [list(col) for col in zip(*inputs, strict=True)],
+                                   num_outputs=len(inputs[0]), batch=True)  # fmt: skip
+        pipe.set_outputs(*make_outputs(*nodes))
+    pipe.build()
+    outs = pipe.run()
+    return [[np.array(o[i]) for o in outs] for i in range(len(inputs))]
+
+
+def test_graph_boxes_equal_the_host_boxes_for_frames_of_any_shape():
+    """crop_box_graph / eval_boxes_graph (DALI arithmetic in the graph) give exactly augment.crop_box /
+    eval_boxes, for 600 frame sizes (portrait, landscape, square, a few pixels high) and draws, fallbacks
+    to the centre crop included."""
+    from nvidia.dali import fn
+
+    rng = np.random.default_rng(0)
+    specs = [AugmentSpec(), AugmentSpec(crop_area=(0.9, 1.0))]
+    specs.append(AugmentSpec(crop_area=(0.3, 0.6), eval_scale=0.7))
+    for spec in specs:
+        sizes = [tuple(int(v) for v in rng.integers(1, 700, 2)) for _ in range(160)]
+        sizes += [(int(rng.integers(1, 9)), int(rng.integers(1, 700))) for _ in range(40)]
+        draws = [draw_crop(rng, spec) for _ in sizes]
+
+        def boxes(h, w, draw, spec=spec):
+            graph = [crop_box_graph(h, w, draw, spec)]
+            for crops in (1, 5, 10):
+                views = eval_boxes_graph(h, w, crops, spec)
+                assert [f for _, f in views] == [f for _, f in eval_boxes(64, 48, crops, spec)]
+                graph += [box for box, _ in views]
+            return [fn.stack(*box) for box in graph]
+
+        inputs = [(np.float64(h), np.float64(w), d) for (h, w), d in zip(sizes, draws, strict=True)]
+        got = run_graph(boxes, inputs)
+        fallbacks = 0
+        for (h, w), draw, outs in zip(sizes, draws, got, strict=True):
+            want = [crop_box(h, w, draw, spec)]
+            want += [box for crops in (1, 5, 10) for box, _ in eval_boxes(h, w, crops, spec)]
+            assert [tuple(int(v) for v in o) for o in outs] == want, (h, w, draw)
+            fallbacks += crop_box(h, w, np.r_[draw[:-2], 0.0, 0.0], spec)[:2] != (0, 0)  # a centred box
+        assert fallbacks > 10  # many draws fit no try: the fallback (a centre crop) is compared too
 
 
 @pytest.mark.gpu

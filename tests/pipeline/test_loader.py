@@ -200,13 +200,6 @@ def test_empty_shard_list(tiny_shards, tmp_path):
         make_loader(root, "rgb", "train", train=True, batch_size=2, backend="torch")
 
 
-def test_shards_of_several_frame_sizes(tiny_shards, tmp_path):
-    root = copy_stream(tiny_shards, tmp_path)
-    edit_manifest(root, "rgb", "train", frame_size=None)
-    with pytest.raises(UserError, match=r"manifest-train\.json: the shards hold videos of several frame sizes"):
-        make_loader(root, "rgb", "train", train=True, batch_size=2, backend="torch")
-
-
 def test_fewer_shards_than_ranks_times_workers(tiny_shards):
     with pytest.raises(UserError, match=r"3 shard\(s\) for 2 rank\(s\) × 2 worker\(s\)"):
         make_loader(
@@ -345,3 +338,84 @@ def test_ten_crop_mirrors_negate_flow_x(tiny_shards, backend):
             mirrored = views[k + 5][:, :, ::-1]
             assert np.array_equal(mirrored[..., 0], 255 - views[k][..., 0])
             assert np.array_equal(mirrored[..., 1:], views[k][..., 1:])
+
+
+# ------------------------------------------------------------------------------- mixed frame sizes
+def sample_frames(shard_dir: Path, stream: str, split: str) -> dict[str, np.ndarray]:
+    """key → the sample's 40 frames as OpenCV decodes its JPEG members (F, H, W, 3) RGB, at their own size."""
+    import cv2
+
+    out = {}
+    for tar in sorted((shard_dir / stream).glob(f"{split}-*.tar")):
+        with tarfile.open(tar) as t:
+            members = {m.name: t.extractfile(m).read() for m in t}
+        for key in sorted({name.split(".", 1)[0] for name in members}):
+            jpgs = [members[f"{key}.f{i:02d}.jpg"] for i in range(40)]
+            bgr = [cv2.imdecode(np.frombuffer(j, np.uint8), cv2.IMREAD_COLOR) for j in jpgs]
+            out[key] = np.stack(bgr)[..., ::-1]
+    return out
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("train, crops", [(True, 1), (False, 1), (False, 10)])
+def test_mixed_frame_sizes_give_clips_of_the_output_size(mixed_shards, backend, train, crops):
+    """Shards of three frame sizes (landscape, portrait, square) load in training and evaluation."""
+    loader = make_loader(
+        mixed_shards, "rgb", "train", train=train, batch_size=3, size=24, crops=crops, backend=backend,
+        num_workers=1,
+    )  # fmt: skip
+    got = one_epoch(loader)
+    assert sorted(got) == sorted(shard_keys(mixed_shards, "rgb", "train")) and len(got) == 6
+    shape = (8, 3, 5, 24, 24) if crops == 1 else (crops, 8, 3, 5, 24, 24)
+    assert all(clip.shape == shape for clip, _, _ in got.values())
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("crops", [1, 5, 10])
+def test_eval_crops_are_cut_from_each_samples_own_frames(mixed_shards, backend, crops):
+    """The test split holds a portrait (64×36) and a landscape (48×64) video. At an output size equal to the
+    side of a sample's crops, its views are exact copies of the frames: the centre crop the centred square of
+    its short side, five crops its corners and centre at side round(0.875 × short side), ten crops those and
+    their mirror images."""
+    frames = sample_frames(mixed_shards, "rgb", "test")
+    for key, f in frames.items():
+        h, w = f.shape[1:3]
+        side = min(h, w) if crops == 1 else int(min(h, w) * 0.875 + 0.5)
+        loader = make_loader(
+            mixed_shards, "rgb", "test", train=False, batch_size=2, size=side, crops=crops, backend=backend,
+            num_workers=1,
+        )  # fmt: skip
+        views = denormalise(one_epoch(loader)[key][0], AugmentSpec()).numpy()
+        views = views.reshape(crops, 40, side, side, 3)
+        if crops == 1:
+            starts = [((h - side) // 2, (w - side) // 2)]
+        else:
+            ends = (h - side, w - side)
+            starts = [(0, 0), (0, ends[1]), (ends[0], 0), ends, (ends[0] // 2, ends[1] // 2)]
+        want = [f[:, y : y + side, x : x + side] for y, x in starts]
+        want += [v[:, :, ::-1] for v in want] if crops == 10 else []
+        for k, (got, exp) in enumerate(zip(views, want, strict=True)):
+            assert np.array_equal(got, exp), f"{key} ({h}×{w}), view {k}"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_training_crops_are_relative_to_each_samples_own_frames(mixed_shards, backend):
+    """A random crop of area 1 and aspect 1 is, in every frame that is not square, the centred square of the
+    short side (torchvision's fallback), and the whole frame of a square one: for each of the three sizes the
+    training clip is that square resized to the output size."""
+    import cv2
+
+    spec = AugmentSpec(crop_area=(1.0, 1.0), crop_aspect=(1.0, 1.0), crop_size=None, flip_p=0.0, grey_p=0.0,
+                       brightness=0, contrast=0, saturation=0, hue=0)  # fmt: skip
+    loader = make_loader(mixed_shards, "rgb", "train", train=True, batch_size=3, size=24, backend=backend,
+                         num_workers=1, spec=spec)  # fmt: skip
+    got = one_epoch(loader)
+    sizes = set()
+    for key, f in sample_frames(mixed_shards, "rgb", "train").items():
+        h, w = f.shape[1:3]
+        s = min(h, w)
+        square = f[:, (h - s) // 2 : (h - s) // 2 + s, (w - s) // 2 : (w - s) // 2 + s]
+        want = np.stack([cv2.resize(x, (24, 24), interpolation=cv2.INTER_AREA) for x in square])
+        assert np.array_equal(frames_u8(got[key][0]), want), f"{key} ({h}×{w})"
+        sizes.add((h, w))
+    assert sizes == {(48, 64), (64, 36), (40, 40)}

@@ -125,6 +125,36 @@ def test_counts_match_manifest_and_verify_passes(tiny_shards, tiny_archives):
     assert len(results) == 4 and all(not r.problems for r in results)
 
 
+def test_mixed_frame_sizes_are_recorded_per_sample_and_summarised(mixed_shards, mixed_archives):
+    """Videos of three frame sizes (as preprocess's short-side --size gives for several aspect ratios): each
+    sample's JSON holds its frame size, the manifest lists every size with its video and sample counts, and
+    the one-size field is None."""
+    sizes = {r.id: tuple(read_archive(archive_path(mixed_archives.root, "rgb", r.id))[0][k]
+                         for k in ("height", "width")) for r in mixed_archives.records}  # fmt: skip
+    for stream in ("rgb", "flow"):
+        m = load_manifest(mixed_shards, stream, "train")
+        assert m["frame_size"] is None
+        assert m["frame_sizes"] == [
+            {"height": 40, "width": 40, "videos": 2, "samples": 2},
+            {"height": 48, "width": 64, "videos": 2, "samples": 2},
+            {"height": 64, "width": 36, "videos": 2, "samples": 2},
+        ]
+        samples = all_samples(mixed_shards, stream, "train")
+        for parts in samples.values():
+            info = json.loads(parts["json"])
+            h, w = cv2.imdecode(np.frombuffer(parts["f00.jpg"], np.uint8), cv2.IMREAD_COLOR).shape[:2]
+            assert (info["height"], info["width"]) == (h, w) == sizes[info["video_id"]]
+        test = load_manifest(mixed_shards, stream, "test")
+        assert [(s["height"], s["width"]) for s in test["frame_sizes"]] == [(48, 64), (64, 36)]
+    assert not any(r.problems for r in verify_shards(mixed_shards))
+
+
+def test_one_frame_size_is_also_the_manifests_frame_size(tiny_shards):
+    m = load_manifest(tiny_shards, "rgb", "train")
+    assert m["frame_size"] == [32, 32]
+    assert m["frame_sizes"] == [{"height": 32, "width": 32, "videos": 6, "samples": 6}]
+
+
 def test_index_files_equal_wds2idx_output(tiny_shards, long_shards, tmp_path):
     tool = Path(sys.executable).parent / "wds2idx"
     # every long shard (both streams and splits) and the tiny RGB train shards: ~15 runs of the tool
