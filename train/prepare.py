@@ -58,9 +58,13 @@ def videos_by_class(shard_dir: str | Path, stream: str, split: str, until: set[i
     found: dict[int, set[str]] = {}
     seen: set[str] = set()
     for tar, idx in shard_paths(shard_dir, load_manifest(shard_dir, stream, split)):
+        if not tar.is_file() or not idx.is_file():
+            raise UserError(f"{tar if not tar.is_file() else idx}: missing; shard that split again")
         with open(tar, "rb") as f:
             for members in read_index(idx):
-                name = next(n for n in members if split_name(n)[1] == LABEL)
+                name = next((n for n in members if split_name(n)[1] == LABEL), None)
+                if name is None:
+                    raise UserError(f"{idx}: a sample without a .{LABEL} member; shard that split again")
                 video = parse_key(split_name(name)[0])[0]
                 if video in seen:
                     continue

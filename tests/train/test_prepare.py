@@ -155,3 +155,11 @@ def test_a_validation_split_missing_a_class_or_with_few_videos_is_warned_about(v
     assert val_split_warnings(_config(val_shards, val_split="none")) == []
     # two videos per class on average: nothing to say
     assert val_split_warnings(_config(val_shards, val_split="train", train_split="test")) == []
+
+
+def test_a_missing_shard_index_is_named_before_training(val_shards, tmp_path):
+    shards = tmp_path / "shards"
+    shutil.copytree(val_shards, shards)
+    (shards / "rgb" / "val-000000.idx").unlink()
+    with pytest.raises(UserError, match=r"val-000000\.idx: missing; shard that split again$"):
+        val_split_warnings(_config(shards, val_split="val"))
