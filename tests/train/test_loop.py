@@ -396,8 +396,8 @@ def test_sigint_while_init_only_reads_batchnorm_statistics_writes_nothing(train_
 @pytest.mark.slow
 def test_torchrun_sigterm_stops_both_ranks_at_one_step_and_the_rerun_is_bit_identical(train_shards, tmp_path):
     """torchrun forwards SIGTERM to both ranks and their loader workers; the ranks agree on one step, save
-    last.pt together and stop within seconds. torchrun itself then reports the signal it got and exits 1 (its
-    own behaviour). Run again, training ends bit-identical to an uninterrupted torchrun run."""
+    last.pt together and stop within seconds. torchrun itself then reports the signal it got, with a traceback,
+    and fails (its own behaviour). Run again, training ends bit-identical to an uninterrupted torchrun run."""
     def torchrun(out: Path) -> list[str]:
         return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m",
                 "memdpc.cli", "train", *TINY, "--shards", str(train_shards), "--out", str(out), "--epochs", "2",
@@ -408,7 +408,7 @@ def test_torchrun_sigterm_stops_both_ranks_at_one_step_and_the_rerun_is_bit_iden
     proc = start(torchrun(out), tmp_path / "stopped.log")
     took = signal_when(proc, lambda: train_steps(out) >= 2, signal.SIGTERM)
     log = (tmp_path / "stopped.log").read_text()
-    assert proc.returncode == 1 and took < STOP_WITHIN, (took, log)
+    assert proc.returncode != 0 and took < STOP_WITHIN, (took, log)  # torchrun's own report: 1 with torch 2.13
     last = out / "checkpoints" / "last.pt"
     kept = read_checkpoint(last)
     assert kept["world_size"] == 2 and 2 <= kept["step"] < 8, log  # 4 steps per epoch and rank
