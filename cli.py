@@ -478,8 +478,9 @@ def shard_cmd(archive_root: Path | None, verify: Path | None, **kw) -> None:
 
 
 # --------------------------------------------------------------------------------------------- train
-# the name every verb uses (eval, quickstart, preprocess, bench say --workers); the field's own name still works
-_TRAIN_ALIASES = {"num_workers": "--workers"}
+# the names other verbs use (eval, quickstart, preprocess, bench: --workers; shard: --blocks); the field's own
+# name still works
+_TRAIN_ALIASES = {"num_workers": "--workers", "num_blocks": "--blocks"}
 
 
 def _train_options(fn):
@@ -513,6 +514,7 @@ def train_cmd(config_file: Path | None, init_only: bool, bn_from_data: bool, **o
 
     Example: memdpc train --stream rgb --shards shards/ --out runs/rgb. A run directory that already holds
     a checkpoint resumes exactly where it stopped; --init CHECKPOINT starts a new run from given weights.
+    SIGINT (Ctrl-C) and SIGTERM stop it at the next step, with checkpoints/last.pt saved there.
     """
     from memdpc.train.config import config_from_dict, read_config_file
 
@@ -525,14 +527,17 @@ def train_cmd(config_file: Path | None, init_only: bool, bn_from_data: bool, **o
         # --stream's default (rgb) would train weights of the other stream with a warning that --stream asked for it
         raise UserError(f"--init {config.init}: say which stream the run trains on (--stream rgb|flow)")
     if init_only:
-        from memdpc.train.checkpoint import write_initial_checkpoint
+        from memdpc.train.checkpoint import next_command, write_initial_checkpoint
 
         path = write_initial_checkpoint(config, Path(config.out) / "checkpoints" / "init.pt", bn_from_data)
-        Console(stderr=True).print(f"untrained checkpoint: {path}")
+        what = "the --init weights" if config.init else f"untrained, seed {config.seed}"
+        what += ", BatchNorm statistics of the training clips" if bn_from_data else ""
+        Console(stderr=True).print(f"wrote {path} ({what})\nnext: {next_command(path, config.shards)}",
+                                   markup=False, soft_wrap=True)
         return
     from memdpc.train.loop import train
 
-    Console(stderr=True).print(f"run directory: {train(config)}")
+    train(config)  # ends by naming what it wrote
 
 
 # ------------------------------------------------------------------------------------------- convert

@@ -2,7 +2,8 @@
 
 Rank, world size and local rank come from torchrun's ``RANK``/``WORLD_SIZE``/``LOCAL_RANK``, else from
 ``SLURM_PROCID``/``SLURM_NTASKS``/``SLURM_LOCALID``; with neither the process is a world of one and no
-process group is created. NCCL is used on GPU, gloo on CPU.
+process group is created. NCCL is used on GPU, gloo on CPU; decisions taken on the host (whether to stop) go
+through gloo on both, so that they never wait for the GPU.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -26,6 +27,7 @@ class DistEnv:
     world_size: int
     local_rank: int
     device: torch.device
+    host_group: Any = None  # the gloo group of host-side decisions in an NCCL run; None: the default group
 
     @property
     def is_main(self) -> bool:
@@ -85,13 +87,14 @@ def setup(device: str = "auto") -> DistEnv:
     dev = pick_device(device, local_rank)
     if dev.type == "cuda":
         torch.cuda.set_device(dev)
+    host_group = None
     if world_size > 1 and not dist.is_initialized():
-        backend = "nccl" if dev.type == "cuda" else "gloo"
         if dev.type == "cuda":
-            dist.init_process_group(backend, rank=rank, world_size=world_size, device_id=dev)
+            dist.init_process_group("nccl", rank=rank, world_size=world_size, device_id=dev)
+            host_group = dist.new_group(backend="gloo")
         else:
-            dist.init_process_group(backend, rank=rank, world_size=world_size)
-    return DistEnv(rank, world_size, local_rank, dev)
+            dist.init_process_group("gloo", rank=rank, world_size=world_size)
+    return DistEnv(rank, world_size, local_rank, dev, host_group)
 
 
 def cleanup(env: DistEnv, finished: bool = True) -> None:
@@ -125,6 +128,16 @@ def all_true(env: DistEnv, flag: bool) -> bool:
     t = torch.tensor([int(flag)], device=env.device)
     dist.all_reduce(t, op=dist.ReduceOp.MIN)
     return bool(t.item())
+
+
+def agree_on_signal(env: DistEnv, signum: int | None) -> int | None:
+    """The signal some rank has received (the highest number: SIGTERM over SIGINT), or None; the same answer on
+    every rank, so that all of them stop at the same step. A host tensor over gloo: it never waits for the GPU."""
+    if not env.distributed:
+        return signum
+    t = torch.tensor([signum or 0], dtype=torch.int32)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=env.host_group)
+    return int(t.item()) or None
 
 
 def from_main(env: DistEnv, value: T) -> T:

@@ -8,13 +8,17 @@ samples (in a buffer), seeded from ``(seed, epoch, rank, worker)``. Workers batc
 cross-worker remainder: each worker's last batch may be partial, and each sample comes exactly once.
 
 Workers must not call ``cv2.setNumThreads``: after the parent process has used OpenCV's thread pool, that
-call hangs in a forked child (seen with OpenCV 5.0).
+call hangs in a forked child (seen with OpenCV 5.0). Workers leave SIGINT and SIGTERM to the main process
+(:func:`_leave_signals_to_main`).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import random
+import signal
+import threading
 from collections.abc import Iterator
 from functools import partial
 from itertools import islice
@@ -25,6 +29,7 @@ import torch
 import webdataset as wds
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
+from memdpc import interrupts
 from memdpc.pipeline.augment import (
     colour_frames,
     crop_box,
@@ -140,6 +145,26 @@ class ClipStream(IterableDataset):
         yield from wds.DataPipeline(*stages)
 
 
+def _leave_signals_to_main(worker_id: int) -> None:
+    """Workers leave SIGINT and SIGTERM to the main process, which stops them through the loader. A terminal's
+    Ctrl-C, and torchrun's or SLURM's SIGTERM, reach every process of the group; torch's own SIGTERM handler
+    would end a worker, and the main process would then fail (its SIGCHLD handler raises) instead of stopping
+    at a step. A SIGTERM from the main process itself (``Process.terminate``: the loader's or the interpreter's
+    shutdown) still ends the worker, as torch's handler does. Telling the two apart needs the sender, which only
+    ``sigwaitinfo`` gives: SIGTERM is blocked (in this thread, the worker's only one so far, and so in every thread
+    it starts) and a daemon thread waits for it."""
+    interrupts.ignore_in_worker()
+    parent = os.getppid()
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+
+    def wait() -> None:
+        while signal.sigwaitinfo({signal.SIGTERM}).si_pid != parent:
+            pass
+        os._exit(0)
+
+    threading.Thread(target=wait, name="sigterm", daemon=True).start()
+
+
 class TorchLoader:
     """Iterable over :class:`Batch` for one rank; ``len()`` = batches per epoch; ``set_epoch`` reshuffles."""
 
@@ -172,6 +197,7 @@ class TorchLoader:
             ClipStream(p, self.epoch),
             batch_size=None,
             num_workers=p.num_workers,
+            worker_init_fn=_leave_signals_to_main,
             pin_memory=p.device.startswith("cuda"),
         )
         device = torch.device(p.device)

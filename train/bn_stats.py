@@ -14,11 +14,14 @@ from collections.abc import Iterable
 import torch
 from torch import nn
 
+from memdpc import interrupts
+
 
 @torch.no_grad()
 def data_batchnorm_stats(model: nn.Module, batches: Iterable, device: torch.device, max_batches: int) -> nn.Module:
     """Set every BatchNorm's running mean and variance of ``model``'s encoder to their averages over up to
-    ``max_batches`` batches (clips as evaluation sees them); returns ``model`` in eval mode, weights unchanged."""
+    ``max_batches`` batches (clips as evaluation sees them); returns ``model`` in eval mode, weights unchanged.
+    Stops between batches when a signal has arrived (:func:`memdpc.interrupts.check`)."""
     norms = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
     momenta = [m.momentum for m in norms]
     for m in norms:
@@ -30,6 +33,7 @@ def data_batchnorm_stats(model: nn.Module, batches: Iterable, device: torch.devi
             if i >= max_batches:
                 break
             model.backbone_features(batch.clips.to(device))
+            interrupts.check()
     finally:
         for m, momentum in zip(norms, momenta, strict=True):
             m.momentum = momentum

@@ -6,8 +6,8 @@ adds to the common entries: ``optimizer``, ``scheduler``, ``scaler``, ``epoch`` 
 (optimiser steps done), ``epoch_step`` (batches of ``epoch`` already consumed: the loader position),
 ``epoch_loss``, ``rng`` (per rank: python, numpy, torch, cuda, now and at the start of the epoch),
 ``rank_digests``, ``config`` (the training config), ``world_size``, ``best_val`` (the best watched value, lower
-is better: the validation loss, or minus the kNN R@1) and ``stale`` (epochs since it improved; absent in
-checkpoints written before early stopping, read as 0).
+is better: the validation loss, or minus the kNN R@1), ``best_epoch`` (its epoch; absent in older checkpoints)
+and ``stale`` (epochs since it improved; absent in checkpoints written before early stopping, read as 0).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from memdpc import interrupts
 from memdpc.model import create_model
 from memdpc.model.checkpoint import (
     WEIGHT_KEYS,
@@ -136,13 +137,27 @@ def write_initial_checkpoint(config: TrainConfig, path: str | Path, bn_from_data
     """Write the model a run of ``config`` starts from, seeded as training would seed it
     (or with the ``--init`` weights), as a checkpoint that evaluation reads like a trained one: the
     random-init baseline of the paper's tables. With ``bn_from_data`` its BatchNorm statistics are those of
-    the training split's clips (:mod:`memdpc.train.bn_stats`); no weight changes."""
+    the training split's clips (:mod:`memdpc.train.bn_stats`); no weight changes.
+
+    SIGINT or SIGTERM stop it between batches (the loader's shutdown cannot swallow them: they wait until
+    then) and leave no checkpoint (written atomically)."""
     path = Path(path)
-    init = read_init(config.init, config)[0] if config.init else None
-    model = initial_model(config, init)
-    if bn_from_data:
-        loader = split_loader(config, config.train_split, ClipSpec(**check_shards(config)["train"]["clip"]), False)
-        data_batchnorm_stats(model, loader, torch.device("cpu"), BN_BATCHES)
-    write_checkpoint(serialize(build_checkpoint(model, config.stream, "init", input_size=config.size, epoch=0,
-                                                step=0, config=config.to_dict(), bn_from_data=bn_from_data)), path)
+    try:
+        init = read_init(config.init, config)[0] if config.init else None
+        model = initial_model(config, init)
+        if bn_from_data:
+            with interrupts.deferred():
+                clip = ClipSpec(**check_shards(config)["train"]["clip"])
+                data_batchnorm_stats(model, split_loader(config, config.train_split, clip, False),
+                                     torch.device("cpu"), BN_BATCHES)
+        write_checkpoint(serialize(build_checkpoint(model, config.stream, "init", input_size=config.size, epoch=0,
+                                                    step=0, config=config.to_dict(), bn_from_data=bn_from_data)),
+                         path)
+    except KeyboardInterrupt as e:
+        raise interrupts.as_interrupted(e).keep(f"{path} not written; the same command starts again") from None
     return path
+
+
+def next_command(checkpoint: Path, shards: str) -> str:
+    """The command that evaluates ``checkpoint``: what a run suggests doing next."""
+    return f"memdpc eval retrieve {checkpoint} --shards {shards or 'SHARDS'} --out EVAL_DIR"

@@ -9,17 +9,19 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from memdpc import interrupts
 from memdpc.model.retrieval import retrieve
 
 
 @torch.no_grad()
 def video_features(model: nn.Module, loader, device: torch.device, max_batches: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(videos, D) mean features and (videos,) labels of up to ``max_batches`` batches."""
+    """(videos, D) mean features and (videos,) labels of up to ``max_batches`` batches; fewer when a signal has
+    arrived (the training loop then stops and discards them)."""
     sums: dict[str, torch.Tensor] = {}
     counts: dict[str, int] = {}
     labels: dict[str, int] = {}
     for i, batch in enumerate(loader):
-        if i >= max_batches:
+        if i >= max_batches or interrupts.received():
             break
         feats = model.features(batch.clips.to(device)).float().cpu()  # (B, D)
         for vid, f, y in zip(batch.video_ids, feats, batch.labels.tolist(), strict=True):

@@ -12,6 +12,13 @@ and are read, in one transfer, every ``--log-every`` steps, before every checkpo
 A non-finite loss is noticed at those reads, so up to ``--log-every`` − 1 more steps may run after it; the read
 before each save, and a check of the weights themselves, keep checkpoints from ever holding non-finite weights.
 On CUDA, ``--fast`` (the default) adds channels_last_3d and fused Adam (:func:`uses_fast`).
+
+SIGINT and SIGTERM stop a run between two steps, at the same step on every rank (:func:`_stop_point`, one host
+all-reduce per step under torchrun): ``checkpoints/last.pt`` is saved there, the exact-resume state above, and
+:class:`~memdpc.interrupts.Interrupted` says what was kept. Until then a signal is only remembered
+(:func:`memdpc.interrupts.deferred`), so that it never lands in a loader's shutdown, a TensorBoard write, a
+collective or half an optimiser step. A validation or kNN pass in progress is abandoned (its results are not
+recorded, so the resumed run repeats it). Saving costs what a per-epoch save costs, so SIGINT saves too.
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from memdpc import distenv as dd
+from memdpc import interrupts
 from memdpc.atomic import remove_stale_tmp
 from memdpc.errors import UserError
 from memdpc.model import checkpoint as mc
@@ -41,7 +49,7 @@ from memdpc.train import checkpoint as ck
 from memdpc.train.config import TrainConfig, config_differences, write_config
 from memdpc.train.knn import knn_recall
 from memdpc.train.metrics import Meter, MetricsLogger, StepValues, truncate_jsonl
-from memdpc.train.prepare import CONFIG_NAME, check_run_dir, check_shards, split_loader
+from memdpc.train.prepare import CONFIG_NAME, check_run_dir, check_shards, split_loader, val_split_warnings
 
 
 @dataclass
@@ -52,6 +60,7 @@ class State:
     step: int = 0
     epoch_step: int = 0
     best_val: float = math.inf  # the best watched value so far (--best-by: loss, or -R@1); lower is better
+    best_epoch: int | None = None  # the epoch of best_val (None: no epoch finished, or an older checkpoint)
     stale: int = 0  # epochs since best_val last improved (--early-stop)
     epoch_loss: list[float] = field(default_factory=lambda: [0.0, 0.0])  # sum, count of this epoch's train loss
     epoch_rng: dict[str, Any] | None = None
@@ -72,16 +81,27 @@ class Parts:
     logger: MetricsLogger
     steps: StepValues  # the steps' metrics not read yet (on the device)
     meter: Meter  # the logging window (host)
+    saved: tuple[int, int, int] | None = None  # (epoch, step, epoch_step) that checkpoints/last.pt holds
 
 
 def train(config: TrainConfig) -> Path:
-    """Train (or resume) the run ``config.out``; return the run directory."""
+    """Train (or resume) the run ``config.out``; return the run directory. Rank 0 ends by naming what it wrote.
+
+    Raises :class:`~memdpc.interrupts.Interrupted` on SIGINT or SIGTERM, after saving where the run stopped
+    (module docstring)."""
     env = dd.setup(config.device)
     finished = False
+    run_dir = None
     try:
-        run_dir = _train(config, env)
+        with interrupts.deferred():
+            run_dir = _train(config, env)
         finished = True
         return run_dir
+    except interrupts.Interrupted as stop:
+        finished = True  # every rank stopped at the same step, its collectives done: they leave together
+        if run_dir is not None:  # the signal came after the last step
+            stop.keep(f"training had finished; {run_dir} holds it")
+        raise
     finally:
         dd.cleanup(env, finished)
 
@@ -91,6 +111,9 @@ def _train(config: TrainConfig, env: dd.DistEnv) -> Path:
     ckpt = _read_resume(resume_from, config, env) if resume_from else None
     init = _read_init(config, env) if ckpt is None and config.init else None
     manifests = check_shards(config)
+    if env.is_main:
+        for warning in val_split_warnings(config):
+            Console(stderr=True).print("[yellow]warning:[/]", escape(warning), soft_wrap=True)
     dd.barrier(env)
     run_dir = Path(config.out)
     if env.is_main:
@@ -106,10 +129,15 @@ def _train(config: TrainConfig, env: dd.DistEnv) -> Path:
     state = State()
     if ckpt is not None:
         state = _restore(parts, ckpt, resume_from)
+        if resume_from == _last(parts):
+            parts.saved = _position(state)
     else:
         ck.seed_everything(config.seed + env.rank)
     try:
         _loop(parts, state)
+        parts.logger.message(_finished(parts, state), markup=False)
+    except interrupts.Interrupted as stop:
+        raise _kept(parts, state, stop) from None
     finally:
         parts.logger.close()
     return run_dir
@@ -243,6 +271,14 @@ def _gather(env: dd.DistEnv, model: nn.Module, epoch_rng: dict[str, Any] | None)
     return every
 
 
+def _last(p: Parts) -> Path:
+    return p.run_dir / "checkpoints" / "last.pt"
+
+
+def _position(s: State) -> tuple[int, int, int]:
+    return s.epoch, s.step, s.epoch_step
+
+
 def _save(p: Parts, s: State, names: list[str]) -> None:
     """Write the checkpoint (rank 0) under each of ``names`` in ``checkpoints/``; all ranks take part, and
     all raise when rank 0 could not write (a full disk), so that no rank waits for the others forever.
@@ -261,7 +297,8 @@ def _save(p: Parts, s: State, names: list[str]) -> None:
             model, p.config.stream, "train", input_size=p.config.size, optimizer=p.optimizer.state_dict(),
             scheduler=p.scheduler.state_dict() if p.scheduler is not None else None,
             scaler=p.scaler.state_dict(), epoch=s.epoch, step=s.step, epoch_step=s.epoch_step,
-            best_val=s.best_val, stale=s.stale, epoch_loss=list(s.epoch_loss), rng=ranks, rank_digests=digests,
+            best_val=s.best_val, best_epoch=s.best_epoch, stale=s.stale, epoch_loss=list(s.epoch_loss), rng=ranks,
+            rank_digests=digests,
             world_size=p.env.world_size, config=p.config.to_dict(),
         ))
         try:
@@ -272,6 +309,8 @@ def _save(p: Parts, s: State, names: list[str]) -> None:
     error = dd.from_main(p.env, error)
     if error:
         raise UserError(error)
+    if "last.pt" in names:
+        p.saved = _position(s)
 
 
 def _restore(p: Parts, ckpt: dict[str, Any], path: Path) -> State:
@@ -284,9 +323,9 @@ def _restore(p: Parts, ckpt: dict[str, Any], path: Path) -> State:
     p.scaler.load_state_dict(ckpt["scaler"])
     rng = ckpt["rng"][p.env.rank]
     ck.set_rng_state(rng["now"])
-    p.logger.message(f"resuming {path} at epoch {ckpt['epoch']}, step {ckpt['step']}")
-    return State(ckpt["epoch"], ckpt["step"], ckpt["epoch_step"], ckpt["best_val"], ckpt.get("stale", 0),
-                 list(ckpt["epoch_loss"]), rng["epoch_start"])
+    p.logger.message(f"resuming {path} at epoch {ckpt['epoch']}, step {ckpt['step']}", markup=False)
+    return State(ckpt["epoch"], ckpt["step"], ckpt["epoch_step"], ckpt["best_val"], ckpt.get("best_epoch"),
+                 ckpt.get("stale", 0), list(ckpt["epoch_loss"]), rng["epoch_start"])
 
 
 def _this_runs_kernel(state: dict[str, Any], fused: bool | None) -> dict[str, Any]:
@@ -300,7 +339,9 @@ def _this_runs_kernel(state: dict[str, Any], fused: bool | None) -> dict[str, An
 def _loop(p: Parts, s: State) -> None:
     c = p.config
     if c.knn_every and s.step == 0:
-        _knn(p, s)  # the value at initialisation, which training should not fall below
+        r1 = _knn(p)  # the value at initialisation, which training should not fall below
+        _stop_point(p)
+        _log_knn(p, s, r1)
     while s.epoch < c.epochs and not (c.max_steps and s.step >= c.max_steps):
         if c.early_stop and s.stale >= c.early_stop:
             p.logger.message(f"early stop: no new best {c.best_by} for {s.stale} epochs")
@@ -314,36 +355,99 @@ def _loop(p: Parts, s: State) -> None:
         _end_epoch(p, s)
 
 
+def _stop_point(p: Parts, rewind: dict[str, Any] | None = None) -> None:
+    """Raise :class:`~memdpc.interrupts.Interrupted` when any rank has received SIGINT or SIGTERM. Every rank
+    calls it at the same points (before each step, after each epoch's validation and kNN pass), so all stop
+    at the same step. ``rewind``: the RNG state to restore first, that of the step the run stops at."""
+    signum = dd.agree_on_signal(p.env, interrupts.received())
+    if signum is not None:
+        if rewind is not None:
+            ck.set_rng_state(rewind)
+        raise interrupts.Interrupted(signum)
+
+
+def _kept(p: Parts, s: State, stop: interrupts.Interrupted) -> interrupts.Interrupted:
+    """Save checkpoints/last.pt where the run stopped (all ranks take part; skipped when it already holds that
+    step) and add to ``stop`` what was kept and how to go on."""
+    last = _last(p)
+    if s.step and p.saved != _position(s):
+        p.logger.message(f"{stop}: saving {last} (epoch {s.epoch}, step {s.step})", markup=False)
+        _save(p, s, ["last.pt"])
+    if not p.env.is_main:
+        return stop.keep(f"rank {p.env.rank} stopped with rank 0")
+    if not s.step:
+        return stop.keep("no checkpoint yet; the same command starts again")
+    how = (f"to go on, run it again without --resume (or with --resume {last})" if p.config.resume
+           else "the same command resumes")
+    return stop.keep(f"kept {last} (epoch {s.epoch}, step {s.step}); {how}")
+
+
+def _watched(p: Parts, value: float) -> str:
+    """The value that chooses best.pt, in words: 'val loss 1.2345' or 'kNN R@1 0.500'."""
+    if p.config.best_by == "knn":
+        return f"kNN R@1 {-value:.3f}"
+    return f"{'val' if p.val_loader is not None else 'train'} loss {value:.4f}"
+
+
+def _finished(p: Parts, s: State) -> str:
+    """The end message: what the run wrote, and what to run next."""
+    ckpts = p.run_dir / "checkpoints"
+    done = f"{s.epoch} epochs" if not s.epoch_step else \
+        f"epoch {s.epoch}, {s.epoch_step} of {len(p.train_loader)} batches"
+    best = ckpts / "best.pt"
+    if not math.isfinite(s.best_val):
+        best_line = "no best.pt: no epoch finished"
+    else:
+        at = f"epoch {s.best_epoch}, " if s.best_epoch is not None else ""
+        best_line = f"best: {best} ({at}{_watched(p, s.best_val)})"
+    chosen = best if math.isfinite(s.best_val) else _last(p)
+    return "\n".join([
+        f"trained {p.run_dir}: {done}, {s.step} steps",
+        best_line,
+        f"last: {_last(p)}",
+        f"metrics: {p.run_dir / 'metrics.jsonl'}; tensorboard --logdir {p.run_dir / 'tb'}",
+        f"next: {ck.next_command(chosen, p.config.shards)}",
+    ])
+
+
 def _epoch_batches(p: Parts, s: State) -> Iterator[None]:
     """Train one epoch (or its rest, on resume); yields after every optimiser step."""
     c = p.config
     now = ck.rng_state()
     if s.epoch_step == 0 or s.epoch_rng is None:
         s.epoch_rng, s.epoch_loss = now, [0.0, 0.0]
+    if s.epoch_step >= len(p.train_loader):  # stopped after the epoch's last step: only its end is left
+        return
     ck.set_rng_state(s.epoch_rng)
     p.train_loader.set_epoch(s.epoch)
-    batches = iter(p.train_loader)
-    for _ in range(s.epoch_step):  # the loader position: skip what the checkpointed run consumed
-        next(batches)
-    ck.set_rng_state(now)
-    p.logger.start_epoch(s.epoch, len(p.train_loader), s.epoch_step)
-    p.model.train()
-    p.meter.reset()
-    info = None  # the progress display's loss: the last one read (reading it every step would wait for the device)
-    while True:
-        t0 = time.perf_counter()
-        batch = next(batches, None)
-        if batch is None:
-            return
-        wait = time.perf_counter() - t0
-        out = train_step(p.model, p.optimizer, p.scaler, place_clips(batch.clips, c, p.env.device), c)
-        p.steps.add(out, batch.clips.shape[0], wait)
-        s.step, s.epoch_step = s.step + 1, s.epoch_step + 1
-        if s.step % c.log_every == 0:
-            info = f"loss {_read(p, s)['loss']:.3f}"
-            _log_train(p, s)
-        p.logger.advance(info)
-        yield
+    # closed on the way out, also when a stop passes through: the exception would otherwise keep the loader's
+    # workers alive until the interpreter's exit
+    with contextlib.closing(iter(p.train_loader)) as batches:
+        try:
+            for _ in range(s.epoch_step):  # the loader position: skip what the checkpointed run consumed
+                _stop_point(p)
+                next(batches)
+        finally:
+            ck.set_rng_state(now)
+        p.logger.start_epoch(s.epoch, len(p.train_loader), s.epoch_step)
+        p.model.train()
+        p.meter.reset()
+        info = None  # the progress display's loss: the last one read (reading it every step would wait for the device)
+        while True:
+            _stop_point(p)
+            t0 = time.perf_counter()
+            batch = next(batches, None)
+            if batch is None:
+                return
+            wait = time.perf_counter() - t0
+            out = train_step(p.model, p.optimizer, p.scaler, place_clips(batch.clips, c, p.env.device), c)
+            p.steps.add(out, batch.clips.shape[0], wait)
+            s.step, s.epoch_step = s.step + 1, s.epoch_step + 1
+            if s.step % c.log_every == 0:
+                info = f"loss {_read(p, s)['loss']:.3f}"
+                _log_train(p, s)
+            p.logger.advance(info)
+            yield
 
 
 def _read(p: Parts, s: State) -> dict[str, float] | None:
@@ -403,14 +507,15 @@ def _local_negatives(model: nn.Module) -> Iterator[None]:
 
 @torch.no_grad()
 def validate(p: Parts) -> dict[str, float]:
-    """Mean loss and top-k over the validation split (all ranks; per-rank negatives)."""
+    """Mean loss and top-k over the validation split (all ranks; per-rank negatives). Cut short when a signal
+    has arrived: the caller then stops (:func:`_stop_point`) and records nothing."""
     model = ck.unwrap(p.model)
     model.eval()
     sums: dict[str, float] = {}
     n = 0
     with _local_negatives(model):
         for i, batch in enumerate(p.val_loader):
-            if p.config.val_max_batches and i >= p.config.val_max_batches:
+            if (p.config.val_max_batches and i >= p.config.val_max_batches) or interrupts.received():
                 break
             out = model(batch.clips.to(p.env.device, non_blocking=True))
             for k, v in out.items():
@@ -426,8 +531,11 @@ def validate(p: Parts) -> dict[str, float]:
 def _end_epoch(p: Parts, s: State) -> None:
     c = p.config
     _read(p, s)
-    if p.val_loader is not None:
-        val = validate(p)
+    rng = ck.rng_state()  # the passes below draw from it (their loaders' seeds); a stop rewinds it
+    val = validate(p) if p.val_loader is not None else None
+    r1 = _knn(p) if c.knn_every and (s.epoch + 1) % c.knn_every == 0 else None
+    _stop_point(p, rewind=rng)  # nothing of the epoch's end recorded yet: a resumed run does it all again
+    if val is not None:
         p.logger.log({"kind": "val", "epoch": s.epoch, "step": s.step, **val})
         watched = val["loss"]
     else:
@@ -436,30 +544,33 @@ def _end_epoch(p: Parts, s: State) -> None:
         p.scheduler.step(watched)
     elif p.scheduler is not None:
         p.scheduler.step()
-    if c.knn_every and (s.epoch + 1) % c.knn_every == 0:
-        r1 = _knn(p, s)
+    if r1 is not None:
+        _log_knn(p, s, r1)
         if c.best_by == "knn":
             watched = -r1
     best = watched < s.best_val
-    s.best_val = min(s.best_val, watched)
+    if best:
+        s.best_val, s.best_epoch = watched, s.epoch
     s.stale = 0 if best else s.stale + 1
     s.epoch, s.epoch_step, s.epoch_rng = s.epoch + 1, 0, None
     names = ["last.pt"] + (["best.pt"] if best else [])
     if c.keep_every and s.epoch % c.keep_every == 0:
         names.append(f"epoch-{s.epoch:04d}.pt")
     _save(p, s, names)
-    what = f"kNN R@1 {-watched:.3f}" if c.best_by == "knn" else \
-        f"{'val' if p.val_loader is not None else 'train'} loss {watched:.4f}"
-    p.logger.message(f"epoch {s.epoch - 1}: {what}, lr {_lr(p):g}{' (best)' if best else ''}")
+    p.logger.message(f"epoch {s.epoch - 1}: {_watched(p, watched)}, lr {_lr(p):g}{' (best)' if best else ''}")
 
 
-def _knn(p: Parts, s: State) -> float:
-    """The kNN monitor's R@1 (rank 0 computes and logs it; every rank returns it); NaN without a validation split."""
+def _knn(p: Parts) -> float:
+    """The kNN monitor's R@1 (rank 0 computes it; every rank returns it); NaN without a validation split. Cut
+    short when a signal has arrived, like :func:`validate`."""
     r1 = math.nan
     if p.env.is_main and p.config.val_split != "none":
         c = p.config
         loaders = [_loader(c, p.env, split, p.clip, train=False, rank=0, world_size=1)
                    for split in (c.train_split, c.val_split)]
         r1 = knn_recall(ck.unwrap(p.model), *loaders, p.env.device, c.knn_max_batches)
-        p.logger.log({"kind": "knn", "epoch": s.epoch, "step": s.step, "r1": r1})
     return dd.from_main(p.env, r1)
+
+
+def _log_knn(p: Parts, s: State, r1: float) -> None:
+    p.logger.log({"kind": "knn", "epoch": s.epoch, "step": s.step, "r1": r1})

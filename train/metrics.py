@@ -138,13 +138,12 @@ class MetricsLogger:
         if self._progress is not None and self._task is not None:
             self._progress.update(self._task, advance=1, **({"info": info} if info is not None else {}))
 
-    def message(self, text: str) -> None:
+    def message(self, text: str, markup: bool = True) -> None:
+        """Print a line (or lines) above the progress display; ``markup=False`` for text holding paths."""
         if not self.enabled:
             return
-        if self._progress is not None:
-            self._progress.console.print(text)
-        else:
-            Console(stderr=True).print(text)
+        console = self._progress.console if self._progress is not None else Console(stderr=True)
+        console.print(text, markup=markup, soft_wrap=True)
 
     def close(self) -> None:
         if self._progress is not None:

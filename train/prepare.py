@@ -1,5 +1,6 @@
 """Checks before training starts: the shards fit ``--stream`` and the clip geometry, the run directory holds
-this config (or none), and which checkpoint, if any, the run resumes from; and the loaders of the run's splits."""
+this config (or none), which checkpoint, if any, the run resumes from, and whether the validation split can
+measure much; and the loaders of the run's splits."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ from memdpc.errors import UserError
 from memdpc.pipeline.augment import AugmentSpec
 from memdpc.pipeline.clip import ClipSpec
 from memdpc.pipeline.loader import make_loader
-from memdpc.pipeline.manifest import load_manifest, manifest_path
+from memdpc.pipeline.manifest import load_manifest, manifest_path, shard_paths
+from memdpc.pipeline.sample import LABEL, decode_label, parse_key
+from memdpc.pipeline.wds_index import read_index, split_name
 from memdpc.streams import STREAMS
 from memdpc.train.config import TrainConfig, config_differences
 
@@ -46,6 +49,59 @@ def check_shards(config: TrainConfig) -> dict[str, dict[str, Any]]:
                             "training loss)")
         manifests["val"] = _stream_manifest(config, config.val_split)
     return manifests
+
+
+def videos_by_class(shard_dir: str | Path, stream: str, split: str, until: set[int] | None = None
+                    ) -> dict[int, set[str]]:
+    """{label: ids of the split's videos of that class}, from the shards' DALI indexes (the keys name the videos)
+    and one label member per video. With ``until``, reading stops once every one of those labels was seen."""
+    found: dict[int, set[str]] = {}
+    seen: set[str] = set()
+    for tar, idx in shard_paths(shard_dir, load_manifest(shard_dir, stream, split)):
+        if not tar.is_file() or not idx.is_file():
+            raise UserError(f"{tar if not tar.is_file() else idx}: missing; shard that split again")
+        with open(tar, "rb") as f:
+            for members in read_index(idx):
+                name = next((n for n in members if split_name(n)[1] == LABEL), None)
+                if name is None:
+                    raise UserError(f"{idx}: a sample without a .{LABEL} member; shard that split again")
+                video = parse_key(split_name(name)[0])[0]
+                if video in seen:
+                    continue
+                seen.add(video)
+                offset, size = members[name]
+                f.seek(offset)
+                found.setdefault(decode_label(f.read(size)), set()).add(video)
+                if until is not None and until <= found.keys():
+                    return found
+    return found
+
+
+def val_split_warnings(config: TrainConfig) -> list[str]:
+    """What makes the validation split a poor measure, each with its counts: classes of the training split it
+    has no video of, and fewer than two videos per class on average (a kNN R@1 over two videos is 0, 0.5 or 1)."""
+    if config.val_split == "none":
+        return []
+    classes = load_manifest(config.shards, config.stream, config.train_split)["classes"]
+    train = videos_by_class(config.shards, config.stream, config.train_split, until=set(range(len(classes))))
+    val = videos_by_class(config.shards, config.stream, config.val_split)
+    where = manifest_path(config.shards, config.stream, config.val_split)
+    use = "the kNN monitor's R@1" if config.knn_every else "the validation loss"
+    if config.best_by == "knn" or not config.knn_every:
+        use += ", which chooses best.pt,"
+    warnings = []
+    missing = sorted(set(train) - set(val))
+    if missing:
+        names = ", ".join((classes[k] if k < len(classes) else "") or str(k) for k in missing[:3])
+        names += ", …" if len(missing) > 3 else ""
+        warnings.append(f"{where}: the {config.val_split} split holds no video of {len(missing)} of the "
+                        f"{len(train)} classes of the {config.train_split} split ({names}); {use} leaves them out")
+    videos = sum(len(v) for v in val.values())
+    if videos < 2 * len(train):
+        warnings.append(f"{where}: the {config.val_split} split holds {videos} video(s) for {len(train)} classes, "
+                        f"fewer than two per class; {use} rests on them alone (hold out more videos, e.g. memdpc "
+                        "index … --val-per-class 2, and shard that split again)")
+    return warnings
 
 
 def check_run_dir(config: TrainConfig) -> Path | None:

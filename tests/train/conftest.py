@@ -6,6 +6,7 @@ by the real shard writer. Clips are 5 blocks × 3 frames (stride 1), so a tiny n
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -22,23 +23,39 @@ CLIP = ClipSpec(num_blocks=5, block_len=3, stride=1)
 FRAMES, SIZE = 24, 32
 
 
+def _record(ci: int, g: int, split: str) -> VideoRecord:
+    vid = f"v_{CLASSES[ci]}_g{g:02d}"
+    return VideoRecord(vid, f"/nowhere/{vid}.avi", ci, CLASSES[ci], split, 25.0, FRAMES)
+
+
 @pytest.fixture(scope="session")
 def train_shards(tmp_path_factory) -> Path:
-    """RGB shards (train: 16 clips in 4 shards; test: 8 clips) of 12 rendered videos, 3 classes."""
+    """RGB shards (train: 18 clips in 5 shards; test: 6 clips) of 12 rendered videos, 3 classes (test: one
+    video of each); their frame archives in the sibling folder ``archives``."""
     from memdpc.pipeline.shard import shard_stream
 
     root = tmp_path_factory.mktemp("train_data")
     records = []
     for ci, cls in enumerate(CLASSES[:3]):
         for g in range(4):
-            vid = f"v_{cls}_g{g:02d}"
             frames = render_video(cls, SIZE, FRAMES, np.random.default_rng([ci, g]))
-            write_jpeg_archive(root / "archives", "rgb", vid, frames, 25.0)
-            records.append(VideoRecord(vid, f"/nowhere/{vid}.avi", ci, cls, "test" if g == 3 else "train",
-                                       25.0, FRAMES))
+            write_jpeg_archive(root / "archives", "rgb", f"v_{cls}_g{g:02d}", frames, 25.0)
+            records.append(_record(ci, g, "test" if g == 3 else "train"))
     out = root / "shards"
     for split in ("train", "test"):
         shard_stream(root / "archives", records, "rgb", out, split, clip=CLIP, window_step=8, max_count=4, seed=0)
+    return out
+
+
+@pytest.fixture(scope="session")
+def val_shards(train_shards, tmp_path_factory) -> Path:
+    """The train shards and a ``val`` split of two videos, of the first two classes only (the third has none)."""
+    from memdpc.pipeline.shard import shard_stream
+
+    out = tmp_path_factory.mktemp("val_data") / "shards"
+    shutil.copytree(train_shards, out)
+    records = [_record(0, 3, "val"), _record(1, 3, "val")]
+    shard_stream(train_shards.parent / "archives", records, "rgb", out, "val", clip=CLIP, max_count=4, seed=0)
     return out
 
 

@@ -1,4 +1,5 @@
-"""End-to-end training runs on real shards: learning, exact resume after SIGKILL, torchrun/gloo, refusals."""
+"""End-to-end training runs on real shards: learning, exact resume after SIGKILL, SIGINT and SIGTERM (real
+processes, both loaders, torchrun/gloo), what a run says at its end, refusals."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+import yaml
 from click.testing import CliRunner
 
 from memdpc.cli import main
@@ -28,6 +30,7 @@ from memdpc.train.config import TrainConfig
 from memdpc.train.knn import knn_recall
 from memdpc.train.loop import State, _check_weights, _loader, make_optimizer, place_clips, place_model
 from memdpc.train.metrics import StepValues
+from memdpc.train.prepare import val_split_warnings
 
 from ..conftest import reference_weights
 from .conftest import CLIP, tb_scalars
@@ -64,6 +67,58 @@ def train_cmd(*args: str) -> list[str]:
 def records(run: Path, kind: str) -> list[dict]:
     lines = (run / "metrics.jsonl").read_text().splitlines()
     return [r for r in map(json.loads, lines) if r["kind"] == kind]
+
+
+# seconds from a signal to the exit: the step in progress, the save, the loaders' shutdown, the interpreter's exit
+STOP_WITHIN = 5.0
+
+
+def start(cmd: list[str], log: Path) -> subprocess.Popen:
+    """A real process, its stdout and stderr going to ``log``."""
+    with open(log, "w") as f:
+        return subprocess.Popen(cmd, env=subprocess_env(), stdout=f, stderr=subprocess.STDOUT)
+
+
+def train_steps(run: Path) -> int:
+    """The train records a running run (logging every step) has written so far, complete lines only."""
+    path = run / "metrics.jsonl"
+    lines = path.read_text().split("\n")[:-1] if path.exists() else []
+    return sum('"kind": "train"' in line for line in lines)
+
+
+def children(pid: int) -> list[str]:
+    """The child processes of ``pid`` (Linux)."""
+    return Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+
+
+def signal_when(proc: subprocess.Popen, ready, sig: int) -> float:
+    """Send ``sig`` to ``proc`` as soon as ``ready()`` holds; return the seconds from the signal to the exit."""
+    deadline = time.monotonic() + 240
+    while not ready():
+        assert proc.poll() is None, f"the run ended (exit {proc.returncode}) before the signal"
+        assert time.monotonic() < deadline, "the run never got there"
+        time.sleep(0.005)
+    sent = time.monotonic()
+    proc.send_signal(sig)
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise AssertionError(f"still running 60 s after {signal.Signals(sig).name}") from None
+    return time.monotonic() - sent
+
+
+def assert_same_training(a: Path, b: Path) -> None:
+    """The two runs' last checkpoints hold the same step, bit-identical weights and optimiser state, and the
+    same RNG states."""
+    ca, cb = (read_checkpoint(run / "checkpoints" / "last.pt") for run in (a, b))
+    assert (ca["epoch"], ca["step"], ca["epoch_step"]) == (cb["epoch"], cb["step"], cb["epoch_step"])
+    assert ca["model"].keys() == cb["model"].keys()
+    assert all(torch.equal(ca["model"][k], cb["model"][k]) for k in ca["model"])
+    opt_a, opt_b = ca["optimizer"]["state"], cb["optimizer"]["state"]
+    assert all(torch.equal(opt_a[i][k], opt_b[i][k]) for i in opt_a for k in ("exp_avg", "exp_avg_sq"))
+    for ra, rb in zip(ca["rng"], cb["rng"], strict=True):
+        assert torch.equal(ra["now"]["torch"], rb["now"]["torch"]) and ra["now"]["python"] == rb["now"]["python"]
 
 
 @pytest.fixture(scope="module")
@@ -148,6 +203,7 @@ def test_best_by_knn_keeps_the_best_monitored_epoch_and_stops_early(train_shards
     assert read_checkpoint(out / "checkpoints" / "best.pt")["step"] == best_at["step"]
     assert read_checkpoint(out / "checkpoints" / "last.pt")["stale"] == 2
     assert "early stop: no new best knn for 2 epochs" in res.output
+    assert f"best: {out / 'checkpoints' / 'best.pt'} (epoch {best_at['epoch']}, kNN R@1 {best:.3f})" in res.output
 
 
 @pytest.mark.slow
@@ -207,6 +263,207 @@ def test_torchrun_two_gloo_ranks_train_and_agree(train_shards, tmp_path):
     res = cli(*TINY, "--shards", str(train_shards), "--out", str(out), "--epochs", "3", "--global-negatives",
               "--val-split", "none")
     assert res.exit_code == 2 and "written by 2 process(es)" in res.output
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("backend", "sig"), [("torch", signal.SIGTERM), ("dali", signal.SIGINT)])
+def test_a_signal_mid_epoch_saves_last_pt_there_and_the_same_command_resumes_bit_identically(
+        train_shards, tmp_path, backend, sig):
+    """Two epochs of 9 steps (batch 2) with two loader workers (DataLoader processes, or DALI threads), no
+    checkpoint but the epochs'; the signal goes when step 2 is logged, so the run stops mid-epoch."""
+    args = [*TINY, "--shards", str(train_shards), "--epochs", "2", "--batch-size", "2", "--backend", backend,
+            "--workers", "2", "--val-split", "none"]
+    whole = start(train_cmd(*args, "--out", str(tmp_path / "whole")), tmp_path / "whole.log")
+    out = tmp_path / "stopped"
+    proc = start(train_cmd(*args, "--out", str(out)), tmp_path / "stopped.log")
+    took = signal_when(proc, lambda: train_steps(out) >= 2, sig)
+    log = (tmp_path / "stopped.log").read_text()
+    assert proc.returncode == 128 + sig and took < STOP_WITHIN, (took, log)
+    last = out / "checkpoints" / "last.pt"
+    kept = read_checkpoint(last)
+    assert kept["epoch"] == 0 and 2 <= kept["step"] == kept["epoch_step"] < 9, log  # where it stopped
+    assert f"interrupted ({sig.name}): kept {last} (epoch 0, step {kept['step']}); the same command resumes" in log
+    assert [r["step"] for r in records(out, "train")] == list(range(1, kept["step"] + 1))
+    resumed = subprocess.run(train_cmd(*args, "--out", str(out)), env=subprocess_env(), capture_output=True,
+                             text=True, timeout=240)
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"resuming {last} at epoch 0, step {kept['step']}" in resumed.stderr
+    assert whole.wait(timeout=240) == 0, (tmp_path / "whole.log").read_text()
+    assert_same_training(tmp_path / "whole", out)
+    assert read_checkpoint(last)["step"] == 18
+    assert [r["step"] for r in records(out, "train")] == list(range(1, 19))
+
+
+@pytest.mark.slow
+def test_sigint_while_dali_tears_its_pipeline_down_is_never_swallowed(train_shards, tmp_path):
+    """Epochs of two steps (batch 8): DALI tears a pipeline down and builds the next one every second step.
+    Each SIGINT goes the moment an epoch's last step is logged, into that shutdown, six times in a row (each run
+    resuming the one before): every one stops the run within seconds with 130 and says what it kept. Before,
+    such a signal was lost about every other time: "Exception ignored in … KeyboardInterrupt" and training went
+    on to the end, or TensorBoard's writer hung on close."""
+    out = tmp_path / "run"
+    cmd = train_cmd(*TINY, "--shards", str(train_shards), "--out", str(out), "--epochs", "100", "--batch-size",
+                    "8", "--backend", "dali", "--workers", "2", "--val-split", "none")
+    last = out / "checkpoints" / "last.pt"
+    for trial in range(6):
+        epoch_end = (train_steps(out) // 2 + 1) * 2  # the next one: the records so far are what last.pt holds
+        log = tmp_path / f"{trial}.log"
+        proc = start(cmd, log)
+        took = signal_when(proc, lambda end=epoch_end: train_steps(out) >= end, signal.SIGINT)
+        text = log.read_text()
+        assert proc.returncode == 130 and took < STOP_WITHIN, (trial, took, text)
+        assert "Exception ignored" not in text and "Traceback" not in text, text
+        kept = read_checkpoint(last)
+        assert kept["step"] >= epoch_end and train_steps(out) == kept["step"], text
+        assert f"interrupted (SIGINT): kept {last} (epoch {kept['epoch']}, step {kept['step']}); the same " \
+               "command resumes" in text
+
+
+@pytest.mark.slow
+def test_a_stop_in_the_validation_and_knn_passes_resumes_into_that_epoch_end(train_shards, tmp_path):
+    """SIGTERM goes when, after epoch 0's last step, a new loader worker process appears: the validation pass
+    (over the 18 training clips, then the kNN monitor's over them twice) is under way. The run abandons the
+    passes, records neither, and keeps last.pt at that step, with the RNG state before them (their loaders drew
+    from it); the same command does that epoch's end again, and everything equals an uninterrupted run: weights,
+    optimiser, RNG states, every record's value."""
+    args = [*TINY, "--widths", "32,64,128,128", "--size", "64", "--shards", str(train_shards), "--epochs", "2",
+            "--batch-size", "2", "--workers", "1", "--val-split", "train", "--knn-every", "1"]
+    whole = start(train_cmd(*args, "--out", str(tmp_path / "whole")), tmp_path / "whole.log")
+    out = tmp_path / "stopped"
+    proc = start(train_cmd(*args, "--out", str(out)), tmp_path / "stopped.log")
+    seen: set[str] = set()  # the loader workers of the first kNN pass and of epoch 0's training
+
+    def validating() -> bool:
+        now = set(children(proc.pid))
+        if train_steps(out) < 9:
+            seen.update(now)
+            return False
+        return bool(now - seen)
+
+    took = signal_when(proc, validating, signal.SIGTERM)
+    log = (tmp_path / "stopped.log").read_text()
+    assert proc.returncode == 143 and took < STOP_WITHIN, (took, log)
+    kept = read_checkpoint(out / "checkpoints" / "last.pt")
+    assert (kept["epoch"], kept["step"], kept["epoch_step"]) == (0, 9, 9), log  # the epoch's end not done
+    assert records(out, "val") == [] and [r["step"] for r in records(out, "knn")] == [0]
+    assert "epoch 0:" not in log
+    resumed = subprocess.run(train_cmd(*args, "--out", str(out)), env=subprocess_env(), capture_output=True,
+                             text=True, timeout=240)
+    assert resumed.returncode == 0, resumed.stderr
+    assert whole.wait(timeout=240) == 0, (tmp_path / "whole.log").read_text()
+    assert_same_training(tmp_path / "whole", out)
+    for kind in ("train", "val", "knn"):
+        mine, theirs = records(out, kind), records(tmp_path / "whole", kind)
+        keys = {"kind", "epoch", "step", "loss", "top1", "r1"}  # not the timings
+        assert [{k: v for k, v in r.items() if k in keys} for r in mine] == \
+            [{k: v for k, v in r.items() if k in keys} for r in theirs], kind
+    assert [r["step"] for r in records(out, "val")] == [9, 18]
+
+
+@pytest.mark.slow
+def test_sigint_in_the_first_knn_pass_stops_at_once_and_keeps_nothing(train_shards, tmp_path):
+    """The kNN monitor's pass over the initial weights (the paper's encoder at 160 px, one clip per batch, the 18
+    training clips as both sets: 36 batches, several seconds) starts once metrics.jsonl exists; a SIGINT then
+    stops the run within seconds, with no checkpoint and no record, and says the same command starts again."""
+    out = tmp_path / "run"
+    proc = start(train_cmd(*TINY, "--widths", "64,128,256,256", "--size", "160", "--shards", str(train_shards),
+                           "--out", str(out), "--batch-size", "1", "--val-split", "train", "--knn-every", "1"),
+                 tmp_path / "run.log")
+    took = signal_when(proc, lambda: (out / "metrics.jsonl").exists(), signal.SIGINT)
+    log = (tmp_path / "run.log").read_text()
+    assert proc.returncode == 130 and took < STOP_WITHIN, (took, log)
+    assert "interrupted (SIGINT): no checkpoint yet; the same command starts again" in log
+    assert (out / "metrics.jsonl").read_text() == "" and not (out / "checkpoints" / "last.pt").exists()
+
+
+@pytest.mark.slow
+def test_sigint_while_init_only_reads_batchnorm_statistics_writes_nothing(train_shards, tmp_path):
+    """--init-only --bn-from-data with a loader worker: the SIGINT goes when the worker process appears (the pass
+    over the 18 training clips, one per batch through the paper's encoder at 224 px, several seconds of work, has
+    begun); the command stops within seconds, writes no init.pt, and says so."""
+    out = tmp_path / "run"
+    proc = start(train_cmd(*TINY, "--widths", "64,128,256,256", "--size", "224", "--shards", str(train_shards),
+                           "--out", str(out), "--batch-size", "1", "--workers", "1", "--init-only",
+                           "--bn-from-data"), tmp_path / "run.log")
+    took = signal_when(proc, lambda: children(proc.pid), signal.SIGINT)
+    log = (tmp_path / "run.log").read_text()
+    assert proc.returncode == 130 and took < STOP_WITHIN, (took, log)
+    init = out / "checkpoints" / "init.pt"
+    assert f"interrupted (SIGINT): {init} not written; the same command starts again" in log
+    assert not init.exists() and "Traceback" not in log
+
+
+@pytest.mark.slow
+def test_torchrun_sigterm_stops_both_ranks_at_one_step_and_the_rerun_is_bit_identical(train_shards, tmp_path):
+    """torchrun forwards SIGTERM to both ranks and their loader workers; the ranks agree on one step, save
+    last.pt together and stop within seconds. torchrun itself then reports the signal it got, with a traceback,
+    and fails (its own behaviour). Run again, training ends bit-identical to an uninterrupted torchrun run."""
+    def torchrun(out: Path) -> list[str]:
+        return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m",
+                "memdpc.cli", "train", *TINY, "--shards", str(train_shards), "--out", str(out), "--epochs", "2",
+                "--batch-size", "2", "--workers", "1", "--val-split", "none"]
+
+    whole = start(torchrun(tmp_path / "whole"), tmp_path / "whole.log")
+    out = tmp_path / "stopped"
+    proc = start(torchrun(out), tmp_path / "stopped.log")
+    took = signal_when(proc, lambda: train_steps(out) >= 2, signal.SIGTERM)
+    log = (tmp_path / "stopped.log").read_text()
+    # torchrun waits for both ranks' exits, then shuts its agent down: seconds more than one process
+    assert proc.returncode != 0 and took < 2 * STOP_WITHIN, (took, log)  # torchrun's own report: 1 with torch 2.13
+    last = out / "checkpoints" / "last.pt"
+    kept = read_checkpoint(last)
+    assert kept["world_size"] == 2 and 2 <= kept["step"] < 8, log  # 4 steps per epoch and rank
+    assert f"interrupted (SIGTERM): kept {last} (epoch {kept['epoch']}, step {kept['step']}); the same command " \
+           "resumes" in log
+    assert "interrupted (SIGTERM): rank 1 stopped with rank 0" in log
+    resumed = subprocess.run(torchrun(out), env=subprocess_env(), capture_output=True, text=True, timeout=240)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert whole.wait(timeout=240) == 0, (tmp_path / "whole.log").read_text()[-3000:]
+    assert_same_training(tmp_path / "whole", out)
+
+
+def test_the_run_ends_by_naming_what_it_wrote(train_shards, tmp_path, one_thread):
+    out = tmp_path / "run"
+    res = cli(*TINY, "--shards", str(train_shards), "--out", str(out), "--epochs", "2")
+    assert res.exit_code == 0, res.output
+    best = min(records(out, "val"), key=lambda r: r["loss"])
+    ckpts = out / "checkpoints"
+    assert res.output.splitlines()[-5:] == [
+        f"trained {out}: 2 epochs, 8 steps",
+        f"best: {ckpts / 'best.pt'} (epoch {best['epoch']}, val loss {best['loss']:.4f})",
+        f"last: {ckpts / 'last.pt'}",
+        f"metrics: {out / 'metrics.jsonl'}; tensorboard --logdir {out / 'tb'}",
+        f"next: memdpc eval retrieve {ckpts / 'best.pt'} --shards {train_shards} --out EVAL_DIR",
+    ]
+    assert read_checkpoint(ckpts / "best.pt")["best_epoch"] == best["epoch"]
+    init = tmp_path / "init" / "checkpoints" / "init.pt"
+    res = cli(*TINY, "--shards", str(train_shards), "--out", str(tmp_path / "init"), "--init-only", "--seed", "3")
+    assert res.exit_code == 0, res.output
+    assert res.output.splitlines()[-2:] == [
+        f"wrote {init} (untrained, seed 3)",
+        f"next: memdpc eval retrieve {init} --shards {train_shards} --out EVAL_DIR",
+    ]
+
+
+def test_train_spells_options_as_the_other_verbs_do(train_shards, tmp_path):
+    """--blocks as `memdpc shard` says it (and --workers as eval and quickstart do), the field names still
+    accepted: the last spelling given wins, as for one option."""
+    res = cli(*TINY, "--shards", str(train_shards), "--out", str(tmp_path / "r"), "--blocks", "4")
+    assert res.exit_code == 2 and "clips of 5×3 frames, but the config asks for 4×3" in res.output
+    res = cli(*TINY, "--shards", str(train_shards), "--out", str(tmp_path / "r"), "--blocks", "4",
+              "--num-blocks", "5", "--workers", "1", "--epochs", "1", "--val-split", "none")
+    assert res.exit_code == 0, res.output
+    assert yaml.safe_load((tmp_path / "r" / "config.yaml").read_text())["num_workers"] == 1
+
+
+def test_val_split_warnings_are_printed_once_at_the_start(val_shards, tmp_path, one_thread):
+    res = cli(*TINY, "--shards", str(val_shards), "--out", str(tmp_path / "r"), "--val-split", "val",
+              "--knn-every", "1", "--epochs", "1")
+    assert res.exit_code == 0, res.output
+    lines = res.output.splitlines()
+    assert lines[:2] == [f"warning: {w}" for w in val_split_warnings(TrainConfig(
+        shards=str(val_shards), val_split="val", knn_every=1, num_blocks=5, block_len=3))]
+    assert sum(line.startswith("warning:") for line in lines) == 2
 
 
 def test_wrong_stream_shards_are_refused(train_shards, tmp_path):

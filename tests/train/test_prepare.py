@@ -1,6 +1,7 @@
 """train/prepare.py: the checks before training starts, on real shards (``train_shards``: rgb, 5×3 clips)
 and real run directories: which manifests are used, wrong-stream or wrong-geometry shards, a missing
-validation split, a run directory of another config, and the checkpoint a run resumes from."""
+validation split, a run directory of another config, the checkpoint a run resumes from, and the warnings
+about a validation split that measures little."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import yaml
 from memdpc.errors import UserError
 from memdpc.pipeline.manifest import load_manifest
 from memdpc.train.config import TrainConfig
-from memdpc.train.prepare import CONFIG_NAME, check_run_dir, check_shards
+from memdpc.train.prepare import CONFIG_NAME, check_run_dir, check_shards, val_split_warnings, videos_by_class
 
 GEOMETRY = {"num_blocks": 5, "block_len": 3}
 
@@ -121,3 +122,44 @@ def test_an_empty_recorded_config_counts_as_the_defaults(tmp_path):
     assert check_run_dir(TrainConfig(out=str(tmp_path))) is None
     with pytest.raises(UserError, match=r"different config \(block_len: 5 → 3; num_blocks: 8 → 5\)"):
         check_run_dir(_config("s", tmp_path))
+
+
+def test_videos_by_class_reads_the_labels_of_a_split(val_shards):
+    assert videos_by_class(val_shards, "rgb", "val") == {0: {"v_MoveRight_g03"}, 1: {"v_MoveLeft_g03"}}
+    every = videos_by_class(val_shards, "rgb", "train")
+    assert every == {c: {f"v_{name}_g{g:02d}" for g in range(3)}
+                     for c, name in enumerate(("MoveRight", "MoveLeft", "MoveUp"))}
+    # with `until`, reading stops at the first window of the last class missing: fewer videos, every class
+    first = videos_by_class(val_shards, "rgb", "train", until={0, 1, 2})
+    assert first.keys() == {0, 1, 2} and sum(map(len, first.values())) < 9
+    assert all(videos <= every[c] for c, videos in first.items())
+
+
+def test_a_validation_split_missing_a_class_or_with_few_videos_is_warned_about(val_shards):
+    where = val_shards / "rgb" / "manifest-val.json"
+    assert val_split_warnings(_config(val_shards, val_split="val", knn_every=1)) == [
+        f"{where}: the val split holds no video of 1 of the 3 classes of the train split (MoveUp); the kNN "
+        "monitor's R@1 leaves them out",
+        f"{where}: the val split holds 2 video(s) for 3 classes, fewer than two per class; the kNN monitor's R@1 "
+        "rests on them alone (hold out more videos, e.g. memdpc index … --val-per-class 2, and shard that split "
+        "again)",
+    ]
+    by_knn = val_split_warnings(_config(val_shards, val_split="val", knn_every=1, best_by="knn"))
+    assert [w.split("; ")[1].split(" leaves")[0].split(" rests")[0] for w in by_knn] == \
+        ["the kNN monitor's R@1, which chooses best.pt,"] * 2
+    # the test split holds a video of every class, but one per class
+    assert [w.split(": ", 1)[1].split(";")[0] for w in val_split_warnings(_config(val_shards, val_split="test"))] == [
+        "the test split holds 3 video(s) for 3 classes, fewer than two per class"]
+    assert "the validation loss, which chooses best.pt, rests" in val_split_warnings(
+        _config(val_shards, val_split="test"))[0]
+    assert val_split_warnings(_config(val_shards, val_split="none")) == []
+    # two videos per class on average: nothing to say
+    assert val_split_warnings(_config(val_shards, val_split="train", train_split="test")) == []
+
+
+def test_a_missing_shard_index_is_named_before_training(val_shards, tmp_path):
+    shards = tmp_path / "shards"
+    shutil.copytree(val_shards, shards)
+    (shards / "rgb" / "val-000000.idx").unlink()
+    with pytest.raises(UserError, match=r"val-000000\.idx: missing; shard that split again$"):
+        val_split_warnings(_config(shards, val_split="val"))
