@@ -77,9 +77,12 @@ def videos_by_class(shard_dir: str | Path, stream: str, split: str, until: set[i
     return found
 
 
+FEW_VAL_VIDEOS = 10  # below this, one video moves the kNN R@1 by more than 10 points
+
+
 def val_split_warnings(config: TrainConfig) -> list[str]:
     """What makes the validation split a poor measure, each with its counts: classes of the training split it
-    has no video of, and fewer than two videos per class on average (a kNN R@1 over two videos is 0, 0.5 or 1)."""
+    has no video of, and fewer than :data:`FEW_VAL_VIDEOS` videos (a kNN R@1 over two videos is 0, 0.5 or 1)."""
     if config.val_split == "none":
         return []
     classes = load_manifest(config.shards, config.stream, config.train_split)["classes"]
@@ -97,10 +100,10 @@ def val_split_warnings(config: TrainConfig) -> list[str]:
         warnings.append(f"{where}: the {config.val_split} split holds no video of {len(missing)} of the "
                         f"{len(train)} classes of the {config.train_split} split ({names}); {use} leaves them out")
     videos = sum(len(v) for v in val.values())
-    if videos < 2 * len(train):
-        warnings.append(f"{where}: the {config.val_split} split holds {videos} video(s) for {len(train)} classes, "
-                        f"fewer than two per class; {use} rests on them alone (hold out more videos, e.g. memdpc "
-                        "index … --val-per-class 2, and shard that split again)")
+    if videos < FEW_VAL_VIDEOS:
+        warnings.append(f"{where}: the {config.val_split} split holds only {videos} video(s), each {100 / max(videos, 1):.0f} % "
+                        f"of it; {use} rests on them alone (hold out more videos, e.g. memdpc index … "
+                        "--val-per-class 2, and shard that split again)")
     return warnings
 
 

@@ -140,21 +140,24 @@ def test_a_validation_split_missing_a_class_or_with_few_videos_is_warned_about(v
     assert val_split_warnings(_config(val_shards, val_split="val", knn_every=1)) == [
         f"{where}: the val split holds no video of 1 of the 3 classes of the train split (MoveUp); the kNN "
         "monitor's R@1 leaves them out",
-        f"{where}: the val split holds 2 video(s) for 3 classes, fewer than two per class; the kNN monitor's R@1 "
+        f"{where}: the val split holds only 2 video(s), each 50 % of it; the kNN monitor's R@1 "
         "rests on them alone (hold out more videos, e.g. memdpc index … --val-per-class 2, and shard that split "
         "again)",
     ]
     by_knn = val_split_warnings(_config(val_shards, val_split="val", knn_every=1, best_by="knn"))
     assert [w.split("; ")[1].split(" leaves")[0].split(" rests")[0] for w in by_knn] == \
         ["the kNN monitor's R@1, which chooses best.pt,"] * 2
-    # the test split holds a video of every class, but one per class
+    # the test split holds a video of every class, but only three videos
     assert [w.split(": ", 1)[1].split(";")[0] for w in val_split_warnings(_config(val_shards, val_split="test"))] == [
-        "the test split holds 3 video(s) for 3 classes, fewer than two per class"]
+        "the test split holds only 3 video(s), each 33 % of it"]
     assert "the validation loss, which chooses best.pt, rests" in val_split_warnings(
         _config(val_shards, val_split="test"))[0]
     assert val_split_warnings(_config(val_shards, val_split="none")) == []
-    # two videos per class on average: nothing to say
-    assert val_split_warnings(_config(val_shards, val_split="train", train_split="test")) == []
+    # a video of every class, but fewer than FEW_VAL_VIDEOS
+    assert val_split_warnings(_config(val_shards, val_split="train", train_split="test")) == [
+        f"{val_shards / 'rgb' / 'manifest-train.json'}: the train split holds only 9 video(s), each 11 % of it; the "
+        "validation loss, which chooses best.pt, rests on them alone (hold out more videos, e.g. memdpc index … "
+        "--val-per-class 2, and shard that split again)"]
 
 
 def test_a_missing_shard_index_is_named_before_training(val_shards, tmp_path):
