@@ -10,6 +10,7 @@ from pathlib import Path
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from memdpc import __version__, interrupts
@@ -52,7 +53,7 @@ class _Group(click.Group):
             raise click.UsageError(str(e)) from None
         except KeyboardInterrupt as e:
             stop = interrupts.as_interrupted(e)
-            console.print(f"[yellow]interrupted ({stop}):[/yellow] " + ("; ".join(stop.notes) or "nothing kept"),
+            console.print(f"[yellow]interrupted ({stop}):[/yellow] " + escape("; ".join(stop.notes) or "nothing kept"),
                           soft_wrap=True)
             ctx.exit(stop.exit_code)
 
