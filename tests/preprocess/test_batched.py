@@ -78,9 +78,9 @@ class RecordingTVL1(TorchTVL1):
         super().__init__(CHEAP, "cpu")
         self.batch_pixels, self.calls = batch_size * 32 * 32, []
 
-    def codes(self, prev: np.ndarray, nxt: np.ndarray, third: int) -> np.ndarray:
+    def codes(self, prev: np.ndarray, nxt: np.ndarray, third: int, checkpoint=lambda: None) -> np.ndarray:
         self.calls.append(prev.shape)
-        return super().codes(prev, nxt, third)
+        return super().codes(prev, nxt, third, checkpoint)
 
 
 class SmallCard(RecordingTVL1):
@@ -91,11 +91,11 @@ class SmallCard(RecordingTVL1):
         super().__init__(batch_size)
         self.fits, self.error, self.refused = fits, error, []
 
-    def codes(self, prev: np.ndarray, nxt: np.ndarray, third: int) -> np.ndarray:
+    def codes(self, prev: np.ndarray, nxt: np.ndarray, third: int, checkpoint=lambda: None) -> np.ndarray:
         if len(prev) > self.fits:
             self.refused.append(prev.shape)
             raise self.error("CUDA out of memory. Tried to allocate 2.00 GiB")
-        return super().codes(prev, nxt, third)
+        return super().codes(prev, nxt, third, checkpoint)
 
 
 def run_stage(
@@ -285,7 +285,7 @@ def test_one_process_per_device_and_the_entries_merged(records, reference, tmp_p
 
 def test_an_unexpected_error_stops_the_run_cleanly(records, tmp_path):
     class Broken(RecordingTVL1):
-        def codes(self, prev, nxt, third):
+        def codes(self, prev, nxt, third, checkpoint=lambda: None):
             raise ValueError("kernel bug")
 
     with pytest.raises(ValueError, match="kernel bug"):
