@@ -51,7 +51,7 @@ def print_preprocess_report(
         console.print(f"FFmpeg/OpenCV messages of the run: in {path} (\"messages\")", soft_wrap=True)
     ok = sum(v["status"] in ("done", "partial", "skipped") for v in report["videos"])
     folders = " and ".join(str(Path(cfg["out"]) / st) for st in cfg["streams"])
-    console.print(f"wrote the archives of {ok} videos in {folders}; report {path}", soft_wrap=True)
+    console.print(f"wrote the archives of {ok} video{'s' * (ok != 1)} in {folders}; report {path}", soft_wrap=True)
     after = " (once every --part has finished)" if cfg["part"][1] > 1 else ""
     for st in cfg["streams"]:
         console.print(f"next{after}: memdpc shard {cfg['out']} --index {index} --stream {st} --out shards",
