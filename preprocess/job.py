@@ -10,6 +10,7 @@ torch, so the per-video worker processes stay free of it.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
 import time
@@ -195,8 +196,8 @@ def archive_meta(
 # --------------------------------------------------------------------- an archive made otherwise
 # A rerun compares these settings of each archive it would skip, by the options that set them. Not compared:
 # how the flow was computed (--flow-backend, --device, --workers, --threads: every backend computes the same
-# TV-L1) and --keep-partial (whether a truncated video's frames are kept, not how they are made). Settings an
-# archive does not record (written by an older version) are not compared.
+# TV-L1, to within float rounding) and --keep-partial (whether a truncated video's frames are kept, not how
+# they are made). Settings an archive does not record (written by an older version) are not compared.
 def _options(settings: dict[str, Any]) -> dict[str, tuple[Any, str]]:
     """The compared settings in ``settings`` (a ``meta.json`` or :func:`archive_settings`): name → (value,
     the options that give it, as the user types them)."""
@@ -256,6 +257,11 @@ def _when(mtime_ns: Any) -> str:
     return datetime.fromtimestamp(mtime_ns / 1e9).isoformat(sep=" ", timespec="seconds")
 
 
+@functools.lru_cache(maxsize=8)
+def _expected_options(stream: str, cfg: PreprocessConfig) -> dict[str, tuple[Any, str]]:
+    return _options(archive_settings(stream, cfg))  # once per run, not per archive
+
+
 def archive_differences(rec: VideoRecord, stream: str, cfg: PreprocessConfig) -> list[str]:
     """How ``rec``'s existing ``stream`` archive differs from what ``cfg`` would write: one text per
     difference, e.g. ``--size 64 → --square 64`` or ``source /a/v.avi → /b/v.avi``; empty when it matches.
@@ -264,7 +270,7 @@ def archive_differences(rec: VideoRecord, stream: str, cfg: PreprocessConfig) ->
         meta = read_meta(archive_path(cfg.out, stream, rec.id))
     except UserError as e:
         return [str(e).split(": ", 1)[-1]]
-    expected, found = _options(archive_settings(stream, cfg)), _options(meta)
+    expected, found = _expected_options(stream, cfg), _options(meta)
     diffs = [f"{found[k][1]} → {v[1]}" for k, v in expected.items() if k in found and found[k][0] != v[0]]
     return diffs + _source_differences(meta, rec)
 

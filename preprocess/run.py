@@ -123,8 +123,11 @@ def _check_existing(mine: list[VideoRecord], cfg: PreprocessConfig) -> tuple[lis
         return rows
 
     chunks = [mine[i : i + CHECK_CHUNK] for i in range(0, len(mine), CHECK_CHUNK)]
-    with ThreadPoolExecutor(CHECK_THREADS) as ex:
+    ex = ThreadPoolExecutor(CHECK_THREADS)
+    try:
         rows = [row for rows in ex.map(check, chunks) for row in rows]
+    finally:
+        ex.shutdown(cancel_futures=True)  # an interrupt does not wait for the rest of the check
     other = [(rec, s, d) for rec, _, found in rows for s, d in found]
     if other and not cfg.overwrite:
         rec, stream, diffs = other[0]
@@ -269,7 +272,8 @@ def run_preprocess(records: list[VideoRecord], cfg: PreprocessConfig, progress: 
         if note:
             console.print(f"[yellow]note:[/yellow] {note}")
     mine = select_part(records, cfg.part)
-    done, todo = _check_existing(mine, cfg)
+    with console.status(f"checking the archives in {cfg.out}") if progress else contextlib.nullcontext():
+        done, todo = _check_existing(mine, cfg)
     remove_temporaries(cfg.out, cfg.streams, {r.id for r in todo})  # of a killed run
     entries = {r.id: {"id": r.id, "path": r.path, "status": "skipped"} for r in done}
     started, t0 = datetime.now(timezone.utc), time.perf_counter()
