@@ -179,7 +179,7 @@ def archive_meta(
     rec: VideoRecord, stream: str, cfg: PreprocessConfig, src: VideoStream, hw: tuple[int, int]
 ) -> dict:
     """``meta.json`` of a video's archive of ``stream``: what it holds, the settings it was made with, and
-    its source's identity (path, size and modification time, as rsync compares files)."""
+    its source's identity (path, size and modification time)."""
     return {
         "video_id": rec.id,
         "fps": src.fps,

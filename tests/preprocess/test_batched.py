@@ -397,3 +397,13 @@ def test_a_signal_stops_the_batched_run_within_seconds_and_the_same_command_resu
         for s in ("rgb", "flow"):
             frames = read_archive(archive_path(out, s, copy.id))[1]
             assert frames == read_archive(archive_path(reference, s, copy.id.rsplit("-", 1)[0]))[1]
+
+
+def test_ffmpeg_messages_go_to_the_report_of_the_run(records, tmp_path, capfd):
+    """Decode threads share the process's stderr: what FFmpeg and OpenCV print is the run's, in the report."""
+    (tmp_path / "text.avi").write_text("not a video\n" * 100)
+    text = VideoRecord("text", str(tmp_path / "text.avi"), 0, "X", "train")
+    report = run_preprocess([text, records[1]], config(tmp_path / "out"), progress=False)
+    assert [v["status"] for v in report["videos"]] == ["failed", "done"]
+    assert any("VIDEOIO(FFMPEG)" in line for line in report["messages"])
+    assert "VIDEOIO" not in capfd.readouterr().err
