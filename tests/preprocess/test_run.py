@@ -501,15 +501,23 @@ def test_the_bar_counts_the_pairs_of_one_long_video(clips, tmp_path):
 
 
 @pytest.mark.parametrize("workers", ["1", "2"])
-def test_ffmpeg_messages_go_to_the_report_not_the_terminal(bad_index, tmp_path, workers):
+def test_ffmpeg_messages_go_to_the_report_not_the_terminal(bad_index, clips, tmp_path, workers):
+    """A truncated MJPEG file (FFmpeg's decoder warns) and a text file named .avi (OpenCV's VIDEOIO warns)."""
+    data = Path(read_index(clips[0])[0].path).read_bytes()
+    (tmp_path / "cut.avi").write_bytes(data[: len(data) // 2])
+    records = [*read_index(bad_index), VideoRecord("mjpeg_cut", str(tmp_path / "cut.avi"), 0, "X", "train")]
+    write_index(records, tmp_path / "index.jsonl")
     out = tmp_path / "out"
-    res = _cli("preprocess", "frames", str(bad_index), "--out", str(out), "--size", "0", "--workers", workers)
+    res = _cli("preprocess", "frames", str(tmp_path / "index.jsonl"), "--out", str(out), "--size", "0",
+               "--workers", workers)  # fmt: skip
     assert res.returncode == 0, res.stderr
     assert "WARN" not in res.stderr and "VIDEOIO" not in res.stderr and "@ 0x" not in res.stderr
     report = json.loads((out / "preprocess-report.json").read_text())
     messages = {v["id"]: v.get("messages", []) for v in report["videos"]}
-    assert any("VIDEOIO(FFMPEG)" in line for line in messages["text"])  # OpenCV's: FFmpeg cannot open it
+    assert any(line.startswith("[mjpeg @ 0x") for line in messages["mjpeg_cut"]), messages
+    assert any("VIDEOIO(FFMPEG)" in line for line in messages["text"])
     assert messages["gone"] == []  # never opened
-    assert "FFmpeg/OpenCV messages about" in res.stdout
+    assert "FFmpeg/OpenCV messages about " in res.stdout
     assert f"wrote the archives of 2 videos in {out / 'rgb'}; report {out / 'preprocess-report.json'}" in res.stdout
-    assert f"next: memdpc shard {out} --index {bad_index} --stream rgb --out shards" in res.stdout
+    index = tmp_path / "index.jsonl"
+    assert f"next: memdpc shard {out} --index {index} --stream rgb --out shards" in res.stdout
