@@ -18,6 +18,10 @@ depend on its batch (a promise of :class:`BatchedFlowBackend`), so the archives 
 path byte for byte. A video that fails is reported and its archives dropped; the other pairs of its batches
 go on. A batch too large for the device's memory is halved until it fits, and that size is kept for its
 frame size.
+
+Each video's progress (its pairs as they are written) goes to the run's progress events. A stop (an
+interrupt in the parent, or another thread's error) reaches every thread at its next look at a queue, and
+the device thread within one solver iteration (the backend's ``checkpoint``).
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """Worker processes of the preprocessing that stop when the run is stopped.
 
-A terminal's Ctrl-C sends SIGINT to the whole process group, SIGTERM (a scheduler, ``kill``) reaches only the
-parent; either way the parent stops the run: it cancels the queued videos and terminates the workers. Workers therefore leave SIGINT to the parent from their first instruction
-(:func:`spawn_context`: they start with it ignored, before they could print a traceback of their own).
+A terminal's Ctrl-C sends SIGINT to the whole process group, SIGTERM (a scheduler, ``kill``) reaches only
+the parent; either way the parent stops the run: it cancels the queued videos and terminates the workers.
+Workers therefore leave SIGINT to the parent from their first instruction (:func:`spawn_context`: they start
+with it ignored, before they could print a traceback of their own).
 
 :func:`pool_results` is the per-video path's local pool: each worker sends progress events while a video
 runs and keeps what FFmpeg and OpenCV print about it for the video's report entry. Nothing here imports
