@@ -332,6 +332,12 @@ def _preprocess_options(default_streams: str):
             help="Keep the frames of a video that decodes only partway (default: a failure).",
         ),
         click.option(
+            "--overwrite",
+            is_flag=True,
+            help="Rewrite archives in OUT made with other settings or from another source file "
+            "(default: refuse them).",
+        ),
+        click.option(
             "--report",
             type=click.Path(path_type=Path),
             default=None,
@@ -353,25 +359,13 @@ def _preprocess_options(default_streams: str):
 
 def _run_preprocess(index: Path, **kw) -> None:
     from memdpc.preprocess.run import preprocess as run
+    from memdpc.report_tables import print_preprocess_report
 
     tvl1 = {f: kw.pop(f) for _, f, _, _ in _TVL1_OPTIONS}
     kw["third_channel"] = int(kw["third_channel"])
     kw["report"] = str(kw["report"]) if kw["report"] else None
     report = run(index, tvl1=tvl1, **kw)
-    s = report["summary"]
-    table = Table(title=f"preprocess {kw['streams']} → {kw['out']}")
-    for col in ("done", "partial", "skipped", "failed", "frames", "frames/s", "seconds"):
-        table.add_column(col, justify="right")
-    table.add_row(
-        *(str(s[k]) for k in ("done", "partial", "skipped", "failed", "frames", "frames_per_s", "seconds"))
-    )
-    Console().print(table)
-    if "flow" in report:
-        flow = report["flow"]
-        note = f" ({flow['note']})" if flow["note"] else ""
-        Console().print(f"flow: {flow['backend']} on {', '.join(flow['devices'])}{note}")
-    for f in report["failures"]:
-        console.print(f"[red]failed[/red] {f['id']} ({f['path']}): {f['reason']}")
+    print_preprocess_report(report, index, Console(), console)
     if report["failures"] and kw["strict"]:
         raise SystemExit(1)
 

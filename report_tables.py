@@ -1,6 +1,6 @@
-"""The command line's tables of the library's reports: what ``memdpc shard`` (and the quickstart) wrote,
-``memdpc shard --verify``, and the metrics of an evaluation result (``memdpc eval``). The library returns the
-reports; only the front ends print them.
+"""The command line's tables of the library's reports: what ``memdpc preprocess`` did, what ``memdpc shard``
+(and the quickstart) wrote, ``memdpc shard --verify``, and the metrics of an evaluation result (``memdpc
+eval``). The library returns the reports; only the front ends print them.
 """
 
 from __future__ import annotations
@@ -16,9 +16,49 @@ from memdpc.eval.results import load_result
 from memdpc.pipeline.manifest import VerifyResult
 from memdpc.pipeline.shard import ShardReport
 from memdpc.pipeline.shard_plan import SKIP_KINDS, UNUSABLE
+from memdpc.preprocess.job import PreprocessConfig
 from memdpc.preprocess.video_index import plural
 
 SKIPPED_LISTED = 20  # skipped videos listed per kind; the manifest's "skipped" lists them all
+MAX_FAILURES = 10  # failed videos named one by one after a preprocess run; the report holds them all
+
+
+def print_preprocess_report(
+    report: dict[str, Any], index: str | os.PathLike, console: Console, errors: Console
+) -> None:
+    """What a preprocess run did (a table, the flow backend used), its failed videos (on ``errors``), what
+    it wrote and what to run next."""
+    cfg, s = report["config"], report["summary"]
+    table = Table(title=f"preprocess {','.join(cfg['streams'])} → {cfg['out']}")
+    for col in ("done", "partial", "skipped", "failed", "frames", "frames/s", "seconds"):
+        table.add_column(col, justify="right")
+    table.add_row(
+        *(str(s[k]) for k in ("done", "partial", "skipped", "failed", "frames", "frames_per_s", "seconds"))
+    )
+    console.print(table)
+    if "flow" in report:
+        flow = report["flow"]
+        note = f" ({flow['note']})" if flow["note"] else ""
+        console.print(f"flow: {flow['backend']} on {', '.join(flow['devices'])}{note}")
+    path = PreprocessConfig(out=cfg["out"], part=tuple(cfg["part"]), report=cfg["report"]).report_path
+    failures = report["failures"]
+    for f in failures[:MAX_FAILURES]:
+        errors.print(f"[red]failed[/red] {f['id']} ({f['path']}): {f['reason']}", soft_wrap=True)
+    if len(failures) > MAX_FAILURES:
+        errors.print(f"… and {len(failures) - MAX_FAILURES} more failed videos, see {path}", soft_wrap=True)
+    noisy = sum("messages" in v for v in report["videos"])
+    if noisy:
+        console.print(f"FFmpeg/OpenCV messages about {noisy} {'video' if noisy == 1 else 'videos'}: in {path} "
+                      "(their \"messages\")", soft_wrap=True)
+    if "messages" in report:
+        console.print(f"FFmpeg/OpenCV messages of the run: in {path} (\"messages\")", soft_wrap=True)
+    ok = sum(v["status"] in ("done", "partial", "skipped") for v in report["videos"])
+    folders = " and ".join(str(Path(cfg["out"]) / st) for st in cfg["streams"])
+    console.print(f"wrote the archives of {ok} video{'s' * (ok != 1)} in {folders}; report {path}", soft_wrap=True)
+    after = " (once every --part has finished)" if cfg["part"][1] > 1 else ""
+    for st in cfg["streams"]:
+        console.print(f"next{after}: memdpc shard {cfg['out']} --index {index} --stream {st} --out shards",
+                      soft_wrap=True)
 
 
 def print_shard_report(r: ShardReport, console: Console, next_step: bool = False) -> None:

@@ -22,6 +22,7 @@ from memdpc.errors import UserError
 
 META = "meta.json"
 _FRAME = re.compile(r"^(\d{6})\.jpg$")
+_TAIL = 32 * 1024  # bytes read from an archive's end to find meta.json (its header, data and the tar's end)
 
 
 def archive_path(root: str | os.PathLike, stream: str, video_id: str) -> Path:
@@ -93,6 +94,53 @@ def write_archive(
             w.add(data)
         w.commit(meta)
     return w.num_frames
+
+
+def _meta_in_tail(tail: bytes) -> dict[str, Any] | None:
+    """``meta.json`` as the last member of a tar whose last bytes (from a multiple of 512 on) are ``tail``,
+    or None when it is not there. Members start on 512-byte blocks; the
+    tar ends with zero blocks, so the last member's data ends in the last block that is not all zeros."""
+    block = tarfile.BLOCKSIZE
+    end = len(tail)
+    while end >= block and not tail[end - block : end].strip(b"\0"):
+        end -= block
+    for h in range(end - block, -1, -block):
+        header = tail[h : h + block]
+        if not header.startswith(META.encode() + b"\0"):
+            continue
+        try:
+            size = int(header[124:136].rstrip(b"\0 ").decode() or "0", 8)
+            checksum = int(header[148:156].rstrip(b"\0 ").decode(), 8)
+        except ValueError:
+            continue
+        if checksum != sum(header[:148]) + 256 + sum(header[156:]):
+            continue
+        data_end = h + block + size
+        if data_end <= end and end - data_end < block:  # the data ends in the last block before the zeros
+            return json.loads(tail[h + block : data_end])
+    return None
+
+
+def read_meta(path: str | os.PathLike) -> dict[str, Any]:
+    """An archive's ``meta.json`` alone, cheaply: it is the last member, so reading the archive's last
+    kilobytes finds it (a full walk of the headers only for a tar written otherwise). UserError when the
+    archive is unreadable or has no ``meta.json``."""
+    path = Path(path)
+    try:
+        with open(path, "rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            start = max(0, size - _TAIL) // tarfile.BLOCKSIZE * tarfile.BLOCKSIZE
+            f.seek(start)
+            meta = _meta_in_tail(f.read())
+        if meta is None:
+            with tarfile.open(path, "r:") as tar:
+                member = next((m for m in tar if m.name == META and m.isfile()), None)
+                meta = json.loads(tar.extractfile(member).read()) if member else None
+    except (tarfile.TarError, OSError, EOFError, ValueError) as e:  # JSONDecodeError is a ValueError
+        raise UserError(f"{path}: unreadable frame archive ({e})") from None
+    if not isinstance(meta, dict):
+        raise UserError(f"{path}: frame archive has no {META} (incomplete or not a memdpc archive)")
+    return meta
 
 
 def read_archive(path: str | os.PathLike) -> tuple[dict[str, Any], list[bytes]]:

@@ -18,6 +18,10 @@ depend on its batch (a promise of :class:`BatchedFlowBackend`), so the archives 
 path byte for byte. A video that fails is reported and its archives dropped; the other pairs of its batches
 go on. A batch too large for the device's memory is halved until it fits, and that size is kept for its
 frame size.
+
+Each video's progress (its pairs as they are written) goes to the run's progress events. A stop (an
+interrupt in the parent, or another thread's error) reaches every thread at its next look at a queue, and
+the device thread within one solver iteration (the backend's ``checkpoint``).
 """
 
 from __future__ import annotations
@@ -30,7 +34,6 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from multiprocessing import get_context
 from typing import Any
 
 import cv2
@@ -44,13 +47,18 @@ from memdpc.preprocess.flow import BatchedFlowBackend, batch_pairs, make_backend
 from memdpc.preprocess.job import (
     FlowWriter,
     PreprocessConfig,
+    Progress,
+    Ticker,
     commit_archives,
     encode_flow,
+    expected_units,
     failure_reason,
     missing_streams,
     new_entry,
+    no_progress,
     select_part,
 )
+from memdpc.preprocess.pool import STOP_WAIT, spawn_context
 from memdpc.preprocess.video_index import VideoRecord
 
 POLL = 0.1  # seconds between checks for an abort while a thread waits on a queue
@@ -73,6 +81,7 @@ class _Video:
     t0: float = field(default_factory=time.perf_counter)
     lock: threading.RLock = field(default_factory=threading.RLock)
     src: VideoStream | None = None
+    ticker: Ticker | None = None
     hw: tuple[int, int] = (0, 0)
     pushed: int = 0  # pairs handed to the batches
     settled: int = 0  # pairs appended to the archive (or dropped after a failure)
@@ -105,11 +114,13 @@ class DeviceStage:
     """The threads of one device: videos in, committed archives and report entries out (see module doc).
 
     ``backend`` is a :class:`BatchedFlowBackend` on one device; ``threads`` the number of decode threads
-    and of encode threads.
+    and of encode threads; ``progress`` gets the videos' progress events (from any thread).
     """
 
-    def __init__(self, backend: BatchedFlowBackend, cfg: PreprocessConfig, threads: int) -> None:
-        self.backend, self.cfg, self.threads = backend, cfg, threads
+    def __init__(
+        self, backend: BatchedFlowBackend, cfg: PreprocessConfig, threads: int, progress: Progress = no_progress
+    ) -> None:
+        self.backend, self.cfg, self.threads, self.progress = backend, cfg, threads, progress
         self._ready: queue.Queue = queue.Queue(maxsize=2)  # full batches for the device thread
         self._coded: queue.Queue = queue.Queue(maxsize=2 * threads)  # chunks of codes: two batches
         self._buckets: dict[tuple[int, int], list[_Pair]] = {}  # pairs waiting for a batch, by frame size
@@ -175,6 +186,11 @@ class DeviceStage:
             self._error = self._error or e
         self._stop.set()
 
+    def _checkpoint(self) -> None:
+        """Between the device's solver iterations: leave the batch if the run is being stopped."""
+        if self._stop.is_set():
+            raise _Aborted
+
     def _put(self, q: queue.Queue, item: Any) -> None:
         while True:
             if self._stop.is_set():
@@ -192,7 +208,7 @@ class DeviceStage:
 
     # ------------------------------------------------------------------------------------------ decode
     def _decode_loop(self) -> None:
-        while True:
+        while not self._stop.is_set():
             with self._lock:
                 rec = next(self._records, None)
             if rec is None:
@@ -215,6 +231,7 @@ class DeviceStage:
             if "flow" in video.writers:
                 video.flow = FlowWriter(video.writers["flow"], cfg.flow_encoding)
             video.src = VideoStream(rec.path, cfg.decode)
+            video.ticker = Ticker(self.progress, rec.id, expected_units(video.src, video.flow is not None))
             video.entry.update(source_fps=video.src.source_fps, fps=video.src.fps)
             self._frames(video)
         except PartialVideo as e:
@@ -245,6 +262,8 @@ class DeviceStage:
                 t = time.perf_counter()
                 if rgb:
                     rgb.add(self.cfg.rgb_encoding.encode_bgr(frame))
+                    if not video.flow:
+                        video.ticker.add()
                 t1 = time.perf_counter()
                 encode_s += t1 - t
                 if video.flow:
@@ -314,7 +333,9 @@ class DeviceStage:
         while i < len(prev):
             n = min(self._limit.get(hw, len(prev)), len(prev) - i)
             try:
-                out.append(self.backend.codes(prev[i : i + n], nxt[i : i + n], self.cfg.third_channel))
+                out.append(
+                    self.backend.codes(prev[i : i + n], nxt[i : i + n], self.cfg.third_channel, self._checkpoint)
+                )
                 i += n
                 continue
             except (MemoryError, RuntimeError) as e:  # torch.cuda.OutOfMemoryError is a RuntimeError
@@ -364,6 +385,7 @@ class DeviceStage:
         while video.failure is None and video.flow.writer.num_frames in video.pending:
             try:
                 video.flow.append(*video.pending.pop(video.flow.writer.num_frames))
+                video.ticker.add()
             except OSError as e:
                 video.fail(failure_reason(e))
         if video.failure:
@@ -374,6 +396,8 @@ class DeviceStage:
         """Commit (or drop) the archives of a video whose pairs are all back (under ``video.lock``)."""
         if not video.decoded or video.settled < video.pushed:
             return
+        if video.ticker:
+            video.ticker.flush()
         entry = video.entry
         try:
             with video.stack:
@@ -408,12 +432,13 @@ def _serve(
     out: Any,
     stage: DeviceStage | None = None,
 ) -> None:
-    """Run one device's stage (``stage``, or a new one on ``device``), sending ``("video", entry)`` for each
-    video, then ``("end", device)`` or ``("user"|"error", message)``, on ``out``: a queue of this process or
-    one shared with the parent."""
+    """Run one device's stage (``stage``, or a new one on ``device``), sending ``("progress", event)`` as
+    videos move and ``("video", entry)`` for each video, then ``("end", device)`` or ``("user"|"error",
+    message)``, on ``out``: a queue of this process or one shared with the parent."""
     cv2.setNumThreads(1)  # parallelism comes from the threads
     try:
-        stage = stage or DeviceStage(make_backend(cfg.flow_backend, cfg.tvl1, device), cfg, threads)
+        if stage is None:
+            stage = DeviceStage(make_backend(cfg.flow_backend, cfg.tvl1, device), cfg, threads, _progress_to(out))
         stage.run(records, lambda entry: out.put(("video", entry)))
     except UserError as e:
         out.put(("user", str(e)))
@@ -423,19 +448,33 @@ def _serve(
         out.put(("end", device))
 
 
-def run_batched(cfg: PreprocessConfig, records: list[VideoRecord], devices: list[str]) -> Iterator[dict]:
+def _progress_to(out: Any) -> Progress:
+    def send(*event: Any) -> None:
+        out.put(("progress", event))
+
+    return send
+
+
+def run_batched(
+    cfg: PreprocessConfig, records: list[VideoRecord], devices: list[str], progress: Progress = no_progress
+) -> Iterator[dict]:
     """Preprocess ``records`` on ``devices`` (one process each; a thread of this process for one device)
-    and yield the videos' report entries as they finish."""
+    and yield the videos' report entries as they finish; ``progress`` gets their progress events, in this
+    thread.
+
+    Leaving early (an interrupt, an error, or the caller closing the generator) stops the device threads at
+    their next look at the queues and terminates the device processes; a thread inside a long device call is
+    not waited for beyond a few seconds (it is a daemon: it ends with the process)."""
     threads = cfg.threads or max(2, (os.cpu_count() or 1) // len(devices))
     stage = None
     if len(devices) == 1:
-        stage = DeviceStage(make_backend(cfg.flow_backend, cfg.tvl1, devices[0]), cfg, threads)
         out: Any = queue.Queue()
+        stage = DeviceStage(make_backend(cfg.flow_backend, cfg.tvl1, devices[0]), cfg, threads, _progress_to(out))
         workers: list[Any] = [
             threading.Thread(target=_serve, args=(records, cfg, devices[0], threads, out, stage), daemon=True)
         ]
     else:
-        ctx = get_context("spawn")
+        ctx = spawn_context()  # device processes leave SIGINT to this one
         out = ctx.Queue()
         workers = [
             ctx.Process(target=_serve, args=(select_part(records, (i, len(devices))), cfg, d, threads, out))
@@ -452,7 +491,9 @@ def run_batched(cfg: PreprocessConfig, records: list[VideoRecord], devices: list
                 if sum(not w.is_alive() for w in workers) > ended:
                     raise RuntimeError("a device process of the flow stage died (killed?)") from None
                 continue
-            if kind == "video":
+            if kind == "progress":
+                progress(*value)
+            elif kind == "video":
                 yield value
             elif kind == "end":
                 ended += 1
@@ -461,11 +502,14 @@ def run_batched(cfg: PreprocessConfig, records: list[VideoRecord], devices: list
             else:
                 raise RuntimeError(f"the batched flow stage failed on {value}")
     finally:
-        if ended < len(workers):  # an error here or in a worker, or the caller stopped early
+        if ended < len(workers):  # an error here or in a worker, an interrupt, or the caller stopped early
             if stage is not None:
                 stage.abort()
             for w in workers:
                 if not isinstance(w, threading.Thread) and w.is_alive():
                     w.terminate()
-        for w in workers:
-            w.join()
+            for w in workers:
+                w.join(STOP_WAIT)
+        else:
+            for w in workers:
+                w.join()

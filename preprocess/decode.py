@@ -3,13 +3,17 @@ optionally resampled to another frame rate.
 
 OpenCV's FFmpeg backend reads the codecs the supported datasets use (UCF101/HMDB51 xvid ``.avi``,
 Kinetics h264 ``.mp4``, ``.webm`` VP8/VP9). Problems with a video raise :class:`DecodeError`, whose message
-is the reason recorded in the run report; the run itself goes on with the other videos.
+is the reason recorded in the run report; the run itself goes on with the other videos. What FFmpeg and
+OpenCV print about a video (warnings on a broken file) is kept for the report by :class:`StderrCapture`
+instead of reaching the terminal.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -79,19 +83,28 @@ class VideoStream:
     Iterating yields (H, W, 3) frames; at the end it raises :class:`DecodeError` when nothing decoded and
     :class:`PartialVideo` when decoding stopped before the frame count in the header (a truncated or
     corrupt file) — after yielding what did decode, so a caller may keep it. ``seconds`` accumulates the
-    time spent decoding and resizing, ``num_decoded`` counts source frames.
+    time spent decoding and resizing, ``num_decoded`` counts source frames. ``file_size`` and
+    ``file_mtime_ns`` identify the file as it was opened.
     """
 
     def __init__(self, path: str | os.PathLike, spec: DecodeSpec = DecodeSpec()) -> None:
         self.path, self.spec = Path(path), spec
         self.seconds, self.num_decoded = 0.0, 0
         self._cap = _open(self.path)
+        stat = self.path.stat()
+        self.file_size, self.file_mtime_ns = stat.st_size, stat.st_mtime_ns
         self.source_fps = float(self._cap.get(cv2.CAP_PROP_FPS) or 0.0)
         if not (0 < self.source_fps <= MAX_FPS):  # also rejects NaN
             self._cap.release()
             raise DecodeError(f"frame rate is 0 or missing in the file (header says {self.source_fps:g})")
         self.expected_frames = int(self._cap.get(cv2.CAP_PROP_FRAME_COUNT) or 0)
         self.fps = spec.fps or self.source_fps
+
+    @property
+    def expected_output(self) -> int:
+        """The frames iteration should yield, by the header's frame count (an estimate: headers of some
+        containers are)."""
+        return max(0, round(self.expected_frames * self.fps / self.source_fps))
 
     def _read(self) -> Iterator[np.ndarray]:
         try:
@@ -132,3 +145,52 @@ class VideoStream:
             raise PartialVideo(
                 f"decoded only {self.num_decoded} of {self.expected_frames} frames (truncated or corrupt file)"
             )
+
+
+class StderrCapture:
+    """Keep what C libraries (FFmpeg, OpenCV's logger) write to this process's stderr, for the report.
+
+    Within the block, file descriptor 2 goes to a temporary file, so ``[ WARN:0@…] … VIDEOIO(FFMPEG)`` lines
+    and FFmpeg's decoder messages stay off the terminal; Python's ``sys.stderr`` (progress bars, warnings,
+    tracebacks) keeps writing where it did. :meth:`take` returns the lines written since the last take.
+    Processes started within the block inherit the capture. A block left by an error (not an interrupt)
+    passes what was not taken on to the terminal: it may explain the error.
+    """
+
+    def __enter__(self) -> StderrCapture:
+        sys.stderr.flush()
+        self._file = tempfile.TemporaryFile()
+        self._read = 0
+        self._saved = os.dup(2)
+        os.dup2(self._file.fileno(), 2)
+        self._python = None
+        if _fileno(sys.stderr) == 2:  # Python's stderr was fd 2: keep it on the terminal
+            self._python = sys.stderr
+            sys.stderr = open(  # noqa: SIM115 (closed in __exit__)
+                os.dup(self._saved), "w", buffering=1, encoding=self._python.encoding, errors=self._python.errors
+            )
+        return self
+
+    def take(self) -> list[str]:
+        """The non-empty lines written to fd 2 since the last call."""
+        fd = self._file.fileno()
+        data = os.pread(fd, os.fstat(fd).st_size - self._read, self._read)
+        self._read += len(data)
+        return [line for line in data.decode(errors="replace").splitlines() if line.strip()]
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        os.dup2(self._saved, 2)
+        os.close(self._saved)
+        if self._python is not None:
+            sys.stderr.close()
+            sys.stderr = self._python
+        if exc_type is not None and not issubclass(exc_type, KeyboardInterrupt):
+            sys.stderr.write("".join(line + "\n" for line in self.take()))
+        self._file.close()
+
+
+def _fileno(stream) -> int | None:
+    try:
+        return stream.fileno()
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is an OSError and a ValueError
+        return None

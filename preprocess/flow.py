@@ -48,12 +48,15 @@ class BatchedFlowBackend(FlowBackend, Protocol):
     ``flow_to_codes(backend(prev, nxt), third)``, so only codes cross back to the host. A pair's result must
     not depend on the other pairs of its batch. A batch too large for the device's memory raises
     ``torch.cuda.OutOfMemoryError`` (or ``MemoryError``, or a ``RuntimeError`` saying "out of memory");
-    the caller then splits it.
+    the caller then splits it. ``checkpoint`` is called often during the batch (every solver iteration); an
+    exception it raises abandons the batch, so a run can stop within a fraction of a second.
     """
 
     batch_pixels: int  # the batched path's batch: this many pixels, i.e. batch_pixels // (H·W) pairs
 
-    def codes(self, prev: np.ndarray, nxt: np.ndarray, third: int) -> np.ndarray: ...
+    def codes(
+        self, prev: np.ndarray, nxt: np.ndarray, third: int, checkpoint: Callable[[], None] = ...
+    ) -> np.ndarray: ...
 
 
 def batch_pairs(backend: BatchedFlowBackend, height: int, width: int) -> int:
@@ -111,13 +114,18 @@ class TorchTVL1:
         # (B, H, W) uint8 ×2 -> (B, H, W, 2) float32
         return self._device_flow(prev, nxt).cpu().numpy()
 
-    def codes(self, prev: np.ndarray, nxt: np.ndarray, third: int) -> np.ndarray:
+    def codes(
+        self, prev: np.ndarray, nxt: np.ndarray, third: int, checkpoint: Callable[[], None] = lambda: None
+    ) -> np.ndarray:
         # (B, H, W) uint8 ×2 -> (B, H, W, 3) uint8, mapped on the device
-        return flow_to_codes_torch(self._device_flow(prev, nxt), third).cpu().numpy()
+        return flow_to_codes_torch(self._device_flow(prev, nxt, checkpoint), third).cpu().numpy()
 
-    def _device_flow(self, prev: np.ndarray, nxt: np.ndarray) -> torch.Tensor:
+    def _device_flow(
+        self, prev: np.ndarray, nxt: np.ndarray, checkpoint: Callable[[], None] = lambda: None
+    ) -> torch.Tensor:
         to = self._torch.from_numpy
-        return self._flow(to(prev).to(self.device), to(nxt).to(self.device), self._params)
+        prev_t, nxt_t = to(prev).to(self.device), to(nxt).to(self.device)
+        return self._flow(prev_t, nxt_t, self._params, checkpoint=checkpoint)
 
 
 class TritonTVL1(TorchTVL1):

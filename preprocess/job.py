@@ -1,6 +1,6 @@
 """What every way of running the preprocessing shares: the run's configuration, the choice of this part's
-videos, and the per-video pieces (which archives are missing, their metadata, flow codes → JPEG with the
-measured storage error, the reason recorded for a failed video).
+videos, and the per-video pieces (which archives are missing or were made otherwise, their metadata, flow
+codes → JPEG with the measured storage error, progress events, the reason recorded for a failed video).
 
 Both the per-video job (:func:`process_video`, run by ``run.py`` on its executor) and the batched GPU stage
 (``batched.py``) build on these, so an archive is the same whichever path wrote it. Nothing here imports
@@ -10,9 +10,13 @@ torch, so the per-video worker processes stay free of it.
 from __future__ import annotations
 
 import contextlib
+import functools
+import os
 import re
 import time
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import asdict, dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +25,9 @@ import numpy as np
 
 from memdpc.atomic import TMP_PREFIX
 from memdpc.errors import UserError
-from memdpc.preprocess.archive import ArchiveWriter, archive_path
+from memdpc.preprocess.archive import ArchiveWriter, archive_path, read_meta
 from memdpc.preprocess.decode import DecodeError, DecodeSpec, PartialVideo, VideoStream
-from memdpc.preprocess.encode import FLOW_ENCODING, RGB_ENCODING, JpegEncoding, code_error
+from memdpc.preprocess.encode import FLOW_ENCODING, FLOW_ENCODINGS, RGB_ENCODING, JpegEncoding, code_error
 from memdpc.preprocess.flow import AUTO, BACKENDS, BOUND, FlowStage, make_backend
 from memdpc.preprocess.tvl1_params import TVL1Params
 from memdpc.preprocess.video_index import VideoRecord
@@ -37,7 +41,8 @@ class PreprocessConfig:
     ``flow_backend`` and ``device`` may be ``auto``: :func:`memdpc.preprocess.flow.resolve_backend` picks
     the GPU path where CUDA is available, else OpenCV on the CPU. ``workers`` are the processes of the
     per-video path; ``threads`` the decode and the encode threads per device of the batched path (0: the
-    CPU cores divided among the devices).
+    CPU cores divided among the devices). ``overwrite``: rewrite archives made with other settings or from
+    another source (without it the run refuses them).
     """
 
     out: str
@@ -55,6 +60,7 @@ class PreprocessConfig:
     part: tuple[int, int] = (0, 1)
     strict: bool = False
     keep_partial: bool = False
+    overwrite: bool = False
     report: str | None = None
 
     def validate(self) -> None:
@@ -119,18 +125,28 @@ def new_entry(rec: VideoRecord) -> dict[str, Any]:
 
 
 def missing_streams(rec: VideoRecord, cfg: PreprocessConfig) -> list[str]:
-    """The streams of ``rec`` whose archive is not there yet; deletes their temporary archives left by a
-    killed run (only this video's: parts may share ``out`` and run at the same time)."""
-    todo = [s for s in cfg.streams if not archive_path(cfg.out, s, rec.id).exists()]
-    pattern = re.compile(rf"{re.escape(TMP_PREFIX)}\d+-{re.escape(rec.id)}\.tar")
-    for s in todo:
-        folder = Path(cfg.out) / s
-        if folder.is_dir():
-            for p in folder.iterdir():
-                if pattern.fullmatch(p.name):
+    """The streams of ``rec`` to write: those without an archive, and with ``cfg.overwrite`` those whose
+    archive was made with other settings or from another source."""
+    return [
+        s
+        for s in cfg.streams
+        if not archive_path(cfg.out, s, rec.id).exists() or (cfg.overwrite and archive_differences(rec, s, cfg))
+    ]
+
+
+def remove_temporaries(out: str | os.PathLike, streams: Iterable[str], ids: Collection[str]) -> int:
+    """Delete the temporary archives of the videos ``ids`` (left by a killed or stopped run; only these
+    videos', as parts may share ``out`` and run at the same time); one listing per stream. Returns how many."""
+    pattern, removed = re.compile(rf"{re.escape(TMP_PREFIX)}\d+-(.+)\.tar"), 0
+    for s in streams:
+        with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+            for entry in os.scandir(Path(out) / s):
+                m = pattern.fullmatch(entry.name)
+                if m and m[1] in ids:
                     with contextlib.suppress(FileNotFoundError):
-                        p.unlink()
-    return todo
+                        os.unlink(entry.path)
+                        removed += 1
+    return removed
 
 
 def failure_reason(e: BaseException) -> str:
@@ -139,25 +155,15 @@ def failure_reason(e: BaseException) -> str:
     return text.splitlines()[-1] if text else repr(e)
 
 
-def archive_meta(
-    rec: VideoRecord, stream: str, cfg: PreprocessConfig, src: VideoStream, hw: tuple[int, int]
-) -> dict:
-    """``meta.json`` of a video's archive of ``stream`` (``cfg.flow_backend`` is the backend used)."""
-    meta = {
-        "video_id": rec.id,
-        "stream": stream,
-        "fps": src.fps,
-        "height": hw[0],
-        "width": hw[1],
-        "source": rec.path,
-        "source_fps": src.source_fps,
-        "decode": asdict(cfg.decode),
-    }
+def archive_settings(stream: str, cfg: PreprocessConfig) -> dict[str, Any]:
+    """The part of a ``stream`` archive's ``meta.json`` that ``cfg`` decides (``cfg.flow_backend`` is the
+    backend used)."""
+    settings: dict[str, Any] = {"stream": stream, "decode": asdict(cfg.decode)}
     if stream == "rgb":
-        meta["encoding"] = cfg.rgb_encoding.name
+        settings["encoding"] = cfg.rgb_encoding.name
     else:
-        meta["encoding"] = cfg.flow_encoding.name
-        meta["flow"] = {
+        settings["encoding"] = cfg.flow_encoding.name
+        settings["flow"] = {
             "backend": cfg.flow_backend,
             "pairs": "frame k -> k+1",
             "channels": ["x", "y", "third"],  # R, G, B of the decoded image
@@ -166,7 +172,107 @@ def archive_meta(
             "third_channel": cfg.third_channel,
             "tvl1": cfg.tvl1.to_dict(),
         }
-    return meta
+    return settings
+
+
+def archive_meta(
+    rec: VideoRecord, stream: str, cfg: PreprocessConfig, src: VideoStream, hw: tuple[int, int]
+) -> dict:
+    """``meta.json`` of a video's archive of ``stream``: what it holds, the settings it was made with, and
+    its source's identity (path, size and modification time)."""
+    return {
+        "video_id": rec.id,
+        "fps": src.fps,
+        "height": hw[0],
+        "width": hw[1],
+        "source": rec.path,
+        "source_size": src.file_size,
+        "source_mtime_ns": src.file_mtime_ns,
+        "source_fps": src.source_fps,
+        **archive_settings(stream, cfg),
+    }
+
+
+# --------------------------------------------------------------------- an archive made otherwise
+# A rerun compares these settings of each archive it would skip, by the options that set them. Not compared:
+# how the flow was computed (--flow-backend, --device, --workers, --threads: every backend computes the same
+# TV-L1, to within float rounding) and --keep-partial (whether a truncated video's frames are kept, not how
+# they are made). Settings an archive does not record (written by an older version) are not compared.
+def _options(settings: dict[str, Any]) -> dict[str, tuple[Any, str]]:
+    """The compared settings in ``settings`` (a ``meta.json`` or :func:`archive_settings`): name → (value,
+    the options that give it, as the user types them)."""
+    out: dict[str, tuple[Any, str]] = {}
+    decode = settings.get("decode")
+    if isinstance(decode, dict):
+        square, size, fps = decode.get("square", 0), decode.get("size", 0), decode.get("fps", 0.0)
+        out["frame size"] = (("square", square), f"--square {square}") if square else (("size", size), f"--size {size}")
+        out["fps"] = (fps, f"--fps {fps:g}")
+    if "encoding" in settings:
+        out["encoding"] = (settings["encoding"], _encoding_options(settings.get("stream"), settings["encoding"]))
+    flow = settings.get("flow")
+    if isinstance(flow, dict):
+        if "third_channel" in flow:
+            out["third channel"] = (flow["third_channel"], f"--third-channel {flow['third_channel']}")
+        for name, value in (flow.get("tvl1") or {}).items():
+            option = "--" + name.rstrip("_").replace("_", "-")  # TVL1Params field → CLI option
+            out[f"tvl1 {name}"] = (value, f"{option} {value:g}" if isinstance(value, (int, float)) else option)
+    return out
+
+
+def _encoding_options(stream: str | None, name: str) -> str:
+    """``jpeg-q90-420`` → ``--quality 90`` (rgb); ``jpeg-q100-444`` → ``--flow-encoding ycc --flow-quality
+    100`` (flow); the name itself where no option gives it."""
+    m = re.fullmatch(r"jpeg-q(\d+)-(\w+)", str(name))
+    if m and stream == "rgb" and m[2] == RGB_ENCODING.sampling:
+        return f"--quality {m[1]}"
+    flow = {enc.sampling: key for key, enc in FLOW_ENCODINGS.items()}
+    if m and stream == "flow" and m[2] in flow:
+        return f"--flow-encoding {flow[m[2]]} --flow-quality {m[1]}"
+    return str(name)
+
+
+def _source_differences(meta: dict[str, Any], rec: VideoRecord) -> list[str]:
+    """How ``rec``'s file differs from the source recorded in ``meta`` (a source that is gone since is not
+    compared: its archive is all that is left of it)."""
+    recorded = meta.get("source")
+    if recorded is not None and recorded != rec.path:
+        return [f"source {recorded} → {rec.path}"]
+    if "source_size" not in meta:
+        return []
+    try:
+        stat = os.stat(rec.path)
+    except OSError:
+        return []
+    changes = []
+    if stat.st_size != meta["source_size"]:
+        changes.append(f"size {meta['source_size']} → {stat.st_size} bytes")
+    if stat.st_mtime_ns != meta.get("source_mtime_ns"):
+        changes.append(f"modified {_when(meta.get('source_mtime_ns'))} → {_when(stat.st_mtime_ns)}")
+    return [f"{rec.path} changed since ({', '.join(changes)})"] if changes else []
+
+
+def _when(mtime_ns: Any) -> str:
+    if not isinstance(mtime_ns, int):
+        return "?"
+    return datetime.fromtimestamp(mtime_ns / 1e9).isoformat(sep=" ", timespec="seconds")
+
+
+@functools.lru_cache(maxsize=8)
+def _expected_options(stream: str, cfg: PreprocessConfig) -> dict[str, tuple[Any, str]]:
+    return _options(archive_settings(stream, cfg))  # once per run, not per archive
+
+
+def archive_differences(rec: VideoRecord, stream: str, cfg: PreprocessConfig) -> list[str]:
+    """How ``rec``'s existing ``stream`` archive differs from what ``cfg`` would write: one text per
+    difference, e.g. ``--size 64 → --square 64`` or ``source /a/v.avi → /b/v.avi``; empty when it matches.
+    Reads only the archive's ``meta.json`` (:func:`memdpc.preprocess.archive.read_meta`)."""
+    try:
+        meta = read_meta(archive_path(cfg.out, stream, rec.id))
+    except UserError as e:
+        return [str(e).split(": ", 1)[-1]]
+    expected, found = _expected_options(stream, cfg), _options(meta)
+    diffs = [f"{found[k][1]} → {v[1]}" for k, v in expected.items() if k in found and found[k][0] != v[0]]
+    return diffs + _source_differences(meta, rec)
 
 
 def commit_archives(
@@ -222,13 +328,63 @@ class FlowWriter:
         return {"mean_abs": round(self.err_sum / n, 4), "max_abs": self.err_max}
 
 
+# ----------------------------------------------------------------------------------------- progress
+Progress = Callable[[str, str, int], None]
+"""A run's progress events, ``(kind, video_id, n)``: ``("start", id, units)`` when a video is opened, with
+the units its header promises, then ``("units", id, n)`` as ``n`` more are written. A unit is a frame pair of
+a video whose flow is computed, else a frame."""
+
+TICK = 0.25  # seconds between a video's progress events
+
+
+def no_progress(kind: str, video_id: str, n: int) -> None:
+    """The :data:`Progress` of a run that shows none."""
+
+
+class Ticker:
+    """One video's progress: sends ``start`` at once, then the units added, at most every :data:`TICK`
+    seconds (and on :meth:`flush`), so a worker process sends a few messages a second, not one per frame."""
+
+    def __init__(self, progress: Progress, video_id: str, expected: int) -> None:
+        self.progress, self.video_id = progress, video_id
+        self._unsent, self._sent_at = 0, time.monotonic()
+        progress("start", video_id, max(0, expected))
+
+    def add(self, n: int = 1) -> None:
+        self._unsent += n
+        if time.monotonic() - self._sent_at >= TICK:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._unsent:
+            self.progress("units", self.video_id, self._unsent)
+        self._unsent, self._sent_at = 0, time.monotonic()
+
+
+def expected_units(src: VideoStream, flow: bool) -> int:
+    """The units (:data:`Progress`) a video's header promises: its frames, or its pairs when ``flow``."""
+    return src.expected_output - 1 if flow else src.expected_output
+
+
+MAX_MESSAGES = 20  # lines of FFmpeg/OpenCV messages kept per video (and per run) in the report
+
+
+def kept_messages(lines: list[str]) -> list[str]:
+    """At most :data:`MAX_MESSAGES` lines, the last saying how many more there were."""
+    if len(lines) <= MAX_MESSAGES:
+        return lines
+    return [*lines[: MAX_MESSAGES - 1], f"… and {len(lines) - MAX_MESSAGES + 1} more lines"]
+
+
 # ------------------------------------------------------------------------------------- the video job
-def _convert(rec: VideoRecord, cfg: PreprocessConfig, todo: list[str], result: dict) -> None:
+def _convert(rec: VideoRecord, cfg: PreprocessConfig, todo: list[str], result: dict, progress: Progress) -> None:
     """Decode ``rec`` once and write the archives of the streams in ``todo``; fills ``result``."""
     src = VideoStream(rec.path, cfg.decode)
     result.update(source_fps=src.source_fps, fps=src.fps)
     out = Path(cfg.out)
+    ticker = Ticker(progress, rec.id, expected_units(src, "flow" in todo))
     with contextlib.ExitStack() as stack:
+        stack.callback(ticker.flush)
         writers = {s: stack.enter_context(ArchiveWriter(archive_path(out, s, rec.id))) for s in todo}
         flow = (
             FlowStage(make_backend(cfg.flow_backend, cfg.tvl1, cfg.device), cfg.third_channel)
@@ -245,13 +401,19 @@ def _convert(rec: VideoRecord, cfg: PreprocessConfig, todo: list[str], result: d
                     writers["rgb"].add(cfg.rgb_encoding.encode_bgr(frame))
                     rgb_seconds += time.perf_counter() - t
                 if flow:
-                    fw.add(flow.push(frame))
+                    codes = flow.push(frame)
+                    fw.add(codes)
+                    ticker.add(len(codes))
+                else:
+                    ticker.add()
         except PartialVideo as e:
             if not cfg.keep_partial:
                 raise
             result.update(status="partial", reason=str(e))
         if flow:
-            fw.add(flow.flush())
+            codes = flow.flush()
+            fw.add(codes)
+            ticker.add(len(codes))
             if fw.writer.num_frames == 0:
                 raise DecodeError("only one frame: no pair to compute flow from")
         commit_archives(rec, cfg, src, hw, writers, fw, result)
@@ -267,13 +429,20 @@ def _convert(rec: VideoRecord, cfg: PreprocessConfig, todo: list[str], result: d
     )
 
 
-def process_video(rec: VideoRecord, cfg: PreprocessConfig) -> dict:
+def process_video(
+    rec: VideoRecord,
+    cfg: PreprocessConfig,
+    progress: Progress = no_progress,
+    messages: Callable[[], list[str]] | None = None,
+) -> dict:
     """The per-video job: write the missing archives of ``rec``; return its report entry.
 
     Problems with the video (:class:`DecodeError`, OpenCV errors, unreadable files) are recorded as
     ``status: failed`` with the reason; nothing is left under a final name for a failed video.
     ``cfg.flow_backend`` and ``cfg.device`` name one backend and device (``run.run_preprocess`` resolves
-    ``auto``).
+    ``auto``). ``progress`` gets the video's :data:`Progress` events; ``messages`` (e.g.
+    :meth:`StderrCapture.take <memdpc.preprocess.decode.StderrCapture.take>`) returns what FFmpeg and
+    OpenCV printed meanwhile, kept in the entry as ``messages``.
     """
     cv2.setNumThreads(1)  # parallelism comes from the executor: one OpenCV thread per worker
     t0, c0 = time.perf_counter(), time.process_time()
@@ -282,10 +451,12 @@ def process_video(rec: VideoRecord, cfg: PreprocessConfig) -> dict:
     if not todo:
         return {**result, "status": "skipped", "seconds": 0.0}
     try:
-        _convert(rec, cfg, todo, result)
+        _convert(rec, cfg, todo, result, progress)
     except (DecodeError, cv2.error, OSError) as e:
         result.update(status="failed", reason=failure_reason(e))
         result["streams"] = {}
     result["seconds"] = round(time.perf_counter() - t0, 4)
     result["cpu_seconds"] = round(time.process_time() - c0, 4)  # of the worker process
+    if messages is not None and (lines := messages()):
+        result["messages"] = kept_messages(lines)
     return result

@@ -4,50 +4,65 @@ resumability, a progress bar and a JSON run report.
 
 A video is one independent, idempotent unit: its archive ``<out>/<stream>/<id>.tar`` is renamed into place
 only when complete, so a re-run skips finished videos and a killed run leaves nothing half-written under a
-final name. Bad videos are recorded in the report with their reason and skipped.
+final name. A re-run skips an archive only if it was made with the same settings from the same source file
+(``job.archive_differences``); it refuses archives made otherwise, unless ``overwrite`` rewrites them. Bad
+videos are recorded in the report with their reason and skipped.
+
+The report (``preprocess-report.json``, one per ``--part``) describes the archives on disk: ``summary`` is
+what this run did, ``videos`` every video of the part with the entry of the run that wrote its archives (a
+rerun that skips a video keeps the earlier entry) or that last failed on it, and ``failures`` those that
+failed. SIGINT or SIGTERM stops the run within seconds: queued videos are cancelled, workers terminated,
+the temporary archives of unfinished videos removed, and the report of what was done written
+(``interrupted``) before :class:`memdpc.interrupts.Interrupted` goes on with a note of what was kept.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
+import json
 import time
-from collections.abc import Iterator
-from concurrent.futures import Executor, ProcessPoolExecutor, as_completed
+from collections.abc import Callable, Iterator
+from concurrent.futures import Executor, ThreadPoolExecutor, as_completed
 from dataclasses import asdict, replace
 from datetime import datetime, timezone
-from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
-import cv2
 from rich.console import Console
+from rich.progress import Progress as ProgressBar
 
+from memdpc import interrupts
 from memdpc.atomic import write_json_atomic
 from memdpc.errors import UserError
 from memdpc.preprocess.archive import archive_path
 from memdpc.preprocess.batched import run_batched
-from memdpc.preprocess.decode import DecodeSpec
+from memdpc.preprocess.decode import DecodeSpec, StderrCapture
 from memdpc.preprocess.encode import DEFAULT_FLOW_ENCODING, FLOW_ENCODINGS, RGB_ENCODING, JpegEncoding
 from memdpc.preprocess.flow import BatchedFlowBackend, make_backend, resolve_backend
 from memdpc.preprocess.job import (
     PreprocessConfig,
+    Progress,
+    archive_differences,
+    kept_messages,
     parse_part,
     process_video,
+    remove_temporaries,
     select_part,
 )
+from memdpc.preprocess.pool import pool_results
 from memdpc.preprocess.tvl1_params import TVL1Params
 from memdpc.preprocess.video_index import VideoRecord, read_index
 from memdpc.progress import progress_bar
 
 DASK_CONNECT_TIMEOUT = 30  # seconds
+CHECK_THREADS = 8  # threads reading the meta.json of existing archives (their latency, on network storage)
+CHECK_CHUNK = 512  # videos per task of those threads
+OK = ("done", "partial", "skipped")  # statuses of a video whose archives are on disk
+
+Results = Callable[[PreprocessConfig, list[VideoRecord], Progress, Callable[[], list[str]]], Iterator[dict]]
 
 
-# ---------------------------------------------------------------------------------------------- a run
-def _is_done(rec: VideoRecord, cfg: PreprocessConfig) -> bool:
-    return all(archive_path(cfg.out, s, rec.id).exists() for s in cfg.streams)
-
-
+# ------------------------------------------------------------------------------------------ executors
 @contextlib.contextmanager
 def _dask_executor(address: str) -> Iterator[Executor]:
     try:
@@ -65,24 +80,120 @@ def _dask_executor(address: str) -> Iterator[Executor]:
         client.close()
 
 
-def _results(cfg: PreprocessConfig, todo: list[VideoRecord]) -> Iterator[dict]:
-    """Run the per-video jobs and yield their report entries as they finish: on a Dask cluster, on a
-    local pool of spawned processes (one OpenCV thread each), or in this process when ``workers == 1``."""
-    if not cfg.dask and cfg.workers == 1:
-        yield from (process_video(r, cfg) for r in todo)
-        return
+def _results(
+    cfg: PreprocessConfig, todo: list[VideoRecord], progress: Progress, messages: Callable[[], list[str]]
+) -> Iterator[dict]:
+    """Run the per-video jobs and yield their report entries as they finish: on a Dask cluster (progress
+    as videos finish; FFmpeg's messages stay in the Dask workers' logs), on a local pool of spawned
+    processes (:func:`memdpc.preprocess.pool.pool_results`), or in this process when ``workers == 1``."""
     if cfg.dask:
-        executor = _dask_executor(cfg.dask)
+        with _dask_executor(cfg.dask) as ex:
+            futures = [ex.submit(process_video, r, cfg) for r in todo]
+            try:
+                yield from (f.result() for f in as_completed(futures))
+            except BaseException:
+                ex.shutdown(wait=False)  # cancels the videos not started
+                raise
+    elif cfg.workers == 1:
+        yield from (process_video(r, cfg, progress, messages) for r in todo)
     else:
-        workers = min(cfg.workers, len(todo))
-        executor = ProcessPoolExecutor(
-            workers, mp_context=get_context("spawn"), initializer=cv2.setNumThreads, initargs=(1,)
-        )  # one OpenCV thread per worker
-    with executor as ex:
-        yield from (f.result() for f in as_completed([ex.submit(process_video, r, cfg) for r in todo]))
+        yield from pool_results(cfg, todo, progress)
 
 
-def _summary(videos: list[dict], seconds: float) -> dict:
+def _batched(devices: list[str]) -> Results:
+    def results(cfg, todo, progress, messages) -> Iterator[dict]:
+        return run_batched(cfg, todo, devices, progress)  # its threads' messages stay the run's
+
+    return results
+
+
+# ---------------------------------------------------------------------------------- existing archives
+def _check_existing(mine: list[VideoRecord], cfg: PreprocessConfig) -> tuple[list[VideoRecord], list[VideoRecord]]:
+    """Split this part's videos into finished ones (every archive there, made with these settings from this
+    source file) and those to do. Archives made otherwise are refused with their count, an example and
+    what differs (UserError), unless ``cfg.overwrite`` (their videos are then to do). Reads only the
+    ``meta.json`` of each archive, from several threads."""
+
+    def check(recs: list[VideoRecord]) -> list[tuple[VideoRecord, bool, list[tuple[str, list[str]]]]]:
+        rows = []
+        for rec in recs:
+            present = [s for s in cfg.streams if archive_path(cfg.out, s, rec.id).exists()]
+            other = [(s, d) for s in present if (d := archive_differences(rec, s, cfg))]
+            rows.append((rec, len(present) == len(cfg.streams), other))
+        return rows
+
+    chunks = [mine[i : i + CHECK_CHUNK] for i in range(0, len(mine), CHECK_CHUNK)]
+    ex = ThreadPoolExecutor(CHECK_THREADS)
+    try:
+        rows = [row for rows in ex.map(check, chunks) for row in rows]
+    finally:
+        ex.shutdown(cancel_futures=True)  # an interrupt does not wait for the rest of the check
+    other = [(rec, s, d) for rec, _, found in rows for s, d in found]
+    if other and not cfg.overwrite:
+        rec, stream, diffs = other[0]
+        n = len(other)
+        raise UserError(
+            f"{n} archive{'s' * (n > 1)} in {cfg.out} {'were' if n > 1 else 'was'} made with other settings or "
+            f"from another source, e.g. {archive_path(cfg.out, stream, rec.id)} ({'; '.join(diffs)}); "
+            "rerun with --overwrite to rewrite them, or choose another --out"
+        )
+    done = [rec for rec, complete, found in rows if complete and not found]
+    todo = [rec for rec, complete, found in rows if not complete or found]
+    return done, todo
+
+
+# ------------------------------------------------------------------------------------------- progress
+class _Tracker:
+    """The run's progress bar: units (frame pairs when flow is computed, else frames) across all videos,
+    with a rate and an ETA, and the videos done and failed.
+
+    A video's header promises its units when it opens; videos not opened yet count as the mean of those
+    that were; a finished video counts the units it really had. So the total is an estimate that settles as
+    videos open and finish."""
+
+    def __init__(self, bar: ProgressBar, cfg: PreprocessConfig, videos: int, skipped: int, todo: int) -> None:
+        self.bar, self.noun = bar, "pairs" if "flow" in cfg.streams else "frames"
+        self.videos, self.ok, self.failed, self.todo = videos, skipped, 0, todo
+        self.expected: dict[str, int] = {}  # units by video opened: promised, or real once finished
+        self.received: dict[str, int] = {}
+        self.units, self.t0 = 0, time.perf_counter()
+        self.task = bar.add_task(f"preprocess {'+'.join(cfg.streams)}", total=None, info="")
+        self._show()
+
+    def event(self, kind: str, video_id: str, n: int) -> None:
+        """A :data:`memdpc.preprocess.job.Progress` event."""
+        if kind == "start":
+            self.expected[video_id] = n
+        else:
+            self.received[video_id] = self.received.get(video_id, 0) + n
+            self.units += n
+        self._show()
+
+    def finish(self, entry: dict) -> None:
+        """A video's report entry: count it, and its real units."""
+        vid, streams = entry["id"], entry.get("streams", {})
+        got = self.received.get(vid, 0)
+        real = streams.get("flow", streams.get("rgb", 0)) if entry["status"] in ("done", "partial") else got
+        self.units += real - got
+        self.received[vid] = self.expected[vid] = real
+        self.ok += entry["status"] in OK
+        self.failed += entry["status"] == "failed"
+        self._show()
+
+    def _show(self) -> None:
+        opened, known = len(self.expected), sum(self.expected.values())
+        total = None
+        if opened:
+            promised = sum(max(n, self.received.get(v, 0)) for v, n in self.expected.items())
+            total = max(promised + round(known / opened * max(self.todo - opened, 0)), self.units)
+        rate = self.units / max(time.perf_counter() - self.t0, 1e-9)
+        failed = f", {self.failed} failed" if self.failed else ""
+        info = f"{self.noun} · {rate:.1f} {self.noun}/s · {self.ok}/{self.videos} videos{failed}"
+        self.bar.update(self.task, completed=self.units, total=total, info=info)
+
+
+# --------------------------------------------------------------------------------------------- report
+def _summary(videos: list[dict], seconds: float, pending: int) -> dict:
     counts = {s: sum(v["status"] == s for v in videos) for s in ("done", "partial", "skipped", "failed")}
     frames = sum(v.get("num_frames", 0) for v in videos if v["status"] in ("done", "partial"))
     stages = {
@@ -91,6 +202,7 @@ def _summary(videos: list[dict], seconds: float) -> dict:
     }
     return {
         **counts,
+        "pending": pending,
         "videos": len(videos),
         "frames": frames,
         "seconds": round(seconds, 3),
@@ -99,17 +211,51 @@ def _summary(videos: list[dict], seconds: float) -> dict:
     }
 
 
+def _earlier_entries(path: Path) -> dict[str, dict]:
+    """The per-video entries of the report an earlier run wrote at ``path`` (none if there is none, or it is
+    not a preprocess report)."""
+    try:
+        report = json.loads(path.read_text())
+        return {v["id"]: v for v in report["videos"] if isinstance(v, dict) and "id" in v and "status" in v}
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+
+
+def _merged(mine: list[VideoRecord], entries: dict[str, dict], earlier: dict[str, dict]) -> list[dict]:
+    """Every video of the part, in index order, with the entry that describes its archives: this run's,
+    except that a video this run skipped keeps the entry of the run that wrote it, and a video this run did
+    not reach (interrupted) keeps an earlier failure."""
+    videos = []
+    for rec in mine:
+        new, old = entries.get(rec.id), earlier.get(rec.id)
+        same_file = old is not None and old.get("path") == rec.path
+        if new is None:
+            entry = old if same_file and old["status"] == "failed" else None
+        elif new["status"] == "skipped" and same_file and old["status"] in ("done", "partial"):
+            entry = old
+        else:
+            entry = new
+        if entry is not None:
+            videos.append(entry)
+    return videos
+
+
+# ------------------------------------------------------------------------------------------------ run
 def run_preprocess(records: list[VideoRecord], cfg: PreprocessConfig, progress: bool = True) -> dict:
     """Preprocess this part of ``records``; write and return the run report.
 
-    Finished videos (all requested archives present) are skipped without work. The report lists every
-    video of the part with its status (``done``, ``partial``, ``skipped``, ``failed`` + reason), frame
-    counts, fps, seconds per stage, and the measured flow storage error; for flow, ``flow`` names the
-    backend and devices used (``auto`` resolved) and the note of a fallback. A batched backend (torch,
-    triton) runs in the batched stage (``memdpc.preprocess.batched``) unless the run goes to Dask; the
-    OpenCV backend in per-video jobs.
+    Finished videos (all requested archives present, made with these settings from the same source file)
+    are skipped without work; archives made otherwise are refused (UserError) unless ``cfg.overwrite``.
+    The report lists every video of the part with its status (``done``, ``partial``, ``skipped``,
+    ``failed`` + reason), frame counts, fps, seconds per stage, the measured flow storage error and what
+    FFmpeg printed about it (``messages``); for flow, ``flow`` names the backend and devices used (``auto``
+    resolved) and the note of a fallback. A batched backend (torch, triton) runs in the batched stage
+    (``memdpc.preprocess.batched``) unless the run goes to Dask; the OpenCV backend in per-video jobs. On
+    SIGINT/SIGTERM (KeyboardInterrupt) the report of what was done is written and the interrupt re-raised
+    as :class:`memdpc.interrupts.Interrupted` with a note of what was kept.
     """
     cfg.validate()
+    console = Console(stderr=True)
     used, flow, results = cfg, None, _results
     if "flow" in cfg.streams:
         name, device, note = resolve_backend(cfg.flow_backend, cfg.device)
@@ -117,49 +263,60 @@ def run_preprocess(records: list[VideoRecord], cfg: PreprocessConfig, progress: 
         used = replace(cfg, flow_backend=name, device=device)
         backend = make_backend(name, cfg.tvl1, devices[0])  # an unusable backend or device fails now
         if isinstance(backend, BatchedFlowBackend) and not cfg.dask:
-            results = functools.partial(run_batched, devices=devices)
+            results = _batched(devices)
         elif len(devices) > 1:
             raise UserError(
                 f"--device {cfg.device}: several devices need the batched flow stage (not --dask)"
             )
         flow = {"backend": name, "devices": devices, "note": note}
         if note:
-            Console(stderr=True).print(f"[yellow]note:[/yellow] {note}")
+            console.print(f"[yellow]note:[/yellow] {note}")
     mine = select_part(records, cfg.part)
-    videos = [{"id": r.id, "path": r.path, "status": "skipped"} for r in mine if _is_done(r, cfg)]
-    todo = [r for r in mine if not _is_done(r, cfg)]
+    with console.status(f"checking the archives in {cfg.out}") if progress else contextlib.nullcontext():
+        done, todo = _check_existing(mine, cfg)
+    remove_temporaries(cfg.out, cfg.streams, {r.id for r in todo})  # of a killed run
+    entries = {r.id: {"id": r.id, "path": r.path, "status": "skipped"} for r in done}
     started, t0 = datetime.now(timezone.utc), time.perf_counter()
-    with progress_bar(
-        "videos · {task.fields[fps]:.1f} frames/s",
-        bold=True,
-        console=Console(stderr=True),
-        disable=not progress,
-    ) as bar:
-        task = bar.add_task(
-            f"preprocess {'+'.join(cfg.streams)}", total=len(mine), completed=len(videos), fps=0.0
-        )
-        frames = 0
-        for res in results(used, todo) if todo else ():
-            videos.append(res)
-            frames += res.get("num_frames", 0)
-            bar.update(task, advance=1, fps=frames / max(time.perf_counter() - t0, 1e-9))
-    order = {r.id: i for i, r in enumerate(mine)}
-    videos.sort(key=lambda v: order[v["id"]])
+    stop: interrupts.Interrupted | None = None
+    with StderrCapture() as stderr:
+        with progress_bar("{task.fields[info]}", bold=True, console=console, disable=not progress) as bar:
+            tracker = _Tracker(bar, cfg, len(mine), len(done), len(todo))
+            try:
+                with contextlib.closing(results(used, todo, tracker.event, stderr.take)) as videos:
+                    for entry in videos:
+                        entries[entry["id"]] = entry
+                        tracker.finish(entry)
+                interrupts.check()  # a signal whose raise a finaliser swallowed
+            except KeyboardInterrupt as e:
+                stop = interrupts.as_interrupted(e)
+        messages = stderr.take()
+    if stop is not None:
+        remove_temporaries(cfg.out, cfg.streams, {r.id for r in todo if r.id not in entries})
+    this_run = [entries[r.id] for r in mine if r.id in entries]
+    videos = _merged(mine, entries, _earlier_entries(cfg.report_path))
     report = {
         "command": "preprocess",
         "config": {**asdict(cfg), "streams": list(cfg.streams), "part": list(cfg.part)},
         "started": started.isoformat(timespec="seconds"),
         "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        **({"interrupted": str(stop)} if stop else {}),
         **({"flow": flow} if flow else {}),
-        "summary": _summary(videos, time.perf_counter() - t0),
+        "summary": _summary(this_run, time.perf_counter() - t0, len(mine) - len(this_run)),
         "failures": [
             {"id": v["id"], "path": v["path"], "reason": v["reason"]}
             for v in videos
             if v["status"] == "failed"
         ],
+        **({"messages": kept_messages(messages)} if messages else {}),
         "videos": videos,
     }
     write_json_atomic(cfg.report_path, report)
+    if stop is not None:
+        ok = sum(v["status"] in OK for v in this_run)
+        failed = sum(v["status"] == "failed" for v in this_run)
+        raise stop.keep(
+            f"{ok} of {len(mine)} videos done{f', {failed} failed' if failed else ''}; the same command resumes"
+        ).keep(f"report: {cfg.report_path}")
     return report
 
 

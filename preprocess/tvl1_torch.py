@@ -22,6 +22,7 @@ px and its ``resize`` rounds differently, so flows agree with 4.x only to a smal
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -396,7 +397,7 @@ class _Warp:
                 f.index_copy_(0, self.index, s)
 
 
-def _solve_warp(state, data, consts, params: TVL1Params, scaled_eps: float, schedule: Schedule):
+def _solve_warp(state, data, consts, params: TVL1Params, scaled_eps: float, schedule: Schedule, checkpoint):
     """One warp: up to ``outer_iterations`` × (median filter, ``inner_iterations`` steps) per pair."""
     step, median = _kernels(schedule.compile)
     warp = _Warp(state, data, scaled_eps, schedule)
@@ -405,6 +406,7 @@ def _solve_warp(state, data, consts, params: TVL1Params, scaled_eps: float, sche
         if params.median_filtering > 1:
             warp.apply(median, params.median_filtering)
         for _ in range(params.inner_iterations):
+            checkpoint()
             (error,) = warp.apply(step, warp.data, consts)
             n += 1
             if not warp.update(error, check=n % schedule.check_every == 0):
@@ -413,7 +415,7 @@ def _solve_warp(state, data, consts, params: TVL1Params, scaled_eps: float, sche
     return warp.full
 
 
-def _solve_level(i0, i1, u1, u2, params: TVL1Params, schedule: Schedule):
+def _solve_level(i0, i1, u1, u2, params: TVL1Params, schedule: Schedule, checkpoint):
     """OpenCV's ``procOneScale`` for a batch: all warps at one pyramid level."""
     h, w = i0.shape[-2:]
     scaled_eps = float(np.float32(params.epsilon * params.epsilon * h * w))
@@ -425,7 +427,7 @@ def _solve_level(i0, i1, u1, u2, params: TVL1Params, schedule: Schedule):
     state = [u1.contiguous(), u2.contiguous(), zeros, zeros.clone(), zeros.clone(), zeros.clone()]
     for _ in range(params.warps):
         data = _warp_data(i0, i1, i1x, i1y, state[0], state[1], l_t)
-        state = _solve_warp(state, data, consts, params, scaled_eps, schedule)
+        state = _solve_warp(state, data, consts, params, scaled_eps, schedule, checkpoint)
     return state[0], state[1]
 
 
@@ -435,6 +437,7 @@ def tvl1_flow(
     next: torch.Tensor,
     params: TVL1Params = TVL1Params(),
     schedule: Schedule | None = None,
+    checkpoint: Callable[[], None] = lambda: None,
 ) -> torch.Tensor:
     """Dual TV-L1 flow from ``prev`` to ``next`` for a batch of pairs, as OpenCV's CPU implementation.
 
@@ -442,6 +445,8 @@ def tvl1_flow(
         prev, next: (B, H, W) greyscale frames, values in [0, 255] (uint8 or float), on any device.
         params: the TV-L1 parameters (OpenCV's defaults).
         schedule: how to run the batch (speed only); default ``Schedule.for_device(prev.device)``.
+        checkpoint: called before every inner iteration; an exception it raises abandons the batch (a run
+            being stopped does so within one iteration).
 
     Returns:
         (B, H, W, 2) float32 flow (x, y) in pixels, on the input's device.
@@ -462,7 +467,7 @@ def tvl1_flow(
     u2 = torch.zeros_like(i0s[-1])
     up = float(np.float32(step))
     for s in range(len(sizes) - 1, -1, -1):
-        u1, u2 = _solve_level(i0s[s], i1s[s], u1, u2, params, schedule)
+        u1, u2 = _solve_level(i0s[s], i1s[s], u1, u2, params, schedule, checkpoint)
         if s > 0:
             u1 = resize_linear(u1, sizes[s - 1]) * up
             u2 = resize_linear(u2, sizes[s - 1]) * up

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -230,7 +231,7 @@ def _p_kernel(u1_ptr, u2_ptr, p11_ptr, p12_ptr, p21_ptr, p22_ptr, part_ptr, flag
 _NO_FMA = {"enable_fp_fusion": False}
 
 
-def _solve_level(i0, i1, u1, u2, params: TVL1Params, check_every: int):
+def _solve_level(i0, i1, u1, u2, params: TVL1Params, check_every: int, checkpoint):
     """OpenCV's ``procOneScale`` for a batch: all warps at one pyramid level; returns (u1, u2) and each
     pair's number of inner iterations (B,)."""
     b, h, w = i0.shape
@@ -259,6 +260,7 @@ def _solve_level(i0, i1, u1, u2, params: TVL1Params, check_every: int):
                 _median_kernel[pixels](u1, u2, m1, m2, flags[n % 2], h, w, K=ksize, BLOCK=run)
                 u1, m1, u2, m2 = m1, u1, m2, u2
             for _ in range(params.inner_iterations):
+                checkpoint()
                 flag_in, flag_out = flags[n % 2], flags[(n + 1) % 2]
                 tiles = (n_tiles, len(active))
                 _u_kernel[tiles](
@@ -289,6 +291,7 @@ def tvl1_flow(
     next: torch.Tensor,
     params: TVL1Params | None = None,
     check_every: int | None = None,
+    checkpoint: Callable[[], None] = lambda: None,
 ) -> torch.Tensor:
     """Dual TV-L1 flow from ``prev`` to ``next`` for a batch of pairs, with the fused kernels.
 
@@ -298,11 +301,13 @@ def tvl1_flow(
         params: the TV-L1 parameters (default: OpenCV's defaults).
         check_every: inner iterations between the host's checks whether any pair still runs (speed only;
             default 10 on CUDA, 1 on the CPU).
+        checkpoint: called before every inner iteration's launches; an exception it raises abandons the
+            batch (a run being stopped does so within one iteration).
 
     Returns:
         (B, H, W, 2) float32 flow (x, y) in pixels, on the input's device.
     """
-    return tvl1_flow_with_iterations(prev, next, params, check_every)[0]
+    return tvl1_flow_with_iterations(prev, next, params, check_every, checkpoint)[0]
 
 
 @torch.no_grad()
@@ -311,6 +316,7 @@ def tvl1_flow_with_iterations(
     next: torch.Tensor,
     params: TVL1Params | None = None,
     check_every: int | None = None,
+    checkpoint: Callable[[], None] = lambda: None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`tvl1_flow`, and the inner iterations each pair ran per pyramid level: (levels, B) int32,
     finest level first (summed over its warps)."""
@@ -324,10 +330,10 @@ def tvl1_flow_with_iterations(
         check_every = CHECK_EVERY_CUDA if prev.is_cuda else 1
     # Triton launches on the current CUDA device: make it the frames' one (cuda:1 in a second GPU's process)
     with torch.cuda.device(prev.device) if prev.is_cuda else contextlib.nullcontext():
-        return _flow(prev, next, params, check_every)
+        return _flow(prev, next, params, check_every, checkpoint)
 
 
-def _flow(prev, next, params: TVL1Params, check_every: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _flow(prev, next, params: TVL1Params, check_every: int, checkpoint) -> tuple[torch.Tensor, torch.Tensor]:
     sizes = level_sizes(prev.shape[1], prev.shape[2], params)
     step = 1.0 / params.scale_step
     i0s, i1s = [prev.float().contiguous()], [next.float().contiguous()]
@@ -339,7 +345,7 @@ def _flow(prev, next, params: TVL1Params, check_every: int) -> tuple[torch.Tenso
     up = float(np.float32(step))
     counts = [None] * len(sizes)
     for s in range(len(sizes) - 1, -1, -1):
-        u1, u2, counts[s] = _solve_level(i0s[s], i1s[s], u1, u2, params, check_every)
+        u1, u2, counts[s] = _solve_level(i0s[s], i1s[s], u1, u2, params, check_every, checkpoint)
         if s > 0:
             u1 = resize_linear(u1, sizes[s - 1]) * up
             u2 = resize_linear(u2, sizes[s - 1]) * up

@@ -15,9 +15,18 @@ from memdpc.eval.results import save_result
 from memdpc.pipeline.clip import ClipSpec
 from memdpc.pipeline.manifest import verify_shards
 from memdpc.pipeline.shard import ShardReport, run_shard
+from memdpc.preprocess.datasets import build_index
+from memdpc.preprocess.run import preprocess
 from memdpc.preprocess.synthetic import CLASSES, render_video
-from memdpc.preprocess.video_index import VideoRecord
-from memdpc.report_tables import SKIPPED_LISTED, print_result, print_shard_report, print_verify
+from memdpc.preprocess.video_index import VideoRecord, write_index
+from memdpc.report_tables import (
+    MAX_FAILURES,
+    SKIPPED_LISTED,
+    print_preprocess_report,
+    print_result,
+    print_shard_report,
+    print_verify,
+)
 
 from .conftest import write_jpeg_archive
 
@@ -136,3 +145,22 @@ def test_result_metrics_as_percentages_and_counts(tmp_path):
     assert " ".join(text.split()[:5]) == "probe-linear · rgb · syn/test"  # the title, wrapped to the table's width
     assert _rows(text) == [["metric", "value"], ["top1", "50.00%"], ["top5", "100.00%"], ["videos", "4"]]
     assert text.rstrip().endswith(f"wrote {path}")
+
+
+def test_preprocess_report_names_what_it_wrote_what_comes_next_and_caps_the_failures(tiny_dataset, tmp_path):
+    good = build_index(tiny_dataset, "ucf101", 1)[0]
+    gone = [VideoRecord(f"gone{i:02d}", str(tmp_path / f"gone{i:02d}.avi"), 0, "X", "train") for i in range(12)]
+    index, out = tmp_path / "index.jsonl", tmp_path / "out"
+    write_index([good, *gone], index)
+    report = preprocess(index, out, "rgb", size=0, progress=False)
+    console, errors = _console(), _console()
+    print_preprocess_report(report, index, console, errors)
+    text = console.export_text()
+    assert _rows(text)[1][:5] == ["1", "0", "0", "12", "30"]  # done, partial, skipped, failed, frames
+    assert f"wrote the archives of 1 video in {out / 'rgb'}; report {out / 'preprocess-report.json'}" in text
+    assert f"next: memdpc shard {out} --index {index} --stream rgb --out shards" in text
+    failed = errors.export_text().splitlines()
+    assert failed[:MAX_FAILURES] == [
+        f"failed gone{i:02d} ({tmp_path / f'gone{i:02d}.avi'}): file not found" for i in range(MAX_FAILURES)
+    ]
+    assert failed[MAX_FAILURES:] == [f"… and 2 more failed videos, see {out / 'preprocess-report.json'}"]

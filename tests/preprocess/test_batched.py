@@ -1,11 +1,16 @@
 """The batched flow stage with real videos, real OpenCV, real archives and the real torch TV-L1 on the CPU:
-cross-video batches equal the per-video path byte for byte, bad videos, resume, splitting on out-of-memory
-and several device processes."""
+cross-video batches equal the per-video path byte for byte, bad videos, resume, splitting on out-of-memory,
+several device processes, progress events, and SIGINT/SIGTERM stopping a real run within seconds."""
 
 from __future__ import annotations
 
+import json
+import re
+import signal
 import subprocess
 import sys
+import threading
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -74,13 +79,15 @@ class RecordingTVL1(TorchTVL1):
     """The real torch backend, noting the shape of every batch it is given; ``batch_size`` pairs of 32×32
     frames per batch (a budget of pixels: fewer pairs of larger frames)."""
 
-    def __init__(self, batch_size: int) -> None:
-        super().__init__(CHEAP, "cpu")
+    def __init__(self, batch_size: int, params: TVL1Params = CHEAP) -> None:
+        super().__init__(params, "cpu")
         self.batch_pixels, self.calls = batch_size * 32 * 32, []
+        self.entered = threading.Event()
 
-    def codes(self, prev: np.ndarray, nxt: np.ndarray, third: int) -> np.ndarray:
+    def codes(self, prev: np.ndarray, nxt: np.ndarray, third: int, checkpoint=lambda: None) -> np.ndarray:
         self.calls.append(prev.shape)
-        return super().codes(prev, nxt, third)
+        self.entered.set()
+        return super().codes(prev, nxt, third, checkpoint)
 
 
 class SmallCard(RecordingTVL1):
@@ -91,11 +98,11 @@ class SmallCard(RecordingTVL1):
         super().__init__(batch_size)
         self.fits, self.error, self.refused = fits, error, []
 
-    def codes(self, prev: np.ndarray, nxt: np.ndarray, third: int) -> np.ndarray:
+    def codes(self, prev: np.ndarray, nxt: np.ndarray, third: int, checkpoint=lambda: None) -> np.ndarray:
         if len(prev) > self.fits:
             self.refused.append(prev.shape)
             raise self.error("CUDA out of memory. Tried to allocate 2.00 GiB")
-        return super().codes(prev, nxt, third)
+        return super().codes(prev, nxt, third, checkpoint)
 
 
 def run_stage(
@@ -275,17 +282,20 @@ def test_a_pair_too_large_even_alone_is_a_user_error(records, tmp_path):
 
 
 def test_one_process_per_device_and_the_entries_merged(records, reference, tmp_path):
-    """Two device processes (both on the CPU here): the videos are divided between them."""
+    """Two device processes (both on the CPU here): the videos are divided between them; their progress
+    events reach this thread."""
     cfg = config(tmp_path, threads=1)
-    entries = list(run_batched(cfg, records, ["cpu", "cpu"]))
+    events, threads = [], set()
+    entries = list(run_batched(cfg, records, ["cpu", "cpu"], _collect(events, threads)))
     assert sorted(e["id"] for e in entries) == sorted(r.id for r in records)
     assert all(e["status"] == "done" for e in entries)
     assert tars(tmp_path) == tars(reference)
+    assert threads == {threading.get_ident()} and sum(n for k, _, n in events if k == "units") == sum(PAIRS)
 
 
 def test_an_unexpected_error_stops_the_run_cleanly(records, tmp_path):
     class Broken(RecordingTVL1):
-        def codes(self, prev, nxt, third):
+        def codes(self, prev, nxt, third, checkpoint=lambda: None):
             raise ValueError("kernel bug")
 
     with pytest.raises(ValueError, match="kernel bug"):
@@ -318,3 +328,82 @@ def test_the_triton_kernels_in_the_batched_run_give_the_torch_paths_archives(rec
         meta, frames = read_archive(archive_path(tmp_path, "flow", rec.id))
         ref_meta, ref_frames = read_archive(archive_path(reference, "flow", rec.id))
         assert frames == ref_frames and meta["flow"]["backend"] == "triton"
+
+
+def _collect(events: list, threads: set):
+    def progress(kind, video_id, n):
+        events.append((kind, video_id, n))
+        threads.add(threading.get_ident())
+
+    return progress
+
+
+PAIRS = (29, 11, 29, 6, 29)  # of the five records
+
+
+def test_progress_events_count_every_pair(records, tmp_path):
+    """Each video opens with the pairs its header promises, then all its pairs arrive, in this thread."""
+    events, threads = [], set()
+    entries = list(run_batched(config(tmp_path, threads=1), records, ["cpu"], _collect(events, threads)))
+    assert threads == {threading.get_ident()}
+    pairs = {e["id"]: e["streams"]["flow"] for e in entries}
+    assert {v: n for k, v, n in events if k == "start"} == pairs == dict(zip([r.id for r in records], PAIRS, strict=True))
+    assert sum(n for k, _, n in events if k == "units") == sum(PAIRS)
+
+
+def test_abort_leaves_a_batch_within_one_solver_iteration(records, tmp_path):
+    """The default TV-L1 on the CPU takes many seconds for a batch of 64 pairs; abort() ends the run within
+    a fraction of that, with no temporary archive left."""
+    backend = RecordingTVL1(64, TVL1Params())
+    stage = DeviceStage(backend, config(tmp_path), threads=1)
+    aborted = []
+
+    def abort_in_the_first_batch() -> None:
+        backend.entered.wait(60)
+        time.sleep(0.2)
+        aborted.append(time.monotonic())
+        stage.abort()
+
+    threading.Thread(target=abort_in_the_first_batch).start()
+    with pytest.raises(Exception, match="aborted"):
+        stage.run(records, lambda entry: None)
+    assert time.monotonic() - aborted[0] < 1 and len(backend.calls) == 1
+    assert tars(tmp_path) == {}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_stops_the_batched_run_within_seconds_and_the_same_command_resumes(
+    records, reference, tmp_path, stop_midway, sig
+):
+    copies = [replace(r, id=f"{r.id}-{k}") for k in range(4) for r in records]
+    write_index(copies, tmp_path / "index.jsonl")
+    out = tmp_path / "out"
+    cmd = [MEMDPC, "preprocess", "flow", str(tmp_path / "index.jsonl"), "--out", str(out), "--size", "0",
+           "--streams", "rgb,flow", "--flow-backend", "torch", "--device", "cpu", "--threads", "1", *CHEAP_FLAGS]  # fmt: skip
+    stopped = stop_midway(cmd, out, sig)
+    assert stopped.returncode == 128 + sig and stopped.seconds < 5, stopped.stderr
+    assert "Traceback" not in stopped.stderr and "terminate called" not in stopped.stderr
+    note = re.search(rf"interrupted \({sig.name}\): (\d+) of 20 videos done; the same command resumes", stopped.stderr)
+    assert note, stopped.stderr
+    assert not list(out.rglob(".tmp-*"))
+    done = {p.stem for p in (out / "flow").glob("*.tar")} & {p.stem for p in (out / "rgb").glob("*.tar")}
+    assert 0 < len(done) < 20
+    report = json.loads((out / "preprocess-report.json").read_text())
+    assert report["interrupted"] == sig.name
+    assert {v["id"] for v in report["videos"] if v["status"] == "done"} <= done
+    subprocess.run(cmd, check=True, capture_output=True)
+    for copy in copies:
+        for s in ("rgb", "flow"):
+            frames = read_archive(archive_path(out, s, copy.id))[1]
+            assert frames == read_archive(archive_path(reference, s, copy.id.rsplit("-", 1)[0]))[1]
+
+
+def test_ffmpeg_messages_go_to_the_report_of_the_run(records, tmp_path, capfd):
+    """Decode threads share the process's stderr: what FFmpeg and OpenCV print is the run's, in the report."""
+    (tmp_path / "text.avi").write_text("not a video\n" * 100)
+    text = VideoRecord("text", str(tmp_path / "text.avi"), 0, "X", "train")
+    report = run_preprocess([text, records[1]], config(tmp_path / "out"), progress=False)
+    assert [v["status"] for v in report["videos"]] == ["failed", "done"]
+    assert any("VIDEOIO(FFMPEG)" in line for line in report["messages"])
+    assert "VIDEOIO" not in capfd.readouterr().err

@@ -1,7 +1,11 @@
-"""Streaming decode on real video files of the codecs users have (xvid, MJPEG, MPEG-4, VP8 webm)."""
+"""Streaming decode on real video files of the codecs users have (xvid, MJPEG, MPEG-4, VP8 webm), the
+source file's identity and promised frames, and FFmpeg's messages kept off the terminal."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import cv2
@@ -115,3 +119,50 @@ def test_memory_is_streamed(tmp_path):
     next(it)
     assert src.num_decoded == 1
     assert sum(1 for _ in it) == 199
+
+
+def test_the_file_opened_and_the_frames_its_header_promises(videos):
+    stat = videos["mjpg"].stat()
+    src = VideoStream(videos["mjpg"], DecodeSpec(size=0))
+    assert (src.file_size, src.file_mtime_ns, src.expected_output) == (stat.st_size, stat.st_mtime_ns, N)
+    assert VideoStream(videos["mjpg"], DecodeSpec(size=0, fps=12.5)).expected_output == N // 2
+
+
+def _capture(body: str) -> subprocess.CompletedProcess:
+    code = "import os, sys, cv2\nfrom memdpc.preprocess.decode import StderrCapture\n" + textwrap.dedent(body)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+
+
+def test_stderr_capture_keeps_what_c_libraries_print_and_lets_python_through(tmp_path):
+    """In a real process whose stderr is fd 2: OpenCV's and FFmpeg's lines are taken, Python's own go on."""
+    (tmp_path / "text.avi").write_text("not a video\n" * 100)
+    res = _capture(f"""
+        with StderrCapture() as stderr:
+            os.write(2, b"from C\\n")
+            print("from Python", file=sys.stderr, flush=True)
+            cv2.VideoCapture("{tmp_path / 'text.avi'}", cv2.CAP_FFMPEG)
+            print(repr(stderr.take()[:2]))
+            print(stderr.take())
+        os.write(2, b"after\\n")
+    """)
+    assert res.stderr == "from Python\nafter\n"
+    taken, again = res.stdout.splitlines()
+    assert taken.startswith("['from C', \"[ WARN:") and "VIDEOIO(FFMPEG)" in taken and again == "[]"
+
+
+def test_stderr_capture_shows_what_was_not_taken_when_the_block_fails():
+    res = _capture("""
+        try:
+            with StderrCapture():
+                os.write(2, b"why it failed\\n")
+                raise RuntimeError("boom")
+        except RuntimeError:
+            pass
+        try:
+            with StderrCapture():
+                os.write(2, b"noise of an interrupted run\\n")
+                raise KeyboardInterrupt
+        except KeyboardInterrupt:
+            pass
+    """)
+    assert res.stderr == "why it failed\n"

@@ -1,28 +1,40 @@
 """preprocess/job.py: what the per-video and the batched preprocessing share: the run's configuration and
-its validation, the choice of this part's videos, and the per-video pieces (missing archives, metadata,
-flow JPEGs with their measured storage error, failure reasons). Real files, real videos, real JPEGs."""
+its validation, the choice of this part's videos, and the per-video pieces (missing archives and archives
+made otherwise, metadata, flow JPEGs with their measured storage error, progress events, FFmpeg's messages,
+failure reasons). Real files, real videos, real JPEGs."""
 
 from __future__ import annotations
+
+import os
+import time
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
 from memdpc.atomic import tmp_name
 from memdpc.errors import UserError
-from memdpc.preprocess.archive import ArchiveWriter, archive_path, read_archive
-from memdpc.preprocess.decode import DecodeSpec, VideoStream
-from memdpc.preprocess.encode import FLOW_ENCODING, JpegEncoding, code_error, decode_rgb
+from memdpc.preprocess.archive import ArchiveWriter, archive_path, read_archive, write_archive
+from memdpc.preprocess.decode import DecodeSpec, StderrCapture, VideoStream
+from memdpc.preprocess.encode import FLOW_ENCODING, FLOW_ENCODING_RGB, JpegEncoding, code_error, decode_rgb
 from memdpc.preprocess.example_layout import write_video
 from memdpc.preprocess.job import (
+    MAX_MESSAGES,
+    TICK,
     FlowWriter,
     PreprocessConfig,
+    Ticker,
+    archive_differences,
     archive_meta,
     commit_archives,
     encode_flow,
     failure_reason,
+    kept_messages,
     missing_streams,
     new_entry,
     parse_part,
+    process_video,
+    remove_temporaries,
     select_part,
 )
 from memdpc.preprocess.synthetic import texture
@@ -30,6 +42,7 @@ from memdpc.preprocess.tvl1_params import TVL1Params
 from memdpc.preprocess.video_index import VideoRecord
 
 REC = VideoRecord("v_a", "/data/v_a.avi", 0, "A", "train")
+CHEAP = TVL1Params(scales=1, warps=1, outer_iterations=1, inner_iterations=5)
 
 
 def _records(n: int) -> list[VideoRecord]:
@@ -98,19 +111,27 @@ def test_new_entry():
     assert new_entry(REC) == {"id": "v_a", "path": "/data/v_a.avi", "status": "done", "streams": {}}
 
 
-def test_missing_streams_lists_absent_archives_and_clears_only_this_videos_temporaries(tmp_path):
-    cfg = PreprocessConfig(out=str(tmp_path), streams=("rgb", "flow"))
-    assert missing_streams(REC, cfg) == ["rgb", "flow"]  # no folders yet
-    done = archive_path(tmp_path, "rgb", REC.id)
-    done.parent.mkdir()
-    done.write_bytes(b"")
+def test_missing_streams_are_absent_archives_and_with_overwrite_those_made_otherwise(tmp_path, clip):
+    rec, cfg = clip
+    assert missing_streams(rec, cfg) == ["rgb", "flow"]  # no folders yet
+    for stream in ("rgb", "flow"):
+        made_with(rec, stream, cfg)
+    assert missing_streams(rec, cfg) == missing_streams(rec, replace(cfg, overwrite=True)) == []
+    other = replace(cfg, decode=DecodeSpec(square=64))
+    assert missing_streams(rec, other) == []  # a run refuses them before (run.py); this only lists work
+    assert missing_streams(rec, replace(other, overwrite=True)) == ["rgb", "flow"]
+    assert missing_streams(rec, replace(cfg, tvl1=TVL1Params(), overwrite=True)) == ["flow"]
+
+
+def test_remove_temporaries_of_these_videos_only(tmp_path):
     (tmp_path / "flow").mkdir()
-    mine = tmp_path / "flow" / ".tmp-12345-v_a.tar"
-    others = [tmp_name(archive_path(tmp_path, "flow", "v_ab")), tmp_path / "flow" / ".tmp-x-v_a.tar"]
-    for p in (mine, *others):
+    done = archive_path(tmp_path, "flow", "v_a")
+    mine = [tmp_path / "flow" / ".tmp-12345-v_a.tar", tmp_path / "flow" / ".tmp-7-v_b.tar"]
+    others = [tmp_name(archive_path(tmp_path, "flow", "v_ab")), tmp_path / "flow" / ".tmp-x-v_a.tar", done]
+    for p in (*mine, *others):
         p.write_bytes(b"half")
-    assert missing_streams(REC, cfg) == ["flow"]
-    assert not mine.exists() and all(p.exists() for p in others) and done.exists()
+    assert remove_temporaries(tmp_path, ("rgb", "flow"), {"v_a", "v_b"}) == 2  # no rgb folder: nothing there
+    assert not any(p.exists() for p in mine) and all(p.exists() for p in others)
 
 
 @pytest.mark.parametrize(
@@ -145,8 +166,10 @@ def video(tmp_path) -> VideoStream:
 def test_archive_meta_of_each_stream(video):
     cfg = PreprocessConfig(out="o", flow_backend="opencv", third_channel=0)
     rgb = archive_meta(REC, "rgb", cfg, video, (16, 16))
+    stat = video.path.stat()
     assert rgb == {"video_id": "v_a", "stream": "rgb", "fps": 25.0, "height": 16, "width": 16,
-                   "source": "/data/v_a.avi", "source_fps": 25.0, "decode": {"size": 256, "square": 0, "fps": 0.0},
+                   "source": "/data/v_a.avi", "source_size": stat.st_size, "source_mtime_ns": stat.st_mtime_ns,
+                   "source_fps": 25.0, "decode": {"size": 256, "square": 0, "fps": 0.0},
                    "encoding": "jpeg-q90-420"}  # fmt: skip
     flow = archive_meta(REC, "flow", cfg, video, (16, 16))
     assert flow["encoding"] == "jpeg-q100-444"
@@ -159,6 +182,150 @@ def test_archive_meta_of_each_stream(video):
         "third_channel": 0,
         "tvl1": TVL1Params().to_dict(),
     }
+
+
+# ------------------------------------------------------------------------ archives made otherwise
+@pytest.fixture
+def clip(tmp_path) -> tuple[VideoRecord, PreprocessConfig]:
+    """A real 3-frame video, its record and a run configuration writing to ``tmp_path/out``."""
+    path = tmp_path / "src" / "v_a.avi"
+    write_video(path, np.stack([_codes(k) for k in range(3)]), 25.0, "mjpg")
+    cfg = PreprocessConfig(
+        out=str(tmp_path / "out"), streams=("rgb", "flow"), flow_backend="opencv", device="cpu", tvl1=CHEAP
+    )
+    return VideoRecord("v_a", str(path), 0, "A", "train"), cfg
+
+
+def made_with(rec: VideoRecord, stream: str, cfg: PreprocessConfig) -> None:
+    """The archive of ``rec`` a run of ``cfg`` writes: its real ``meta.json`` (frames do not matter here)."""
+    src = VideoStream(rec.path, cfg.decode)
+    write_archive(archive_path(cfg.out, stream, rec.id), [b"jpeg"], archive_meta(rec, stream, cfg, src, (16, 16)))
+
+
+@pytest.mark.parametrize(
+    "stream, before, after, difference",
+    [
+        ("rgb", {"decode": DecodeSpec(size=64)}, {"decode": DecodeSpec(square=64)}, "--size 64 → --square 64"),
+        ("flow", {"decode": DecodeSpec(square=64)}, {"decode": DecodeSpec(size=0)}, "--square 64 → --size 0"),
+        ("rgb", {}, {"decode": DecodeSpec(fps=12.5)}, "--fps 0 → --fps 12.5"),
+        ("rgb", {}, {"rgb_encoding": JpegEncoding(75)}, "--quality 90 → --quality 75"),
+        ("flow", {}, {"flow_encoding": FLOW_ENCODING_RGB},
+         "--flow-encoding ycc --flow-quality 100 → --flow-encoding rgb --flow-quality 90"),
+        ("flow", {}, {"third_channel": 0}, "--third-channel 128 → --third-channel 0"),
+        ("flow", {}, {"tvl1": replace(CHEAP, scales=3)}, "--scales 1 → --scales 3"),
+        ("flow", {}, {"tvl1": replace(CHEAP, lambda_=0.1)}, "--lambda 0.15 → --lambda 0.1"),
+        ("flow", {}, {"tvl1": replace(CHEAP, inner_iterations=30)}, "--inner-iterations 5 → --inner-iterations 30"),
+    ],
+)  # fmt: skip
+def test_archive_differences_name_the_options_that_differ(clip, stream, before, after, difference):
+    rec, cfg = clip
+    made_with(rec, stream, replace(cfg, **before))
+    assert archive_differences(rec, stream, replace(cfg, **before)) == []
+    assert archive_differences(rec, stream, replace(cfg, **after)) == [difference]
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"decode": DecodeSpec(size=128, square=64)},  # --size does nothing beside --square
+        {"flow_backend": "torch", "device": "cpu"},  # every backend computes the same TV-L1
+        {"workers": 4, "threads": 2, "keep_partial": True, "part": (1, 2), "strict": True},
+    ],
+)
+def test_settings_that_do_not_change_an_archive_are_not_differences(clip, kw):
+    rec, cfg = clip
+    made_with(rec, "flow", replace(cfg, decode=DecodeSpec(square=64)))
+    assert archive_differences(rec, "flow", replace(cfg, **{"decode": DecodeSpec(square=64), **kw})) == []
+
+
+def test_an_archive_of_another_source_file_differs(clip, tmp_path):
+    rec, cfg = clip
+    made_with(rec, "rgb", cfg)
+    elsewhere = tmp_path / "other" / "v_a.avi"  # another folder's video with the same id
+    elsewhere.parent.mkdir()
+    elsewhere.write_bytes(open(rec.path, "rb").read())
+    assert archive_differences(replace(rec, path=str(elsewhere)), "rgb", cfg) == [
+        f"source {rec.path} → {elsewhere}"
+    ]
+
+
+def test_a_source_file_changed_since_differs_and_one_gone_does_not(clip):
+    rec, cfg = clip
+    made_with(rec, "rgb", cfg)
+    stat = os.stat(rec.path)
+    os.utime(rec.path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 2_000_000_000))  # touched, same bytes
+    (touched,) = archive_differences(rec, "rgb", cfg)
+    assert touched.startswith(f"{rec.path} changed since (modified ") and "size" not in touched
+    with open(rec.path, "ab") as f:
+        f.write(b"more")  # rewritten: another size too
+    (rewritten,) = archive_differences(rec, "rgb", cfg)
+    assert f"size {stat.st_size} → {stat.st_size + 4} bytes, modified " in rewritten
+    os.unlink(rec.path)  # the videos were deleted after preprocessing: the archive is all there is
+    assert archive_differences(rec, "rgb", cfg) == []
+
+
+def test_an_older_or_unreadable_archive(clip):
+    rec, cfg = clip
+    path = archive_path(cfg.out, "rgb", rec.id)
+    write_archive(path, [b"jpeg"], {"fps": 25.0, "stream": "rgb"})  # settings not recorded: nothing to compare
+    assert archive_differences(rec, "rgb", cfg) == []
+    path.write_bytes(b"not a tar" * 200)
+    (problem,) = archive_differences(rec, "rgb", cfg)
+    assert problem.startswith("unreadable frame archive")
+
+
+# ------------------------------------------------------------------------ progress and messages
+def test_ticker_sends_start_then_units_a_few_times_a_second():
+    events = []
+    ticker = Ticker(lambda *e: events.append(e), "v_a", 12)
+    ticker.add()
+    ticker.add(2)
+    assert events == [("start", "v_a", 12)]  # within TICK: kept
+    time.sleep(TICK)
+    ticker.add()
+    assert events[1:] == [("units", "v_a", 4)]
+    ticker.add(5)
+    ticker.flush()
+    ticker.flush()
+    assert events[2:] == [("units", "v_a", 5)]
+
+
+@pytest.mark.parametrize("streams, units", [(("rgb",), 3), (("rgb", "flow"), 2), (("flow",), 2)])
+def test_process_video_sends_its_units_frames_or_pairs(clip, streams, units):
+    rec, cfg = clip
+    events = []
+    entry = process_video(rec, replace(cfg, streams=streams), lambda *e: events.append(e))
+    assert entry["status"] == "done"
+    assert events[0] == ("start", "v_a", units)  # promised by the header
+    assert {e[0] for e in events[1:]} == {"units"} and sum(e[2] for e in events[1:]) == units
+
+
+def test_process_video_keeps_what_ffmpeg_printed_in_its_entry(clip, tmp_path, capfd):
+    rec, cfg = clip
+    whole = tmp_path / "whole.avi"
+    write_video(whole, np.stack([texture(np.random.default_rng(k), 64, 64) for k in range(30)]), 25.0, "mjpg")
+    data = whole.read_bytes()
+    cut = tmp_path / "cut.avi"
+    cut.write_bytes(data[: len(data) // 2])  # a JPEG frame ends early: FFmpeg's decoder says so
+    text = tmp_path / "text.avi"
+    text.write_text("not a video\n" * 100)
+    with StderrCapture() as stderr:
+        good = process_video(rec, cfg, messages=stderr.take)
+        broken = process_video(replace(rec, id="cut", path=str(cut)), cfg, messages=stderr.take)
+        unreadable = process_video(replace(rec, id="text", path=str(text)), cfg, messages=stderr.take)
+    assert good["status"] == "done" and "messages" not in good
+    assert broken["status"] == "failed" and "decoded only" in broken["reason"]
+    assert any(line.startswith("[mjpeg @") for line in broken["messages"])
+    assert unreadable["status"] == "failed" and any("VIDEOIO(FFMPEG)" in line for line in unreadable["messages"])
+    assert capfd.readouterr().err == ""  # nothing reached the terminal
+
+
+def test_kept_messages_are_capped():
+    lines = [f"line {i}" for i in range(MAX_MESSAGES + 5)]
+    assert kept_messages(lines[:MAX_MESSAGES]) == lines[:MAX_MESSAGES]
+    kept = kept_messages(lines)
+    assert len(kept) == MAX_MESSAGES and kept[:-1] == lines[: MAX_MESSAGES - 1]
+    assert kept[-1] == "… and 6 more lines"
 
 
 def test_flow_writer_sums_the_error_of_every_image(tmp_path):

@@ -1,8 +1,13 @@
-"""Preprocessing runs end to end: real videos, real OpenCV TV-L1, real process pools, Dask and SIGKILL."""
+"""Preprocessing runs end to end: real videos, real OpenCV TV-L1, real process pools, Dask, reruns with
+other settings, SIGKILL, SIGINT and SIGTERM."""
 
 from __future__ import annotations
 
 import json
+import os
+import re
+import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -340,3 +345,179 @@ def test_unreachable_dask_scheduler_is_a_user_error(index, tmp_path, monkeypatch
     cfg = PreprocessConfig(out=str(tmp_path), dask="tcp://127.0.0.1:9", part=(0, 9))
     with pytest.raises(UserError, match="cannot connect"):
         run_preprocess(read_index(index), cfg, progress=False)
+
+
+# ------------------------------------------------------------------------ reruns with other settings
+@pytest.fixture(scope="module")
+def clips(tmp_path_factory) -> tuple[Path, Path]:
+    """Six 41-frame 64×48 videos, and the index of a copy of them in another folder (the same file names,
+    so the same ids): (index, other folder's index). With ``--scales 1 --warps 1`` a video's flow takes
+    most of a second, so a run of them can be stopped midway."""
+    root = tmp_path_factory.mktemp("clips")
+    recs, others = [], []
+    for i in range(6):
+        tex = texture(np.random.default_rng(i), 48, 64)
+        path = root / "a" / f"clip{i}.avi"
+        write_video(path, np.stack([np.roll(tex, (k, 2 * k), axis=(0, 1)) for k in range(41)]), 25.0, "mjpg")
+        (root / "b").mkdir(exist_ok=True)
+        shutil.copy(path, root / "b" / path.name)
+        recs.append(VideoRecord(f"clip{i}", str(path), 0, "A", "train"))
+        others.append(VideoRecord(f"clip{i}", str(root / "b" / path.name), 0, "A", "train"))
+    write_index(recs, root / "a.jsonl")
+    write_index(others, root / "b.jsonl")
+    return root / "a.jsonl", root / "b.jsonl"
+
+
+SMALL = ["--part", "0/3", "--scales", "1", "--warps", "1", "--outer-iterations", "2", "--inner-iterations", "5"]
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([MEMDPC, *args], capture_output=True, text=True, env={**os.environ, "COLUMNS": "200"})
+
+
+def _run(*args: str) -> tuple[int, str]:
+    """The CLI in this process: (exit code, what it printed)."""
+    res = CliRunner().invoke(main, list(args))
+    return res.exit_code, res.output
+
+
+@pytest.mark.parametrize(
+    "first, then, difference",
+    [
+        (["--size", "32"], ["--square", "32"], "--size 32 → --square 32"),
+        (["--size", "32"], ["--size", "24"], "--size 32 → --size 24"),
+        (["--size", "32"], ["--size", "32", "--warps", "2"], "--warps 1 → --warps 2"),
+    ],
+    ids=["square", "size", "tv-l1"],
+)
+def test_a_rerun_with_other_settings_is_refused_then_rewritten_with_overwrite(clips, tmp_path, first, then, difference):
+    index, out = clips[0], tmp_path / "out"
+    args = ["preprocess", "flow", str(index), "--out", str(out), "--streams", "rgb,flow", *SMALL]
+    assert _run(*args, *first)[0] == 0
+    before = {p: p.read_bytes() for p in out.glob("*/*.tar")}
+    report = (out / "preprocess-report-part0of3.json").read_text()
+    assert len(before) == 4  # clip0 and clip3, rgb and flow
+
+    code, output = _run(*args, *then)
+    assert code == 2 and "Traceback" not in output
+    n = 4 if "--warps" not in difference else 2  # TV-L1 options shape the flow archives only
+    example = re.escape(str(out / ("flow" if n == 2 else "rgb") / "clip0.tar"))
+    assert re.search(
+        rf"Error: {n} archives in {re.escape(str(out))} were made with other settings or from another source, "
+        rf"e\.g\. {example} \({re.escape(difference)}\); rerun with --overwrite to rewrite them", output
+    ), output
+    assert {p: p.read_bytes() for p in out.glob("*/*.tar")} == before  # nothing touched
+    assert (out / "preprocess-report-part0of3.json").read_text() == report
+
+    code, output = _run(*args, *then, "--overwrite")
+    assert code == 0, output
+    after = json.loads((out / "preprocess-report-part0of3.json").read_text())
+    assert after["summary"]["done"] == 2 and all(v["status"] == "done" for v in after["videos"])
+    changed = {p for p, data in before.items() if p.read_bytes() != data}
+    assert len(changed) == n
+    meta = read_archive(out / "flow" / "clip0.tar")[0]
+    if "--square" in then:
+        assert (meta["height"], meta["width"], meta["decode"]["square"]) == (32, 32, 32)
+    assert _run(*args, *then)[0] == 0  # the same settings now: a cheap skip
+    assert json.loads((out / "preprocess-report-part0of3.json").read_text())["summary"]["skipped"] == 2
+
+
+def test_an_index_of_another_folder_whose_ids_collide_is_refused(clips, tmp_path):
+    index, other = clips
+    out = tmp_path / "out"
+    args = ["preprocess", "frames", "--out", str(out), "--size", "32", *SMALL[:2]]
+    assert _run(*args, str(index))[0] == 0
+    code, output = _run(*args, str(other))
+    a, b = (Path(read_index(i)[0].path) for i in (index, other))
+    assert code == 2 and f"2 archives in {out} were made with other settings or from another source, e.g. " in output
+    assert f"(source {a} → {b})" in output
+    assert _run(*args, str(other), "--overwrite")[0] == 0
+    assert read_archive(out / "rgb" / "clip0.tar")[0]["source"] == str(b)
+
+
+def test_a_rerun_that_only_skips_keeps_the_report_of_the_run_that_did_the_work(bad_index, tmp_path):
+    out = tmp_path / "out"
+    args = ["preprocess", "frames", str(bad_index), "--out", str(out), "--size", "0"]
+    assert CliRunner().invoke(main, args).exit_code == 0
+    first = json.loads((out / "preprocess-report.json").read_text())
+    assert [v["status"] for v in first["videos"]] == ["done", "failed", "failed", "failed", "failed", "done"]
+    assert CliRunner().invoke(main, args).exit_code == 0  # the good videos skip, the bad ones fail again
+    second = json.loads((out / "preprocess-report.json").read_text())
+    assert (second["summary"]["skipped"], second["summary"]["failed"], second["summary"]["done"]) == (2, 4, 0)
+    kept = [v for v in second["videos"] if v["status"] != "failed"]
+    assert kept == [v for v in first["videos"] if v["status"] == "done"]  # frame counts, stages, seconds
+    assert [f["id"] for f in second["failures"]] == ["cut", "text", "zero", "gone"]
+
+
+# ------------------------------------------------------------------------ interrupts
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_stops_the_workers_within_seconds_and_the_same_command_resumes(clips, tmp_path, stop_midway, sig):
+    """SIGINT as a terminal's Ctrl-C sends it (to the workers too), SIGTERM to the parent only: queued videos
+    are cancelled, the workers terminated, finished archives kept, the report written; then the same
+    command does the rest."""
+    out = tmp_path / "out"
+    cmd = [MEMDPC, "preprocess", "flow", str(clips[0]), "--out", str(out), "--streams", "rgb,flow", "--size", "0",
+           "--workers", "2", "--scales", "1", "--warps", "1"]  # fmt: skip
+    stopped = stop_midway(cmd, out, sig)
+    assert stopped.returncode == 128 + sig and stopped.seconds < 5, stopped.stderr
+    assert "Traceback" not in stopped.stderr and "Aborted" not in stopped.stderr
+    note = re.search(rf"interrupted \({sig.name}\): (\d) of 6 videos done; the same command resumes; report: "
+                     rf"{re.escape(str(out / 'preprocess-report.json'))}", stopped.stderr)  # fmt: skip
+    assert note, stopped.stderr
+    final = {s: {p.stem for p in (out / s).glob("*.tar")} for s in ("rgb", "flow")}
+    assert not [p for p in out.rglob(".tmp-*")]  # the stopped videos' temporary archives are gone
+    complete = final["rgb"] & final["flow"]
+    assert final["flow"] and len(complete) < 6, "queued videos were not cancelled"
+    for s in ("rgb", "flow"):
+        for video in final[s]:
+            assert read_archive(archive_path(out, s, video))[0]["num_frames"] == (41 if s == "rgb" else 40)
+    report = json.loads((out / "preprocess-report.json").read_text())
+    done = {v["id"] for v in report["videos"] if v["status"] == "done"}
+    assert report["interrupted"] == sig.name and len(done) == int(note[1]) and done <= complete
+    assert report["summary"]["pending"] == 6 - len(done)
+    stamps = {p: p.stat().st_mtime_ns for p in out.glob("*/*.tar")}
+
+    resumed = subprocess.run(cmd, capture_output=True, text=True)
+    assert resumed.returncode == 0, resumed.stderr
+    report = json.loads((out / "preprocess-report.json").read_text())
+    assert report["summary"]["skipped"] == len(complete) and report["summary"]["done"] == 6 - len(complete)
+    statuses = [v["status"] for v in report["videos"]]
+    # the stopped run's entries are kept; a video a worker finished as the run stopped is found done: skipped
+    assert "interrupted" not in report and len(statuses) == 6
+    assert (statuses.count("done"), statuses.count("skipped")) == (6 - len(complete) + len(done), len(complete - done))
+    assert all(read_archive(archive_path(out, "flow", f"clip{i}"))[0]["num_frames"] == 40 for i in range(6))
+    assert all(p.stat().st_mtime_ns == t for p, t in stamps.items())  # kept, not redone
+
+
+# ------------------------------------------------------------------------ progress and messages
+def test_the_bar_counts_the_pairs_of_one_long_video(clips, tmp_path):
+    first = read_index(clips[0])[0]
+    write_index([first], tmp_path / "one.jsonl")
+    res = _cli("preprocess", "flow", str(tmp_path / "one.jsonl"), "--out", str(tmp_path / "o"), "--size", "0",
+               *SMALL[2:])  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert re.search(r"preprocess flow .* 40/40 pairs · [\d.]+ pairs/s · 1/1 videos", res.stderr), res.stderr
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_ffmpeg_messages_go_to_the_report_not_the_terminal(bad_index, clips, tmp_path, workers):
+    """A truncated MJPEG file (FFmpeg's decoder warns) and a text file named .avi (OpenCV's VIDEOIO warns)."""
+    data = Path(read_index(clips[0])[0].path).read_bytes()
+    (tmp_path / "cut.avi").write_bytes(data[: len(data) // 2])
+    records = [*read_index(bad_index), VideoRecord("mjpeg_cut", str(tmp_path / "cut.avi"), 0, "X", "train")]
+    write_index(records, tmp_path / "index.jsonl")
+    out = tmp_path / "out"
+    res = _cli("preprocess", "frames", str(tmp_path / "index.jsonl"), "--out", str(out), "--size", "0",
+               "--workers", workers)  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert "WARN" not in res.stderr and "VIDEOIO" not in res.stderr and "@ 0x" not in res.stderr
+    report = json.loads((out / "preprocess-report.json").read_text())
+    messages = {v["id"]: v.get("messages", []) for v in report["videos"]}
+    assert any(line.startswith("[mjpeg @ 0x") for line in messages["mjpeg_cut"]), messages
+    assert any("VIDEOIO(FFMPEG)" in line for line in messages["text"])
+    assert messages["gone"] == []  # never opened
+    assert "FFmpeg/OpenCV messages about " in res.stdout
+    assert f"wrote the archives of 2 videos in {out / 'rgb'}; report {out / 'preprocess-report.json'}" in res.stdout
+    index = tmp_path / "index.jsonl"
+    assert f"next: memdpc shard {out} --index {index} --stream rgb --out shards" in res.stdout

@@ -178,3 +178,24 @@ def test_cuda_matches_cpu_and_opencv(scene_pairs):
     assert np.linalg.norm(on_gpu.numpy() - opencv_flow(prev, nxt), axis=-1).mean() <= 0.02
     alone = torch.cat([tvl1_flow(_t(prev[k : k + 1]).cuda(), _t(nxt[k : k + 1]).cuda()) for k in range(2)])
     torch.testing.assert_close(on_gpu[:2], alone.cpu(), atol=1e-5, rtol=0)
+
+
+def test_checkpoint_runs_before_every_inner_iteration_and_its_exception_abandons_the_batch(scene_pairs):
+    prev, nxt = (_t(a[:2]) for a in scene_pairs)
+    params = TVL1Params(scales=2, warps=2, outer_iterations=2, inner_iterations=3, epsilon=1e-12)
+    calls = []
+    tvl1_flow(prev, nxt, params, checkpoint=lambda: calls.append(1))
+    assert len(calls) == 2 * 2 * 2 * 3  # levels × warps × outer × inner (epsilon: no pair stops early)
+
+    class Stop(Exception):
+        pass
+
+    def stop_at_the_fifth() -> None:
+        calls.append(1)
+        if len(calls) == 5:
+            raise Stop
+
+    calls.clear()
+    with pytest.raises(Stop):
+        tvl1_flow(prev, nxt, params, checkpoint=stop_at_the_fifth)
+    assert len(calls) == 5

@@ -138,3 +138,17 @@ def test_cuda_kernels_agree_with_the_torch_port_and_opencv(pairs):
     cv = tvl1_torch.opencv_flow(prev.cpu().numpy(), nxt.cpu().numpy())
     assert np.linalg.norm(ours.numpy() - cv, axis=-1).mean() <= 0.02
     assert (flow_to_codes(ours.numpy()) == flow_to_codes(cv)).mean() >= 0.99
+
+
+def test_checkpoint_runs_before_every_inner_iteration_and_its_exception_abandons_the_batch(pairs):
+    prev, nxt = (t[:1] for t in pairs)
+    params = TVL1Params(scales=1, warps=1, outer_iterations=2, inner_iterations=2, epsilon=1e-12)
+    calls = []
+    tvl1_triton.tvl1_flow(prev, nxt, params, checkpoint=lambda: calls.append(1))
+    assert len(calls) == 4
+
+    def stop() -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        tvl1_triton.tvl1_flow(prev, nxt, params, checkpoint=stop)
