@@ -14,7 +14,9 @@ call hangs in a forked child (seen with OpenCV 5.0).
 from __future__ import annotations
 
 import json
+import os
 import random
+import signal
 from collections.abc import Iterator
 from functools import partial
 from itertools import islice
@@ -137,6 +139,15 @@ class ClipStream(IterableDataset):
         yield from wds.DataPipeline(*stages)
 
 
+def _leave_signals_to_the_parent(_worker_id: int) -> None:
+    """A terminal's Ctrl-C and a scheduler's SIGTERM reach every process of the job. A worker leaves SIGINT
+    to the main process, which stops it, and ends quietly (exit status 0) on SIGTERM: killed by the signal,
+    it would make the DataLoader raise "worker killed by signal" in the main process, anywhere, over the
+    interrupt; ignoring it, it would outlive a main process that exits without stopping its workers."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
+
+
 class TorchLoader:
     """Iterable over :class:`Batch` for one rank; ``len()`` = batches per epoch; ``set_epoch`` reshuffles."""
 
@@ -170,6 +181,7 @@ class TorchLoader:
             batch_size=None,
             num_workers=p.num_workers,
             pin_memory=p.device.startswith("cuda"),
+            worker_init_fn=_leave_signals_to_the_parent,
         )
         device = torch.device(p.device)
         for i, out in enumerate(loader):
