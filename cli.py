@@ -588,17 +588,20 @@ def convert_cmd(checkpoint: Path, out: Path, to: str, stream: str | None, input_
               metavar="RGB_RESULT FLOW_RESULT", help="Late fusion of two results files (same as `eval fuse`).")
 @click.option("--weights", nargs=2, type=float, default=(1.0, 1.0), show_default=True,
               help="With --fuse: weights of the two results.")
-@click.option("--fuse-out", type=click.Path(path_type=Path), default=None,
+@click.option("--out", "--fuse-out", "out", type=click.Path(path_type=Path), default=None,
               help="With --fuse: results file to write (default: beside the first input).")
 @click.pass_context
-def eval_group(ctx: click.Context, fuse_paths, weights, fuse_out) -> None:
+def eval_group(ctx: click.Context, fuse_paths, weights, out) -> None:
     """Evaluate a checkpoint (trained or converted): retrieval, probes, finetuning, Oops, scoring a classifier;
     late fusion with --fuse.
 
     Every subcommand also runs under torchrun (each window is read by one rank; rank 0 writes the results).
     """
     if fuse_paths:
-        _fuse(*fuse_paths, out=fuse_out, weights=weights)
+        _fuse(*fuse_paths, out=out, weights=weights)
+    elif out is not None:
+        raise click.UsageError("--out before the verb goes with --fuse; give a verb's --out after the verb, e.g. "
+                               "memdpc eval retrieve CHECKPOINT --shards SHARDS --out EVAL_DIR")
     elif ctx.invoked_subcommand is None:
         click.echo(ctx.get_help())
 
@@ -607,8 +610,9 @@ main.add_command(eval_group, "eval")
 
 
 def _evaluate(task: str, checkpoint: Path, **kw) -> None:
-    from memdpc.eval.run import evaluate
-    from memdpc.report_tables import print_result
+    with interrupts.deferred():  # a signal during the imports (torch, DALI, Triton) is raised after them
+        from memdpc.eval.run import evaluate
+        from memdpc.report_tables import print_result
 
     path = evaluate(task, checkpoint, **kw)
     if path is not None:  # rank 0
@@ -616,8 +620,9 @@ def _evaluate(task: str, checkpoint: Path, **kw) -> None:
 
 
 def _fuse(result_a: Path, result_b: Path, **kw) -> None:
-    from memdpc.eval.run import fuse
-    from memdpc.report_tables import print_result
+    with interrupts.deferred():  # a signal during the imports (torch, DALI, Triton) is raised after them
+        from memdpc.eval.run import fuse
+        from memdpc.report_tables import print_result
 
     print_result(fuse(result_a, result_b, **kw), Console())
 
@@ -641,11 +646,14 @@ def _eval_options(fn):
                      help="Clips per batch (per rank)."),
         click.option("--backend", type=click.Choice(LOADER_BACKENDS), default=EvalData.backend, show_default=True,
                      help="Loader backend."),
-        click.option("--workers", "num_workers", type=click.IntRange(min=0), default=None,
+        click.option("--workers", "--num-workers", "num_workers", type=click.IntRange(min=0), default=None,
                      help="Loader workers (torch) / threads (DALI)."),
         click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True,
                      help="Where the model runs."),
         click.option("--plot", is_flag=True, help="Also write PNG figures."),
+        click.option("--overwrite", is_flag=True,
+                     help="Replace results in --out made from another checkpoint (refused otherwise), and start "
+                          "an unfinished finetuning of other settings over."),
     ]
     for opt in reversed(opts):
         fn = opt(fn)
@@ -659,6 +667,8 @@ def _fit_options(defaults: FitConfig):
             click.option("--epochs", type=click.IntRange(min=1), default=defaults.epochs, show_default=True,
                          help="Epochs."),
             click.option("--lr", type=float, default=defaults.lr, show_default=True, help="Adam learning rate."),
+            click.option("--lr-min", type=float, default=None,
+                         help="Learning rate after the plateau decay [default: lr / 10]."),
             click.option("--weight-decay", type=float, default=defaults.weight_decay, show_default=True,
                          help="Adam weight decay."),
             click.option("--patience", type=click.IntRange(min=0), default=defaults.patience, show_default=True,
@@ -672,7 +682,7 @@ def _fit_options(defaults: FitConfig):
 
 
 def _fit(kw: dict, batch_size: int | None = None) -> dict:
-    fit = {k: kw.pop(k) for k in ("epochs", "lr", "weight_decay", "patience", "seed")}
+    fit = {k: kw.pop(k) for k in ("epochs", "lr", "lr_min", "weight_decay", "patience", "seed")}
     if batch_size is not None:
         fit["batch_size"] = batch_size
     return fit
@@ -741,7 +751,8 @@ def eval_oops(checkpoint: Path, **kw) -> None:
 @click.argument("result_a", type=click.Path(path_type=Path))
 @click.argument("result_b", type=click.Path(path_type=Path))
 @click.option("--weights", nargs=2, type=float, default=(1.0, 1.0), show_default=True, help="Weights of A and B.")
-@click.option("--out", type=click.Path(path_type=Path), default=None, help="Results file to write.")
+@click.option("--out", "--fuse-out", "out", type=click.Path(path_type=Path), default=None,
+              help="Results file to write (default: beside A).")
 def eval_fuse(result_a: Path, result_b: Path, weights, out: Path | None) -> None:
     """Late fusion of two results (RGB and flow): mean probabilities or summed similarities."""
     _fuse(result_a, result_b, out=out, weights=weights)

@@ -200,7 +200,9 @@ def _evaluate(
     for model in MODELS:
         for stream in STREAMS:
             folder = out / "eval" / f"{model}-{stream}"
-            common = dict(shards=shards, out=folder, num_workers=workers, backend=backend)
+            # the folder holds this run's results only; a rerun rewrites the baselines' init.pt (with
+            # --bn-from-data its statistics follow --workers), so its results may be replaced
+            common = dict(shards=shards, out=folder, num_workers=workers, backend=backend, overwrite=True)
             results[model, stream, "retrieval"] = shown(evaluate("retrieve", ckpts[model, stream], **common))
             results[model, stream, "probe-linear"] = shown(
                 evaluate("probe", ckpts[model, stream], head="linear", fit=p.probe, **common)

@@ -12,7 +12,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from memdpc.eval.results import load_result
+from memdpc.eval.results import FILE_ROLES, load_result
 from memdpc.pipeline.manifest import VerifyResult
 from memdpc.pipeline.shard import ShardReport
 from memdpc.pipeline.shard_plan import SKIP_KINDS, UNUSABLE
@@ -131,6 +131,11 @@ def metrics_table(result: dict[str, Any]) -> Table:
 
 
 def print_result(path: str | os.PathLike, console: Console) -> None:
-    """The metrics table of the results file ``path``, then where it is."""
-    console.print(metrics_table(load_result(path)[0]))
-    console.print(f"wrote {Path(path)}")
+    """The metrics table of the results file ``path``, then every file the evaluation wrote."""
+    path = Path(path)
+    result = load_result(path)[0]
+    console.print(metrics_table(result))
+    console.print(f"wrote {path} and {path.with_name(result['arrays'])}", markup=False, soft_wrap=True)
+    for role, names in (result.get("files") or {}).items():
+        label = FILE_ROLES.get(role, role)
+        console.print(f"{label}: {' '.join(str(path.parent / n) for n in names)}", markup=False, soft_wrap=True)

@@ -18,6 +18,7 @@ from memdpc.errors import UserError
 from memdpc.eval.data import EvalData
 from memdpc.eval.features import Windows, run_windows, split_classes
 from memdpc.eval.multicrop import VideoAccumulator, classification_metrics
+from memdpc.eval.outputs import Outputs
 from memdpc.eval.plots import confusion_matrix
 from memdpc.eval.pretrained import load_classifier
 from memdpc.eval.results import save_result
@@ -36,27 +37,26 @@ def score_videos(clf: nn.Module, data: EvalData, env: DistEnv, crops: int
     return windows, ids, labels, probs
 
 
-def run_classify(checkpoint: str | os.PathLike, data: EvalData, out: str | os.PathLike, env: DistEnv, *,
+def run_classify(checkpoint: str | os.PathLike, data: EvalData, out: Outputs, env: DistEnv, *,
                  crops: int = 1, plot: bool = False) -> Path | None:
     """``memdpc eval classify``: writes ``classify-<stream>.json`` (+ npz with per-video probabilities and
     the per-window logits)."""
-    out = Path(out)
     clf, ckpt, stream = load_classifier(checkpoint, data, env)
     data = replace(data, stream=stream)
     classes, _ = split_classes(data, data.test_split)
     if ckpt["model_config"]["num_classes"] != len(classes):
         raise UserError(f"{checkpoint}: a classifier of {ckpt['model_config']['num_classes']} classes, but the "
                         f"{data.test_split} shards have {len(classes)}")
+    path = out.claim(f"classify-{stream}.json")
     scored = score_videos(clf, data, env, crops)
     if scored is None:
         return None
     windows, ids, labels, probs = scored
+    if plot:
+        out.add("plots", confusion_matrix(out.folder / f"classify-{stream}-confusion.png", probs, labels, classes))
     result = {"kind": "classify", "stream": stream, "dataset": data.dataset_name, "split": data.test_split,
               "classes": classes, "metrics": classification_metrics(probs, labels),
-              "config": {"checkpoint": str(checkpoint), "crops": crops, "size": data.size}}
-    path = save_result(out / f"classify-{stream}.json", result,
+              "config": {"checkpoint": str(checkpoint), "crops": crops, "size": data.size}, **out.record()}
+    return save_result(path, result,
                        {"video_ids": np.array(ids), "labels": labels, "probs": probs.astype(np.float32),
                         "keys": np.array(windows.keys), "logits": windows.values.astype(np.float32)})
-    if plot:
-        confusion_matrix(out / f"classify-{stream}-confusion.png", probs, labels, classes)
-    return path

@@ -4,31 +4,38 @@ Every evaluation runs a function over all windows of a split (features for retri
 for finetuning, per-step features for Oops). Under ``torchrun`` each rank reads its own shards (every
 window is seen by one rank), the outputs are gathered on rank 0, de-duplicated by shard key (padded last
 batches repeat a window) and checked against the manifest's sample count, so no window is lost or counted
-twice. Features can be cached in an ``.npz`` keyed by a fingerprint of the checkpoint and the settings.
+twice. Features can be cached in an ``.npz`` keyed by a fingerprint of the checkpoint's bytes, the split's
+manifest and the settings.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
 import torch.distributed as dist
 
+from memdpc import interrupts
 from memdpc.atomic import atomic_path
 from memdpc.distenv import DistEnv
 from memdpc.errors import UserError
 from memdpc.eval.data import EvalData
+from memdpc.eval.outputs import Outputs
 from memdpc.pipeline.clip import ClipSpec
 from memdpc.pipeline.loader import make_loader
 from memdpc.pipeline.manifest import load_manifest, manifest_path
 from memdpc.pipeline.sample import parse_key
 from memdpc.progress import progress_bar
+
+T = TypeVar("T")
+_END = object()
 
 
 @dataclass
@@ -71,6 +78,19 @@ def _first_difference(a: list[str], b: list[str]) -> str:
     return f"#{min(len(a), len(b))} only in one"
 
 
+def loader_batches(loader: Iterable[T]) -> Iterator[T]:
+    """The batches of ``loader``, with SIGINT/SIGTERM raised between them, never inside the loader: there a
+    raise can land in a finaliser or a fork hook (a DALI pipeline torn down, a DataLoader worker started),
+    where Python prints it as "Exception ignored" and goes on. The wait for one batch delays the stop."""
+    it = iter(loader)
+    while True:
+        with interrupts.deferred():
+            batch = next(it, _END)
+        if batch is _END:
+            return
+        yield batch
+
+
 def run_windows(fn: Callable[[torch.Tensor], torch.Tensor], data: EvalData, split: str, env: DistEnv, *,
                 crops: int = 1, desc: str = "windows") -> Windows | None:
     """Apply ``fn`` (clips (B, N, 3, SL, H, W) -> (B, ...)) to every window of ``split``, each crop.
@@ -85,7 +105,7 @@ def run_windows(fn: Callable[[torch.Tensor], torch.Tensor], data: EvalData, spli
     found: dict[str, tuple[str, int, np.ndarray]] = {}
     with progress_bar(elapsed=False, transient=True) as bar, torch.inference_mode():
         task = bar.add_task(f"{desc} ({split})", total=len(loader), visible=env.is_main)
-        for batch in loader:
+        for batch in loader_batches(loader):
             clips = batch.clips.to(env.device)
             if clips.dim() == 6:
                 clips = clips.unsqueeze(1)  # (B, N, ...) -> (B, 1, N, ...)
@@ -134,12 +154,14 @@ def video_mean(windows: Windows) -> tuple[list[str], np.ndarray, np.ndarray]:
 
 
 # ------------------------------------------------------------------------------------------------ cache
-def fingerprint(checkpoint: str | os.PathLike, **settings: Any) -> str:
-    """Identifies the features a checkpoint gives under some settings (path, size and mtime of the file)."""
-    path = Path(checkpoint).resolve()
-    st = path.stat()
-    return json.dumps({"checkpoint": str(path), "bytes": st.st_size, "mtime_ns": st.st_mtime_ns, **settings},
-                      sort_keys=True, default=str)
+def fingerprint(source: dict[str, str], data: EvalData, split: str, **settings: Any) -> str:
+    """Identifies what a checkpoint gives on a split: the checkpoint's bytes (``source``, see
+    :func:`~memdpc.eval.outputs.checkpoint_source`: never another checkpoint's features), the split's manifest
+    (which lists its shards' checksums), the input size, the loader backend and ``settings``."""
+    manifest = manifest_path(data.shards, data.stream, split).read_bytes()
+    return json.dumps({"checkpoint_sha256": source["sha256"], "manifest_sha256": hashlib.sha256(manifest).hexdigest(),
+                       "stream": data.stream, "split": split, "size": data.size, "backend": data.backend,
+                       **settings}, sort_keys=True, default=str)
 
 
 def save_windows(path: str | os.PathLike, windows: Windows, stamp: str) -> None:
@@ -176,4 +198,16 @@ def cached_windows(fn: Callable[[torch.Tensor], torch.Tensor], data: EvalData, s
     windows = run_windows(fn, data, split, env, crops=crops, desc=desc)
     if windows is not None and cache is not None:
         save_windows(cache, windows, stamp)
+    return windows
+
+
+def task_features(fn: Callable[[torch.Tensor], torch.Tensor], data: EvalData, split: str, env: DistEnv,
+                  out: Outputs, name: str, *, crops: int = 1, desc: str = "features", **settings: Any
+                  ) -> Windows | None:
+    """:func:`cached_windows` of a task, cached as ``name`` in its ``--out`` folder and keyed by
+    :func:`fingerprint`; the cache is added to the task's outputs."""
+    cache = out.folder / name
+    stamp = fingerprint(out.source, data, split, crops=crops, **settings)
+    windows = cached_windows(fn, data, split, env, cache=cache, stamp=stamp, crops=crops, desc=desc)
+    out.add("features", cache, f"{desc} of {split} cached in {cache}")
     return windows

@@ -1,8 +1,9 @@
 """Late fusion of two streams (ARCHITECTURE.md §3.6): weighted mean of per-video softmax probabilities for
 classifiers, the sum of the two cosine-similarity matrices for retrieval.
 
-Two results are fused only when they describe the same evaluation: same dataset, split, class list and
-the same set of videos (gallery videos too, for retrieval); rows are matched by video id.
+Two results are fused only when they are of two streams (never one file twice, or two results of one stream)
+and describe the same evaluation: same dataset, split, class list and the same set of videos (gallery videos
+too, for retrieval); rows are matched by video id.
 """
 
 from __future__ import annotations
@@ -19,6 +20,17 @@ from memdpc.eval.results import load_result
 from memdpc.model.retrieval import RECALL_KS, recall_at_k, topk_neighbours
 
 CLASSIFY_KINDS = ("probe-linear", "probe-mlp", "finetune", "classify")
+
+
+def _check_two_streams(a: dict, b: dict, pa: Path, pb: Path) -> None:
+    """Refuse fusing a stream with itself: one file twice, or two results of one stream."""
+    if pa.resolve() == pb.resolve():
+        raise UserError(f"{pa} is given twice; fusion combines the results of two streams, e.g. "
+                        "eval/rgb/retrieval-rgb.json eval/flow/retrieval-flow.json")
+    both = sorted(set(a["stream"].split("+")) & set(b["stream"].split("+")))
+    if both:
+        raise UserError(f"{pa} and {pb} are both results of the {'+'.join(both)} stream; fusion combines the "
+                        "results of two streams (rgb and flow)")
 
 
 def _check_same(a: dict, b: dict, pa: Path, pb: Path) -> None:
@@ -63,6 +75,7 @@ def fuse_results(path_a: str | os.PathLike, path_b: str | os.PathLike, weights: 
     """Fuse two results files; return (result, arrays) ready for :func:`save_result`."""
     pa, pb = Path(path_a), Path(path_b)
     (a, arr_a), (b, arr_b) = load_result(pa), load_result(pb)
+    _check_two_streams(a, b, pa, pb)
     _check_same(a, b, pa, pb)
     order = _align(arr_a["video_ids"], arr_b["video_ids"], "query" if a["kind"] == "retrieval" else "", pa, pb)
     labels = arr_a["labels"]

@@ -26,10 +26,11 @@ from torch import nn
 from memdpc import distenv as dd
 from memdpc.errors import UserError
 from memdpc.eval.data import EvalData
-from memdpc.eval.features import cached_windows, fingerprint, run_windows, split_classes
+from memdpc.eval.features import run_windows, split_classes, task_features
 from memdpc.eval.finetune import kept_batches, train_epochs, train_loader
 from memdpc.eval.fit import OOPS_FIT, OOPS_MODES, FitConfig
 from memdpc.eval.oops_labels import CLASSES, TRANSITIONAL, oversample, step_labels
+from memdpc.eval.outputs import Outputs
 from memdpc.eval.plots import confusion_matrix
 from memdpc.eval.pretrained import load_encoder
 from memdpc.eval.probe import fit_head
@@ -85,15 +86,13 @@ class StepClassifier(nn.Module):
         return self.head(*self.model.step_features(clips))
 
 
-def _frozen(model, data: EvalData, out: Path, env, checkpoint, times, index, fit: FitConfig):
+def _frozen(model, data: EvalData, out: Outputs, env, times, index, fit: FitConfig):
     def step_fn(clips):
         return torch.cat(model.step_features(clips), dim=-1)  # (B, N, 2D)
 
-    sets = {}
-    for split in (data.train_split, data.test_split):
-        stamp = fingerprint(checkpoint, kind="oops-steps", stream=data.stream, split=split, size=data.size)
-        sets[split] = cached_windows(step_fn, data, split, env, stamp=stamp, desc="step features",
-                                     cache=out / f"oops-steps-{data.stream}-{split}.npz")
+    sets = {split: task_features(step_fn, data, split, env, out, f"oops-steps-{data.stream}-{split}.npz",
+                                 desc="step features", kind="oops-steps")
+            for split in (data.train_split, data.test_split)}
     if not env.is_main:
         return None
     train, test = sets[data.train_split], sets[data.test_split]
@@ -108,7 +107,7 @@ def _frozen(model, data: EvalData, out: Path, env, checkpoint, times, index, fit
     return pred, test, losses
 
 
-def _finetune(model, data: EvalData, out: Path, env, times, index, fit: FitConfig, settings):
+def _finetune(model, data: EvalData, out: Outputs, env, times, index, fit: FitConfig, settings):
     info = window_info(data.shards, data.stream, data.train_split)
     spec = ClipSpec(**split_classes(data, data.train_split)[1]["clip"])
     labels_of = {k: step_labels(int(w["start"]), float(w["fps"]), times[w["video_id"]], spec)
@@ -130,7 +129,7 @@ def _finetune(model, data: EvalData, out: Path, env, times, index, fit: FitConfi
 
     loader = train_loader(data, env, fit.seed)
     losses = train_epochs(clf, batch_loss, lambda e: kept_batches(loader, None, fit.batch_size, e), env, fit,
-                          out / f"oops-finetune-{data.stream}.state.pt", settings)
+                          out.folder / f"oops-finetune-{data.stream}.state.pt", settings, out, "Oops finetune")
     clf.eval()
     test = run_windows(clf, data, data.test_split, env, desc="test")
     if test is None:
@@ -138,33 +137,32 @@ def _finetune(model, data: EvalData, out: Path, env, times, index, fit: FitConfi
     return test.values[:, 0, 1:].argmax(-1).reshape(-1), test, losses
 
 
-def run_oops(checkpoint: str | os.PathLike, data: EvalData, out: str | os.PathLike, env: dd.DistEnv, *,
+def run_oops(checkpoint: str | os.PathLike, data: EvalData, out: Outputs, env: dd.DistEnv, *,
              index: str | os.PathLike, mode: str = OOPS_MODES[0], fit: FitConfig = OOPS_FIT, plot: bool = False
              ) -> Path | None:
     """``memdpc eval oops``: writes ``oops-<mode>-<stream>.json`` (+ npz with per-step predictions)."""
     if mode not in OOPS_MODES:
         raise UserError(f"Oops mode must be 'frozen' or 'finetune', not {mode!r}")
-    out = Path(out)
     times = failure_times(index)
     model, _, stream = load_encoder(checkpoint, data, env)
     data = replace(data, stream=stream)
     for split in (data.train_split, data.test_split):
         split_classes(data, split)  # refuses an empty split
-    settings = {"checkpoint": str(Path(checkpoint).resolve()), "index": str(index), "size": data.size,
-                **asdict(fit)}
-    got = (_frozen(model, data, out, env, checkpoint, times, str(index), fit) if mode == "frozen"
+    path = out.claim(f"oops-{mode}-{stream}.json")
+    settings = {"checkpoint": out.source["checkpoint"], "checkpoint_sha256": out.source["sha256"],
+                "index": str(index), "size": data.size, **asdict(fit)}
+    got = (_frozen(model, data, out, env, times, str(index), fit) if mode == "frozen"
            else _finetune(model, data, out, env, times, str(index), fit, settings))
     if got is None:
         return None
     pred, test, losses = got
     labels = window_labels(data, data.test_split, test.keys, times, str(index))[:, 1:]
+    if plot:
+        out.add("plots", confusion_matrix(out.folder / f"oops-{mode}-{stream}-confusion.png", np.eye(3)[pred],
+                                          labels.reshape(-1), CLASSES))
     result = {"kind": f"oops-{mode}", "stream": stream, "dataset": data.dataset_name, "split": data.test_split,
               "classes": CLASSES, "metrics": step_metrics(pred, labels.reshape(-1)), "train_loss": losses,
-              "config": settings}
+              "config": settings, **out.record()}
     arrays = {"video_ids": np.array(test.video_ids), "keys": np.array(test.keys), "labels": labels,
               "pred": pred.reshape(labels.shape)}
-    path = save_result(out / f"oops-{mode}-{stream}.json", result, arrays)
-    if plot:
-        confusion_matrix(out / f"oops-{mode}-{stream}-confusion.png", np.eye(3)[pred], labels.reshape(-1),
-                         CLASSES)
-    return path
+    return save_result(path, result, arrays)

@@ -20,10 +20,11 @@ from torch import nn
 from memdpc.distenv import DistEnv
 from memdpc.errors import UserError
 from memdpc.eval.data import EvalData
-from memdpc.eval.features import Windows, cached_windows, fingerprint, same_classes
+from memdpc.eval.features import Windows, same_classes, task_features
 from memdpc.eval.fit import PROBE_DROPOUT, PROBE_FIT, FitConfig
 from memdpc.eval.multicrop import VideoAccumulator, classification_metrics
 from memdpc.eval.optim import adam_with_plateau
+from memdpc.eval.outputs import Outputs
 from memdpc.eval.plots import confusion_matrix
 from memdpc.eval.pretrained import load_encoder
 from memdpc.eval.results import save_result
@@ -83,20 +84,19 @@ def make_head(kind: str, dim: int, num_classes: int, dropout: float) -> nn.Modul
     raise UserError(f"probe head must be 'linear' or 'mlp', not {kind!r}")
 
 
-def run_probe(checkpoint: str | os.PathLike, data: EvalData, out: str | os.PathLike, env: DistEnv, *,
+def run_probe(checkpoint: str | os.PathLike, data: EvalData, out: Outputs, env: DistEnv, *,
               head: str = "linear", crops: int = 1, dropout: float = PROBE_DROPOUT, fit: FitConfig = PROBE_FIT,
               plot: bool = False) -> Path | None:
     """``memdpc eval probe``: writes ``probe-<head>-<stream>.json`` (+ npz with per-video probabilities)."""
-    out = Path(out)
     model, _, stream = load_encoder(checkpoint, data, env)
     data = replace(data, stream=stream)
     classes = same_classes(data)
+    path = out.claim(f"probe-{head}-{stream}.json")
     sets = {}
     for split, k in ((data.train_split, 1), (data.test_split, crops)):
-        stamp = fingerprint(checkpoint, kind="features", stream=stream, split=split, size=data.size, crops=k)
         suffix = "" if k == 1 else f"-crops{k}"
-        sets[split] = cached_windows(model.features, data, split, env, crops=k, stamp=stamp,
-                                     cache=out / f"features-{stream}-{split}{suffix}.npz", desc="features")
+        sets[split] = task_features(model.features, data, split, env, out, f"features-{stream}-{split}{suffix}.npz",
+                                    crops=k)
     if not env.is_main:
         return None
     train = sets[data.train_split]
@@ -104,11 +104,10 @@ def run_probe(checkpoint: str | os.PathLike, data: EvalData, out: str | os.PathL
     probe = make_head(head, train.values.shape[-1], len(classes), dropout)
     losses = fit_head(probe, torch.from_numpy(train.values[:, 0]).float(), torch.from_numpy(train.labels), fit)
     ids, labels, probs, _ = predict_windows(probe, sets[data.test_split]).video_probs()
+    if plot:
+        out.add("plots", confusion_matrix(out.folder / f"probe-{head}-{stream}-confusion.png", probs, labels, classes))
     result = {"kind": f"probe-{head}", "stream": stream, "dataset": data.dataset_name, "split": data.test_split,
               "classes": classes, "metrics": classification_metrics(probs, labels), "train_loss": losses,
-              "config": {"checkpoint": str(checkpoint), "crops": crops, "dropout": dropout, **fit.__dict__}}
-    path = save_result(out / f"probe-{head}-{stream}.json", result,
-                       {"video_ids": np.array(ids), "labels": labels, "probs": probs.astype(np.float32)})
-    if plot:
-        confusion_matrix(out / f"probe-{head}-{stream}-confusion.png", probs, labels, classes)
-    return path
+              "config": {"checkpoint": str(checkpoint), "crops": crops, "dropout": dropout, **fit.__dict__},
+              **out.record()}
+    return save_result(path, result, {"video_ids": np.array(ids), "labels": labels, "probs": probs.astype(np.float32)})

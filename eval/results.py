@@ -11,6 +11,10 @@ Schema of the JSON (``schema`` = 1)::
     metrics   {name: float}, e.g. {"top1": 0.68, "top5": 0.9} or {"R@1": 0.2, …}
     config    the settings that produced it (checkpoint, crops, label fraction, seed, …)
     arrays    the name of the ``.npz`` beside it
+    source    the checkpoint evaluated: {"checkpoint": its resolved path, "sha256": of its bytes} (not in fusion
+              results); results of another checkpoint are not replaced without ``--overwrite``
+    files     {role: names relative to the JSON's folder} of the other files the task wrote or kept, roles
+              as in :data:`FILE_ROLES` (absent when none)
 
 The ``.npz`` holds ``video_ids`` (str), ``labels`` (int64), and per kind ``probs`` (V, C) for classifiers or
 the centred, L2-normalised ``query``/``gallery`` features plus ``gallery_ids``/``gallery_labels`` for
@@ -26,11 +30,18 @@ from typing import Any
 
 import numpy as np
 
+from memdpc import file_kinds
 from memdpc.atomic import atomic_path, write_json_atomic
 from memdpc.errors import UserError
 
 SCHEMA = 1
 REQUIRED = ("kind", "stream", "dataset", "split", "classes", "metrics")
+FILE_ROLES = {  # the roles of ``files``, and how the command line names them
+    "features": "feature caches",
+    "classifier": "finetuned classifier (`memdpc eval classify` scores it)",
+    "state": "finetune state (a rerun resumes from it, more --epochs too)",
+    "plots": "plots",
+}
 
 
 def arrays_path(path: str | os.PathLike) -> Path:
@@ -54,16 +65,24 @@ def save_result(path: str | os.PathLike, result: dict[str, Any], arrays: dict[st
 
 
 def load_result(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    """Read a results JSON and its arrays, with a clear error for anything missing or malformed."""
+    """Read a results JSON and its arrays, with a clear error for anything missing or malformed (a folder, a
+    checkpoint or an ``.npz`` given instead: what it looks like, and which ``.json`` to give)."""
     path = Path(path)
+    if path.is_dir():
+        found = sorted(path.glob("*.json"))
+        example = f", e.g. {found[0]}" if found else ""
+        raise UserError(f"{path} is a folder: give the .json results files eval wrote{example}")
     if not path.is_file():
         raise UserError(f"{path}: results file not found")
     try:
         result = json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise UserError(f"{path}: not a results JSON ({e})") from None
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        result = None
     if not isinstance(result, dict) or any(k not in result for k in (*REQUIRED, "arrays")):
-        raise UserError(f"{path}: not a memdpc results file (needs {', '.join(REQUIRED)}, arrays)")
+        beside = path.with_suffix(".json")
+        hint = (f"its results file is {beside}" if path.suffix == ".npz" and beside.is_file()
+                else "give the .json files eval wrote, e.g. eval/rgb/retrieval-rgb.json")
+        raise UserError(f"{path}: not a results file (it looks like {file_kinds.describe(path)}); {hint}")
     npz = path.with_name(result["arrays"])
     if not npz.is_file():
         raise UserError(f"{path}: its array file {npz} is missing")

@@ -16,28 +16,26 @@ import numpy as np
 
 from memdpc.distenv import DistEnv
 from memdpc.eval.data import EvalData
-from memdpc.eval.features import cached_windows, fingerprint, same_classes, video_mean
+from memdpc.eval.features import same_classes, task_features, video_mean
 from memdpc.eval.fit import RETRIEVAL_CHUNK
+from memdpc.eval.outputs import Outputs
 from memdpc.eval.plots import memory_norms, retrieval_examples
 from memdpc.eval.pretrained import load_encoder
 from memdpc.eval.results import save_result
 from memdpc.model.retrieval import center_normalize, retrieve
 
 
-def run_retrieval(checkpoint: str | os.PathLike, data: EvalData, out: str | os.PathLike, env: DistEnv, *,
+def run_retrieval(checkpoint: str | os.PathLike, data: EvalData, out: Outputs, env: DistEnv, *,
                   chunk: int = RETRIEVAL_CHUNK, plot: bool = False) -> Path | None:
     """``memdpc eval retrieve``: features of every window of both splits (cached under ``out``), averaged
     per video; test videos query train videos. Writes ``retrieval-<stream>.json`` (+ npz); returns its path
     on rank 0, None elsewhere."""
-    out = Path(out)
     model, _, stream = load_encoder(checkpoint, data, env)
     data = replace(data, stream=stream)
     classes = same_classes(data)
-    sets = {}
-    for split in (data.train_split, data.test_split):
-        stamp = fingerprint(checkpoint, kind="features", stream=stream, split=split, size=data.size, crops=1)
-        sets[split] = cached_windows(model.features, data, split, env, stamp=stamp,
-                                     cache=out / f"features-{stream}-{split}.npz", desc="features")
+    path = out.claim(f"retrieval-{stream}.json")
+    sets = {split: task_features(model.features, data, split, env, out, f"features-{stream}-{split}.npz")
+            for split in (data.train_split, data.test_split)}
     if not env.is_main:
         return None
     g_ids, g_labels, g_feats = video_mean(sets[data.train_split])
@@ -46,13 +44,14 @@ def run_retrieval(checkpoint: str | os.PathLike, data: EvalData, out: str | os.P
     arrays = {"video_ids": np.array(q_ids), "labels": q_labels, "query": center_normalize(q_feats),
               "gallery": center_normalize(g_feats), "gallery_ids": np.array(g_ids), "gallery_labels": g_labels,
               "neighbours": neighbours}
+    if plot:
+        out.add("plots", retrieval_examples(out.folder / f"retrieval-{stream}.png", data, q_ids, q_labels, g_ids,
+                                            g_labels, neighbours, classes))
+        if getattr(model, "memory", None) is not None:
+            out.add("plots", memory_norms(out.folder / f"memory-norms-{stream}.png",
+                                          model.memory.detach().cpu().numpy()))
     result = {"kind": "retrieval", "stream": stream, "dataset": data.dataset_name, "split": data.test_split,
               "classes": classes, "metrics": {**metrics, "queries": len(q_ids), "gallery": len(g_ids)},
-              "config": {"checkpoint": str(checkpoint), "train_split": data.train_split, "size": data.size}}
-    path = save_result(out / f"retrieval-{stream}.json", result, arrays)
-    if plot:
-        retrieval_examples(out / f"retrieval-{stream}.png", data, q_ids, q_labels, g_ids, g_labels, neighbours,
-                           classes)
-        if getattr(model, "memory", None) is not None:
-            memory_norms(out / f"memory-norms-{stream}.png", model.memory.detach().cpu().numpy())
-    return path
+              "config": {"checkpoint": str(checkpoint), "train_split": data.train_split, "size": data.size},
+              **out.record()}
+    return save_result(path, result, arrays)

@@ -13,12 +13,14 @@ from pathlib import Path
 from typing import Any
 
 from memdpc import distenv as dd
+from memdpc import interrupts
 from memdpc.eval.classify import run_classify
 from memdpc.eval.data import EvalData
 from memdpc.eval.finetune import run_finetune
 from memdpc.eval.fit import FINETUNE_FIT, OOPS_FIT, PROBE_FIT, fit_config
 from memdpc.eval.fusion import fuse_results
 from memdpc.eval.oops import run_oops
+from memdpc.eval.outputs import Outputs
 from memdpc.eval.pretrained import default_size
 from memdpc.eval.probe import run_probe
 from memdpc.eval.results import save_result
@@ -41,14 +43,16 @@ def _runner(task: str):
 def evaluate(task: str, checkpoint: str | os.PathLike, *, shards: str | os.PathLike, out: str | os.PathLike,
              stream: str | None = None, dataset: str | None = None, train_split: str = EvalData.train_split,
              test_split: str = EvalData.test_split, size: int | None = None, batch_size: int = EvalData.batch_size,
-             backend: str = EvalData.backend,
-             num_workers: int | None = None, device: str = "auto", fit: dict[str, Any] | None = None,
-             **task_kw: Any) -> Path | None:
+             backend: str = EvalData.backend, num_workers: int | None = None, device: str = "auto",
+             fit: dict[str, Any] | None = None, overwrite: bool = False, **task_kw: Any) -> Path | None:
     """Run one evaluation task (``retrieve``, ``probe``, ``finetune``, ``oops``, ``classify``); rank 0 writes
-    its results file.
+    its results file, which lists every file the task wrote (:mod:`memdpc.eval.outputs`).
 
     ``size`` None takes the size the checkpoint was trained at (128 when unknown). ``fit`` overrides
-    :class:`FitConfig` fields for the tasks that train a head. Returns the results path on rank 0, None elsewhere.
+    :class:`FitConfig` fields for the tasks that train a head. Results in ``out`` of another checkpoint are
+    refused unless ``overwrite`` (which also starts an unfinished finetuning of other settings over). An
+    interrupt says what was kept (feature caches, the finetune state and its epoch) before it propagates.
+    Returns the results path on rank 0, None elsewhere.
     """
     if size is None:
         size = default_size(read_checkpoint(checkpoint))
@@ -56,11 +60,21 @@ def evaluate(task: str, checkpoint: str | os.PathLike, *, shards: str | os.PathL
     if fit is not None:
         base = {"finetune": replace(FINETUNE_FIT, batch_size=batch_size), "oops": OOPS_FIT}.get(task, PROBE_FIT)
         task_kw["fit"] = fit_config(base, **fit)
+    outputs = Outputs(Path(out), Path(checkpoint), overwrite)
     env = dd.setup(device)  # ``out`` appears with the first file written (a refused checkpoint leaves none)
     finished = False
     try:
-        path = _runner(task)(checkpoint, data, out, env, **task_kw)
+        path = _runner(task)(checkpoint, data, outputs, env, **task_kw)
         finished = True
+    except (KeyboardInterrupt, Exception) as e:
+        signum = interrupts.received()
+        if not isinstance(e, KeyboardInterrupt) and signum is None:
+            raise
+        # an error after a signal is its consequence: a DataLoader worker killed by the same SIGTERM
+        stop = interrupts.as_interrupted(e) if isinstance(e, KeyboardInterrupt) else interrupts.Interrupted(signum)
+        for note in outputs.kept():
+            stop.keep(note)
+        raise stop from None
     finally:
         dd.cleanup(env, finished)
     return path

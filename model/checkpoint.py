@@ -17,13 +17,16 @@ from __future__ import annotations
 
 import errno
 import io
+import json
+import pickle
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
-from memdpc import __version__
+from memdpc import __version__, file_kinds
 from memdpc.atomic import atomic_path
 from memdpc.errors import UserError
 from memdpc.model.factory import create_model, has_memory
@@ -79,16 +82,10 @@ def write_checkpoint(data: bytes, path: str | Path) -> None:
 def read_checkpoint(path: str | Path) -> dict[str, Any]:
     """Load a memdpc checkpoint on the CPU, with ``origin``, ``stream`` and ``input_size`` always present.
 
-    UserError for a missing, damaged (e.g. truncated) or foreign file.
+    UserError for a missing, damaged (e.g. truncated) or foreign file (see :func:`load_torch_file`).
     """
     path = Path(path)
-    if not path.is_file():
-        raise UserError(f"{path}: checkpoint not found")
-    try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # noqa: BLE001 — any unpickling failure means "not a checkpoint we can read"
-        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-        raise UserError(f"{path}: not a readable checkpoint ({type(e).__name__}: {first})") from None
+    ckpt = load_torch_file(path)
     if not isinstance(ckpt, dict):
         raise UserError(f"{path}: not a memdpc checkpoint (it holds a {type(ckpt).__name__})")
     if ckpt.get("format") != FORMAT and "converted_from" not in ckpt:
@@ -97,6 +94,73 @@ def read_checkpoint(path: str | Path) -> dict[str, Any]:
     if not isinstance(ckpt.get("model"), dict) or not isinstance(ckpt.get("model_config"), dict):
         raise UserError(f"{path}: a memdpc checkpoint without model weights or model config")
     return _complete(ckpt)
+
+
+def load_torch_file(path: str | Path, safe: Sequence[Any] = (),
+                    remedy: str = "copy it again from where it came from") -> Any:
+    """``torch.load`` of a file given as a checkpoint, weights only, on the CPU (``safe``: globals allowed
+    besides tensors). One-line errors: a folder (a run folder's checkpoints are named), a missing file, a
+    file of another kind (what it looks like, and where the checkpoints are), a truncated or damaged file
+    (``remedy`` says what to do)."""
+    path = Path(path)
+    if path.is_dir():
+        raise UserError(_folder_given(path))
+    if not path.is_file():
+        others = _checkpoints_in(path.parent)
+        there = f" ({path.parent} holds {', '.join(p.name for p in others)})" if others else ""
+        raise UserError(f"{path}: checkpoint not found{there}")
+    kind = file_kinds.describe(path)
+    if kind in (file_kinds.TORCH_DAMAGED, file_kinds.BINARY):
+        detail = "its zip directory is missing" if kind == file_kinds.TORCH_DAMAGED else "not a PyTorch file"
+        raise UserError(f"{path}: not a readable checkpoint (truncated or damaged: {detail}); {remedy}")
+    if kind != file_kinds.TORCH:
+        raise UserError(f"{path}: not a memdpc checkpoint (it looks like {kind}){_where_checkpoints_are(path, kind)}")
+    try:
+        with torch.serialization.safe_globals(list(safe)):
+            return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 — a damaged file can fail anywhere inside the unpickler
+        if isinstance(e, pickle.UnpicklingError) and "weights only" in str(e).lower():
+            raise UserError(f"{path}: not a memdpc checkpoint (a PyTorch file holding Python objects other than "
+                            "tensors and plain values)") from None
+        raise UserError(f"{path}: not a readable checkpoint (truncated or damaged: {_first_line(e)}); {remedy}"
+                        ) from None
+
+
+def _first_line(e: BaseException) -> str:
+    """``Type: first sentence`` of an exception (torch's long advice cut off)."""
+    text = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    text = text.split(". This is an internal")[0]
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__
+
+
+def _checkpoints_in(folder: Path) -> list[Path]:
+    """The ``.pt`` files of a folder, best.pt and last.pt first."""
+    if not folder.is_dir():
+        return []
+    order = {"best.pt": 0, "last.pt": 1}
+    return sorted(folder.glob("*.pt"), key=lambda p: (order.get(p.name, 2), p.name))
+
+
+def _folder_given(path: Path) -> str:
+    if ckpts := _checkpoints_in(path / "checkpoints"):
+        return (f"{path} is a run folder: give one of its checkpoints, e.g. {ckpts[0]} (it holds "
+                f"{', '.join(p.name for p in ckpts)})")
+    if ckpts := _checkpoints_in(path):
+        return f"{path} is a folder: give one of its checkpoints, e.g. {ckpts[0]}"
+    return f"{path} is a folder, not a checkpoint file"
+
+
+def _where_checkpoints_are(path: Path, kind: str) -> str:
+    """For a file given as a checkpoint that is none: the checkpoint a results file was made from, or the
+    checkpoints of the run folder it is in."""
+    if kind == file_kinds.RESULTS:
+        try:
+            made_from = json.loads(path.read_text()).get("source", {}).get("checkpoint")
+        except (ValueError, AttributeError):
+            made_from = None
+        return f"; it was made from {made_from}" if made_from else ""
+    ckpts = [p for p in _checkpoints_in(path.parent / "checkpoints") or _checkpoints_in(path.parent) if p != path]
+    return f"; give a checkpoint, e.g. {ckpts[0]}" if ckpts else ""
 
 
 def _complete(ckpt: dict[str, Any]) -> dict[str, Any]:

@@ -19,7 +19,13 @@ import numpy as np
 import torch
 
 from memdpc.errors import UserError
-from memdpc.model.checkpoint import build_checkpoint, read_checkpoint, serialize, write_checkpoint
+from memdpc.model.checkpoint import (
+    build_checkpoint,
+    load_torch_file,
+    read_checkpoint,
+    serialize,
+    write_checkpoint,
+)
 from memdpc.model.factory import create_model
 from memdpc.model.resnet2d3d import DEPTHS
 
@@ -48,8 +54,6 @@ class ConvertReport:
 def load_file(path: Path) -> dict:
     """``torch.load`` without running arbitrary pickled code (numpy scalars, e.g. ``best_acc``, allowed)."""
     path = Path(path)
-    if not path.is_file():
-        raise UserError(f"{path}: no such checkpoint file")
     scalar = np._core.multiarray.scalar
     # files written under numpy 1 name the scalar constructor numpy.core.multiarray.scalar
     safe = [
@@ -58,12 +62,7 @@ def load_file(path: Path) -> dict:
         (scalar, "numpy.core.multiarray.scalar"),
         *(type(np.dtype(c)) for c in "bBhHiIlLqQefdg?"),
     ]
-    try:
-        with torch.serialization.safe_globals(safe):
-            obj = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # a damaged or foreign file can fail anywhere inside the unpickler
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise UserError(f"{path}: not a readable PyTorch checkpoint ({first})") from None
+    obj = load_torch_file(path, safe, remedy="download or copy it again")
     if not isinstance(obj, dict):
         raise UserError(f"{path}: checkpoint holds a {type(obj).__name__}, expected a dict")
     return obj

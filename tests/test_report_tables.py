@@ -144,7 +144,7 @@ def test_result_metrics_as_percentages_and_counts(tmp_path):
     text = console.export_text()
     assert " ".join(text.split()[:5]) == "probe-linear · rgb · syn/test"  # the title, wrapped to the table's width
     assert _rows(text) == [["metric", "value"], ["top1", "50.00%"], ["top5", "100.00%"], ["videos", "4"]]
-    assert text.rstrip().endswith(f"wrote {path}")
+    assert text.rstrip().endswith(f"wrote {path} and {tmp_path / 'r.npz'}")
 
 
 def test_preprocess_report_names_what_it_wrote_what_comes_next_and_caps_the_failures(tiny_dataset, tmp_path):
@@ -164,3 +164,15 @@ def test_preprocess_report_names_what_it_wrote_what_comes_next_and_caps_the_fail
         f"failed gone{i:02d} ({tmp_path / f'gone{i:02d}.avi'}): file not found" for i in range(MAX_FAILURES)
     ]
     assert failed[MAX_FAILURES:] == [f"… and 2 more failed videos, see {out / 'preprocess-report.json'}"]
+
+
+def test_result_names_every_file_it_lists(tmp_path):
+    result = {"kind": "finetune", "stream": "rgb", "dataset": "syn", "split": "test", "classes": ["a"],
+              "metrics": {"top1": 0.5}, "files": {"features": ["f-train.npz", "f-test.npz"], "plots": ["c.png"]}}
+    path = save_result(tmp_path / "finetune-rgb.json", result, {"probs": np.ones((1, 1))})
+    console = _console()
+    print_result(path, console)
+    lines = console.export_text().rstrip().splitlines()[-3:]
+    assert lines == [f"wrote {path} and {tmp_path / 'finetune-rgb.npz'}",
+                     f"feature caches: {tmp_path / 'f-train.npz'} {tmp_path / 'f-test.npz'}",
+                     f"plots: {tmp_path / 'c.png'}"]

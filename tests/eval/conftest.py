@@ -72,20 +72,26 @@ TRAIN_ARGS = dict(arch="memdpc_r18", widths=[4, 8, 16, 16], size=32, num_blocks=
                   max_steps=1, val_split="none")
 
 
-def pretrain(shards: Path, out: Path, stream: str) -> Path:
+def pretrain(shards: Path, out: Path, stream: str, seed: int = 0) -> Path:
     """One real training step of a tiny MemDPC on ``stream``; returns checkpoints/last.pt."""
     from memdpc.train.config import TrainConfig
     from memdpc.train.loop import train
 
-    run = train(TrainConfig(stream=stream, shards=str(shards), out=str(out), **TRAIN_ARGS))
+    run = train(TrainConfig(stream=stream, shards=str(shards), out=str(out), seed=seed, **TRAIN_ARGS))
     return run / "checkpoints" / "last.pt"
 
 
 @pytest.fixture(scope="session")
 def checkpoints(eval_data, tmp_path_factory) -> dict[str, Path]:
-    """{stream: checkpoint} for rgb and flow."""
+    """{stream: checkpoint} for rgb and flow (the run folders, runs/<stream>, beside them)."""
     root = tmp_path_factory.mktemp("eval_runs")
     return {s: pretrain(eval_data.shards, root / s, s) for s in ("rgb", "flow")}
+
+
+@pytest.fixture(scope="session")
+def other_rgb(eval_data, tmp_path_factory) -> Path:
+    """A second rgb checkpoint (another seed), for results of another checkpoint in the same --out."""
+    return pretrain(eval_data.shards, tmp_path_factory.mktemp("eval_runs_b") / "rgb", "rgb", seed=1)
 
 
 def run_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:

@@ -6,10 +6,13 @@ call on a 2-core machine); one bad-input case and the torchrun run are real subp
 
 from __future__ import annotations
 
+import io
 import json
+import re
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -93,3 +96,120 @@ def test_fuse_writes_the_mean_and_refuses_other_datasets_and_splits(tmp_path):
     _one_line_error(_cli("eval", "fuse", str(rgb), str(other)), "split 'val' differs")
     other = _probs_result(tmp_path / "ds.json", "flow", [[0, 1], [0, 1]], dataset="hmdb51")
     _one_line_error(_cli("eval", "--fuse", str(rgb), str(other)), "dataset 'hmdb51' differs")
+
+
+def test_files_given_in_the_wrong_place_are_one_line_errors(eval_data, checkpoints, tmp_path):
+    """A run folder, its metrics.jsonl and config.yaml, a results file and a truncated copy given as the
+    checkpoint; a checkpoint given to --fuse. Each names the file, what it looks like and what to give."""
+    ck = checkpoints["rgb"]
+    run = ck.parent.parent  # the real run folder of `memdpc train`
+    out = tmp_path / "out"
+    ok = _cli("eval", "retrieve", str(ck), "--shards", str(eval_data.shards), "--out", str(out), *OPTS)
+    assert ok.exit_code == 0, ok.output
+    cut = tmp_path / "cut.pt"
+    cut.write_bytes(ck.read_bytes()[: ck.stat().st_size // 3])
+    cases = [
+        (run, f"{run} is a run folder: give one of its checkpoints, e.g. {ck} (it holds last.pt)"),
+        (run / "metrics.jsonl", f"{run / 'metrics.jsonl'}: not a memdpc checkpoint (it looks like a run's metrics); "
+                                f"give a checkpoint, e.g. {ck}"),
+        (run / "config.yaml", f"{run / 'config.yaml'}: not a memdpc checkpoint (it looks like a run config); give a "
+                              f"checkpoint, e.g. {ck}"),
+        (out / "retrieval-rgb.json", f"{out / 'retrieval-rgb.json'}: not a memdpc checkpoint (it looks like a results "
+                                     f"file of `memdpc eval`); it was made from {ck}"),
+        (cut, f"{cut}: not a readable checkpoint (truncated or damaged: its zip directory is missing)"),
+    ]
+    for given, text in cases:
+        res = _cli("eval", "retrieve", str(given), "--shards", str(eval_data.shards), "--out", str(tmp_path / "x"),
+                   *OPTS)
+        _one_line_error(res, text)
+        assert any(line.startswith("Error: ") and text in line for line in res.output.splitlines())
+    res = _cli("eval", "--fuse", str(ck), str(out / "retrieval-rgb.json"))
+    _one_line_error(res, f"{ck}: not a results file (it looks like a PyTorch file, such as a checkpoint); give the "
+                         ".json files eval wrote")
+    assert not (tmp_path / "x").exists()
+
+
+def test_fusing_a_stream_with_itself_is_refused(tmp_path):
+    rgb = _probs_result(tmp_path / "rgb.json", "rgb", [[0.8, 0.2], [0.6, 0.4]])
+    _one_line_error(_cli("eval", "--fuse", str(rgb), str(rgb)), f"{rgb} is given twice; fusion combines the results "
+                                                                "of two streams")
+    (tmp_path / "again").mkdir()
+    _one_line_error(_cli("eval", "fuse", str(rgb), str(tmp_path / "again" / ".." / "rgb.json")), "is given twice")
+    other = _probs_result(tmp_path / "again" / "probe-rgb.json", "rgb", [[0.1, 0.9], [0.6, 0.4]])
+    _one_line_error(_cli("eval", "fuse", str(rgb), str(other)),
+                    f"{rgb} and {other} are both results of the rgb stream")
+    assert sorted(p.name for p in tmp_path.rglob("*.json")) == ["probe-rgb.json", "rgb.json"]  # nothing written
+
+
+def test_one_spelling_per_option_and_the_old_ones_still_work(tmp_path):
+    rgb = _probs_result(tmp_path / "rgb.json", "rgb", [[0.8, 0.2], [0.6, 0.4]])
+    flow = _probs_result(tmp_path / "flow.json", "flow", [[0.2, 0.8], [0.0, 1.0]])
+    for args, name in ((["eval", "--fuse", str(rgb), str(flow), "--out"], "a.json"),
+                       (["eval", "--fuse", str(rgb), str(flow), "--fuse-out"], "b.json"),
+                       (["eval", "fuse", str(rgb), str(flow), "--out"], "c.json"),
+                       (["eval", "fuse", str(rgb), str(flow), "--fuse-out"], "d.json")):
+        res = _cli(*args, str(tmp_path / name))
+        assert res.exit_code == 0 and f"wrote {tmp_path / name}" in res.output, res.output
+        np.testing.assert_allclose(load_result(tmp_path / name)[1]["probs"], [[0.5, 0.5], [0.3, 0.7]])
+    res = _cli("eval", "--out", str(tmp_path / "e.json"), "retrieve", "ck.pt", "--shards", "s", "--out", "o")
+    _one_line_error(res, "--out before the verb goes with --fuse")
+    help_text = _cli("eval", "probe", "--help").output  # train's spellings: --workers (and --num-workers), --lr-min
+    assert "--workers, --num-workers" in help_text and "--lr-min" in help_text and "--overwrite" in help_text
+
+
+def _named_files(output: str) -> set[Path]:
+    """Every path an eval verb named at its end: 'wrote A and B' and '<what>: C D …' lines."""
+    named = set()
+    for line in output.splitlines():
+        if line.startswith("wrote "):
+            named |= {Path(p) for p in line[len("wrote "):].split(" and ")}
+        elif re.match(r"^(feature caches|finetuned classifier|finetune state|plots)\b.*: ", line):
+            named |= {Path(p) for p in line.split(": ", 1)[1].split()}
+    return named
+
+
+def test_every_file_written_is_named(eval_data, checkpoints, tmp_path):
+    ck, out = str(checkpoints["rgb"]), tmp_path / "out"
+    named = set()
+    for verb, *extra in (("retrieve",), ("probe", "--epochs", "1"), ("finetune", "--epochs", "1"),
+                         ("classify",)):
+        given = str(out / "finetune-rgb.pt") if verb == "classify" else ck
+        res = _cli("eval", verb, given, "--shards", str(eval_data.shards), "--out", str(out), "--plot", *extra, *OPTS)
+        assert res.exit_code == 0, res.output
+        named |= _named_files(res.output)
+    on_disk = {p for p in out.iterdir()}
+    assert named == on_disk, (sorted(named - on_disk), sorted(on_disk - named))
+    assert {p.suffix for p in on_disk} == {".json", ".npz", ".png", ".pt"}
+    assert (out / "memory-norms-rgb.png") in named and (out / "finetune-rgb.state.pt") in named
+
+
+def test_results_of_another_checkpoint_are_not_replaced_without_overwrite(eval_data, checkpoints, other_rgb,
+                                                                          tmp_path):
+    a, out = checkpoints["rgb"], tmp_path / "out"
+
+    def retrieve(ck, *extra):
+        return _cli("eval", "retrieve", str(ck), "--shards", str(eval_data.shards), "--out", str(out), *extra, *OPTS)
+
+    assert retrieve(a).exit_code == 0
+    first = {p.name: p.read_bytes() for p in out.iterdir()}
+    _one_line_error(retrieve(other_rgb), f"{out / 'retrieval-rgb.json'} holds results of another checkpoint, {a}; "
+                                         f"give another --out for {other_rgb}, or --overwrite to replace them")
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == first  # results and caches untouched
+    again = retrieve(a)  # the same checkpoint again: its own results, the caches reused
+    assert again.exit_code == 0, again.output
+    assert load_result(out / "retrieval-rgb.json")[0]["metrics"] == json.loads(first["retrieval-rgb.json"])["metrics"]
+    assert (out / "features-rgb-train.npz").read_bytes() == first["features-rgb-train.npz"]
+    assert retrieve(checkpoints["flow"]).exit_code == 0  # the other stream's checkpoint writes beside them
+    replaced = retrieve(other_rgb, "--overwrite")
+    assert replaced.exit_code == 0, replaced.output
+    result = load_result(out / "retrieval-rgb.json")[0]
+    assert result["source"]["checkpoint"] == str(other_rgb.resolve())
+    # the features of the other checkpoint were computed, not taken from the first one's cache
+    with np.load(out / "features-rgb-train.npz") as z, np.load(io.BytesIO(first["features-rgb-train.npz"])) as y:
+        assert not np.allclose(z["values"], y["values"])
+    changed = tmp_path / "changed.pt"  # one file, rewritten with other weights: no longer the same checkpoint
+    changed.write_bytes(other_rgb.read_bytes())
+    out = tmp_path / "out2"
+    assert retrieve(changed).exit_code == 0
+    changed.write_bytes(a.read_bytes())
+    _one_line_error(retrieve(changed), f"holds results of {changed.resolve()} as it was before it changed")

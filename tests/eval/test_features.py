@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 from collections import Counter
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -13,7 +14,8 @@ import torch
 from memdpc.distenv import DistEnv
 from memdpc.errors import UserError
 from memdpc.eval.data import EvalData
-from memdpc.eval.features import cached_windows, run_windows, same_classes, video_mean
+from memdpc.eval.features import cached_windows, fingerprint, run_windows, same_classes, video_mean
+from memdpc.eval.outputs import checkpoint_source
 from memdpc.eval.shard_meta import window_info
 
 ENV = DistEnv(0, 1, 0, torch.device("cpu"))
@@ -94,3 +96,19 @@ def test_dali_cpu_pipeline_gives_the_same_windows_as_the_torch_loader(eval_data)
                          crops=5)
     assert dali_w.keys == torch_w.keys and dali_w.video_ids == torch_w.video_ids
     np.testing.assert_allclose(dali_w.values, torch_w.values, atol=0.02)  # JPEG decoders differ slightly
+
+
+def test_the_cache_fingerprint_follows_the_checkpoint_bytes_and_the_split_manifest(eval_data, checkpoints, tmp_path):
+    data = _data(eval_data)
+    same = {"checkpoint": "/a/best.pt", "sha256": checkpoint_source(checkpoints["rgb"])["sha256"]}
+    moved = {**same, "checkpoint": "/b/copy.pt"}
+    other = checkpoint_source(checkpoints["flow"])
+    assert fingerprint(same, data, "test") == fingerprint(moved, data, "test")  # the bytes count, not the path
+    assert fingerprint(other, data, "test") != fingerprint(same, data, "test")
+    assert fingerprint(same, data, "train") != fingerprint(same, data, "test")
+    shards = tmp_path / "shards"
+    shutil.copytree(eval_data.shards, shards)
+    assert fingerprint(same, _data(eval_data), "test") == fingerprint(same, replace(data, shards=shards), "test")
+    manifest = shards / "rgb" / "manifest-test.json"  # resharded: other shards, another manifest
+    manifest.write_text(json.dumps({**json.loads(manifest.read_text()), "seed": 1}))
+    assert fingerprint(same, replace(data, shards=shards), "test") != fingerprint(same, data, "test")

@@ -30,8 +30,28 @@ def test_finetune_on_a_label_fraction_resumes(eval_data, checkpoints, tmp_path):
     again, arrays2 = load_result(evaluate("finetune", checkpoints["rgb"], **kw))  # resumes: nothing left to train
     assert again["train_loss"] == result["train_loss"]
     np.testing.assert_allclose(arrays2["probs"], arrays["probs"], atol=1e-6)
-    with pytest.raises(UserError, match="other settings"):
+    with pytest.raises(UserError, match=r"finetune-rgb-frac0.5.state.pt: a finetune with other settings is there "
+                                        r"\(lr 0.001 → 0.01; lr_min 0.0001 → 0.001\); the same command as before "
+                                        r"resumes it, --overwrite starts over"):
         evaluate("finetune", checkpoints["rgb"], **{**kw, "fit": {"epochs": 1, "lr": 0.01}})
+    with pytest.raises(UserError, match="a finetune of 1 epochs is there, more than --epochs 0"):
+        evaluate("finetune", checkpoints["rgb"], **{**kw, "fit": {"epochs": 0}})
+    longer, _ = load_result(evaluate("finetune", checkpoints["rgb"], **{**kw, "fit": {"epochs": 2}}))
+    assert longer["train_loss"][:1] == result["train_loss"] and len(longer["train_loss"]) == 2  # one more epoch
+    over, _ = load_result(evaluate("finetune", checkpoints["rgb"], overwrite=True,
+                                   **{**kw, "fit": {"epochs": 1, "lr": 0.01}}))
+    assert over["config"]["lr"] == 0.01 and len(over["train_loss"]) == 1  # started over
+
+
+def test_an_unfinished_finetune_of_another_checkpoint_is_not_resumed(eval_data, checkpoints, other_rgb, tmp_path):
+    kw = dict(shards=eval_data.shards, out=tmp_path, fit={"epochs": 1}, **COMMON)
+    evaluate("finetune", checkpoints["rgb"], **kw)
+    for name in ("finetune-rgb.json", "finetune-rgb.npz", "finetune-rgb.pt"):  # as if stopped after an epoch
+        (tmp_path / name).unlink()
+    with pytest.raises(UserError, match=r"finetune-rgb.state.pt: a finetune with other settings is there "
+                                        r"\(checkpoint_sha256 '"):
+        evaluate("finetune", other_rgb, **kw)
+    assert evaluate("finetune", other_rgb, overwrite=True, **kw).is_file()
 
 
 def test_random_init_baseline_is_a_separate_result(eval_data, checkpoints, tmp_path):

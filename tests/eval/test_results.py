@@ -6,6 +6,7 @@ import json
 
 import numpy as np
 import pytest
+import torch
 
 from memdpc.errors import UserError
 from memdpc.eval.results import arrays_path, load_result, save_result
@@ -25,13 +26,29 @@ def test_bad_files_are_refused(tmp_path):
     with pytest.raises(UserError, match="not found"):
         load_result(tmp_path / "missing.json")
     (tmp_path / "bad.json").write_text("{")
-    with pytest.raises(UserError, match="not a results JSON"):
+    with pytest.raises(UserError, match=r"bad.json: not a results file \(it looks like a text file\); give the .json"):
         load_result(tmp_path / "bad.json")
     (tmp_path / "other.json").write_text(json.dumps({"kind": "x"}))
-    with pytest.raises(UserError, match="not a memdpc results file"):
+    with pytest.raises(UserError, match=r"other.json: not a results file \(it looks like a JSON file\)"):
         load_result(tmp_path / "other.json")
     result = {"kind": "finetune", "stream": "rgb", "dataset": "d", "split": "test", "classes": [], "metrics": {}}
     path = save_result(tmp_path / "r.json", result, {"labels": np.zeros(1)})
     arrays_path(path).unlink()
     with pytest.raises(UserError, match="missing"):
         load_result(path)
+
+
+def test_a_checkpoint_npz_or_folder_given_as_results_says_which_json_to_give(tmp_path):
+    """`eval --fuse` with a checkpoint was a UnicodeDecodeError traceback."""
+    ckpt = tmp_path / "best.pt"
+    torch.save({"model": {"w": torch.zeros(3)}}, ckpt)
+    with pytest.raises(UserError) as e:
+        load_result(ckpt)
+    assert str(e.value) == (f"{ckpt}: not a results file (it looks like a PyTorch file, such as a checkpoint); give "
+                            "the .json files eval wrote, e.g. eval/rgb/retrieval-rgb.json")
+    result = {"kind": "finetune", "stream": "rgb", "dataset": "d", "split": "test", "classes": [], "metrics": {}}
+    path = save_result(tmp_path / "finetune-rgb.json", result, {"labels": np.zeros(1)})
+    with pytest.raises(UserError, match=f"finetune-rgb.npz: not a results file .*; its results file is {path}$"):
+        load_result(arrays_path(path))
+    with pytest.raises(UserError, match=f"^{tmp_path} is a folder: give the .json results files eval wrote, e.g. {path}"):
+        load_result(tmp_path)

@@ -1,7 +1,15 @@
 """eval/run.py: what ``evaluate`` and ``fuse`` add around the tasks — the fit settings given over the task's
-defaults, the stream check before any work, the fused result's default place."""
+defaults, the stream check before any work, the fused result's default place, and what an interrupt kept
+(real `memdpc eval finetune` processes with loader workers, signalled)."""
 
 from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
 
 import numpy as np
 import pytest
@@ -37,3 +45,49 @@ def test_fused_result_goes_beside_the_first_by_default(tmp_path):
     out = fuse(*paths)
     assert out == tmp_path / "rgb" / "fusion-classify-rgb+flow.json"
     assert load_result(out)[0]["stream"] == "rgb+flow"
+
+
+def _finetune_cmd(eval_data, checkpoint, out, epochs: int, backend: str) -> list[str]:
+    return [sys.executable, "-m", "memdpc.cli", "eval", "finetune", str(checkpoint), "--shards", str(eval_data.shards),
+            "--out", str(out), "--epochs", str(epochs), "--backend", backend, "--workers", "2", "--batch-size", "4",
+            "--device", "cpu"]
+
+
+@pytest.mark.parametrize("sig, to_group, backend", [
+    (signal.SIGINT, True, "torch"),  # Ctrl-C in a terminal: the whole process group, loader workers too
+    (signal.SIGTERM, True, "torch"),  # a scheduler's pre-emption, which signals every process of the job
+    (signal.SIGTERM, False, "dali"),  # kill PID; DALI's pipelines are built and torn down every epoch
+])
+def test_a_signal_stops_finetune_within_seconds_says_what_was_kept_and_the_rerun_resumes(
+        eval_data, checkpoints, tmp_path, sig, to_group, backend):
+    out = tmp_path / "out"
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    proc = subprocess.Popen(_finetune_cmd(eval_data, checkpoints["rgb"], out, 500, backend), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    state = out / "finetune-rgb.state.pt"
+    deadline = time.monotonic() + 120
+    while not state.is_file() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert proc.poll() is None, proc.communicate()
+    time.sleep(0.5)  # into the next epoch, with its loader workers running
+    sent = time.monotonic()
+    (os.killpg if to_group else os.kill)(proc.pid, sig)
+    _, err = proc.communicate(timeout=60)
+    took = time.monotonic() - sent
+    assert proc.returncode == 128 + sig, err
+    assert took < 10, took
+    assert "Traceback" not in err and "Exception ignored" not in err, err
+    note = re.search(rf"interrupted \({sig.name}\): finetune state kept at {re.escape(str(state))}, epoch (\d+) of "
+                     r"500; the same command resumes", err)
+    assert note, err
+    with pytest.raises(ProcessLookupError):  # no loader worker left behind
+        for _ in range(50):
+            os.killpg(proc.pid, 0)
+            time.sleep(0.1)
+    kept = int(note.group(1))
+    assert [p.name for p in out.iterdir()] == ["finetune-rgb.state.pt"]  # no temporary file left
+    rerun = subprocess.run(_finetune_cmd(eval_data, checkpoints["rgb"], out, kept + 1, backend), capture_output=True,
+                           text=True, env=env, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr
+    assert f"resuming {state}: epoch {kept} of {kept + 1} done" in rerun.stderr
+    assert len(load_result(out / "finetune-rgb.json")[0]["train_loss"]) == kept + 1

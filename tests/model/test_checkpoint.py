@@ -77,10 +77,17 @@ def test_files_of_earlier_versions_still_load(tmp_path):
     assert torch.equal(loaded.features(CLIPS), model.eval().features(CLIPS))
 
 
+def _refusal(path) -> str:
+    with pytest.raises(UserError) as e:
+        mc.read_checkpoint(path)
+    assert "\n" not in str(e.value)
+    return str(e.value)
+
+
 def test_foreign_missing_and_truncated_files_are_refused(tmp_path):
-    (tmp_path / "junk.pt").write_bytes(b"not a checkpoint")
-    with pytest.raises(UserError, match="junk.pt: not a readable checkpoint"):
-        mc.read_checkpoint(tmp_path / "junk.pt")
+    (tmp_path / "junk.pt").write_bytes(b"not a checkpoint\x00\xff" * 8)
+    assert _refusal(tmp_path / "junk.pt").startswith(f"{tmp_path / 'junk.pt'}: not a readable checkpoint (truncated or "
+                                                     "damaged: not a PyTorch file); copy it again")
     torch.save({"epoch": 1, "state_dict": {}}, tmp_path / "ref.pth.tar")
     with pytest.raises(
         UserError, match=r"ref.pth.tar: not a memdpc checkpoint .*import .* with `memdpc convert`"
@@ -90,9 +97,35 @@ def test_foreign_missing_and_truncated_files_are_refused(tmp_path):
         mc.read_checkpoint(tmp_path / "nope.pt")
     whole = _save(create_model("dpc_r18", seed=0, **TINY), tmp_path / "whole.pt").read_bytes()
     (tmp_path / "cut.pt").write_bytes(whole[: len(whole) // 2])
-    with pytest.raises(UserError, match="cut.pt: not a readable checkpoint") as e:
-        mc.read_checkpoint(tmp_path / "cut.pt")
-    assert "\n" not in str(e.value)
+    assert _refusal(tmp_path / "cut.pt") == (f"{tmp_path / 'cut.pt'}: not a readable checkpoint (truncated or damaged: "
+                                             "its zip directory is missing); copy it again from where it came from")
+    torch.save({"w": torch.zeros(4000)}, tmp_path / "legacy.pt", _use_new_zipfile_serialization=False)
+    (tmp_path / "legacy-cut.pt").write_bytes((tmp_path / "legacy.pt").read_bytes()[:5000])
+    assert _refusal(tmp_path / "legacy-cut.pt").startswith(
+        f"{tmp_path / 'legacy-cut.pt'}: not a readable checkpoint (truncated or damaged: RuntimeError: unexpected EOF")
+
+
+def test_a_run_folder_and_its_other_files_given_as_a_checkpoint_name_its_checkpoints(tmp_path):
+    """As `memdpc train` leaves a run folder: checkpoints/last.pt and best.pt, config.yaml, metrics.jsonl."""
+    run = tmp_path / "runs" / "rgb"
+    model = create_model("dpc_r18", seed=0, **TINY)
+    (run / "checkpoints").mkdir(parents=True)
+    for name in ("last.pt", "best.pt"):
+        _save(model, run / "checkpoints" / name)
+    (run / "config.yaml").write_text("stream: rgb\nshards: shards\nout: runs/rgb\n")
+    (run / "metrics.jsonl").write_text('{"kind": "train", "step": 1, "loss": 5.2}\n')
+    best = run / "checkpoints" / "best.pt"
+    assert _refusal(run) == (f"{run} is a run folder: give one of its checkpoints, e.g. {best} (it holds best.pt, "
+                             "last.pt)")
+    assert _refusal(run / "checkpoints") == f"{run / 'checkpoints'} is a folder: give one of its checkpoints, e.g. {best}"
+    assert _refusal(run / "metrics.jsonl") == (f"{run / 'metrics.jsonl'}: not a memdpc checkpoint (it looks like a "
+                                               f"run's metrics); give a checkpoint, e.g. {best}")
+    assert _refusal(run / "config.yaml") == (f"{run / 'config.yaml'}: not a memdpc checkpoint (it looks like a run "
+                                             f"config); give a checkpoint, e.g. {best}")
+    best.unlink()
+    assert _refusal(best) == f"{best}: checkpoint not found ({run / 'checkpoints'} holds last.pt)"
+    (tmp_path / "folder").mkdir()
+    assert _refusal(tmp_path / "folder") == f"{tmp_path / 'folder'} is a folder, not a checkpoint file"
 
 
 def test_stream_of_a_trained_checkpoint_is_a_fact_of_a_converted_one_a_claim():
