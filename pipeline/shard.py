@@ -413,7 +413,9 @@ def _next_step(out_dir: str | os.PathLike, stream: str, split: str) -> str:
     if not manifest_path(out_dir, stream, "train").is_file():
         return "the same command with --split train"
     if not manifest_path(out_dir, stream, "test").is_file():
-        return f"the same command with --split test (train validates on it), then {train}"
+        val = manifest_path(out_dir, stream, "val").is_file()
+        uses = "evaluation tests on it" + ("" if val else "; train validates on it unless there is a val split")
+        return f"the same command with --split test ({uses}), then {train}"
     return train
 
 

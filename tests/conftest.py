@@ -56,7 +56,7 @@ MESSY_VIDEOS = (
     ("zooming", "ZoomIn", "d", (80, 44), 40, 30.0, "mp4v"),
     ("zooming", "ZoomIn", "e", (64, 48), 42, 25.0, "mjpg"),
 )
-MESSY_BROKEN = ("zooming/truncated.avi", "jumping/notes.avi")  # half a file; a text file named .avi
+MESSY_BROKEN = ("zooming/cut.avi", "jumping/broken.avi")  # half a file; a text file named .avi
 
 
 def make_messy_folder(root: Path) -> Path:

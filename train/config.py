@@ -37,6 +37,9 @@ CHOICES: dict[str, tuple[str, ...]] = {
 }
 
 
+AUTO_VAL_SPLIT = "auto"  # --val-split: the shards' 'val' split where there is one, else 'test' (prepare.resolve_val_split)
+
+
 def _f(default: Any, help: str, **kw: Any) -> Any:
     if isinstance(default, list):
         return field(default_factory=lambda: list(default), metadata={"help": help, **kw})
@@ -50,7 +53,9 @@ class TrainConfig:
     shards: str = _f("", "Shard folder (holding <stream>/manifest-<split>.json).")
     out: str = _f("", "Run directory (config.yaml, metrics.jsonl, checkpoints/, tb/).")
     train_split: str = _f("train", "Shard split to train on.")
-    val_split: str = _f("test", "Shard split for the validation loss; 'none' to use the training loss.")
+    val_split: str = _f(AUTO_VAL_SPLIT, "Shard split for the validation loss (and the kNN monitor): auto = 'val' where the "
+                        "shards hold one (memdpc index --val-per-class), else 'test'; 'none' to use the training "
+                        "loss.")
     backend: str = _f("auto", "Loader backend.")
     num_workers: int = _f(2, "Loader worker processes per rank (torch backend) / threads (DALI).")
     jitter_flow: bool = _f(True, "Per-frame colour jitter and random grey on flow images too (the paper: yes).")

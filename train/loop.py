@@ -49,7 +49,14 @@ from memdpc.train import checkpoint as ck
 from memdpc.train.config import TrainConfig, config_differences, write_config
 from memdpc.train.knn import knn_recall
 from memdpc.train.metrics import Meter, MetricsLogger, StepValues, truncate_jsonl
-from memdpc.train.prepare import CONFIG_NAME, check_run_dir, check_shards, split_loader, val_split_warnings
+from memdpc.train.prepare import (
+    CONFIG_NAME,
+    check_run_dir,
+    check_shards,
+    resolve_val_split,
+    split_loader,
+    val_split_warnings,
+)
 
 
 @dataclass
@@ -89,6 +96,7 @@ def train(config: TrainConfig) -> Path:
 
     Raises :class:`~memdpc.interrupts.Interrupted` on SIGINT or SIGTERM, after saving where the run stopped
     (module docstring)."""
+    config = resolve_val_split(config)
     env = dd.setup(config.device)
     finished = False
     run_dir = None

@@ -4,6 +4,7 @@ measure much; and the loaders of the run's splits."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ from memdpc.pipeline.manifest import load_manifest, manifest_path, shard_paths
 from memdpc.pipeline.sample import LABEL, decode_label, parse_key
 from memdpc.pipeline.wds_index import read_index, split_name
 from memdpc.streams import STREAMS
-from memdpc.train.config import TrainConfig, config_differences
+from memdpc.train.config import AUTO_VAL_SPLIT, TrainConfig, config_differences
 
 CONFIG_NAME = "config.yaml"
 
@@ -39,6 +40,7 @@ def _stream_manifest(config: TrainConfig, split: str) -> dict[str, Any]:
 
 def check_shards(config: TrainConfig) -> dict[str, dict[str, Any]]:
     """The manifests of the training (and validation) split; UserError for wrong-stream or missing shards."""
+    config = resolve_val_split(config)
     if not config.shards:
         raise UserError("no shard folder given: pass --shards DIR (written by `memdpc shard`)")
     manifests = {"train": _stream_manifest(config, config.train_split)}
@@ -80,9 +82,19 @@ def videos_by_class(shard_dir: str | Path, stream: str, split: str, until: set[i
 FEW_VAL_VIDEOS = 10  # below this, one video moves the kNN R@1 by more than 10 points
 
 
+def resolve_val_split(config: TrainConfig) -> TrainConfig:
+    """``--val-split auto`` made concrete: the shards' ``val`` split of the stream where there is one (videos held
+    out of training by ``memdpc index --val-per-class``), else ``test`` (the reference validates on it)."""
+    if config.val_split != AUTO_VAL_SPLIT:
+        return config
+    split = "val" if manifest_path(config.shards, config.stream, "val").is_file() else "test"
+    return dataclasses.replace(config, val_split=split)
+
+
 def val_split_warnings(config: TrainConfig) -> list[str]:
     """What makes the validation split a poor measure, each with its counts: classes of the training split it
     has no video of, and fewer than :data:`FEW_VAL_VIDEOS` videos (a kNN R@1 over two videos is 0, 0.5 or 1)."""
+    config = resolve_val_split(config)
     if config.val_split == "none":
         return []
     classes = load_manifest(config.shards, config.stream, config.train_split)["classes"]

@@ -529,7 +529,8 @@ def test_a_class_without_samples_is_a_warning(tiny_archives, tmp_path):
         f"1 class has no samples in flow/train: {gone[0].label_name}",
     ]
     assert report.next_step == (
-        "the same command with --split test (train validates on it), then memdpc train --stream flow --shards "
+        "the same command with --split test (evaluation tests on it; train validates on it unless there is a val "
+        "split), then memdpc train --stream flow --shards "
         f"{tmp_path / 'shards'} --out runs/flow"
     )
 

@@ -14,7 +14,14 @@ import yaml
 from memdpc.errors import UserError
 from memdpc.pipeline.manifest import load_manifest
 from memdpc.train.config import TrainConfig
-from memdpc.train.prepare import CONFIG_NAME, check_run_dir, check_shards, val_split_warnings, videos_by_class
+from memdpc.train.prepare import (
+    CONFIG_NAME,
+    check_run_dir,
+    check_shards,
+    resolve_val_split,
+    val_split_warnings,
+    videos_by_class,
+)
 
 GEOMETRY = {"num_blocks": 5, "block_len": 3}
 
@@ -158,6 +165,13 @@ def test_a_validation_split_missing_a_class_or_with_few_videos_is_warned_about(v
         f"{val_shards / 'rgb' / 'manifest-train.json'}: the train split holds only 9 video(s), each 11 % of it; the "
         "validation loss, which chooses best.pt, rests on them alone (hold out more videos, e.g. memdpc index … "
         "--val-per-class 2, and shard that split again)"]
+
+
+def test_auto_validates_on_the_val_split_where_the_shards_hold_one_else_on_test(train_shards, val_shards):
+    assert resolve_val_split(_config(val_shards)).val_split == "val"  # held out by memdpc index --val-per-class
+    assert resolve_val_split(_config(train_shards)).val_split == "test"
+    assert resolve_val_split(_config(val_shards, val_split="test")).val_split == "test"  # asked for: kept
+    assert resolve_val_split(_config(val_shards, val_split="none")).val_split == "none"
 
 
 def test_a_missing_shard_index_is_named_before_training(val_shards, tmp_path):
