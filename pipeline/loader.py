@@ -1,7 +1,7 @@
 """``make_loader``: pick a backend (DALI or the torch reference loader), check the shards, build the loader.
 
 Every check runs before the first batch: a manifest of another stream or clip shape, a missing shard or
-index, an empty shard list, fewer shards than ranks × workers — each is a :class:`UserError` naming the
+index, an empty shard list, fewer shards than ranks — each is a :class:`UserError` naming the
 file and the problem.
 """
 
@@ -125,14 +125,15 @@ def plan_loader(
             raise UserError(f"{tar}: shard listed in {where.name} is missing")
         if not idx.is_file():
             raise UserError(f"{idx}: DALI index of shard {tar.name} is missing")
+    if len(shards) < world_size:
+        raise UserError(
+            f"{where}: {len(shards)} shard(s) for {world_size} rank(s); every rank needs at least one shard "
+            "(shard again with a smaller --max-count, or use fewer ranks)"
+        )
     if num_workers is None:
         num_workers = 2 if backend == "torch" else (os.cpu_count() or 1)
-    workers = max(1, num_workers) if backend == "torch" else 1
-    if len(shards) < world_size * workers:
-        raise UserError(
-            f"{where}: {len(shards)} shard(s) for {world_size} rank(s) × {workers} worker(s); every "
-            f"worker needs at least one shard (write more, smaller shards, or use fewer workers)"
-        )
+    if backend == "torch" and num_workers > 0:  # each DataLoader worker reads shards of its own: no more
+        num_workers = min(num_workers, len(shards) // world_size)  # workers than a rank has shards
     return LoaderPlan(
         shards=shards,
         shard_samples=[int(s["num_samples"]) for s in manifest["shards"]],

@@ -200,20 +200,24 @@ def test_empty_shard_list(tiny_shards, tmp_path):
         make_loader(root, "rgb", "train", train=True, batch_size=2, backend="torch")
 
 
-def test_fewer_shards_than_ranks_times_workers(tiny_shards):
-    with pytest.raises(UserError, match=r"3 shard\(s\) for 2 rank\(s\) × 2 worker\(s\)"):
-        make_loader(
-            tiny_shards,
-            "rgb",
-            "train",
-            train=True,
-            batch_size=2,
-            backend="torch",
-            world_size=2,
-            num_workers=2,
-        )
-    with pytest.raises(UserError, match=r"3 shard\(s\) for 4 rank\(s\) × 1 worker"):
-        make_loader(tiny_shards, "rgb", "train", train=True, batch_size=2, backend="dali", world_size=4)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_fewer_shards_than_ranks_is_refused(tiny_shards, backend):
+    with pytest.raises(UserError, match=r"3 shard\(s\) for 4 rank\(s\); every rank needs at least one shard"):
+        make_loader(tiny_shards, "rgb", "train", train=True, batch_size=2, backend=backend, world_size=4)
+
+
+def test_torch_workers_are_capped_at_the_shards_of_a_rank_and_still_read_every_sample(tiny_shards):
+    """A small split (e.g. a few test videos in one shard) with the default two workers: one worker reads it."""
+    manifest = json.loads((tiny_shards / "rgb" / "manifest-train.json").read_text())
+    assert len(manifest["shards"]) == 3
+    for world_size, workers in ((1, 3), (2, 1)):
+        keys = []
+        for rank in range(world_size):
+            loader = make_loader(tiny_shards, "rgb", "train", train=False, batch_size=2, backend="torch",
+                                 rank=rank, world_size=world_size, num_workers=8)
+            assert loader.plan.num_workers == workers
+            keys += [k for b in loader for k in b.keys]
+        assert len(keys) == manifest["num_samples"] and len(set(keys)) == len(keys)
 
 
 def test_bad_request(tiny_shards):
