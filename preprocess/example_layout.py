@@ -15,6 +15,7 @@ from typing import ClassVar
 import cv2
 import numpy as np
 
+from memdpc import interrupts
 from memdpc.atomic import atomic_path
 from memdpc.errors import UserError
 
@@ -82,7 +83,13 @@ def write_example(out: str | Path, cfg: ExampleConfig, render: Render) -> Path:
             rel = f"{cls}/v_{cls}_g{g:02d}_c01{ext}"
             path = out / "UCF-101" / rel
             if not path.exists():
-                write_video(path, render(cls, np.random.default_rng([cfg.seed, ci, g])), cfg.fps, cfg.codec)
+                try:
+                    write_video(path, render(cls, np.random.default_rng([cfg.seed, ci, g])), cfg.fps, cfg.codec)
+                except KeyboardInterrupt as e:
+                    done = ci * cfg.videos_per_class + g - 1
+                    raise interrupts.as_interrupted(e).keep(
+                        f"{done} of {len(classes) * cfg.videos_per_class} videos written to {out}; the same "
+                        "command resumes") from None
             for s in UCF_SPLITS:
                 train, test = lists[s]
                 (test if (g - 1) % 3 == s - 1 else train).append((rel, ci + 1))

@@ -1,3 +1,7 @@
+import signal
+import subprocess
+import sys
+import time
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -81,3 +85,23 @@ def test_each_video_has_its_own_seed_and_existing_videos_are_kept(tmp_path):
 def test_validate_names_the_bad_option(cfg, message):
     with pytest.raises(UserError, match=message):
         cfg.validate()
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_signal_keeps_the_videos_written_and_the_same_command_resumes(tmp_path, sig, code):
+    out = tmp_path / "syn"
+    cmd = [sys.executable, "-m", "memdpc.cli", "data", "synthetic", str(out), "--classes", "2",
+           "--videos-per-class", "40", "--frames", "24", "--size", "32"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not list(out.rglob("v_*.avi")) and time.monotonic() < deadline:  # a video in place, not a temp file
+        time.sleep(0.02)
+    proc.send_signal(sig)
+    sent = time.monotonic()
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == code and time.monotonic() - sent < 5
+    kept = len(list(out.rglob("*.avi")))
+    assert 0 < kept < 80 and not list(out.rglob(".tmp-*"))
+    assert f"): {kept} of 80 videos written to {out}; the same command resumes" in " ".join(err.split())
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and len(list(out.rglob("*.avi"))) == 80
