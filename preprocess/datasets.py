@@ -253,7 +253,7 @@ def build_index(root: str | Path, layout: str, split: int = 1) -> list[VideoReco
 
 
 # the splits each layout can give (Oops: train and val); a missing one is worth a warning, with how to get it
-_LAYOUT_SPLITS = {"oops": ("train", "val")}
+_LAYOUT_SPLITS = {"oops": ("train", "val"), "kinetics400": ("train", "val")}  # K400: its test set has no labels
 _EMPTY_HINT = {
     "train": "every video is in another split",
     "val": "use --val-per-class N (held-out videos for train's kNN monitor and --best-by knn)",

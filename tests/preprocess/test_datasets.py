@@ -276,6 +276,8 @@ def test_index_warnings_follow_the_layout(tmp_path):
 
     oops = [VideoRecord("a", "/a", -1, "", "train"), VideoRecord("b", "/b", -1, "", "val")]
     assert index_warnings(oops, "oops") == []  # Oops has train and val, and no classes
+    k400 = [VideoRecord("a", "/a", 0, "abseiling", "train"), VideoRecord("b", "/b", 0, "abseiling", "val")]
+    assert index_warnings(k400, "kinetics400") == []  # its test set has no labels: nothing to warn of
     ucf = [VideoRecord(f"v{i}", f"/v{i}", i, f"c{i}", "train") for i in range(13)]
     ucf.append(VideoRecord("t", "/t", 0, "c0", "test"))
     assert index_warnings(ucf, "ucf101") == [
