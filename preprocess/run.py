@@ -282,7 +282,9 @@ def run_preprocess(records: list[VideoRecord], cfg: PreprocessConfig, progress: 
         with progress_bar("{task.fields[info]}", bold=True, console=console, disable=not progress) as bar:
             tracker = _Tracker(bar, cfg, len(mine), len(done), len(todo))
             try:
-                with contextlib.closing(results(used, todo, tracker.event, stderr.take)) as videos:
+                work = contextlib.closing(results(used, todo, tracker.event, stderr.take)) if todo else (
+                    contextlib.nullcontext(()))  # nothing to do: no pool, no device process
+                with work as videos:
                     for entry in videos:
                         entries[entry["id"]] = entry
                         tracker.finish(entry)

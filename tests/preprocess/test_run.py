@@ -449,6 +449,19 @@ def test_a_rerun_that_only_skips_keeps_the_report_of_the_run_that_did_the_work(b
     assert [f["id"] for f in second["failures"]] == ["cut", "text", "zero", "gone"]
 
 
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_a_rerun_with_nothing_left_to_do_skips_every_video(tiny_dataset, tmp_path, workers):
+    write_index(build_index(tiny_dataset, "ucf101", 1)[:3], tmp_path / "index.jsonl")
+    args = ["preprocess", "frames", str(tmp_path / "index.jsonl"), "--out", str(tmp_path / "out"), "--size", "0",
+            "--workers", workers]
+    for _ in range(2):
+        res = CliRunner().invoke(main, args)
+        assert res.exit_code == 0, res.output
+    report = json.loads((tmp_path / "out" / "preprocess-report.json").read_text())
+    assert (report["summary"]["skipped"], report["summary"]["done"]) == (3, 0)
+    assert [v["status"] for v in report["videos"]] == ["done"] * 3  # the run that did the work, kept
+
+
 # ------------------------------------------------------------------------ interrupts
 @pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
