@@ -59,6 +59,7 @@ from memdpc.pipeline.shard_plan import (
     make_plan,
 )
 from memdpc.pipeline.wds_index import format_index, index_path, split_name
+from memdpc.preprocess.job import DECODE_SETTINGS
 from memdpc.preprocess.video_index import VideoRecord, name_list, plural, read_index
 from memdpc.progress import progress_bar
 from memdpc.streams import STREAMS
@@ -394,13 +395,12 @@ def _sibling_warnings(out_dir: str | os.PathLike, plan: Plan) -> list[str]:
                 other, settings = f"{s}/{theirs['config']['split']}", theirs.get("settings") or {}
             except (OSError, ValueError, KeyError, TypeError):
                 continue
-            keys = [k for k in plan.settings if s == stream or k.startswith("decode.")]
+            keys = [k for k in plan.settings if s == stream or k in DECODE_SETTINGS]
             diff = [k for k in keys if k in settings and settings[k] != plan.settings[k]]
             if diff:
                 out.append(
-                    f"the {other} shards in {out_dir} were cut from archives of other settings ({diff[0]} "
-                    f"{settings[diff[0]]!r}, these {plan.settings[diff[0]]!r}): shard {other} again with "
-                    "--overwrite"
+                    f"the {other} shards in {out_dir} were cut from archives of other settings ({settings[diff[0]]}, "
+                    f"these {plan.settings[diff[0]]}): shard {other} again with --overwrite"
                 )
     return out
 

@@ -31,6 +31,7 @@ from memdpc.pipeline.clip import ClipSpec
 from memdpc.pipeline.manifest import shard_name
 from memdpc.pipeline.sample import LABEL_BYTES, frame_member, member_name, sample_key
 from memdpc.preprocess.archive import META, archive_path, frame_index, frame_name
+from memdpc.preprocess.job import setting_options
 from memdpc.preprocess.video_index import VideoRecord
 from memdpc.streams import STREAMS
 
@@ -197,29 +198,21 @@ def archive_digest(src: FrameSource) -> str:
     return h.hexdigest()[:16]
 
 
-def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out = {}
-    for k, v in d.items():
-        out.update(_flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v})
-    return out
+def archive_settings(meta: dict[str, Any]) -> dict[str, str]:
+    """The preprocess settings an archive's ``meta.json`` records that change its frames, each as the options
+    that give it (``{"frame size": "--size 256", "tvl1 warps": "--warps 5", …}``,
+    :func:`memdpc.preprocess.job.setting_options`). The flow backend is not one: the backends give the same
+    codes (README, Batched TV-L1), so parts preprocessed on CPUs and on GPUs may be mixed."""
+    return {name: options for name, (_, options) in setting_options(meta).items()}
 
 
-def archive_settings(meta: dict[str, Any]) -> dict[str, Any]:
-    """The preprocess settings an archive's ``meta.json`` records that change its frames, as flat keys
-    (``decode.size``, ``encoding``, ``flow.tvl1.warps``, …). The flow backend is not one: the backends give
-    the same codes (README, Batched TV-L1), so parts preprocessed on CPUs and on GPUs may be mixed."""
-    settings = _flat({"decode": meta.get("decode") or {}, "flow": meta.get("flow") or {}})
-    settings.pop("flow.backend", None)
-    return {"encoding": meta.get("encoding"), **settings}
-
-
-def _check_settings(metas: dict[str, dict[str, Any]], folder: Path) -> dict[str, Any]:
+def _check_settings(metas: dict[str, dict[str, Any]], folder: Path) -> dict[str, str]:
     """The settings all archives (video id → ``meta.json``) share; UserError naming how many differ from the
     most common, one of them and the setting, when they do not all share them (e.g. a preprocess
     ``--overwrite`` with other options stopped halfway)."""
-    groups: dict[str, list[str]] = defaultdict(list)
+    groups: dict[tuple, list[str]] = defaultdict(list)
     for vid, meta in metas.items():
-        groups[json.dumps(archive_settings(meta), sort_keys=True)].append(vid)
+        groups[tuple(sorted(archive_settings(meta).items()))].append(vid)
     ranked = sorted(groups.values(), key=len, reverse=True)
     common = archive_settings(metas[ranked[0][0]]) if ranked else {}
     if len(ranked) <= 1:
@@ -229,8 +222,8 @@ def _check_settings(metas: dict[str, dict[str, Any]], folder: Path) -> dict[str,
     key = sorted(k for k in common.keys() | theirs.keys() if common.get(k) != theirs.get(k))[0]
     raise UserError(
         f"{folder}: {len(odd)} of {len(metas)} archives were made with other preprocess settings than the "
-        f"rest (e.g. {odd[0]}.tar: {key} {theirs.get(key)!r}, the rest {common.get(key)!r}); run `memdpc "
-        "preprocess` again with one set of options and --overwrite"
+        f"rest (e.g. {odd[0]}.tar with {theirs.get(key, f'no {key}')}, the rest with "
+        f"{common.get(key, f'no {key}')}); run `memdpc preprocess` again with one set of options and --overwrite"
     )
 
 

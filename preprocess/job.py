@@ -198,9 +198,12 @@ def archive_meta(
 # how the flow was computed (--flow-backend, --device, --workers, --threads: every backend computes the same
 # TV-L1, to within float rounding) and --keep-partial (whether a truncated video's frames are kept, not how
 # they are made). Settings an archive does not record (written by an older version) are not compared.
-def _options(settings: dict[str, Any]) -> dict[str, tuple[Any, str]]:
+DECODE_SETTINGS = ("frame size", "fps")  # the settings of setting_options that a video's two streams share
+
+
+def setting_options(settings: dict[str, Any]) -> dict[str, tuple[Any, str]]:
     """The compared settings in ``settings`` (a ``meta.json`` or :func:`archive_settings`): name → (value,
-    the options that give it, as the user types them)."""
+    the options that give it, as the user types them). Shard reads archives' settings through it too."""
     out: dict[str, tuple[Any, str]] = {}
     decode = settings.get("decode")
     if isinstance(decode, dict):
@@ -259,7 +262,7 @@ def _when(mtime_ns: Any) -> str:
 
 @functools.lru_cache(maxsize=8)
 def _expected_options(stream: str, cfg: PreprocessConfig) -> dict[str, tuple[Any, str]]:
-    return _options(archive_settings(stream, cfg))  # once per run, not per archive
+    return setting_options(archive_settings(stream, cfg))  # once per run, not per archive
 
 
 def archive_differences(rec: VideoRecord, stream: str, cfg: PreprocessConfig) -> list[str]:
@@ -270,7 +273,7 @@ def archive_differences(rec: VideoRecord, stream: str, cfg: PreprocessConfig) ->
         meta = read_meta(archive_path(cfg.out, stream, rec.id))
     except UserError as e:
         return [str(e).split(": ", 1)[-1]]
-    expected, found = _expected_options(stream, cfg), _options(meta)
+    expected, found = _expected_options(stream, cfg), setting_options(meta)
     diffs = [f"{found[k][1]} → {v[1]}" for k, v in expected.items() if k in found and found[k][0] != v[0]]
     return diffs + _source_differences(meta, rec)
 

@@ -616,8 +616,8 @@ def test_shards_of_another_split_cut_from_archives_of_other_settings_are_a_warni
     assert run_shard(root, long_archives.records, "rgb", out, "test").warnings == []
     assert run_shard(root, long_archives.records, "flow", out, "train").warnings == []
     assert run_shard(root, long_archives.records, "rgb", out, "train").warnings == [
-        f"the rgb/test shards in {out} were cut from archives of other settings (decode.size 16, these 32): "
+        f"the rgb/test shards in {out} were cut from archives of other settings (--size 16, these --size 32): "
         "shard rgb/test again with --overwrite",
-        f"the flow/train shards in {out} were cut from archives of other settings (decode.size 16, these 32): "
+        f"the flow/train shards in {out} were cut from archives of other settings (--size 16, these --size 32): "
         "shard flow/train again with --overwrite",
     ]

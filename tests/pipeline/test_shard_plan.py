@@ -277,16 +277,24 @@ def test_archives_of_mixed_preprocess_settings_are_refused(long_archives, tmp_pa
         backend = ("opencv", "triton")[i % 2]
         _rewrite(root, "flow", vid, decode={"size": 16, "square": 0}, flow={"backend": backend, "tvl1": tvl1})
     plan = make_plan(root, long_archives.records, "flow", "train")
-    assert plan.settings == {"encoding": "jpeg", "decode.size": 16, "decode.square": 0, "flow.tvl1.tau": 0.25,
-                             "flow.tvl1.warps": 5}
+    assert plan.settings == {"encoding": "jpeg", "frame size": "--size 16", "fps": "--fps 0",
+                             "tvl1 tau": "--tau 0.25", "tvl1 warps": "--warps 5"}
     _rewrite(root, "flow", ids[2], flow={"backend": "opencv", "tvl1": {**tvl1, "warps": 3}})
     with pytest.raises(UserError) as e:
         make_plan(root, long_archives.records, "flow", "train")
     assert str(e.value) == (
         f"{root / 'flow'}: 1 of 4 archives were made with other preprocess settings than the rest (e.g. "
-        f"{ids[2]}.tar: flow.tvl1.warps 3, the rest 5); run `memdpc preprocess` again with one set of options and "
-        "--overwrite"
+        f"{ids[2]}.tar with --warps 3, the rest with --warps 5); run `memdpc preprocess` again with one set of "
+        "options and --overwrite"
     )
+
+
+def test_settings_are_compared_as_the_options_that_give_them(long_archives, tmp_path):
+    """A --fps of 25 recorded as 25 by one run and 25.0 by another is one setting, not a mix."""
+    root = _copy(long_archives, tmp_path)
+    for i, r in enumerate(r for r in long_archives.records if r.split == "train"):
+        _rewrite(root, "rgb", r.id, decode={"size": 16, "square": 0, "fps": (25, 25.0)[i % 2]})
+    assert make_plan(root, long_archives.records, "rgb", "train").settings["fps"] == "--fps 25"
 
 
 def test_an_archive_digest_follows_its_frames_and_meta_not_its_place(long_archives, tmp_path):
