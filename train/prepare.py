@@ -83,10 +83,20 @@ FEW_VAL_VIDEOS = 10  # below this, one video moves the kNN R@1 by more than 10 p
 
 
 def resolve_val_split(config: TrainConfig) -> TrainConfig:
-    """``--val-split auto`` made concrete: the shards' ``val`` split of the stream where there is one (videos held
-    out of training by ``memdpc index --val-per-class``), else ``test`` (the reference validates on it)."""
+    """``--val-split auto`` made concrete: what the run directory's config recorded (a resume keeps validating
+    on the split it started with, even if a ``val`` split was sharded since), else the shards' ``val`` split of
+    the stream where there is one (videos held out of training by ``memdpc index --val-per-class``), else
+    ``test`` (the reference validates on it)."""
     if config.val_split != AUTO_VAL_SPLIT:
         return config
+    recorded = Path(config.out) / CONFIG_NAME if config.out else None
+    if recorded is not None and recorded.is_file():
+        try:
+            split = (yaml.safe_load(recorded.read_text()) or {}).get("val_split")
+        except yaml.YAMLError:
+            split = None  # check_run_dir names the damage
+        if split and split != AUTO_VAL_SPLIT:
+            return dataclasses.replace(config, val_split=split)
     split = "val" if manifest_path(config.shards, config.stream, "val").is_file() else "test"
     return dataclasses.replace(config, val_split=split)
 

@@ -174,6 +174,16 @@ def test_auto_validates_on_the_val_split_where_the_shards_hold_one_else_on_test(
     assert resolve_val_split(_config(val_shards, val_split="none")).val_split == "none"
 
 
+def test_auto_keeps_the_split_a_run_started_with(train_shards, val_shards, tmp_path):
+    """A run started on shards without val validates on test; once a val split is sharded beside them, the
+    same command still resumes it (on test) instead of refusing it as another config."""
+    run = tmp_path / "run"
+    started = resolve_val_split(_config(train_shards, run))
+    run.mkdir()
+    (run / CONFIG_NAME).write_text(f"val_split: {started.val_split}\n")
+    assert resolve_val_split(_config(val_shards, run)).val_split == "test"
+
+
 def test_a_missing_shard_index_is_named_before_training(val_shards, tmp_path):
     shards = tmp_path / "shards"
     shutil.copytree(val_shards, shards)
