@@ -405,17 +405,19 @@ def _sibling_warnings(out_dir: str | os.PathLike, plan: Plan) -> list[str]:
     return out
 
 
-def _next_step(out_dir: str | os.PathLike, stream: str, split: str) -> str:
-    """The command that goes on from here: the split train needs next, or training."""
+def _next_step(out_dir: str | os.PathLike, stream: str, split: str, index_splits: set[str]) -> str:
+    """The command that goes on from here: a split of the index not sharded yet (train, val, test), or training."""
     train = f"memdpc train --stream {stream} --shards {out_dir} --out runs/{stream}"
     if split == "all":
         return f"{train} --train-split all --val-split none"
-    if not manifest_path(out_dir, stream, "train").is_file():
-        return "the same command with --split train"
-    if not manifest_path(out_dir, stream, "test").is_file():
-        val = manifest_path(out_dir, stream, "val").is_file()
-        uses = "evaluation tests on it" + ("" if val else "; train validates on it unless there is a val split")
-        return f"the same command with --split test ({uses}), then {train}"
+    uses = {
+        "train": "",
+        "val": " (train validates on it)",
+        "test": " (evaluation tests on it" + (")" if "val" in index_splits else "; train validates on it)"),
+    }
+    for s, use in uses.items():
+        if s in index_splits and not manifest_path(out_dir, stream, s).is_file():
+            return f"the same command with --split {s}{use}" + (f", then {train}" if s != "train" else "")
     return train
 
 
@@ -486,7 +488,7 @@ def run_shard(
         raise _interrupted(e, plan, report) from None
     report.videos, report.bytes = manifest["num_videos"], sum(e["bytes"] for e in entries)
     report.warnings = _warnings(plan, index_records, out_dir)
-    report.next_step = _next_step(out_dir, stream, split)
+    report.next_step = _next_step(out_dir, stream, split, {r.split for r in index_records})
     report.seconds = time.perf_counter() - t0
     return report
 

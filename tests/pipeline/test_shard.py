@@ -22,6 +22,7 @@ from memdpc.pipeline.manifest import load_manifest, shard_paths, verify_shards
 from memdpc.pipeline.shard import THROTTLE_ENV, run_shard, shard_stream
 from memdpc.pipeline.shard_plan import usable_frames
 from memdpc.preprocess.archive import archive_path, read_archive, write_archive
+from memdpc.preprocess.video_index import hold_out
 
 from ..conftest import jpeg
 
@@ -528,11 +529,22 @@ def test_a_class_without_samples_is_a_warning(tiny_archives, tmp_path):
         "--overwrite",
         f"1 class has no samples in flow/train: {gone[0].label_name}",
     ]
+    train = f"memdpc train --stream flow --shards {tmp_path / 'shards'} --out runs/flow"
     assert report.next_step == (
-        "the same command with --split test (evaluation tests on it; train validates on it unless there is a val "
-        "split), then memdpc train --stream flow --shards "
-        f"{tmp_path / 'shards'} --out runs/flow"
-    )
+        f"the same command with --split test (evaluation tests on it; train validates on it), then {train}")
+
+
+def test_the_next_step_is_a_split_of_the_index_not_sharded_yet(tiny_archives, tmp_path):
+    """Only splits the index has; val (held out by memdpc index --val-per-class) before test; then training."""
+    out = tmp_path / "shards"
+    train = f"memdpc train --stream rgb --shards {out} --out runs/rgb"
+    with_val = hold_out(tiny_archives.records, val_per_class=1)
+    no_test = [r for r in with_val if r.split != "test"]
+    assert run_shard(tiny_archives.root, no_test, "rgb", out, "train").next_step == (
+        f"the same command with --split val (train validates on it), then {train}")
+    assert run_shard(tiny_archives.root, with_val, "rgb", out, "val").next_step == (
+        f"the same command with --split test (evaluation tests on it), then {train}")
+    assert run_shard(tiny_archives.root, no_test, "rgb", out, "val").next_step == train
 
 
 def _shard_files(folder: Path) -> dict[str, bytes]:
