@@ -422,7 +422,7 @@ def _flow(prev, nxt, out, sizes, offsets, pyr, ws, step, up, warps, outer, inner
                 _resize(u, finer, scratch, h / nh, w / nw)
                 for y in range(nh):
                     for x in range(nw):
-                        finer[y, x] *= up
+                        finer[y, x] = F32(np.float64(finer[y, x]) * up)  # OpenCV multiplies in double
     out[:, :, 0] = level(2, 0)
     out[:, :, 1] = level(3, 0)
 
@@ -468,15 +468,18 @@ def tvl1_flow(
 ) -> np.ndarray:
     """OpenCV's CPU dual TV-L1 flow from ``prev`` to ``next``, (H, W) uint8 each → (H, W, 2) float32 (x, y)
     pixels; bit for bit. ``workspace``: buffers of this frame size to reuse (default: new ones)."""
-    if prev.shape != nxt.shape or prev.ndim != 2:
-        raise ValueError(f"tvl1_flow: need two (H, W) frames of one shape, got {prev.shape} and {nxt.shape}")
+    if prev.shape != nxt.shape or prev.ndim != 2 or prev.dtype != np.uint8 or nxt.dtype != np.uint8:
+        raise ValueError(
+            f"tvl1_flow: need two (H, W) uint8 frames of one shape, got {prev.shape} {prev.dtype} and "
+            f"{nxt.shape} {nxt.dtype}"
+        )
     check_params(params)
     if workspace is None or workspace.shape != prev.shape:
         workspace = Workspace(*prev.shape, params)
     out = np.empty((*prev.shape, 2), np.float32)
     step = 1.0 / params.scale_step
     _flow(
-        prev, nxt, out, workspace.sizes, workspace.offsets, workspace.pyr, workspace.ws, step, F32(step),
+        prev, nxt, out, workspace.sizes, workspace.offsets, workspace.pyr, workspace.ws, step, step,
         params.warps, params.outer_iterations, params.inner_iterations, params.median_filtering,
         F32(params.lambda_ * params.theta), F32(params.theta), F32(params.tau / params.theta), params.epsilon,
     )  # fmt: skip
