@@ -13,7 +13,7 @@ the cache (fresh processes); and the quickstart's preprocessing step (its synthe
 workers) with ``--flow-backend opencv`` and ``native``: wall time and the flow stage's seconds. Targets: ≥ 4×
 OpenCV per core at 128² and 256², ≥ 2× at 64²; 2 workers ≥ 1.8× one.
 
-    python bench/flow_backends.py --native [--sizes 64,128,256 --pairs 8 --rounds 2 \
+    python bench/flow_backends.py --native [--sizes 64,128,256 --pairs 8 --rounds 3 \
         --out bench/results/flow_native.json]
 
 Otherwise, the batched PyTorch TV-L1: for each frame size and torch batch size it times both backends on one
@@ -312,7 +312,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--native", action="store_true", help="the native TV-L1 against OpenCV (CPU)")
     ap.add_argument(
-        "--rounds", type=int, default=2, help="--native: interleaved rounds per core (best counts)"
+        "--rounds", type=int, default=3, help="--native: interleaved rounds per core (best counts)"
     )
     ap.add_argument("--sizes", default="256", help="comma-separated frame sizes (square)")
     ap.add_argument("--pairs", type=int, default=8, help="frame pairs per size")
