@@ -474,6 +474,7 @@ def tvl1_flow(
             f"{nxt.shape} {nxt.dtype}"
         )
     check_params(params)
+    prev, nxt = np.ascontiguousarray(prev), np.ascontiguousarray(nxt)  # one compiled signature for all frames
     if workspace is None or workspace.shape != prev.shape:
         workspace = Workspace(*prev.shape, params)
     out = np.empty((*prev.shape, 2), np.float32)
