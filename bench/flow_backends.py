@@ -6,7 +6,8 @@ pairs.
 ``--native``: the native (numba) TV-L1 against OpenCV, per core and with 1 and 2 worker processes, at each
 frame size: pairs/s per core from each backend's CPU time (``time.thread_time``, not affected by other
 processes' load the way wall time is; best of ``--rounds`` interleaved rounds), pairs/s of a pool of 1 and 2
-spawned workers on the wall clock (the 1-minute load average is recorded beside each run), fidelity (pairs whose
+spawned workers on the wall clock (the 1-minute load average is recorded beside each run) and the 2 workers'
+speed-up also by their CPU time (what it is where both have a core of their own), fidelity (pairs whose
 flow is OpenCV's to the bit, end-point difference, identical stored codes) on the rendered pairs and on pairs
 decoded from xvid video files; the native code's compile time with an empty numba cache and its load time from
 the cache (fresh processes); and the quickstart's preprocessing step (its synthetic videos, RGB + flow, 2
@@ -177,24 +178,32 @@ def _started(_: int) -> int:
     return os.getpid()
 
 
-def _flows(prev: np.ndarray, nxt: np.ndarray) -> int:
+def _flows(prev: np.ndarray, nxt: np.ndarray) -> tuple[int, float]:
+    t = time.thread_time()
     _WORKER["backend"](prev, nxt)
-    return len(prev)
+    return len(prev), time.thread_time() - t
 
 
 def pool_rate(name: str, prev: np.ndarray, nxt: np.ndarray, workers: int, reps: int) -> dict:
     """Pairs/s (wall clock) of ``workers`` spawned processes running backend ``name`` on the pairs ``reps``
-    times over, one pair per task; the workers start and load the backend before the clock starts."""
-    jobs = [(prev[i : i + 1], nxt[i : i + 1]) for _ in range(reps) for i in range(len(prev))]
+    times over, in 4 tasks per worker; the workers start and load the backend before the clock starts. Also pairs
+    per CPU-second of the workers: where the machine's other work takes cores away, the wall clock cannot show
+    how the workers scale, but a CPU-second costing as many pairs with 2 workers as with 1 shows that they do not
+    slow each other down (through shared caches or memory bandwidth)."""
+    tasks = 4 * workers  # few enough that handing them out costs little, enough to keep every worker busy
+    prev, nxt = np.concatenate([prev] * reps), np.concatenate([nxt] * reps)
+    jobs = [
+        (a, b) for a, b in zip(np.array_split(prev, tasks), np.array_split(nxt, tasks), strict=True) if len(a)
+    ]
     ctx = get_context("spawn")
     init = (name, ctx.Barrier(workers))
     with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker, initargs=init) as ex:
         assert len(set(ex.map(_started, range(workers)))) == workers
         load = os.getloadavg()[0]
         t = time.perf_counter()
-        done = sum(ex.map(_flows, *zip(*jobs, strict=True)))
+        done, cpu = np.sum(list(ex.map(_flows, *zip(*jobs, strict=True))), axis=0)
         wall = time.perf_counter() - t
-    return {"pairs_per_s": done / wall, "load_before": load}
+    return {"pairs_per_s": done / wall, "pairs_per_cpu_s": done / cpu, "load_before": load}
 
 
 _COMPILE = """
@@ -265,22 +274,27 @@ def main_native(args: argparse.Namespace) -> None:
                 reps = 1 if name == "opencv" else max(1, round(r["ratio_core"]))
                 for w in (1, 2):
                     r[f"{name}_{w}w"] = pool_rate(name, prev, nxt, w, reps)
-                r[f"{name}_2w_over_1w"] = r[f"{name}_2w"]["pairs_per_s"] / r[f"{name}_1w"]["pairs_per_s"]
+                one, two = r[f"{name}_1w"], r[f"{name}_2w"]
+                r[f"{name}_2w_over_1w"] = two["pairs_per_s"] / one["pairs_per_s"]
+                r[f"{name}_2w_over_1w_cpu"] = 2 * two["pairs_per_cpu_s"] / one["pairs_per_cpu_s"]
             rows.append(r)
             console.log(f"{size}²: done")
         compiled = compile_times()
-        quick = quickstart_flow_stage(Path(tmp) / "quickstart", workers=2)
+        quick = [] if args.no_quickstart else quickstart_flow_stage(Path(tmp) / "quickstart", workers=2)
 
-    t = Table(title="TV-L1 on the CPU: native (numba) vs OpenCV, same frames (pairs/s; per core by CPU time)")
-    for col in ("size", "OpenCV /core", "native /core", "× OpenCV", "OpenCV 1w", "OpenCV 2w", "2w/1w", "native 1w",
-                "native 2w", "2w/1w", "load", "bit-identical pairs", "EPD max px", "identical codes"):  # fmt: skip
+    t = Table(title="TV-L1 on the CPU: native (numba) vs OpenCV, same frames (pairs/s; per core by CPU time; "
+                    "1 and 2 workers by the wall clock, 2w/1w also by CPU time)")  # fmt: skip
+    for col in ("size", "OpenCV /core", "native /core", "× OpenCV", "OpenCV 1w", "OpenCV 2w", "2w/1w (CPU)",
+                "native 1w", "native 2w", "2w/1w (CPU)", "load", "bit-identical pairs", "EPD max px",
+                "identical codes"):  # fmt: skip
         t.add_column(col, justify="right")
     for r in rows:
         fr, fd = r["fidelity_rendered"], r["fidelity_decoded"]
         loads = [r[f"{n}_{w}w"]["load_before"] for n in CPU_BACKENDS for w in (1, 2)]
+        scaling = {n: f"{r[f'{n}_2w_over_1w']:.2f} ({r[f'{n}_2w_over_1w_cpu']:.2f})" for n in CPU_BACKENDS}
         t.add_row(
             f"{r['size']}²", f"{r['opencv_pairs_per_s_core']:.2f}", f"{r['native_pairs_per_s_core']:.2f}",
-            f"{r['ratio_core']:.2f}", *(f"{r[f'{n}_{w}w']['pairs_per_s']:.2f}" if w else f"{r[f'{n}_2w_over_1w']:.2f}"
+            f"{r['ratio_core']:.2f}", *(f"{r[f'{n}_{w}w']['pairs_per_s']:.2f}" if w else scaling[n]
                                         for n in CPU_BACKENDS for w in (1, 2, 0)),
             f"{min(loads):.1f}–{max(loads):.1f}",
             f"{fr['identical_pairs'] + fd['identical_pairs']}/{fr['pairs'] + fd['pairs']}",
@@ -293,15 +307,18 @@ def main_native(args: argparse.Namespace) -> None:
         f"native code, fresh process: import {c['cold']['import_s']:.2f} s; first pair with an empty cache "
         f"(compilation) {c['cold']['first_pair_s']:.1f} s, from the cache {c['cached']['first_pair_s']:.2f} s"
     )
-    t = Table(title="the quickstart's preprocessing (RGB + flow, its synthetic videos and TV-L1 settings)")
-    for col in ("--flow-backend", "ran", "workers", "videos", "flow pairs", "seconds", "flow stage s", "load",
-                "same flow images"):  # fmt: skip
-        t.add_column(col, justify="right")
-    for q in quick:
-        t.add_row(q["requested"], q["backend"], str(q["workers"]), str(q["videos"]), str(q["pairs"]),
-                  f"{q['seconds']:.1f}", f"{q['flow_stage_s']:.1f}", f"{q['load_before']:.1f}",
-                  {True: "yes", False: "NO"}.get(q.get("same_flow_images"), "–"))  # fmt: skip
-    console.print(t)
+    if quick:
+        t = Table(
+            title="the quickstart's preprocessing (RGB + flow, its synthetic videos and TV-L1 settings)"
+        )
+        for col in ("--flow-backend", "ran", "workers", "videos", "flow pairs", "seconds", "flow stage s", "load",
+                    "same flow images"):  # fmt: skip
+            t.add_column(col, justify="right")
+        for q in quick:
+            t.add_row(q["requested"], q["backend"], str(q["workers"]), str(q["videos"]), str(q["pairs"]),
+                      f"{q['seconds']:.1f}", f"{q['flow_stage_s']:.1f}", f"{q['load_before']:.1f}",
+                      {True: "yes", False: "NO"}.get(q.get("same_flow_images"), "–"))  # fmt: skip
+        console.print(t)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     write_json_atomic(args.out, {"args": {k: str(v) for k, v in vars(args).items()}, "cpu": os.cpu_count(),
                                  "rows": rows, "compile": compiled, "quickstart": quick})  # fmt: skip
@@ -311,6 +328,9 @@ def main_native(args: argparse.Namespace) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--native", action="store_true", help="the native TV-L1 against OpenCV (CPU)")
+    ap.add_argument(
+        "--no-quickstart", action="store_true", help="--native: skip the quickstart's preprocessing"
+    )
     ap.add_argument(
         "--rounds", type=int, default=3, help="--native: interleaved rounds per core (best counts)"
     )
