@@ -9,10 +9,10 @@ processes' load the way wall time is; best of ``--rounds`` interleaved rounds), 
 spawned workers on the wall clock (best of ``--rounds``, alternating; the 1-minute load average is recorded
 beside each run) and the 2 workers' speed-up also by their CPU time (what it is where both have a core of
 their own), fidelity (pairs whose flow is OpenCV's to the bit, end-point difference, identical stored codes)
-on the rendered pairs and on pairs decoded from xvid video files; the native code's compile time with an empty numba cache and its load time from
-the cache (fresh processes); and the quickstart's preprocessing step (its synthetic videos, RGB + flow, 2
-workers) with ``--flow-backend opencv`` and ``native``: wall time and the flow stage's seconds. Targets: ≥ 4×
-OpenCV per core at 128² and 256², ≥ 2× at 64²; 2 workers ≥ 1.8× one.
+on the rendered pairs and on pairs decoded from xvid video files; the native code's compile time with an
+empty numba cache and its load time from the cache (fresh processes); and the quickstart's preprocessing step
+(its synthetic videos, RGB + flow, 2 workers) with ``--flow-backend opencv`` and ``native``: wall time and the
+flow stage's seconds. Targets: ≥ 4× OpenCV per core at 128² and 256², ≥ 2× at 64²; 2 workers ≥ 1.8× one.
 
     python bench/flow_backends.py --native [--sizes 64,128,256 --pairs 8 --rounds 3 \
         --out bench/results/flow_native.json]

@@ -14,7 +14,8 @@ OpenCV's stopping rule compares the squared updates summed in float, pixel after
 sum is serial; :func:`_above` decides from a vectorised double sum and the float sum's error bound, and runs
 the float sum only when the double sum lies within that bound of the threshold.
 
-Compiled once per machine (numba's cache next to this file, or ``NUMBA_CACHE_DIR``); a worker process loads it.
+Compiled once per machine (numba's cache next to this file, or ``NUMBA_CACHE_DIR``); a worker process loads
+it.
 ``MEMDPC_NATIVE_FLOW=0`` switches the backend off (``--flow-backend auto`` then takes OpenCV, with a note).
 """
 
@@ -31,12 +32,11 @@ from numba import njit, types
 from numba.extending import intrinsic
 
 from memdpc.errors import UserError
-from memdpc.preprocess.tvl1_params import TVL1Params
+from memdpc.preprocess.tvl1_params import TVL1Params, level_sizes
 
 ENV_SWITCH = "MEMDPC_NATIVE_FLOW"  # "0": the native backend is unavailable
 F32 = np.float32
 FLT_EPSILON = F32(np.finfo(np.float32).eps)
-MIN_LEVEL_SIZE = 16  # OpenCV stops the pyramid before a level with a side < 16 px
 PAD = 4  # zeros around the warped images: a 4×4 window clamped to it reads only zeros
 WORKSPACE_FIELDS = 12  # p11, p21, p12, p22, I1wx, I1wy, ρ_c, error terms, 3 warp sources, scratch
 JIT = {"cache": True, "error_model": "numpy"}  # numpy: a division by zero gives inf, as in C, unchecked
@@ -147,8 +147,13 @@ def _warp(i0, imgs, u1, u2, wx, wy, rc):
                 s = F32(0.0)
                 for i in range(4):
                     yy = iy + i
-                    row = _chain(imgs[c, yy, ix], imgs[c, yy, ix + 1], imgs[c, yy, ix + 2], imgs[c, yy, ix + 3],
-                                 cx0, cx1, cx2, cx3)  # fmt: skip
+                    t0, t1, t2, t3 = (
+                        imgs[c, yy, ix],
+                        imgs[c, yy, ix + 1],
+                        imgs[c, yy, ix + 2],
+                        imgs[c, yy, ix + 3],
+                    )
+                    row = _chain(t0, t1, t2, t3, cx0, cx1, cx2, cx3)
                     if i == 0:
                         s = row * cy0
                     else:
@@ -281,7 +286,7 @@ def _primal(gx, gy, o1, o2, rc, div1, div2, l_t, theta):
 
 @njit(inline="always", **JIT)
 def _dual(ux, uy, pa, pb, taut):
-    """estimateDualVariables at one pixel, one flow component (hypot through double, as glibc's hypotf)."""
+    """estimateDualVariables at one pixel, one flow component (the hypot in double, rounded once to float)."""
     g = F32(np.sqrt(np.float64(ux) * np.float64(ux) + np.float64(uy) * np.float64(uy)))
     ng = F32(1.0) + taut * g
     return (pa + taut * ux) / ng, (pb + taut * uy) / ng
@@ -300,8 +305,9 @@ def _iteration(u1, u2, p11, p12, p21, p22, wx, wy, rc, e, l_t, theta, taut):
             q = y + 1
             div1 = (p11[y, 0] + p12[q, 0]) - p12[y, 0]  # OpenCV's first column: (v1 + v2) − v2[y − 1]
             div2 = (p21[y, 0] + p22[q, 0]) - p22[y, 0]
-            u1[y, 0], u2[y, 0], e[y * w] = _primal(wx[y, 0], wy[y, 0], u1[y, 0], u2[y, 0], rc[y, 0], div1, div2,
-                                                   l_t, theta)  # fmt: skip
+            u1[y, 0], u2[y, 0], e[y * w] = _primal(
+                wx[y, 0], wy[y, 0], u1[y, 0], u2[y, 0], rc[y, 0], div1, div2, l_t, theta
+            )
             for x in range(1, w):
                 div1 = (p11[y, x] - p11[y, x - 1]) + (p12[q, x] - p12[y, x])
                 div2 = (p21[y, x] - p21[y, x - 1]) + (p22[q, x] - p22[y, x])
@@ -428,18 +434,6 @@ def _flow(prev, nxt, out, sizes, offsets, pyr, ws, step, up, warps, outer, inner
 
 
 # ---------------------------------------------------------------------------------------------- the API
-def level_sizes(height: int, width: int, params: TVL1Params) -> list[tuple[int, int]]:
-    """Pyramid level sizes (H, W), finest first, as OpenCV computes them (round(size · scale_step))."""
-    sizes = [(height, width)]
-    for _ in range(1, params.scales):
-        h, w = sizes[-1]
-        nh, nw = round(h * params.scale_step), round(w * params.scale_step)
-        if nh < MIN_LEVEL_SIZE or nw < MIN_LEVEL_SIZE:
-            break
-        sizes.append((nh, nw))
-    return sizes
-
-
 class Workspace:
     """The buffers of one frame size, allocated once and reused pair after pair (warm in the caches)."""
 
@@ -533,4 +527,4 @@ class NativeTVL1:
         )
 
 
-__all__ = ["ENV_SWITCH", "NativeTVL1", "Workspace", "level_sizes", "tvl1_flow", "unavailable_reason"]
+__all__ = ["ENV_SWITCH", "NativeTVL1", "Workspace", "tvl1_flow", "unavailable_reason"]

@@ -29,10 +29,9 @@ import torch
 import torch.nn.functional as F
 
 from memdpc.preprocess.sorting_networks import selection_network
-from memdpc.preprocess.tvl1_params import TVL1Params
+from memdpc.preprocess.tvl1_params import TVL1Params, level_sizes
 
 FLT_EPSILON = float(np.finfo(np.float32).eps)
-MIN_LEVEL_SIZE = 16  # OpenCV stops the pyramid before a level with a side < 16 px
 
 
 def check_params(params: TVL1Params) -> None:
@@ -49,18 +48,6 @@ def check_params(params: TVL1Params) -> None:
 
 # --------------------------------------------------------------------------------------------------
 # Resampling primitives matching OpenCV (bilinear resize, bicubic remap, 5×5 median blur)
-
-
-def level_sizes(height: int, width: int, params: TVL1Params) -> list[tuple[int, int]]:
-    """Pyramid level sizes (H, W), finest first, as OpenCV computes them (round(size · scale_step))."""
-    sizes = [(height, width)]
-    for _ in range(1, params.scales):
-        h, w = sizes[-1]
-        nh, nw = round(h * params.scale_step), round(w * params.scale_step)
-        if nh < MIN_LEVEL_SIZE or nw < MIN_LEVEL_SIZE:
-            break
-        sizes.append((nh, nw))
-    return sizes
 
 
 def _linear_taps(n_src: int, n_dst: int, scale: float, device) -> tuple[torch.Tensor, ...]:
