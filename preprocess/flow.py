@@ -207,8 +207,8 @@ def _native_unavailable() -> str | None:
     """Why the native CPU TV-L1 cannot run here (None: it can)."""
     try:
         from memdpc.preprocess.tvl1_native import unavailable_reason
-    except ImportError as e:  # numba missing, or no build of it for this platform
-        return str(e)
+    except (ImportError, OSError) as e:  # numba missing, no build of it for this platform, or a broken one
+        return str(e).strip().splitlines()[0]
     return unavailable_reason()
 
 
