@@ -291,8 +291,9 @@ def _preprocess_options(default_streams: str):
             type=click.Choice([AUTO, *sorted(BACKENDS)]),
             default=config.flow_backend,
             show_default=True,
-            help="TV-L1 implementation: opencv (CPU, one video per worker) or a GPU one, fed batches from many "
-            "videos at once; auto: the fastest GPU one where CUDA is available, else opencv.",
+            help="TV-L1 implementation: opencv or native (CPU, one video per worker; native: OpenCV's flow "
+            "bit for bit, compiled, faster) or a GPU one, fed batches from many videos at once; auto: the "
+            "fastest GPU one where CUDA is available, else native (else opencv, with a note).",
         ),
         click.option(
             "--device",
@@ -306,7 +307,7 @@ def _preprocess_options(default_streams: str):
             type=int,
             default=config.workers,
             show_default=True,
-            help="Local worker processes of the per-video (opencv) path, one OpenCV thread each.",
+            help="Local worker processes of the per-video (opencv, native) path, one thread each.",
         ),
         click.option(
             "--threads",

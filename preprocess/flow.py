@@ -4,8 +4,9 @@ A flow *backend* turns a batch of greyscale frame pairs into float flow: ``backe
 ``prev``, ``nxt`` (B, H, W) uint8 returns (B, H, W, 2) float32 (x, y displacement in pixels, frame k → k+1);
 ``backend.batch_size`` says how many pairs it wants per call. Backends are built by name from
 :data:`BACKENDS` (``"module:factory"``, imported on first use); a factory takes ``(params, device)``.
-``opencv`` is OpenCV contrib's CPU ``DualTVL1OpticalFlow``; ``torch`` adapts the batched PyTorch port in
-``memdpc.preprocess.tvl1_torch`` (GPU). A new backend is one more entry in :data:`BACKENDS`.
+``opencv`` is OpenCV contrib's CPU ``DualTVL1OpticalFlow``; ``native`` the same algorithm compiled by numba
+(``memdpc.preprocess.tvl1_native``, bit for bit OpenCV's flow, faster per core); ``torch`` adapts the batched
+PyTorch port in ``memdpc.preprocess.tvl1_torch`` (GPU). A new backend is one more entry in :data:`BACKENDS`.
 
 A *batched* backend (:class:`BatchedFlowBackend`) also maps flow to codes on its device,
 ``backend.codes(prev, nxt, third)``; the run feeds such a backend from many videos at once
@@ -133,7 +134,9 @@ class TritonTVL1(TorchTVL1):
     CPU under ``TRITON_INTERPRET=1`` for checks."""
 
     batch_size = 128
-    batch_pixels = 512 * 256 * 256  # chosen from the kernel table of bench/flow_e2e.py (README, Triton kernels)
+    batch_pixels = (
+        512 * 256 * 256
+    )  # chosen from the kernel table of bench/flow_e2e.py (README, Triton kernels)
     kernels = "memdpc.preprocess.tvl1_triton"
 
     def __init__(self, params: TVL1Params = TVL1Params(), device: str = "cuda") -> None:
@@ -145,9 +148,11 @@ class TritonTVL1(TorchTVL1):
 
 BACKENDS: dict[str, str] = {
     "opencv": "memdpc.preprocess.flow:OpenCVTVL1",
+    "native": "memdpc.preprocess.tvl1_native:NativeTVL1",
     "torch": "memdpc.preprocess.flow:TorchTVL1",
     "triton": "memdpc.preprocess.flow:TritonTVL1",
 }
+CPU_BACKENDS = ("opencv", "native")  # --device auto means the CPU for these
 
 
 @functools.lru_cache(maxsize=4)
@@ -206,25 +211,38 @@ def _triton_unavailable(device: str) -> str | None:
     return unavailable_reason(device)
 
 
+def _native_unavailable() -> str | None:
+    """Why the native CPU TV-L1 cannot run here (None: it can)."""
+    try:
+        from memdpc.preprocess.tvl1_native import unavailable_reason
+    except (ImportError, OSError) as e:  # numba missing, no build of it for this platform, or a broken one
+        return str(e).strip().splitlines()[0]
+    return unavailable_reason()
+
+
 def resolve_backend(requested: str, device: str, gpus: int | None = None) -> tuple[str, str, str | None]:
     """The flow backend and devices a run uses: ``(backend, devices, note)``.
 
     ``devices`` is a comma-separated list (``cpu``, ``cuda:0,cuda:1``). ``auto`` takes the GPU path where
     CUDA is available and ``device`` is not ``cpu``: the Triton kernels, else the torch backend with a
-    ``note`` saying why not Triton; without CUDA it takes OpenCV on the CPU. An explicit backend keeps
+    ``note`` saying why not Triton; on the CPU it takes the native TV-L1, else OpenCV with a ``note`` saying
+    why not the native one. An explicit backend keeps
     ``device`` (``auto``: the GPUs for a GPU backend where there are any, else the CPU). ``gpus``: the
     number of visible CUDA devices (default: ask torch).
     """
     if requested not in (AUTO, *BACKENDS):
         raise UserError(f"unknown --flow-backend '{requested}' (choose from {', '.join((AUTO, *BACKENDS))})")
-    if requested == "opencv":
-        return "opencv", "cpu" if device == AUTO else device, None
+    if requested in CPU_BACKENDS:
+        return requested, "cpu" if device == AUTO else device, None
     gpus = _visible_gpus() if gpus is None else gpus
     devices = parse_devices(device, gpus)
     if requested != AUTO:
         return requested, ",".join(devices), None
     if devices == ["cpu"]:
-        return "opencv", "cpu", None
+        reason = _native_unavailable()
+        if reason is None:
+            return "native", "cpu", None
+        return "opencv", "cpu", f"native TV-L1 unavailable ({reason}); using OpenCV"
     reason = _triton_unavailable(devices[0])
     if reason is None:
         return "triton", ",".join(devices), None

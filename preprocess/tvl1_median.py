@@ -1,9 +1,9 @@
 """The 3×3 and 5×5 medians of the Triton TV-L1 kernels, as selection networks written out.
 
 Triton kernels cannot loop over Python lists of comparators, so the networks of the torch port
-(``tvl1_torch._selection_network(9, (4,))`` and ``(25, (12,))``: Batcher's odd-even merge sort, pruned to the
-comparators the median depends on) are spelled out here, one window tap per ``v`` and four comparators per
-line; ``tests/preprocess/test_tvl1_median.py`` checks them against that generator and against OpenCV.
+(``sorting_networks.selection_network(9, (4,))`` and ``(25, (12,))``: Batcher's odd-even merge sort, pruned
+to the comparators the median depends on) are spelled out here, one window tap per ``v`` and four comparators
+per line; ``tests/preprocess/test_tvl1_median.py`` checks them against that generator and against OpenCV.
 """
 
 # ruff: noqa: E702
@@ -29,7 +29,7 @@ def _tap(ptr, base, y, x, dy, dx, H, W, inside):
 @triton.jit
 def median9(ptr, base, y, x, H, W, inside):
     """Median of the 3×3 windows around (y, x) (replicated border): the comparators of
-    ``tvl1_torch._selection_network(9, (4,))``, written out."""
+    ``sorting_networks.selection_network(9, (4,))``, written out."""
     # fmt: off
     v0 = _tap(ptr, base, y, x, -1, -1, H, W, inside); v1 = _tap(ptr, base, y, x, -1, 0, H, W, inside)
     v2 = _tap(ptr, base, y, x, -1, 1, H, W, inside); v3 = _tap(ptr, base, y, x, 0, -1, H, W, inside)
@@ -49,7 +49,7 @@ def median9(ptr, base, y, x, H, W, inside):
 @triton.jit
 def median25(ptr, base, y, x, H, W, inside):
     """Median of the 5×5 windows around (y, x) (replicated border): the comparators of
-    ``tvl1_torch._selection_network(25, (12,))``, written out."""
+    ``sorting_networks.selection_network(25, (12,))``, written out."""
     # fmt: off
     v0 = _tap(ptr, base, y, x, -2, -2, H, W, inside); v1 = _tap(ptr, base, y, x, -2, -1, H, W, inside)
     v2 = _tap(ptr, base, y, x, -2, 0, H, W, inside); v3 = _tap(ptr, base, y, x, -2, 1, H, W, inside)

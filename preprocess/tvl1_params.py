@@ -2,7 +2,8 @@
 
 One :class:`TVL1Params` holds OpenCV contrib's ``DualTVL1OpticalFlow`` parameters with its defaults; it is
 what the CLI options fill, what the run records (``to_dict``: the ``tvl1`` of the run report and of
-``meta.json``) and what :meth:`TVL1Params.to_opencv` turns into the OpenCV object.
+``meta.json``) and what :meth:`TVL1Params.to_opencv` turns into the OpenCV object. :func:`level_sizes` is the
+pyramid OpenCV builds for a frame size, which the ports of its algorithm build alike.
 """
 
 from __future__ import annotations
@@ -67,3 +68,18 @@ class TVL1Params:
             self.inner_iterations, self.outer_iterations, self.scale_step, self.gamma,
             self.median_filtering, False,
         )  # fmt: skip
+
+
+MIN_LEVEL_SIZE = 16  # OpenCV stops the pyramid before a level with a side < 16 px
+
+
+def level_sizes(height: int, width: int, params: TVL1Params) -> list[tuple[int, int]]:
+    """Pyramid level sizes (H, W), finest first, as OpenCV computes them (round(size · scale_step))."""
+    sizes = [(height, width)]
+    for _ in range(1, params.scales):
+        h, w = sizes[-1]
+        nh, nw = round(h * params.scale_step), round(w * params.scale_step)
+        if nh < MIN_LEVEL_SIZE or nw < MIN_LEVEL_SIZE:
+            break
+        sizes.append((nh, nw))
+    return sizes

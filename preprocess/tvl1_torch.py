@@ -29,10 +29,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from memdpc.preprocess.tvl1_params import TVL1Params
+from memdpc.preprocess.sorting_networks import selection_network
+from memdpc.preprocess.tvl1_params import TVL1Params, level_sizes
 
 FLT_EPSILON = float(np.finfo(np.float32).eps)
-MIN_LEVEL_SIZE = 16  # OpenCV stops the pyramid before a level with a side < 16 px
 
 
 def check_params(params: TVL1Params) -> None:
@@ -49,18 +49,6 @@ def check_params(params: TVL1Params) -> None:
 
 # --------------------------------------------------------------------------------------------------
 # Resampling primitives matching OpenCV (bilinear resize, bicubic remap, 5×5 median blur)
-
-
-def level_sizes(height: int, width: int, params: TVL1Params) -> list[tuple[int, int]]:
-    """Pyramid level sizes (H, W), finest first, as OpenCV computes them (round(size · scale_step))."""
-    sizes = [(height, width)]
-    for _ in range(1, params.scales):
-        h, w = sizes[-1]
-        nh, nw = round(h * params.scale_step), round(w * params.scale_step)
-        if nh < MIN_LEVEL_SIZE or nw < MIN_LEVEL_SIZE:
-            break
-        sizes.append((nh, nw))
-    return sizes
 
 
 def _linear_taps(n_src: int, n_dst: int, scale: float, device) -> tuple[torch.Tensor, ...]:
@@ -167,38 +155,10 @@ def remap_cubic(images: torch.Tensor, map_x: torch.Tensor, map_y: torch.Tensor) 
     return out.reshape(c, b, h, w).transpose(0, 1)
 
 
-def _sorting_network(n: int) -> list[tuple[int, int]]:
-    """Batcher's odd-even merge sort comparators (lo, hi) for ``n`` values (padded to 2^k with +inf)."""
-    p = 1 << max(n - 1, 0).bit_length()
-    comps, t = [], 1
-    while t < p:
-        k = t
-        while k >= 1:
-            for j in range(k % t, p - k, 2 * k):
-                for i in range(min(k, p - j - k)):
-                    if (i + j) // (2 * t) == (i + j + k) // (2 * t):
-                        comps.append((i + j, i + j + k))
-            k //= 2
-        t *= 2
-    return [(a, b) for a, b in comps if b < n]
-
-
-@functools.cache
-def _selection_network(n: int, wanted: tuple[int, ...]) -> tuple[tuple[int, int, bool, bool], ...]:
-    """The comparators of ``_sorting_network(n)`` that the ranks ``wanted`` depend on, each with whether
-    its min and its max are still needed (a comparator of which only one output is used costs one op)."""
-    need, out = set(wanted), []
-    for lo, hi in reversed(_sorting_network(n)):
-        if lo in need or hi in need:
-            out.append((lo, hi, lo in need, hi in need))
-            need |= {lo, hi}
-    return tuple(reversed(out))
-
-
 def _select(values: list[torch.Tensor], wanted: tuple[int, ...]) -> list[torch.Tensor]:
     """Elementwise order statistics: the ranks ``wanted`` (0 = smallest) of the tensors ``values``."""
     v = list(values)
-    for lo, hi, need_lo, need_hi in _selection_network(len(v), wanted):
+    for lo, hi, need_lo, need_hi in selection_network(len(v), wanted):
         a, b = v[lo], v[hi]
         if need_lo:
             v[lo] = torch.minimum(a, b)

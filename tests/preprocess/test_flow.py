@@ -198,8 +198,9 @@ def test_device_strings():
 
 def test_backend_resolution():
     gpu_note = "Triton TV-L1 kernels unavailable"
-    assert resolve_backend("auto", "auto", gpus=0) == ("opencv", "cpu", None)
-    assert resolve_backend("auto", "cpu", gpus=2) == ("opencv", "cpu", None)
+    assert resolve_backend("auto", "auto", gpus=0) == ("native", "cpu", None)  # the CPU: native TV-L1
+    assert resolve_backend("auto", "cpu", gpus=2) == ("native", "cpu", None)
+    assert resolve_backend("native", "auto", gpus=2) == ("native", "cpu", None)  # a CPU backend: the CPU
     name, devices, note = resolve_backend("auto", "auto", gpus=2)
     assert (name, devices) == ("torch", "cuda:0,cuda:1") and gpu_note in note  # no CUDA here for the kernels
     assert resolve_backend("auto", "cuda:1", gpus=2)[:2] == ("torch", "cuda:1")
@@ -219,4 +220,4 @@ def test_auto_on_this_machine():
     if torch.cuda.is_available():
         assert name in ("triton", "torch") and devices.startswith("cuda:")
     else:
-        assert (name, devices, note) == ("opencv", "cpu", None)
+        assert (name, devices, note) == ("native", "cpu", None)

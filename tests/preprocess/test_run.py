@@ -121,7 +121,7 @@ def test_known_translation_through_the_cli(tmp_path):
         ],
     )
     assert res.exit_code == 0, res.output
-    assert "flow: opencv on cpu" in res.output  # --flow-backend auto, without CUDA
+    assert "flow: native on cpu" in res.output  # --flow-backend auto, without CUDA
     meta, data = read_archive(archive_path(tmp_path / "o", "flow", "shift"))
     assert len(data) == meta["num_frames"] == 3  # 4 frames -> 3 flows
     assert meta["encoding"] == "jpeg-q90-rgb" and meta["code_error"]["mean_abs"] < 0.2
@@ -260,10 +260,10 @@ def test_auto_is_the_default_and_the_report_names_what_ran(index, tmp_path):
     assert PreprocessConfig(out="").flow_backend == PreprocessConfig(out="").device == "auto"
     report = preprocess(index, tmp_path, "flow", size=16, part="0/9", tvl1=FAST, progress=False)
     if not torch.cuda.is_available():
-        assert report["flow"] == {"backend": "opencv", "devices": ["cpu"], "note": None}
+        assert report["flow"] == {"backend": "native", "devices": ["cpu"], "note": None}
         assert (
             read_archive(archive_path(tmp_path, "flow", report["videos"][0]["id"]))[0]["flow"]["backend"]
-            == "opencv"
+            == "native"
         )
     assert report["config"]["flow_backend"] == "auto"  # as asked; "flow" says what it became
     assert "flow" not in preprocess(index, tmp_path, "rgb", size=16, part="0/9", progress=False)

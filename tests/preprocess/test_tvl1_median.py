@@ -12,7 +12,7 @@ import torch
 import triton
 
 from memdpc.preprocess import tvl1_median
-from memdpc.preprocess.tvl1_torch import _selection_network
+from memdpc.preprocess.sorting_networks import selection_network
 from memdpc.preprocess.tvl1_triton import TILES, _median_kernel
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -30,7 +30,7 @@ def test_the_written_networks_are_the_generated_ones(fn, n):
             written.append((int(m[1]), int(m[2]), True, False))
         elif m := re.fullmatch(r"v(\d+) = tl\.maximum\(v(\d+), v\1\)", stmt):
             written.append((int(m[2]), int(m[1]), False, True))
-    assert written == list(_selection_network(n, (n // 2,)))
+    assert written == list(selection_network(n, (n // 2,)))
     taps = re.findall(r"v(\d+) = _tap\(ptr, base, y, x, (-?\d), (-?\d),", source)
     k = int(round(n**0.5))
     assert [(int(i), int(dy), int(dx)) for i, dy, dx in taps] == [
