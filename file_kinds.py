@@ -16,6 +16,7 @@ TORCH = "a PyTorch file, such as a checkpoint"
 TORCH_DAMAGED = "a truncated or damaged zip archive, as PyTorch files are"
 RESULTS = "a results file of `memdpc eval`"
 BINARY = "a binary file"
+INDEX_KIND = "a video index"
 _ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")
 _TORCH_LEGACY = b"\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19"  # torch.save's pre-zip magic number
 _VIDEO = ((4, b"ftyp"), (0, b"\x1a\x45\xdf\xa3"), (0, b"FLV"), (0, b"\x00\x00\x01\xba"), (0, b"\x00\x00\x01\xb3"))
@@ -88,7 +89,7 @@ def _text(text: str) -> str:
         if "step" in obj and "kind" in obj:
             return "a run's metrics"
         if "path" in obj and "label" in obj:
-            return "a video index"
+            return INDEX_KIND
         return "a JSON file"
     first = text.lstrip().splitlines()[0]
     if ":" in first and not first.startswith(("{", "[")):

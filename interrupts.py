@@ -14,6 +14,7 @@ optimiser step, a checkpoint) calls :func:`check` between units of work instead.
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import threading
 from collections.abc import Iterator
@@ -91,7 +92,24 @@ def deferred() -> Iterator[None]:
         check()
 
 
-def ignore_in_worker() -> None:
-    """For worker processes (a pool's initializer): leave SIGINT to the parent, which stops the pool. A
-    terminal's Ctrl-C reaches the whole process group; workers that raised too would each print a traceback."""
+def leave_signals_to_parent() -> None:
+    """For worker processes (a pool's initializer, a DataLoader's ``worker_init_fn``, a spawned process's first
+    call): leave SIGINT and SIGTERM to the parent, which stops its workers itself.
+
+    A terminal's Ctrl-C, and a scheduler's SIGTERM (SLURM, torchrun), reach every process of the group; a worker
+    that raised or died of them would print a traceback or break its pool, and the parent would fail with that
+    instead of stopping where it can. SIGINT is ignored. A SIGTERM from the parent itself
+    (``Process.terminate``: the pool's or loader's shutdown) still ends the worker at once; telling the senders
+    apart needs ``sigwaitinfo``: SIGTERM is blocked in this thread (a worker's only one so far, so in every thread
+    it starts) and a daemon thread waits for it. A worker whose parent dies is ended by its pool or loader (their
+    pipes close)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    parent = os.getppid()
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+
+    def wait() -> None:
+        while signal.sigwaitinfo({signal.SIGTERM}).si_pid != parent:
+            pass
+        os._exit(0)
+
+    threading.Thread(target=wait, name="sigterm", daemon=True).start()

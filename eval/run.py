@@ -66,12 +66,8 @@ def evaluate(task: str, checkpoint: str | os.PathLike, *, shards: str | os.PathL
     try:
         path = _runner(task)(checkpoint, data, outputs, env, **task_kw)
         finished = True
-    except (KeyboardInterrupt, Exception) as e:
-        signum = interrupts.received()
-        if not isinstance(e, KeyboardInterrupt) and signum is None:
-            raise
-        # an error after a signal is its consequence: a DataLoader worker killed by the same SIGTERM
-        stop = interrupts.as_interrupted(e) if isinstance(e, KeyboardInterrupt) else interrupts.Interrupted(signum)
+    except KeyboardInterrupt as e:
+        stop = interrupts.as_interrupted(e)
         for note in outputs.kept():
             stop.keep(note)
         raise stop from None

@@ -31,7 +31,7 @@ from memdpc.pipeline.clip import ClipSpec
 from memdpc.pipeline.manifest import shard_name
 from memdpc.pipeline.sample import LABEL_BYTES, frame_member, member_name, sample_key
 from memdpc.preprocess.archive import META, archive_path, frame_index, frame_name
-from memdpc.preprocess.job import setting_options
+from memdpc.preprocess.job import REPORTS, read_report_entries, setting_options
 from memdpc.preprocess.video_index import VideoRecord
 from memdpc.streams import STREAMS
 
@@ -43,8 +43,6 @@ DEFAULT_WINDOW_STEP = 20  # UCF101 (~180 frames at 25 fps): starts 0, 20, 40 (, 
 DEFAULT_MAX_COUNT = 1000
 DEFAULT_MAX_SIZE = 128 * 2**20
 DEFAULT_CLIP = ClipSpec()
-# `memdpc preprocess`'s run reports in its --out folder, whole or per --part (PreprocessConfig.report_path)
-PREPROCESS_REPORTS = ("preprocess-report.json", "preprocess-report-part*of*.json")
 # why a video of the split has no samples: its kind in ``Plan.skipped`` and how the summary names it
 FAILED, NOT_WRITTEN, UNUSABLE = "failed", "not-written", "unusable"
 SKIP_KINDS = {
@@ -231,16 +229,10 @@ def preprocess_outcomes(archive_root: str | os.PathLike) -> dict[str, dict[str, 
     """Video id → its entry (``status``, ``reason``) in the preprocess reports of ``archive_root``, the
     newest report last so that it wins; empty when preprocess wrote none there."""
     root = Path(archive_root)
-    found = {p for pattern in PREPROCESS_REPORTS for p in root.glob(pattern)}
-    reports = sorted(found, key=lambda p: p.stat().st_mtime_ns)
+    found = {p for pattern in REPORTS for p in root.glob(pattern)}
     out: dict[str, dict[str, Any]] = {}
-    for path in reports:
-        try:
-            out.update({v["id"]: v for v in json.loads(path.read_text())["videos"]})
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            raise UserError(
-                f"{path}: unreadable preprocess report ({e}); delete it or run preprocess again"
-            ) from None
+    for path in sorted(found, key=lambda p: (p.stat().st_mtime_ns, p.name)):
+        out.update(read_report_entries(path))
     return out
 
 

@@ -15,10 +15,7 @@ call hangs in a forked child (seen with OpenCV 5.0). Workers leave SIGINT and SI
 from __future__ import annotations
 
 import json
-import os
 import random
-import signal
-import threading
 from collections.abc import Iterator
 from functools import partial
 from itertools import islice
@@ -146,23 +143,8 @@ class ClipStream(IterableDataset):
 
 
 def _leave_signals_to_main(worker_id: int) -> None:
-    """Workers leave SIGINT and SIGTERM to the main process, which stops them through the loader. A terminal's
-    Ctrl-C, and torchrun's or SLURM's SIGTERM, reach every process of the group; torch's own SIGTERM handler
-    would end a worker, and the main process would then fail (its SIGCHLD handler raises) instead of stopping
-    at a step. A SIGTERM from the main process itself (``Process.terminate``: the loader's or the interpreter's
-    shutdown) still ends the worker, as torch's handler does. Telling the two apart needs the sender, which only
-    ``sigwaitinfo`` gives: SIGTERM is blocked (in this thread, the worker's only one so far, and so in every thread
-    it starts) and a daemon thread waits for it."""
-    interrupts.ignore_in_worker()
-    parent = os.getppid()
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
-
-    def wait() -> None:
-        while signal.sigwaitinfo({signal.SIGTERM}).si_pid != parent:
-            pass
-        os._exit(0)
-
-    threading.Thread(target=wait, name="sigterm", daemon=True).start()
+    """``worker_init_fn``: the main process stops its workers through the loader (interrupts.py)."""
+    interrupts.leave_signals_to_parent()
 
 
 class TorchLoader:

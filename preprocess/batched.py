@@ -40,6 +40,7 @@ import cv2
 import numpy as np
 import torch
 
+from memdpc import interrupts
 from memdpc.errors import UserError
 from memdpc.preprocess.archive import ArchiveWriter, archive_path
 from memdpc.preprocess.decode import DecodeError, PartialVideo, VideoStream
@@ -424,6 +425,12 @@ class DeviceStage:
 
 
 # -------------------------------------------------------------------------------------------- devices
+def _serve_process(*args: Any) -> None:
+    """:func:`_serve` in a device process of its own, which leaves SIGINT and SIGTERM to the run's process."""
+    interrupts.leave_signals_to_parent()
+    _serve(*args)
+
+
 def _serve(
     records: list[VideoRecord],
     cfg: PreprocessConfig,
@@ -477,7 +484,7 @@ def run_batched(
         ctx = spawn_context()  # device processes leave SIGINT to this one
         out = ctx.Queue()
         workers = [
-            ctx.Process(target=_serve, args=(select_part(records, (i, len(devices))), cfg, d, threads, out))
+            ctx.Process(target=_serve_process, args=(select_part(records, (i, len(devices))), cfg, d, threads, out))
             for i, d in enumerate(devices)
         ]
     for w in workers:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import os
 import re
 import time
@@ -32,6 +33,19 @@ from memdpc.preprocess.flow import AUTO, BACKENDS, BOUND, FlowStage, make_backen
 from memdpc.preprocess.tvl1_params import TVL1Params
 from memdpc.preprocess.video_index import VideoRecord
 from memdpc.streams import STREAMS
+
+REPORT = "preprocess-report.json"  # a run's report in --out; a --part I/N run writes REPORT_OF_PART
+REPORT_OF_PART = "preprocess-report-part{i}of{n}.json"
+REPORTS = (REPORT, REPORT_OF_PART.format(i="*", n="*"))  # every report a folder may hold, as glob patterns
+
+
+def read_report_entries(path: str | os.PathLike) -> dict[str, dict[str, Any]]:
+    """Video id → its entry (``id``, ``path``, ``status``: done/partial/skipped/failed, ``reason``, …) in the
+    run report at ``path``; UserError if it is not a readable preprocess report."""
+    try:
+        return {v["id"]: v for v in json.loads(Path(path).read_text())["videos"] if "status" in v}
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise UserError(f"{path}: unreadable preprocess report ({e}); delete it or run preprocess again") from None
 
 
 @dataclass(frozen=True)
@@ -96,9 +110,7 @@ class PreprocessConfig:
         if self.report:
             return Path(self.report)
         i, n = self.part
-        return Path(self.out) / (
-            "preprocess-report.json" if n == 1 else f"preprocess-report-part{i}of{n}.json"
-        )
+        return Path(self.out) / (REPORT if n == 1 else REPORT_OF_PART.format(i=i, n=n))
 
 
 def parse_part(text: str) -> tuple[int, int]:

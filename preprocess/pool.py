@@ -1,9 +1,10 @@
 """Worker processes of the preprocessing that stop when the run is stopped.
 
-A terminal's Ctrl-C sends SIGINT to the whole process group, SIGTERM (a scheduler, ``kill``) reaches only
-the parent; either way the parent stops the run: it cancels the queued videos and terminates the workers.
-Workers therefore leave SIGINT to the parent from their first instruction (:func:`spawn_context`: they start
-with it ignored, before they could print a traceback of their own).
+A terminal's Ctrl-C sends SIGINT to the whole process group, SIGTERM reaches the parent alone (``kill``) or
+every process of the job (a scheduler); either way the parent stops the run: it cancels the queued videos and
+terminates the workers. Workers therefore leave both signals to the parent
+(:func:`memdpc.interrupts.leave_signals_to_parent`), SIGINT from their first instruction
+(:func:`spawn_context`: they start with it ignored, before they could print a traceback of their own).
 
 :func:`pool_results` is the per-video path's local pool: each worker sends progress events while a video
 runs and keeps what FFmpeg and OpenCV print about it for the video's report entry. Nothing here imports
@@ -67,7 +68,7 @@ _worker: dict[str, Any] = {}  # this worker process's progress queue
 
 
 def _init_worker(events: SimpleQueue) -> None:
-    interrupts.ignore_in_worker()  # already ignored since the start (spawn_context); the pools' convention
+    interrupts.leave_signals_to_parent()  # SIGINT ignored since the start (spawn_context), SIGTERM from now
     cv2.setNumThreads(1)  # one OpenCV thread per worker
     _worker["events"] = events
 

@@ -19,7 +19,6 @@ the temporary archives of unfinished videos removed, and the report of what was 
 from __future__ import annotations
 
 import contextlib
-import json
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, ThreadPoolExecutor, as_completed
@@ -46,6 +45,7 @@ from memdpc.preprocess.job import (
     kept_messages,
     parse_part,
     process_video,
+    read_report_entries,
     remove_temporaries,
     select_part,
 )
@@ -212,13 +212,8 @@ def _summary(videos: list[dict], seconds: float, pending: int) -> dict:
 
 
 def _earlier_entries(path: Path) -> dict[str, dict]:
-    """The per-video entries of the report an earlier run wrote at ``path`` (none if there is none, or it is
-    not a preprocess report)."""
-    try:
-        report = json.loads(path.read_text())
-        return {v["id"]: v for v in report["videos"] if isinstance(v, dict) and "id" in v and "status" in v}
-    except (OSError, ValueError, KeyError, TypeError):
-        return {}
+    """The per-video entries of the report an earlier run wrote at ``path`` (none if there is none)."""
+    return read_report_entries(path) if path.exists() else {}
 
 
 def _merged(mine: list[VideoRecord], entries: dict[str, dict], earlier: dict[str, dict]) -> list[dict]:
@@ -272,6 +267,7 @@ def run_preprocess(records: list[VideoRecord], cfg: PreprocessConfig, progress: 
         if note:
             console.print(f"[yellow]note:[/yellow] {note}")
     mine = select_part(records, cfg.part)
+    earlier = _earlier_entries(cfg.report_path)  # before any work: a damaged report stops nothing halfway
     with console.status(f"checking the archives in {cfg.out}") if progress else contextlib.nullcontext():
         done, todo = _check_existing(mine, cfg)
     remove_temporaries(cfg.out, cfg.streams, {r.id for r in todo})  # of a killed run
@@ -295,7 +291,7 @@ def run_preprocess(records: list[VideoRecord], cfg: PreprocessConfig, progress: 
     if stop is not None:
         remove_temporaries(cfg.out, cfg.streams, {r.id for r in todo if r.id not in entries})
     this_run = [entries[r.id] for r in mine if r.id in entries]
-    videos = _merged(mine, entries, _earlier_entries(cfg.report_path))
+    videos = _merged(mine, entries, earlier)
     report = {
         "command": "preprocess",
         "config": {**asdict(cfg), "streams": list(cfg.streams), "part": list(cfg.part)},

@@ -20,6 +20,7 @@ import numpy as np
 
 from memdpc.atomic import atomic_path
 from memdpc.errors import UserError
+from memdpc.file_kinds import INDEX_KIND, describe
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 VIDEO_EXTS = (".avi", ".mp4", ".mkv", ".webm", ".mov", ".m4v", ".mpg", ".mpeg")
@@ -69,9 +70,13 @@ def write_index(records: list[VideoRecord], path: str | os.PathLike) -> None:
         tmp.write_text("".join(r.to_json() + "\n" for r in records))
 
 
+_TEXT_KINDS = (INDEX_KIND, "an empty file", "a text file", "a JSON file", "a YAML file")
+
+
 def read_index(path: str | os.PathLike) -> list[VideoRecord]:
-    """Read a JSONL video index, with a one-line error for a missing file, a folder or a video (or other
-    binary file) given instead, or a malformed line."""
+    """Read a JSONL video index, with a one-line error for a missing file, a folder or any other file given
+    instead (a video, a results file, a checkpoint: :func:`memdpc.file_kinds.describe` says which), or a
+    malformed line."""
     path = Path(path)
     if path.is_dir():
         raise UserError(
@@ -80,14 +85,11 @@ def read_index(path: str | os.PathLike) -> list[VideoRecord]:
         )
     if not path.is_file():
         raise UserError(f"{path}: video index not found; {INDEX_HINT}")
-    if path.suffix.lower() in VIDEO_EXTS:
-        raise UserError(f"{path}: is a video file, not a video index; {INDEX_HINT}")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise UserError(f"{path}: not a video index (binary data, not JSON lines); {INDEX_HINT}") from None
+    kind = describe(path)
+    if kind not in _TEXT_KINDS:  # a video, a results file, a checkpoint, …: say so; text: name the bad line
+        raise UserError(f"{path}: is {kind}, not a video index; {INDEX_HINT}")
     records = []
-    for lineno, line in enumerate(text.splitlines(), 1):
+    for lineno, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
         if not line.strip():
             continue
         try:

@@ -59,7 +59,7 @@ def test_an_output_folder_that_is_a_file_is_a_usage_error(tmp_path, args):
     [
         ("flow", "clip.mp4", "{given}: is a video file, not a video index; give the JSONL file `memdpc index"),
         ("frames", "videos", "{given}: is a folder, not a video index; `memdpc index {given} --layout folder`"),
-        ("frames", "notes.jsonl", "{given}: not a video index (binary data, not JSON lines)"),
+        ("frames", "notes.jsonl", "{given}: is a binary file, not a video index; give the JSONL file"),
     ],
 )
 def test_preprocess_given_something_else_than_an_index_is_a_one_line_error(tmp_path, verb, given, message):

@@ -3,11 +3,15 @@ blocks; each case runs in a real child process that signals itself."""
 
 from __future__ import annotations
 
+import multiprocessing
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
+
+from memdpc import interrupts
 
 
 def _run(body: str) -> subprocess.CompletedProcess:
@@ -58,7 +62,29 @@ def test_deferred_only_remembers_until_check_or_the_end_of_the_block():
 
 
 def test_plain_keyboard_interrupt_counts_as_sigint():
-    from memdpc import interrupts
-
     e = interrupts.as_interrupted(KeyboardInterrupt())
     assert (str(e), e.exit_code) == ("SIGINT", 130)
+
+
+def _worker(ready) -> None:
+    interrupts.leave_signals_to_parent()
+    ready.set()
+    time.sleep(60)
+
+
+def test_a_worker_leaves_signals_to_its_parent_and_ends_on_the_parents_sigterm():
+    """A scheduler's SIGTERM and a terminal's SIGINT reach the worker too: it stays (its parent stops it);
+    the parent's own SIGTERM (Process.terminate) ends it at once, with exit status 0."""
+    ctx = multiprocessing.get_context("spawn")
+    ready = ctx.Event()
+    worker = ctx.Process(target=_worker, args=(ready,))
+    worker.start()
+    assert ready.wait(60)
+    for sig in ("INT", "TERM"):  # from another process, as a terminal or a scheduler sends them
+        subprocess.run(["kill", f"-{sig}", str(worker.pid)], check=True)
+    worker.join(1.0)
+    assert worker.is_alive()
+    started = time.monotonic()
+    worker.terminate()
+    worker.join(10)
+    assert worker.exitcode == 0 and time.monotonic() - started < 5

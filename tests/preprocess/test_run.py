@@ -462,6 +462,18 @@ def test_a_rerun_with_nothing_left_to_do_skips_every_video(tiny_dataset, tmp_pat
     assert [v["status"] for v in report["videos"]] == ["done"] * 3  # the run that did the work, kept
 
 
+def test_a_damaged_report_of_an_earlier_run_is_named_not_overwritten(tiny_dataset, tmp_path):
+    write_index(build_index(tiny_dataset, "ucf101", 1)[:1], tmp_path / "index.jsonl")
+    report = tmp_path / "out" / "preprocess-report.json"
+    report.parent.mkdir()
+    report.write_text("{half a report")
+    res = CliRunner().invoke(main, ["preprocess", "frames", str(tmp_path / "index.jsonl"), "--out",
+                                    str(tmp_path / "out"), "--size", "0"])
+    assert res.exit_code == 2 and "Traceback" not in res.output
+    assert f"{report}: unreadable preprocess report (" in " ".join(res.output.split())
+    assert report.read_text() == "{half a report" and not (tmp_path / "out" / "rgb").exists()  # before any work
+
+
 # ------------------------------------------------------------------------ interrupts
 @pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])

@@ -96,8 +96,12 @@ def test_a_folder_a_video_or_a_binary_file_given_as_the_index_says_what_it_is(tm
     blob.write_bytes(bytes(range(256)))
     with pytest.raises(UserError) as e:
         read_index(blob)
-    assert str(e.value).startswith(f"{blob}: not a video index (binary data, not JSON lines)")
-    assert e.value.__suppress_context__
+    assert str(e.value).startswith(f"{blob}: is a binary file, not a video index; give the JSONL file")
+    results = tmp_path / "retrieval-rgb.json"
+    results.write_text(json.dumps({"kind": "retrieval", "stream": "rgb", "metrics": {"R@1": 0.5}}))
+    with pytest.raises(UserError) as e:
+        read_index(results)
+    assert str(e.value).startswith(f"{results}: is a results file of `memdpc eval`, not a video index;")
 
 
 @pytest.mark.parametrize(
