@@ -17,7 +17,7 @@ from memdpc.pipeline.manifest import VerifyResult
 from memdpc.pipeline.shard import ShardReport
 from memdpc.pipeline.shard_plan import SKIP_KINDS, UNUSABLE
 from memdpc.preprocess.job import PreprocessConfig
-from memdpc.preprocess.video_index import plural
+from memdpc.wording import plural
 
 SKIPPED_LISTED = 20  # skipped videos listed per kind; the manifest's "skipped" lists them all
 MAX_FAILURES = 10  # failed videos named one by one after a preprocess run; the report holds them all
@@ -48,13 +48,15 @@ def print_preprocess_report(
         errors.print(f"… and {len(failures) - MAX_FAILURES} more failed videos, see {path}", soft_wrap=True)
     noisy = sum("messages" in v for v in report["videos"])
     if noisy:
-        console.print(f"FFmpeg/OpenCV messages about {noisy} {'video' if noisy == 1 else 'videos'}: in {path} "
+        console.print(f"FFmpeg/OpenCV messages about {plural(noisy, 'video')}: in {path} "
                       "(their \"messages\")", soft_wrap=True)
     if "messages" in report:
         console.print(f"FFmpeg/OpenCV messages of the run: in {path} (\"messages\")", soft_wrap=True)
-    ok = sum(v["status"] in ("done", "partial", "skipped") for v in report["videos"])
+    s = report["summary"]
     folders = " and ".join(str(Path(cfg["out"]) / st) for st in cfg["streams"])
-    console.print(f"wrote the archives of {ok} video{'s' * (ok != 1)} in {folders}; report {path}", soft_wrap=True)
+    kept = f" (and kept those of {plural(s['skipped'], 'video')} written before)" if s["skipped"] else ""
+    console.print(f"wrote the archives of {plural(s['done'] + s['partial'], 'video')}{kept} in {folders}; report "
+                  f"{path}", soft_wrap=True)
     after = " (once every --part has finished)" if cfg["part"][1] > 1 else ""
     for st in cfg["streams"]:
         console.print(f"next{after}: memdpc shard {cfg['out']} --index {index} --stream {st} --out shards",

@@ -60,9 +60,10 @@ from memdpc.pipeline.shard_plan import (
 )
 from memdpc.pipeline.wds_index import format_index, index_path, split_name
 from memdpc.preprocess.job import DECODE_SETTINGS
-from memdpc.preprocess.video_index import VideoRecord, name_list, plural, read_index
+from memdpc.preprocess.video_index import VideoRecord, read_index
 from memdpc.progress import progress_bar
 from memdpc.streams import STREAMS
+from memdpc.wording import name_list, plural
 
 __all__ = ["run_shard", "shard_stream", "write_shard", "ShardReport", "THROTTLE_ENV"]
 

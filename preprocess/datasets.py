@@ -21,11 +21,10 @@ from memdpc.preprocess.video_index import (
     VideoRecord,
     check_unique,
     hold_out,
-    name_list,
-    plural,
     video_id,
     write_index,
 )
+from memdpc.wording import name_list, plural
 
 
 def _first_existing(candidates: list[Path], what: str) -> Path:

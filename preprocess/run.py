@@ -53,6 +53,7 @@ from memdpc.preprocess.pool import pool_results
 from memdpc.preprocess.tvl1_params import TVL1Params
 from memdpc.preprocess.video_index import VideoRecord, read_index
 from memdpc.progress import progress_bar
+from memdpc.wording import plural
 
 DASK_CONNECT_TIMEOUT = 30  # seconds
 CHECK_THREADS = 8  # threads reading the meta.json of existing archives (their latency, on network storage)
@@ -133,7 +134,7 @@ def _check_existing(mine: list[VideoRecord], cfg: PreprocessConfig) -> tuple[lis
         rec, stream, diffs = other[0]
         n = len(other)
         raise UserError(
-            f"{n} archive{'s' * (n > 1)} in {cfg.out} {'were' if n > 1 else 'was'} made with other settings or "
+            f"{plural(n, 'archive')} in {cfg.out} {'were' if n > 1 else 'was'} made with other settings or "
             f"from another source, e.g. {archive_path(cfg.out, stream, rec.id)} ({'; '.join(diffs)}); "
             "rerun with --overwrite to rewrite them, or choose another --out"
         )

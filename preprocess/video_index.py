@@ -21,6 +21,7 @@ import numpy as np
 from memdpc.atomic import atomic_path
 from memdpc.errors import UserError
 from memdpc.file_kinds import INDEX_KIND, describe
+from memdpc.wording import plural
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 VIDEO_EXTS = (".avi", ".mp4", ".mkv", ".webm", ".mov", ".m4v", ".mpg", ".mpeg")
@@ -130,7 +131,7 @@ def hold_out(
         if len(ids) <= want:
             name = next(r.label_name for r in records if r.label == label)
             raise UserError(
-                f"class '{name}' has {len(ids)} training video(s): too few to hold out "
+                f"class '{name}' has {plural(len(ids), 'training video')}: too few to hold out "
                 f"{_held(val_per_class, test_per_class)} and still train on one"
             )
         ids = sorted(ids)
@@ -143,17 +144,6 @@ def hold_out(
 def _held(val: int, test: int) -> str:
     parts = [f"{test} for test"] * bool(test) + [f"{val} for validation"] * bool(val)
     return " and ".join(parts)
-
-
-def name_list(names: list[str], most: int = 10) -> str:
-    """``a, b, c`` for a warning: at most ``most`` names, then how many more."""
-    more = len(names) - most
-    return ", ".join(names[:most]) + (f" and {more} more" if more > 0 else "")
-
-
-def plural(n: int, noun: str) -> str:
-    """``1 video``, ``2 videos``, ``3 classes``."""
-    return f"{n} {noun}" if n == 1 else f"{n} {noun}{'es' if noun.endswith('s') else 's'}"
 
 
 def summary(records: list[VideoRecord]) -> dict[str, Counter]:

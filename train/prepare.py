@@ -19,6 +19,7 @@ from memdpc.pipeline.sample import LABEL, decode_label, parse_key
 from memdpc.pipeline.wds_index import read_index, split_name
 from memdpc.streams import STREAMS
 from memdpc.train.config import AUTO_VAL_SPLIT, TrainConfig, config_differences
+from memdpc.wording import name_list, plural
 
 CONFIG_NAME = "config.yaml"
 
@@ -117,13 +118,12 @@ def val_split_warnings(config: TrainConfig) -> list[str]:
     warnings = []
     missing = sorted(set(train) - set(val))
     if missing:
-        names = ", ".join((classes[k] if k < len(classes) else "") or str(k) for k in missing[:3])
-        names += ", …" if len(missing) > 3 else ""
+        names = name_list([(classes[k] if k < len(classes) else "") or str(k) for k in missing])
         warnings.append(f"{where}: the {config.val_split} split holds no video of {len(missing)} of the "
                         f"{len(train)} classes of the {config.train_split} split ({names}); {use} leaves them out")
     videos = sum(len(v) for v in val.values())
     if videos < FEW_VAL_VIDEOS:
-        warnings.append(f"{where}: the {config.val_split} split holds only {videos} video(s), each {100 / max(videos, 1):.0f} % "
+        warnings.append(f"{where}: the {config.val_split} split holds only {plural(videos, 'video')}, each {100 / max(videos, 1):.0f} % "
                         f"of it; {use} rests on them alone (hold out more videos, e.g. memdpc index … "
                         "--val-per-class 2, and shard that split again)")
     return warnings

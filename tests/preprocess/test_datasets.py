@@ -150,7 +150,7 @@ def test_cli_holds_out_validation_videos_or_says_why_not(ucf, tmp_path):
     res = CliRunner().invoke(main, ["index", str(ucf), "--layout", "ucf101", "--out", str(out), "--val-per-class", "1"])
     assert res.exit_code == 2 and not out.exists()
     assert res.output.strip().splitlines()[-1] == (
-        "Error: class 'ApplyEyeMakeup' has 1 training video(s): too few to hold out 1 for validation and still "
+        "Error: class 'ApplyEyeMakeup' has 1 training video: too few to hold out 1 for validation and still "
         "train on one")
 
 
@@ -234,7 +234,7 @@ def test_cli_folder_index_holds_out_test_then_val_per_class(tmp_path):
     )
     res = _index_cli(root, out, "--test-per-class", "2", "--val-per-class", "1")
     assert res.exit_code == 2 and res.output.splitlines()[-1] == (
-        "Error: class 'sit' has 3 training video(s): too few to hold out 2 for test and 1 for validation and "
+        "Error: class 'sit' has 3 training videos: too few to hold out 2 for test and 1 for validation and "
         "still train on one")
 
 

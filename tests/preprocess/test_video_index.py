@@ -12,7 +12,6 @@ from memdpc.preprocess.video_index import (
     VideoRecord,
     check_unique,
     hold_out,
-    name_list,
     read_index,
     summary,
     video_id,
@@ -187,14 +186,9 @@ def test_every_class_keeps_a_training_video():
     assert summary(hold_out(videos, 1, 1, seed=2))["train"] == Counter(Walk=1, Run=1)
     with pytest.raises(UserError) as e:
         hold_out(videos, 1, 2)
-    assert str(e.value) == ("class 'Walk' has 3 training video(s): too few to hold out 2 for test and 1 for "
+    assert str(e.value) == ("class 'Walk' has 3 training videos: too few to hold out 2 for test and 1 for "
                             "validation and still train on one")
     with pytest.raises(UserError, match="class 'Walk' has 3 training video.*hold out 3 for validation and still"):
         hold_out(videos, 3, seed=0)
     with pytest.raises(UserError, match="--seed must be ≥ 0"):
         hold_out(videos, 1, seed=-1)
-
-
-def test_name_list_counts_what_it_leaves_out():
-    assert name_list(["a", "b"]) == "a, b"
-    assert name_list([str(i) for i in range(13)], most=3) == "0, 1, 2 and 10 more"

@@ -147,7 +147,7 @@ def test_a_validation_split_missing_a_class_or_with_few_videos_is_warned_about(v
     assert val_split_warnings(_config(val_shards, val_split="val", knn_every=1)) == [
         f"{where}: the val split holds no video of 1 of the 3 classes of the train split (MoveUp); the kNN "
         "monitor's R@1 leaves them out",
-        f"{where}: the val split holds only 2 video(s), each 50 % of it; the kNN monitor's R@1 "
+        f"{where}: the val split holds only 2 videos, each 50 % of it; the kNN monitor's R@1 "
         "rests on them alone (hold out more videos, e.g. memdpc index … --val-per-class 2, and shard that split "
         "again)",
     ]
@@ -156,13 +156,13 @@ def test_a_validation_split_missing_a_class_or_with_few_videos_is_warned_about(v
         ["the kNN monitor's R@1, which chooses best.pt,"] * 2
     # the test split holds a video of every class, but only three videos
     assert [w.split(": ", 1)[1].split(";")[0] for w in val_split_warnings(_config(val_shards, val_split="test"))] == [
-        "the test split holds only 3 video(s), each 33 % of it"]
+        "the test split holds only 3 videos, each 33 % of it"]
     assert "the validation loss, which chooses best.pt, rests" in val_split_warnings(
         _config(val_shards, val_split="test"))[0]
     assert val_split_warnings(_config(val_shards, val_split="none")) == []
     # a video of every class, but fewer than FEW_VAL_VIDEOS
     assert val_split_warnings(_config(val_shards, val_split="train", train_split="test")) == [
-        f"{val_shards / 'rgb' / 'manifest-train.json'}: the train split holds only 9 video(s), each 11 % of it; the "
+        f"{val_shards / 'rgb' / 'manifest-train.json'}: the train split holds only 9 videos, each 11 % of it; the "
         "validation loss, which chooses best.pt, rests on them alone (hold out more videos, e.g. memdpc index … "
         "--val-per-class 2, and shard that split again)"]
 
