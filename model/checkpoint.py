@@ -110,9 +110,12 @@ def load_torch_file(path: str | Path, safe: Sequence[Any] = (),
         there = f" ({path.parent} holds {', '.join(p.name for p in others)})" if others else ""
         raise UserError(f"{path}: checkpoint not found{there}")
     kind = file_kinds.describe(path)
-    if kind in (file_kinds.TORCH_DAMAGED, file_kinds.BINARY):
-        detail = "its zip directory is missing" if kind == file_kinds.TORCH_DAMAGED else "not a PyTorch file"
-        raise UserError(f"{path}: not a readable checkpoint (truncated or damaged: {detail}); {remedy}")
+    if kind == file_kinds.TORCH_DAMAGED:
+        raise UserError(f"{path}: not a readable checkpoint (truncated or damaged: its zip directory is missing); "
+                        f"{remedy}")
+    if kind == file_kinds.BINARY:  # binary, but neither a PyTorch zip nor a legacy PyTorch file
+        raise UserError(f"{path}: not a readable checkpoint (not a PyTorch file: damaged, or a file of another "
+                        f"kind); {remedy}")
     if kind != file_kinds.TORCH:
         raise UserError(f"{path}: not a memdpc checkpoint (it looks like {kind}){_where_checkpoints_are(path, kind)}")
     try:

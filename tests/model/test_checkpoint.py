@@ -86,8 +86,8 @@ def _refusal(path) -> str:
 
 def test_foreign_missing_and_truncated_files_are_refused(tmp_path):
     (tmp_path / "junk.pt").write_bytes(b"not a checkpoint\x00\xff" * 8)
-    assert _refusal(tmp_path / "junk.pt").startswith(f"{tmp_path / 'junk.pt'}: not a readable checkpoint (truncated or "
-                                                     "damaged: not a PyTorch file); copy it again")
+    assert _refusal(tmp_path / "junk.pt").startswith(f"{tmp_path / 'junk.pt'}: not a readable checkpoint (not a PyTorch "
+                                                     "file: damaged, or a file of another kind); copy it again")
     torch.save({"epoch": 1, "state_dict": {}}, tmp_path / "ref.pth.tar")
     with pytest.raises(
         UserError, match=r"ref.pth.tar: not a memdpc checkpoint .*import .* with `memdpc convert`"

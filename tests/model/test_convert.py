@@ -146,8 +146,8 @@ def test_bad_checkpoints_are_user_errors(tmp_path):
     assert "x: checkpoint not found" in str(
         pytest.raises(UserError, convert_file, tmp_path / "x", tmp_path / "y").value
     )
-    assert "not a readable checkpoint (truncated or damaged: not a PyTorch file); download or copy it again" in (
-        _user_error(tmp_path, raw=b"\x80\x02}q\x00garbage"))
+    assert ("not a readable checkpoint (not a PyTorch file: damaged, or a file of another kind); download or copy "
+            "it again") in _user_error(tmp_path, raw=b"\x80\x02}q\x00garbage")
     whole = tmp_path / "whole.pth.tar"
     torch.save({"epoch": 1, "state_dict": _reference_memdpc()}, whole)
     # the wording read_checkpoint gives a truncated file too
