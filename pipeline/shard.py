@@ -214,13 +214,15 @@ def _claim(folder: Path, split: str, plan: Plan, overwrite: bool) -> None:
 def _difference(folder: Path, split: str, old: dict, new: dict) -> str:
     """One line: how the plan of the shards in ``folder`` differs from the new one, and what to do."""
     fix = f"add --overwrite to rewrite the {split} shards, or use another --out"
-    diff = sorted(k for k in new["config"] if old.get("config", {}).get(k) != new["config"][k])
+    if not isinstance(old.get("config"), dict):
+        return f"{plan_path(folder, split)}: unreadable plan of the {split} shards in {folder}; {fix}"
+    diff = sorted(k for k in new["config"] if old["config"].get(k) != new["config"][k])
     if diff:
         options = ", ".join(diff)
         return f"{folder}: holds {split} shards of another configuration (differs in options {options}); {fix}"
     was, now = old.get("archives"), new["archives"]
     if was is None:
-        return f"{folder}: holds {split} shards of an unreadable or older plan (without its archives); {fix}"
+        return f"{folder}: holds {split} shards of an older plan (without its archives); {fix}"
     if was.keys() != now.keys():
         added, removed = sorted(now.keys() - was.keys()), sorted(was.keys() - now.keys())
         return (

@@ -633,3 +633,16 @@ def test_shards_of_another_split_cut_from_archives_of_other_settings_are_a_warni
         f"the flow/train shards in {out} were cut from archives of other settings (--size 16, these --size 32): "
         "shard flow/train again with --overwrite",
     ]
+
+
+def test_a_damaged_plan_file_is_named(tiny_archives, tmp_path):
+    out = tmp_path / "shards"
+    run_shard(tiny_archives.root, tiny_archives.records, "rgb", out, "test")
+    plan = out / "rgb" / "plan-test.json"
+    plan.write_text("{cut")
+    with pytest.raises(UserError) as e:
+        run_shard(tiny_archives.root, tiny_archives.records, "rgb", out, "test")
+    assert str(e.value) == (f"{plan}: unreadable plan of the test shards in {out / 'rgb'}; add --overwrite to "
+                            "rewrite the test shards, or use another --out")
+    run_shard(tiny_archives.root, tiny_archives.records, "rgb", out, "test", overwrite=True)
+    assert json.loads(plan.read_text())["config"]["split"] == "test"
