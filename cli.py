@@ -591,17 +591,18 @@ def convert_cmd(checkpoint: Path, out: Path, to: str, stream: str | None, input_
               help="With --fuse: weights of the two results.")
 @click.option("--out", "--fuse-out", "out", type=click.Path(path_type=Path), default=None,
               help="With --fuse: results file to write (default: beside the first input).")
+@click.option("--overwrite", is_flag=True, help="With --fuse: replace other results at --out.")
 @click.pass_context
-def eval_group(ctx: click.Context, fuse_paths, weights, out) -> None:
+def eval_group(ctx: click.Context, fuse_paths, weights, out, overwrite) -> None:
     """Evaluate a checkpoint (trained or converted): retrieval, probes, finetuning, Oops, scoring a classifier;
     late fusion with --fuse.
 
     Every subcommand also runs under torchrun (each window is read by one rank; rank 0 writes the results).
     """
     if fuse_paths:
-        _fuse(*fuse_paths, out=out, weights=weights)
-    elif out is not None:
-        raise click.UsageError("--out before the verb goes with --fuse; give a verb's --out after the verb, e.g. "
+        _fuse(*fuse_paths, out=out, weights=weights, overwrite=overwrite)
+    elif out is not None or overwrite:
+        raise click.UsageError("--out and --overwrite before the verb go with --fuse; give a verb's own after it, e.g. "
                                "memdpc eval retrieve CHECKPOINT --shards SHARDS --out EVAL_DIR")
     elif ctx.invoked_subcommand is None:
         click.echo(ctx.get_help())
@@ -754,9 +755,10 @@ def eval_oops(checkpoint: Path, **kw) -> None:
 @click.option("--weights", nargs=2, type=float, default=(1.0, 1.0), show_default=True, help="Weights of A and B.")
 @click.option("--out", "--fuse-out", "out", type=click.Path(path_type=Path), default=None,
               help="Results file to write (default: beside A).")
-def eval_fuse(result_a: Path, result_b: Path, weights, out: Path | None) -> None:
+@click.option("--overwrite", is_flag=True, help="Replace other results at --out.")
+def eval_fuse(result_a: Path, result_b: Path, weights, out: Path | None, overwrite: bool) -> None:
     """Late fusion of two results (RGB and flow): mean probabilities or summed similarities."""
-    _fuse(result_a, result_b, out=out, weights=weights)
+    _fuse(result_a, result_b, out=out, weights=weights, overwrite=overwrite)
 
 
 # ---------------------------------------------------------------------------------------- quickstart

@@ -7,13 +7,15 @@ writes the results).
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from memdpc import distenv as dd
-from memdpc import interrupts
+from memdpc import file_kinds, interrupts
+from memdpc.errors import UserError
 from memdpc.eval.classify import run_classify
 from memdpc.eval.data import EvalData
 from memdpc.eval.finetune import run_finetune
@@ -77,8 +79,24 @@ def evaluate(task: str, checkpoint: str | os.PathLike, *, shards: str | os.PathL
 
 
 def fuse(result_a: str | os.PathLike, result_b: str | os.PathLike, out: str | os.PathLike | None = None,
-         weights: tuple[float, float] = (1.0, 1.0)) -> Path:
-    """Late fusion of two results files (see :mod:`memdpc.eval.fusion`); writes the result and returns its path."""
+         weights: tuple[float, float] = (1.0, 1.0), overwrite: bool = False) -> Path:
+    """Late fusion of two results files (see :mod:`memdpc.eval.fusion`); writes the result and returns its path.
+
+    ``out`` may hold the same fusion (the same inputs and weights: written again); other results there are
+    refused unless ``overwrite``, and an input never is ``out``."""
     result, arrays = fuse_results(result_a, result_b, weights)
     out = Path(out) if out is not None else Path(result_a).with_name(f"{result['kind']}-{result['stream']}.json")
+    if out.resolve() in {Path(p).resolve() for p in (result_a, result_b)}:
+        raise UserError(f"{out}: is one of the results being fused; give another --out")
+    if out.exists() and not overwrite and _recorded_config(out) != result["config"]:
+        raise UserError(f"{out}: holds other results ({file_kinds.describe(out)}, not this fusion of "
+                        f"{result_a} and {result_b}); add --overwrite to replace them, or give another --out")
     return save_result(out, result, arrays)
+
+
+def _recorded_config(path: Path) -> Any:
+    """The ``config`` a results file records (None for anything else)."""
+    try:
+        return json.loads(path.read_text()).get("config")
+    except (OSError, ValueError, AttributeError):
+        return None

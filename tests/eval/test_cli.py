@@ -141,6 +141,25 @@ def test_fusing_a_stream_with_itself_is_refused(tmp_path):
     assert sorted(p.name for p in tmp_path.rglob("*.json")) == ["probe-rgb.json", "rgb.json"]  # nothing written
 
 
+def test_fusion_never_replaces_other_results_or_its_inputs_silently(tmp_path):
+    rgb = _probs_result(tmp_path / "rgb.json", "rgb", [[0.8, 0.2], [0.6, 0.4]])
+    flow = _probs_result(tmp_path / "flow.json", "flow", [[0.2, 0.8], [0.0, 1.0]])
+    other = _probs_result(tmp_path / "other-flow.json", "flow", [[0.4, 0.6], [0.0, 1.0]])
+    fused = tmp_path / "fused.json"
+    for _ in range(2):  # the same fusion again: written again
+        assert _cli("eval", "--fuse", str(rgb), str(flow), "--out", str(fused)).exit_code == 0
+    before = fused.read_bytes()
+    _one_line_error(_cli("eval", "fuse", str(rgb), str(other), "--out", str(fused)),
+                    f"{fused}: holds other results (a results file of `memdpc eval`, not this fusion of {rgb} and "
+                    f"{other}); add --overwrite to replace them, or give another --out")
+    assert fused.read_bytes() == before
+    _one_line_error(_cli("eval", "fuse", str(rgb), str(flow), "--out", str(rgb), "--overwrite"),
+                    f"{rgb}: is one of the results being fused; give another --out")
+    res = _cli("eval", "--fuse", str(rgb), str(other), "--out", str(fused), "--overwrite")
+    assert res.exit_code == 0, res.output
+    np.testing.assert_allclose(load_result(fused)[1]["probs"], [[0.6, 0.4], [0.3, 0.7]])
+
+
 def test_one_spelling_per_option_and_the_old_ones_still_work(tmp_path):
     rgb = _probs_result(tmp_path / "rgb.json", "rgb", [[0.8, 0.2], [0.6, 0.4]])
     flow = _probs_result(tmp_path / "flow.json", "flow", [[0.2, 0.8], [0.0, 1.0]])
@@ -152,7 +171,7 @@ def test_one_spelling_per_option_and_the_old_ones_still_work(tmp_path):
         assert res.exit_code == 0 and f"wrote {tmp_path / name}" in res.output, res.output
         np.testing.assert_allclose(load_result(tmp_path / name)[1]["probs"], [[0.5, 0.5], [0.3, 0.7]])
     res = _cli("eval", "--out", str(tmp_path / "e.json"), "retrieve", "ck.pt", "--shards", "s", "--out", "o")
-    _one_line_error(res, "--out before the verb goes with --fuse")
+    _one_line_error(res, "--out and --overwrite before the verb go with --fuse")
     help_text = _cli("eval", "probe", "--help").output  # train's spellings: --workers (and --num-workers), --lr-min
     assert "--workers, --num-workers" in help_text and "--lr-min" in help_text and "--overwrite" in help_text
 
