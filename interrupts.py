@@ -59,13 +59,8 @@ def install() -> None:
 
 
 def received() -> int | None:
-    """The signal received since :func:`install` (or :func:`clear`), or None."""
+    """The last signal received since :func:`install`, or None."""
     return _state["received"]
-
-
-def clear() -> None:
-    """Forget a signal already handled (tests and long-lived callers)."""
-    _state["received"] = None
 
 
 def check() -> None:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import numpy as np
 import torch
@@ -55,14 +56,14 @@ def _dali():
 
 
 # ------------------------------------------------------------------------- boxes in the graph (float64)
-def _f64(value: float):
+def _f64(value: float) -> Any:
     """A float64 constant of an arithmetic expression: only for values float32 holds exactly (DALI keeps a
     scalar constant of an expression as float32); :func:`_spec_constants` carries the others."""
     _, _, types = _dali()
     return types.Constant(float(value), dtype=types.FLOAT64)
 
 
-def _spec_constants(spec: AugmentSpec):
+def _spec_constants(spec: AugmentSpec) -> tuple[Any, Any, Any]:
     """The spec's numbers the boxes use (crop_aspect, eval_scale), float64 per sample from an external source,
     so that the graph computes with the same float64 values as ``augment``."""
     fn, _, _ = _dali()
@@ -71,14 +72,14 @@ def _spec_constants(spec: AugmentSpec):
     return node[0], node[1], node[2]
 
 
-def frame_hw(encoded):
+def frame_hw(encoded: Any) -> tuple[Any, Any]:
     """(height, width) of each sample's frames, float64 scalars, from the JPEG header of one frame."""
     fn, _, types = _dali()
     shape = fn.peek_image_shape(encoded, dtype=types.FLOAT64)  # (H, W, C)
     return shape[0], shape[1]
 
 
-def crop_box_graph(h, w, draw, spec: AugmentSpec):
+def crop_box_graph(h: Any, w: Any, draw: Any, spec: AugmentSpec) -> tuple[Any, Any, Any, Any]:
     """:func:`memdpc.pipeline.augment.crop_box` as DALI arithmetic on each sample's (h, w) (float64 scalars)
     and its draw (float64, the layout of ``augment.draw_crop``): (y0, x0, height, width) as float64 scalars.
     The same float64 operations in the same order, so the boxes are the same; the first fitting try is found
@@ -114,7 +115,7 @@ def crop_box_graph(h, w, draw, spec: AugmentSpec):
     return y0, x0, ch, cw
 
 
-def eval_boxes_graph(h, w, crops: int, spec: AugmentSpec) -> list[tuple[tuple, bool]]:
+def eval_boxes_graph(h: Any, w: Any, crops: int, spec: AugmentSpec) -> list[tuple[tuple, bool]]:
     """:func:`memdpc.pipeline.augment.eval_boxes` as DALI arithmetic on each sample's (h, w) (float64
     scalars): [((y0, x0, side, side) as float64 scalars, flipped)]."""
     from nvidia.dali import math
@@ -135,7 +136,7 @@ def eval_boxes_graph(h, w, crops: int, spec: AugmentSpec) -> list[tuple[tuple, b
     return boxes + [(b, True) for b, _ in boxes] if crops == 10 else boxes
 
 
-def roi(box, flip):
+def roi(box: tuple, flip: Any) -> tuple[Any, Any]:
     """A box as fn.resize's (roi_start, roi_end), float32 (y, x); mirrored (x from right to left) where
     ``flip`` (a bool, or a 0/1 float64 scalar per sample)."""
     fn, _, types = _dali()

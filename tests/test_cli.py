@@ -4,8 +4,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 from memdpc import __version__
+from memdpc.cli import main
 
 from .conftest import run_memdpc
 
@@ -63,10 +65,6 @@ def test_an_output_folder_that_is_a_file_is_a_usage_error(tmp_path, args):
     ],
 )
 def test_preprocess_given_something_else_than_an_index_is_a_one_line_error(tmp_path, verb, given, message):
-    from click.testing import CliRunner
-
-    from memdpc.cli import main
-
     (tmp_path / "videos" / "jump").mkdir(parents=True)
     (tmp_path / "clip.mp4").write_bytes(b"\x00\x00\x00\x18ftypmp42" + bytes(range(256)))
     (tmp_path / "notes.jsonl").write_bytes(bytes(range(256)))

@@ -8,6 +8,7 @@ import shutil
 import tarfile
 from pathlib import Path
 
+import cv2
 import numpy as np
 import pytest
 import torch
@@ -347,8 +348,6 @@ def test_ten_crop_mirrors_negate_flow_x(tiny_shards, backend):
 # ------------------------------------------------------------------------------- mixed frame sizes
 def sample_frames(shard_dir: Path, stream: str, split: str) -> dict[str, np.ndarray]:
     """key → the sample's 40 frames as OpenCV decodes its JPEG members (F, H, W, 3) RGB, at their own size."""
-    import cv2
-
     out = {}
     for tar in sorted((shard_dir / stream).glob(f"{split}-*.tar")):
         with tarfile.open(tar) as t:
@@ -407,8 +406,6 @@ def test_training_crops_are_relative_to_each_samples_own_frames(mixed_shards, ba
     """A random crop of area 1 and aspect 1 is, in every frame that is not square, the centred square of the
     short side (torchvision's fallback), and the whole frame of a square one: for each of the three sizes the
     training clip is that square resized to the output size."""
-    import cv2
-
     spec = AugmentSpec(crop_area=(1.0, 1.0), crop_aspect=(1.0, 1.0), crop_size=None, flip_p=0.0, grey_p=0.0,
                        brightness=0, contrast=0, saturation=0, hue=0)  # fmt: skip
     loader = make_loader(mixed_shards, "rgb", "train", train=True, batch_size=3, size=24, backend=backend,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import signal
@@ -15,6 +16,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
+from rich.console import Console
 
 from memdpc.errors import UserError
 from memdpc.pipeline.clip import ClipSpec
@@ -586,10 +588,6 @@ def test_archives_changed_since_the_plan_are_refused_and_overwrite_rewrites_the_
 
 
 def test_progress_counts_frames(long_archives, tmp_path):
-    import io
-
-    from rich.console import Console
-
     console = Console(file=io.StringIO(), width=200)
     report = run_shard(long_archives.root, long_archives.records, "flow", tmp_path, "train", max_count=2,
                        console=console)

@@ -10,8 +10,8 @@ from click.testing import CliRunner
 
 from memdpc.cli import main
 from memdpc.errors import UserError
-from memdpc.preprocess.datasets import build_index
-from memdpc.preprocess.video_index import read_index
+from memdpc.preprocess.datasets import build_index, index_warnings
+from memdpc.preprocess.video_index import VideoRecord, read_index
 
 
 def _touch(path: Path) -> None:
@@ -271,9 +271,6 @@ def test_cli_index_warns_once_of_empty_splits_and_classes_missing_from_a_split(t
 
 
 def test_index_warnings_follow_the_layout(tmp_path):
-    from memdpc.preprocess.datasets import index_warnings
-    from memdpc.preprocess.video_index import VideoRecord
-
     oops = [VideoRecord("a", "/a", -1, "", "train"), VideoRecord("b", "/b", -1, "", "val")]
     assert index_warnings(oops, "oops") == []  # Oops has train and val, and no classes
     k400 = [VideoRecord("a", "/a", 0, "abseiling", "train"), VideoRecord("b", "/b", 0, "abseiling", "val")]

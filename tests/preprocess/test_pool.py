@@ -66,8 +66,8 @@ def test_entries_and_progress_events_of_every_video(records, tmp_path):
 
 
 def test_leaving_early_cancels_the_queue_and_ends_the_workers(records, tmp_path):
-    """The default TV-L1 takes about a second per video here: closing the generator after the first video
-    must not wait for the other eight."""
+    """The default TV-L1 takes long per video: closing the generator after the first video must not wait for
+    the other eight."""
     results = pool_results(replace(config(tmp_path), tvl1=TVL1Params()), records, lambda *e: None)
     first = next(results)
     t = time.monotonic()

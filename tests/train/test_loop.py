@@ -299,7 +299,7 @@ def test_sigint_while_dali_tears_its_pipeline_down_is_never_swallowed(train_shar
     """Epochs of two steps (batch 8): DALI tears a pipeline down and builds the next one every second step.
     Each SIGINT goes the moment an epoch's last step is logged, into that shutdown, six times in a row (each run
     resuming the one before): every one stops the run within seconds with 130 and says what it kept. Before,
-    such a signal was lost about every other time: "Exception ignored in … KeyboardInterrupt" and training went
+    such a signal was often lost: "Exception ignored in … KeyboardInterrupt" and training went
     on to the end, or TensorBoard's writer hung on close."""
     out = tmp_path / "run"
     cmd = train_cmd(*TINY, "--shards", str(train_shards), "--out", str(out), "--epochs", "100", "--batch-size",
