@@ -307,7 +307,11 @@ def make_index(
 ) -> IndexReport:
     """``memdpc index``: read the dataset, hold videos out (:func:`~memdpc.preprocess.video_index.hold_out`),
     write the index (default :func:`default_index_path`) and say what is missing from its splits."""
-    records = hold_out(build_index(root, layout, split), val_per_class, test_per_class, seed=seed)
+    records = build_index(root, layout, split)
+    if test_per_class and any(r.split == "test" for r in records):
+        raise UserError(f"{root}: already holds a test split (the {layout} layout's); --test-per-class would add "
+                        "training videos to it: leave it out (--val-per-class holds videos out for validation)")
+    records = hold_out(records, val_per_class, test_per_class, seed=seed)
     path = Path(out) if out is not None else default_index_path(root, layout, split)
     write_index(records, path)
     return IndexReport(path, records, index_warnings(records, layout))

@@ -154,6 +154,16 @@ def test_cli_holds_out_validation_videos_or_says_why_not(ucf, tmp_path):
         "train on one")
 
 
+def test_cli_refuses_to_add_videos_to_an_official_test_split(ucf, tmp_path):
+    out = tmp_path / "idx.jsonl"
+    res = CliRunner().invoke(main, ["index", str(ucf), "--layout", "ucf101", "--out", str(out),
+                                    "--test-per-class", "1"])
+    assert res.exit_code == 2 and not out.exists()
+    assert res.output.strip().splitlines()[-1] == (
+        f"Error: {ucf}: already holds a test split (the ucf101 layout's); --test-per-class would add training "
+        "videos to it: leave it out (--val-per-class holds videos out for validation)")
+
+
 def _bad_missing_split(root: Path) -> str:
     (root / "ucfTrainTestlist" / "testlist01.txt").unlink()
     return "testlist01.txt: split file not found"
