@@ -207,6 +207,7 @@ def test_fewer_shards_than_ranks_is_refused(tiny_shards, backend):
         make_loader(tiny_shards, "rgb", "train", train=True, batch_size=2, backend=backend, world_size=4)
 
 
+@pytest.mark.filterwarnings("ignore:This DataLoader will create")  # 3 workers on a 2-core machine: on purpose
 def test_torch_workers_are_capped_at_the_shards_of_a_rank_and_still_read_every_sample(tiny_shards):
     """A small split (e.g. a few test videos in one shard) with the default two workers: one worker reads it."""
     manifest = json.loads((tiny_shards / "rgb" / "manifest-train.json").read_text())
