@@ -134,9 +134,7 @@ class TritonTVL1(TorchTVL1):
     CPU under ``TRITON_INTERPRET=1`` for checks."""
 
     batch_size = 128
-    batch_pixels = (
-        512 * 256 * 256
-    )  # chosen from the kernel table of bench/flow_e2e.py (README, Triton kernels)
+    batch_pixels = 512 * 256 * 256  # chosen from the kernel table of bench/flow_e2e.py (README, Triton kernels)
     kernels = "memdpc.preprocess.tvl1_triton"
 
     def __init__(self, params: TVL1Params = TVL1Params(), device: str = "cuda") -> None:
