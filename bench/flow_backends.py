@@ -57,7 +57,7 @@ from memdpc.preprocess.run import preprocess
 from memdpc.preprocess.synthetic import CLASSES, render_video
 from memdpc.preprocess.tvl1_params import TVL1Params
 from memdpc.preprocess.tvl1_torch import Schedule, tvl1_flow
-from memdpc.preprocess.video_index import hold_out_val, read_index, write_index
+from memdpc.preprocess.video_index import hold_out, read_index, write_index
 from memdpc.quickstart import PROFILES
 
 console = Console(width=160)
@@ -240,7 +240,7 @@ def quickstart_flow_stage(root: Path, workers: int) -> list[dict]:
     config, make = EXAMPLE_FAMILIES["synthetic"]
     data = make(root / "data", config(**p.data, seed=0))
     index = root / "index.jsonl"
-    write_index(hold_out_val(build_index(data, "ucf101", 1), p.val_per_class), index)
+    write_index(hold_out(build_index(data, "ucf101", 1), p.val_per_class), index)
     rows, images = [], {}
     for backend in ("opencv", "auto"):
         out = root / f"frames-{backend}"

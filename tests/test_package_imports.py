@@ -10,8 +10,11 @@ Run as a script, it prints the package → package edges, of this tree or of ano
 from __future__ import annotations
 
 import ast
+import importlib
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]  # the package memdpc is the repository root
 PACKAGES = ("preprocess", "pipeline", "model", "train", "eval", "bench")
@@ -169,6 +172,12 @@ def test_every_package_module_is_seen():
     for pkg in PACKAGES:
         assert f"memdpc.{pkg}" in mods
     assert {"train", "eval", "pipeline", "model", "preprocess"} <= {a for a, _ in graph()}
+
+
+@pytest.mark.parametrize("module", sorted(modules()))
+def test_every_module_imports(module):
+    """Also the benchmarks, which no other test imports: a name they import that moved or went is found here."""
+    importlib.import_module(module)
 
 
 def test_imports_at_the_top():
