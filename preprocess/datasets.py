@@ -207,21 +207,23 @@ def oops(root: Path, split: int = 1) -> list[VideoRecord]:
 
 def folder(root: Path, split: int = 1) -> list[VideoRecord]:
     """Generic ``root/<class>/<video>``; with ``root/train`` and ``root/test`` (or ``val``) folders, those
-    are the splits, otherwise every video is ``train``. Class ids are the sorted class names, 0-based.
+    are the splits, otherwise every video is ``train``. Class ids are the sorted names of the class folders
+    that hold a video, 0-based (an empty folder is no class).
     """
     split_dirs = [s for s in ("train", "val", "test") if (root / s).is_dir()]
     bases = [(root / s, s) for s in split_dirs] or [(root, "train")]
-    names = (
-        sorted({c.name for base, _ in bases for c in base.iterdir() if c.is_dir()}) if root.is_dir() else []
-    )
-    classes = {name: i for i, name in enumerate(names)}
-    records = []
-    for base, split_name in bases:
-        for cls in names:
-            for path in sorted((base / cls).glob("*")):
-                if path.suffix.lower() in VIDEO_EXTS:
-                    rid = video_id(f"{cls}/{path.name}".replace("/", "__"))
-                    records.append(VideoRecord(rid, str(path.resolve()), classes[cls], cls, split_name))
+    found = [
+        (split_name, c.name, path)
+        for base, split_name in bases
+        for c in sorted(p for p in base.iterdir() if p.is_dir())
+        for path in sorted(c.glob("*"))
+        if path.suffix.lower() in VIDEO_EXTS
+    ]
+    classes = {name: i for i, name in enumerate(sorted({cls for _, cls, _ in found}))}
+    records = [
+        VideoRecord(video_id(f"{cls}__{path.name}"), str(path.resolve()), classes[cls], cls, split_name)
+        for split_name, cls, path in found
+    ]
     return _finish(records, root)
 
 

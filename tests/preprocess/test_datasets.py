@@ -134,6 +134,13 @@ def test_folder_index(tmp_path):
     ]
 
 
+def test_an_empty_class_folder_is_no_class(tmp_path):
+    for rel in ("jump/a.mp4", "kick/notes.txt", "run/b.avi"):  # kick: a folder without a video
+        _touch(tmp_path / rel)
+    (tmp_path / "walk").mkdir()
+    assert [(r.label_name, r.label) for r in build_index(tmp_path, "folder")] == [("jump", 0), ("run", 1)]
+
+
 def _run_index(root: Path, layout: str, out: Path):
     return CliRunner().invoke(main, ["index", str(root), "--layout", layout, "--out", str(out)])
 
