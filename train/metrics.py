@@ -24,6 +24,9 @@ from torch.utils.tensorboard import SummaryWriter
 from memdpc.atomic import write_bytes_atomic
 from memdpc.progress import progress_bar
 
+METRICS_NAME = "metrics.jsonl"
+"""The run folder's metrics file: one JSON record per line."""
+
 
 class Meter:
     """Averages the model's scalar outputs over a logging window and times data wait vs total wall time."""
@@ -106,7 +109,7 @@ class MetricsLogger:
 
     def __init__(self, run_dir: Path, enabled: bool, progress: bool) -> None:
         self.enabled = enabled
-        self.path = run_dir / "metrics.jsonl"
+        self.path = run_dir / METRICS_NAME
         self._file = self._tb = self._progress = None
         self._task = None
         if not enabled:
