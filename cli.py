@@ -818,6 +818,20 @@ def show_cmd(path: Path, out: Path, **kw) -> None:
                   "(e.g. a quickstart folder)", markup=False, soft_wrap=True)
 
 
+@main.command("report")
+@click.argument("folder", type=click.Path(path_type=Path))
+@click.option("--out", type=OUT_DIR, default=None,
+              help="Folder for the page (index.html) and its pictures [default: FOLDER/report].")
+def report_cmd(folder: Path, out: Path | None) -> None:
+    """One static page of what FOLDER holds (a quickstart folder, or a folder of runs, eval results, shards and
+    frame archives): results table, curves, sample clips, retrieval strips; it opens from the file system."""
+    from memdpc.report_page import write_report
+
+    page = write_report(folder, out)
+    Console().print(f"wrote {page} and its pictures in {page.parent}", markup=False, soft_wrap=True)
+    console.print(f"next: open {page.resolve().as_uri()} in a browser", markup=False, soft_wrap=True)
+
+
 # --------------------------------------------------------------------------------------------- bench
 @_group()
 def bench() -> None:

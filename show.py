@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import math
 import tarfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -146,15 +146,15 @@ def recognise(path: Path) -> str:
 
 def _folder_kind(folder: Path) -> str:
     if (folder / "quickstart-run.json").is_file():
-        raise UserError(f"{folder}: a quickstart folder; `memdpc report {folder}` shows all of it on one page, "
-                        f"`memdpc show` one part of it, e.g. {folder / 'runs' / RGB}")
+        raise UserError(f"{folder}: a quickstart folder; `memdpc report {folder}` shows all of it on one page; "
+                        f"memdpc show takes its parts, e.g. {folder / 'runs' / RGB}")
     for kind, test in ((RUN, is_run), (SHARDS, is_shard_folder), (EVAL, results_in), (ARCHIVES, archives_in)):
         if test(folder):
             return kind
     inside = [p for p in sorted(folder.iterdir()) if p.is_dir() and (is_run(p) or is_shard_folder(p) or results_in(p))]
     hint = f" (it holds {', '.join(p.name for p in inside[:3])}: give one of them, or `memdpc report {folder}`)" \
         if inside else ""
-    raise UserError(f"{folder}: a folder of nothing memdpc show knows{hint}; it takes {TAKES}")
+    raise UserError(f"{folder}: a folder of nothing memdpc show knows{hint}; memdpc show takes {TAKES}")
 
 
 # --------------------------------------------------------------------------------------------- archives
@@ -414,8 +414,8 @@ def _recorded_shards(result: dict[str, Any]) -> tuple[Path | None, str]:
     return None, config.get("train_split", EvalData.train_split)
 
 
-def draw_result(path: Path, out: Path, o: ShowOptions) -> list[Path]:
-    """The pictures of one results file: retrieval strips of every stream whose shards are there, or the
+def draw_result(path: Path, out: Path, o: ShowOptions, streams: Sequence[str] = STREAMS) -> list[Path]:
+    """The pictures of one results file: retrieval strips of each of ``streams`` whose shards are there, or the
     confusion matrix of a classifier's result (other kinds: none)."""
     result, arrays = load_result(path)
     kind = result["kind"]
@@ -430,7 +430,7 @@ def draw_result(path: Path, out: Path, o: ShowOptions) -> list[Path]:
         where = f"records {recorded}, which is not there" if recorded else "records no shard folder"
         raise UserError(f"{path}: the result {where}; give the shards it was evaluated on with --shards")
     written = []
-    for stream in STREAMS:
+    for stream in streams:
         if manifest_path(shards, stream, result["split"]).is_file():
             data = EvalData(shards, stream, train_split=train_split, test_split=result["split"])
             written.append(retrieval_examples(
