@@ -41,7 +41,7 @@ from memdpc.show import (
     run_curves,
 )
 from memdpc.show_options import ShowOptions
-from memdpc.streams import STREAMS
+from memdpc.streams import FLOW, STREAMS
 from memdpc.wording import plural
 
 REPORT_DIR = "report"
@@ -135,6 +135,7 @@ class Page:
         self.folder, self.out = folder, out
         self.parts: list[str] = []
         self.options = ShowOptions(samples=SAMPLES)
+        self.legend_shown = False
 
     def _rel(self, path: Path) -> str:
         return os.path.relpath(path, self.folder)
@@ -188,36 +189,40 @@ class Page:
             self.parts += [self._figure(p, f"{self._rel(run)}: loss, pretext accuracy, kNN R@1 and learning rate "
                                            "against the step; the dashed line is best.pt") for p in drawn]
 
+    def _legend(self) -> None:
+        """The colour wheel's legend, after the first picture of flow."""
+        if not self.legend_shown:
+            self.legend_shown = True
+            self.parts.append(self._figure(flow_legend(self.out), "how flow is coloured: direction as hue, speed as "
+                                                                  "saturation; each picture states its scale"))
+
     def clips(self, shards: list[Path], archives: list[Path]) -> None:
         if not shards and not archives:
             return
         self.parts.append("<h2>Sample clips</h2>")
-        flow = False
         for root in shards:
             for stream in STREAMS:
                 splits = sorted(p.stem.removeprefix("manifest-") for p in (root / stream).glob("manifest-*.json"))
                 if not splits:
                     continue
                 split = "train" if "train" in splits else splits[0]
-                out = self.out / self._slug(root)
-                drawn = self._draw(f"{self._rel(root)} {stream}", lambda r=root, s=stream, sp=split, o=out:
-                                   draw_samples(r, s, sp, o, self.options))
-                flow |= any(p.name == "flow-colours.png" for p in drawn)
+                drawn = self._draw(f"{self._rel(root)} {stream}", lambda r=root, s=stream, sp=split: draw_samples(
+                    r, s, sp, self.out / self._slug(r), self.options, legend=False))
                 self.parts += [self._figure(p, f"{self._rel(root)}: a {stream} {split} sample as stored, as the model "
-                                               "reads it: blocks in rows") for p in drawn if p.name != "flow-colours.png"]
+                                               "reads it: blocks in rows") for p in drawn]
+                if drawn and stream == FLOW:
+                    self._legend()
         for root in archives:
             videos = archives_in(root / STREAMS[0]) or archives_in(root / STREAMS[1])
             picks = sorted({videos[i] for i in np.linspace(0, len(videos) - 1, min(VIDEOS, len(videos))).astype(int)})
-            out = self.out / self._slug(root)
             for archive in picks:
-                drawn = self._draw(self._rel(archive), lambda a=archive, o=out: draw_archive(a, o, self.options))
-                flow |= any(p.name == "flow-colours.png" for p in drawn)
+                drawn = self._draw(self._rel(archive), lambda a=archive, r=root: draw_archive(
+                    a, self.out / self._slug(r), self.options, legend=False))
                 self.parts += [self._figure(p, f"{self._rel(archive)}: "
                                                f"{'every frame, RGB beside flow' if p.suffix == '.gif' else 'contact sheet'}")
-                               for p in drawn if p.name != "flow-colours.png"]
-        if flow:
-            self.parts.append(self._figure(flow_legend(self.out), "how flow is coloured: direction as hue, speed as "
-                                                                  "saturation; each picture states its scale"))
+                               for p in drawn]
+                if drawn and (root / FLOW / archive.name).is_file():
+                    self._legend()
 
     def _results_of(self, results: list[Path], kinds: tuple[str, ...]) -> Iterator[tuple[Path, dict]]:
         for path in results:
@@ -234,10 +239,13 @@ class Page:
         for path, result in chosen:
             streams = [s for s in STREAMS if s in result["stream"].split("+")]
             drawn = self._draw(self._rel(path), lambda p=path, s=streams: draw_result(
-                p, self.out / self._slug(p.parent), self.options, streams=s))
+                p, self.out / self._slug(p.parent), self.options, streams=s, legend=False))
             r1 = result["metrics"].get("R@1")
-            self.parts += [self._figure(p, f"{self._rel(path)} (R@1 {100 * r1:.1f}): {p.stem.rsplit('-', 1)[-1]} "
-                                           "frames") for p in drawn if p.name != "flow-colours.png"]
+            for picture in drawn:
+                stream = picture.stem.rsplit("-", 1)[-1]
+                self.parts.append(self._figure(picture, f"{self._rel(path)} (R@1 {100 * r1:.1f}): {stream} frames"))
+                if stream == FLOW:
+                    self._legend()
 
     def confusion(self, results: list[Path]) -> None:
         chosen = list(self._results_of(results, CLASSIFIER_KINDS))

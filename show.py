@@ -77,7 +77,7 @@ LEGEND = "flow-colours.png"
 
 
 def flow_legend(out: Path) -> Path:
-    """The colour wheel's legend (``flow-colours.png``), written beside every picture of flow."""
+    """The colour wheel's legend (``flow-colours.png``), written beside the pictures of flow (``legend``)."""
     return write_png(out / LEGEND, legend_picture())
 
 
@@ -219,15 +219,15 @@ def _gif_frames(video_id: str, seen: dict[str, np.ndarray], notes: list[str]) ->
     return [caption(enlarge(side_by_side([f[k] for f in seen.values()]), 360), title) for k in range(0, n, step)]
 
 
-def draw_archive(archive: Path, out: Path, o: ShowOptions) -> list[Path]:
+def draw_archive(archive: Path, out: Path, o: ShowOptions, legend: bool = True) -> list[Path]:
     """A video's contact sheet (``<id>-sheet.png``) and GIF (``<id>.gif``), from its archive and the other
-    stream's beside it."""
+    stream's beside it; with ``legend``, the flow legend beside them where they show flow."""
     streams = _video_frames(archive)
     seen, notes = _coloured(streams, o.max_flow)
     fps = float(next(iter(streams.values()))[0].get("fps") or 10.0)
     sheet = write_png(out / f"{archive.stem}-sheet.png", _sheet(archive.stem, streams, seen, notes, o.frames))
     gif = write_gif(out / f"{archive.stem}.gif", _gif_frames(archive.stem, seen, notes), fps)
-    return [sheet, gif, *([flow_legend(out)] if FLOW in seen else [])]
+    return [sheet, gif, *([flow_legend(out)] if legend and FLOW in seen else [])]
 
 
 def _draw_archives(folder: Path, out: Path, o: ShowOptions) -> list[Path]:
@@ -272,9 +272,10 @@ def _default_split(root: Path, stream: str, split: str | None) -> str:
 
 
 def draw_samples(root: Path, stream: str, split: str, out: Path, o: ShowOptions,
-                 tars: list[Path] | None = None) -> list[Path]:
+                 tars: list[Path] | None = None, legend: bool = True) -> list[Path]:
     """The first ``o.samples`` samples of a split (or of the shards ``tars`` of it), one picture each
-    (``<stream>-<split>-<key>[-augmented].png``): the frames as stored, or after the training augmentation."""
+    (``<stream>-<split>-<key>[-augmented].png``): the frames as stored, or after the training augmentation;
+    with ``legend``, the flow legend after flow samples."""
     manifest = load_manifest(root, stream, split)
     clip = ClipSpec(**manifest["clip"])
     tars = tars or [tar for tar, _ in shard_paths(root, manifest)]
@@ -302,7 +303,7 @@ def draw_samples(root: Path, stream: str, split: str, out: Path, o: ShowOptions,
         picture = clip_picture(frames, stream, clip.num_blocks, title, o.max_flow)
         name = f"{stream}-{split}-{key}{'-augmented' if o.augment else ''}.png"
         written.append(write_png(out / name, picture))
-    return written + ([flow_legend(out)] if stream == FLOW and written else [])
+    return written + ([flow_legend(out)] if legend and stream == FLOW and written else [])
 
 
 def _draw_shard(tar: Path, out: Path, o: ShowOptions) -> list[Path]:
@@ -414,9 +415,11 @@ def _recorded_shards(result: dict[str, Any]) -> tuple[Path | None, str]:
     return None, config.get("train_split", EvalData.train_split)
 
 
-def draw_result(path: Path, out: Path, o: ShowOptions, streams: Sequence[str] = STREAMS) -> list[Path]:
-    """The pictures of one results file: retrieval strips of each of ``streams`` whose shards are there, or the
-    confusion matrix of a classifier's result (other kinds: none)."""
+def draw_result(path: Path, out: Path, o: ShowOptions, streams: Sequence[str] = STREAMS,
+                legend: bool = True) -> list[Path]:
+    """The pictures of one results file: retrieval strips of each of ``streams`` whose shards are there (with
+    ``legend``, the flow legend after flow strips), or the confusion matrix of a classifier's result (other
+    kinds: none)."""
     result, arrays = load_result(path)
     kind = result["kind"]
     if kind in CLASSIFIER_KINDS:
@@ -439,7 +442,7 @@ def draw_result(path: Path, out: Path, o: ShowOptions, streams: Sequence[str] = 
                 result["classes"]))
     if not written:
         raise UserError(f"{path}: {shards} holds no {result['split']} shards to draw the videos from")
-    return written + ([flow_legend(out)] if written[-1].stem.endswith(f"-{FLOW}") else [])
+    return written + ([flow_legend(out)] if legend and written[-1].stem.endswith(f"-{FLOW}") else [])
 
 
 def _draw_eval(path: Path, out: Path, o: ShowOptions) -> list[Path]:
