@@ -17,6 +17,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from memdpc import file_kinds
 from memdpc.atomic import atomic_path, write_json_atomic
 from memdpc.errors import UserError
 from memdpc.eval.run import evaluate, fuse
@@ -109,7 +110,7 @@ def _options(settings: dict[str, Any]) -> str:
 
 def _check_same_run(out: Path, settings: dict[str, Any]) -> None:
     """Record what a run in ``out`` was started with; a re-run (which resumes) must ask for the same."""
-    path = out / "quickstart-run.json"
+    path = out / file_kinds.QUICKSTART_RECORD
     if path.exists():
         before = json.loads(path.read_text())
         if before != settings:

@@ -115,7 +115,8 @@ def archives_in(folder: Path) -> list[Path]:
     found: dict[str, Path] = {}
     for stream_dir in [folder, *(folder / s for s in STREAMS)]:
         for tar in sorted(stream_dir.glob("*.tar")):
-            if tar.stem not in found and _first_member(tar) is not None and _is_archive_member(_first_member(tar)):
+            first = _first_member(tar) if tar.stem not in found else None
+            if first is not None and _is_archive_member(first):
                 found[tar.stem] = tar
     return [found[k] for k in sorted(found)]
 
@@ -145,8 +146,8 @@ def recognise(path: Path) -> str:
 
 
 def _folder_kind(folder: Path) -> str:
-    if (folder / "quickstart-run.json").is_file():
-        raise UserError(f"{folder}: a quickstart folder; `memdpc report {folder}` shows all of it on one page; "
+    if file_kinds.describe(folder) == file_kinds.QUICKSTART:
+        raise UserError(f"{folder}: {file_kinds.QUICKSTART}; `memdpc report {folder}` shows all of it on one page; "
                         f"memdpc show takes its parts, e.g. {folder / 'runs' / RGB}")
     for kind, test in ((RUN, is_run), (SHARDS, is_shard_folder), (EVAL, results_in), (ARCHIVES, archives_in)):
         if test(folder):

@@ -13,6 +13,7 @@ import pytest
 import torch
 from PIL import Image
 
+from memdpc import file_kinds
 from memdpc.errors import UserError
 from memdpc.eval.results import save_result
 from memdpc.flowviz import codes_to_motion
@@ -175,12 +176,12 @@ def test_anything_else_is_a_one_line_error_saying_what_it_is(tiny_dataset, tmp_p
     torch.save({"model": {}}, tmp_path / "best.pt")
     (tmp_path / "empty").mkdir()
     (tmp_path / "qs").mkdir()
-    (tmp_path / "qs" / "quickstart-run.json").write_text("{}")
+    (tmp_path / "qs" / file_kinds.QUICKSTART_RECORD).write_text("{}")
     (tmp_path / "run" / "checkpoints").mkdir(parents=True)
     (tmp_path / "run" / "config.yaml").write_text("stream: rgb\nshards: s\n")
     (tmp_path / "run" / "metrics.jsonl").write_text(json.dumps({"kind": "train", "step": 1, "loss": 1.0}) + "\n")
     with tarfile.open(tmp_path / "notes.tar", "w") as tar:
-        tar.add(tmp_path / "qs" / "quickstart-run.json", "notes.txt")
+        tar.add(tmp_path / "qs" / file_kinds.QUICKSTART_RECORD, "notes.txt")
     res = run_memdpc("show", tmp_path / given, "--out", tmp_path / "out")
     assert res.returncode == 2 and "Traceback" not in res.stderr
     error = res.stderr.strip().splitlines()[-1]
