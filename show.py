@@ -317,13 +317,11 @@ def _draw_shard(tar: Path, out: Path, o: ShowOptions) -> list[Path]:
 
 def _draw_shards(folder: Path, out: Path, o: ShowOptions) -> list[Path]:
     root, streams = _shard_streams(folder)
-    written = []
-    for stream in streams:
-        split = _default_split(root, stream, o.split)
-        if not manifest_path(root, stream, split).is_file() and o.split is not None and len(streams) > 1:
-            continue  # a split that only the other stream has
-        written += draw_samples(root, stream, split, out, o)
-    return written
+    having = [s for s in streams if manifest_path(root, s, _default_split(root, s, o.split)).is_file()]
+    if not having:
+        splits = sorted({p.stem.removeprefix("manifest-") for s in streams for p in (root / s).glob("manifest-*.json")})
+        raise UserError(f"{folder}: no {o.split} shards (it holds {', '.join(splits)}); give one of them with --split")
+    return [p for s in having for p in draw_samples(root, s, _default_split(root, s, o.split), out, o)]
 
 
 # ------------------------------------------------------------------------------------------------- runs

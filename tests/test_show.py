@@ -115,6 +115,12 @@ def test_shard_samples_are_the_blocks_by_frames_the_model_reads(shards, tmp_path
     assert picture.shape[0] > (8 * 32 + 7 * GAP) * factor  # and a caption above
 
 
+def test_a_split_the_shard_folder_lacks_is_named_with_those_it_has(shards, tmp_path):
+    with pytest.raises(UserError, match=r"shards: no val shards \(it holds train\); give one of them with --split"):
+        show(shards, tmp_path, ShowOptions(split="val"))
+    assert not any(tmp_path.iterdir())  # nothing drawn
+
+
 def test_augmented_samples_go_through_the_training_transform(shards, tmp_path):
     tar = sorted((shards / "flow").glob("train-*.tar"))[0]
     options = ShowOptions(samples=1, augment=True, size=16, crop_size=0, seed=3)
