@@ -9,8 +9,9 @@ full colour, darkened (× 0.75), so that it cannot pass for the maximum. :attr:`
 maximum a picture uses, for its caption.
 
 Stored flow images hold codes, not colours (``preprocess/flow.py``, ARCHITECTURE.md §2.2): :func:`codes_to_motion`
-decodes them with that mapping's inverse, measured from the code that zero flow gets, so that a still pixel
-is drawn white, not as a motion of the mapping's rounding.
+decodes them with that mapping's inverse, which reads the two codes either side of zero flow (127 and 128) as
+± half a code step; both are still (the mapping rounds a flow of 0 up to 128 and one of −0.01 px down to 127,
+and a flipped training clip turns 128 into 127), so they are drawn white.
 """
 
 from __future__ import annotations
@@ -98,13 +99,17 @@ def own_maximum(speed: np.ndarray) -> float:
     return top if top > 0 else float(speed.max())
 
 
-_ZERO = codes_to_flow(flow_to_codes(np.zeros((1, 2), np.float32)))[0]  # what the code of zero flow decodes to
+# what the code of zero flow decodes to: half a code step, the most the codes either side of zero are read as
+_STILL = float(np.abs(codes_to_flow(flow_to_codes(np.zeros((1, 2), np.float32)))).max()) * (1 + 1e-6)
 
 
 def codes_to_motion(codes: np.ndarray) -> np.ndarray:
     """Stored flow codes (..., H, W, 3) uint8 (x, y, third; ARCHITECTURE.md §2.2) → flow (..., H, W, 2) in
-    pixels, relative to the code that zero flow is stored as (that code decodes to a fraction of a pixel)."""
-    return codes_to_flow(np.asarray(codes)) - _ZERO
+    pixels: the mapping's inverse, with the two codes either side of zero flow read as still (module
+    docstring)."""
+    flow = codes_to_flow(np.asarray(codes))
+    flow[np.abs(flow) <= _STILL] = 0
+    return flow
 
 
 def codes_colours(codes: np.ndarray, max_flow: float | None = None) -> FlowColours:

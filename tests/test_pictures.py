@@ -50,10 +50,10 @@ def test_caption_puts_dark_text_in_a_band_above():
 def test_flow_is_seen_in_colour_rgb_as_it_is():
     rgb = frames(2)
     assert visible(rgb, "rgb") == (rgb, None)
-    codes = flow_to_codes(np.tile(np.array([2.0, 0.0], np.float32), (2, 4, 6, 1)))  # rightward: 12 code steps
+    codes = flow_to_codes(np.tile(np.array([2.0, 0.0], np.float32), (2, 4, 6, 1)))  # rightward: code 140
     seen, note = visible(codes, "flow")
-    assert (seen == [255, 0, 0]).all() and "full colour = 1.88 px" in note  # 12 × 40/255
-    seen, note = visible(codes, "flow", max_flow=2 * 12 * 40 / 255)
+    assert (seen == [255, 0, 0]).all() and "full colour = 1.96 px" in note  # 140 · 40/255 − 20
+    seen, note = visible(codes, "flow", max_flow=2 * (140 * 40 / 255 - 20))
     assert seen[0, 0, 0].tolist() == [255, 127, 127] and "(given)" in note
 
 
