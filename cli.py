@@ -35,6 +35,7 @@ from memdpc.preprocess.example_families import EXAMPLE_FAMILIES
 from memdpc.preprocess.example_layout import CODECS, ExampleConfig
 from memdpc.preprocess.photos import PhotoConfig, make_photos
 from memdpc.preprocess.synthetic import SyntheticConfig, make_synthetic
+from memdpc.show_options import ShowOptions
 from memdpc.streams import FLOW, RGB, STREAMS
 
 console = Console(stderr=True)
@@ -779,6 +780,56 @@ def quickstart_cmd(out: Path, tiny: bool, workers: int, seed: int, data: str, ba
     from memdpc.quickstart import quickstart
 
     quickstart(out, tiny=tiny, workers=workers, seed=seed, data=data, backend=backend)
+
+
+# ---------------------------------------------------------------------------------------------- show
+_SHOW = ShowOptions()
+
+
+@main.command("show")
+@click.argument("path", type=click.Path(path_type=Path))
+@click.option("--out", type=OUT_DIR, required=True, help="Folder for the pictures (PNG, GIF).")
+@click.option("--samples", type=click.IntRange(min=1), default=_SHOW.samples, show_default=True,
+              help="Videos of a folder of frame archives; samples of a shard or split.")
+@click.option("--frames", type=click.IntRange(min=1), default=_SHOW.frames, show_default=True,
+              help="Frames on a video's contact sheet.")
+@click.option("--split", default=_SHOW.split, help="A shard folder's split [default: train, else the first].")
+@click.option("--augment", is_flag=True, help="Shard samples after the training augmentation (torch loader).")
+@click.option("--size", type=click.IntRange(min=1), default=_SHOW.size, show_default=True,
+              help="With --augment: the training size, as `memdpc train --size`.")
+@click.option("--crop-size", type=click.IntRange(min=0), default=_SHOW.crop_size, show_default=True,
+              help="With --augment: as `memdpc train --crop-size` (0: straight to --size).")
+@click.option("--jitter-flow/--no-jitter-flow", default=_SHOW.jitter_flow, show_default=True,
+              help="With --augment: colour jitter on flow too, as `memdpc train`.")
+@click.option("--seed", type=int, default=_SHOW.seed, show_default=True, help="With --augment: the random draws.")
+@click.option("--max-flow", type=float, default=_SHOW.max_flow,
+              help="Flow speed in pixels drawn in full colour [default: each picture's own scale].")
+@click.option("--shards", type=click.Path(path_type=Path), default=_SHOW.shards,
+              help="Eval results: the shard folder they were evaluated on [default: the one they record].")
+def show_cmd(path: Path, out: Path, **kw) -> None:
+    """Pictures of PATH: a frame archive or folder of them (contact sheet + GIF, flow in colour), a shard or shard
+    folder (samples as the model reads them), a run folder (curves) or an eval folder (retrieval strips,
+    confusion matrices)."""
+    from memdpc.show import show
+
+    for written in show(path, out, ShowOptions(**kw)):
+        Console().print(f"wrote {written}", markup=False, soft_wrap=True)
+    console.print("next: open them in an image viewer, or `memdpc report FOLDER` for one page of a whole run "
+                  "(e.g. a quickstart folder)", markup=False, soft_wrap=True)
+
+
+@main.command("report")
+@click.argument("folder", type=click.Path(path_type=Path))
+@click.option("--out", type=OUT_DIR, default=None,
+              help="Folder for the page (index.html) and its pictures [default: FOLDER/report].")
+def report_cmd(folder: Path, out: Path | None) -> None:
+    """One static page of what FOLDER holds (a quickstart folder, or a folder of runs, eval results, shards and
+    frame archives): results table, curves, sample clips, retrieval strips; it opens from the file system."""
+    from memdpc.report_page import write_report
+
+    page = write_report(folder, out)
+    Console().print(f"wrote {page} and its pictures in {page.parent}", markup=False, soft_wrap=True)
+    console.print(f"next: open {page.resolve().as_uri()} in a browser", markup=False, soft_wrap=True)
 
 
 # --------------------------------------------------------------------------------------------- bench

@@ -17,6 +17,8 @@ TORCH_DAMAGED = "a truncated or damaged zip archive, as PyTorch files are"
 RESULTS = "a results file of `memdpc eval`"
 BINARY = "a binary file"
 INDEX_KIND = "a video index"
+QUICKSTART = "a quickstart folder"
+QUICKSTART_RECORD = "quickstart-run.json"  # what `memdpc quickstart` records its options in, in its folder
 _ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")
 _TORCH_LEGACY = b"\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19"  # torch.save's pre-zip magic number
 _VIDEO = ((4, b"ftyp"), (0, b"\x1a\x45\xdf\xa3"), (0, b"FLV"), (0, b"\x00\x00\x01\xba"), (0, b"\x00\x00\x01\xb3"))
@@ -27,10 +29,10 @@ _BY_NAME = {"metrics.jsonl": "a run's metrics", "config.yaml": "a run config"}  
 
 def describe(path: str | os.PathLike) -> str:
     """A short phrase for what ``path`` looks like: :data:`TORCH`, :data:`TORCH_DAMAGED`, :data:`RESULTS`,
-    :data:`BINARY`, "a run's metrics", "a video file", "a folder", …"""
+    :data:`BINARY`, "a run's metrics", "a video file", :data:`QUICKSTART`, "a folder", …"""
     path = Path(path)
     if path.is_dir():
-        return "a folder"
+        return QUICKSTART if (path / QUICKSTART_RECORD).is_file() else "a folder"
     with open(path, "rb") as f:
         head = f.read(4096)
     if head.startswith(_ZIP_MAGIC):

@@ -2,7 +2,8 @@
 makes by hand (see README: each step has its command-line equivalent).
 
 synthetic videos → index → preprocess rgb + flow → shards → train rgb, train flow → retrieval and linear
-probe of the MemDPC encoders and of randomly initialised ones → late fusion → one table (JSON + Markdown).
+probe of the MemDPC encoders and of randomly initialised ones → late fusion → one table (JSON + Markdown) and
+one page of everything it made (``report/index.html``).
 Every step resumes: re-running the command after a kill finishes the job without redoing finished work.
 """
 
@@ -16,6 +17,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from memdpc import file_kinds
 from memdpc.atomic import atomic_path, write_json_atomic
 from memdpc.errors import UserError
 from memdpc.eval.run import evaluate, fuse
@@ -25,6 +27,7 @@ from memdpc.preprocess.datasets import build_index
 from memdpc.preprocess.example_families import EXAMPLE_FAMILIES
 from memdpc.preprocess.run import preprocess
 from memdpc.preprocess.video_index import hold_out, write_index
+from memdpc.report_page import write_report
 from memdpc.report_tables import print_result, print_shard_report
 from memdpc.streams import STREAMS
 from memdpc.train.checkpoint import write_initial_checkpoint
@@ -107,7 +110,7 @@ def _options(settings: dict[str, Any]) -> str:
 
 def _check_same_run(out: Path, settings: dict[str, Any]) -> None:
     """Record what a run in ``out`` was started with; a re-run (which resumes) must ask for the same."""
-    path = out / "quickstart-run.json"
+    path = out / file_kinds.QUICKSTART_RECORD
     if path.exists():
         before = json.loads(path.read_text())
         if before != settings:
@@ -288,4 +291,13 @@ def quickstart(
     results = _evaluate(out, shards, ckpts, p, workers, backend, console)
     rows = summary_table(results)
     _write(out, rows, sample_note(results), console)
+    _report(out, console)
     return rows
+
+
+def _report(out: Path, console: Console) -> Path:
+    """The page of the whole run (``memdpc report``): the table, curves, sample clips, retrieval strips."""
+    page = write_report(out)
+    console.print(f"report: {page} (open it in a browser; `memdpc report {out}` writes it again)", markup=False,
+                  soft_wrap=True)
+    return page

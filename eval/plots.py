@@ -1,7 +1,8 @@
 """``--plot`` figures (matplotlib, Agg backend, PNG): retrieval examples, confusion matrix, memory norms.
 
 * Retrieval examples (paper appendix): each row is a test query and its top-3 train neighbours, every video
-  shown as a strip of one frame per block of its first window, titled with the class (green: same class).
+  shown as a strip of one frame per block of its first window, titled with the class (green: same class);
+  flow in colour (:mod:`memdpc.flowviz`), each strip scaled to its own fastest motion, named in its title.
 * Confusion matrix of per-video predictions (rows: true class, normalised per row).
 * Memory norms (paper appendix, Fig. "memory retrieval"): ‖M_i‖ of every memory slot, the largest few
   highlighted.
@@ -14,14 +15,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import cv2
 import matplotlib
 import numpy as np
 
 from memdpc.atomic import atomic_path
 from memdpc.eval.shard_meta import window_frames
+from memdpc.flowviz import FLOW_KEY, codes_colours
+from memdpc.pictures import decode_frames
 from memdpc.pipeline.manifest import load_manifest
 from memdpc.pipeline.sample import sample_key
+from memdpc.streams import FLOW, RGB
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402 — after choosing the backend
@@ -37,12 +40,20 @@ def _save(fig, path: str | os.PathLike) -> Path:
     return Path(path)
 
 
-def frame_strip(jpegs: Sequence[bytes], num_blocks: int) -> np.ndarray:
-    """One frame from the middle of every block, side by side: (h, num_blocks·w, 3) RGB uint8."""
+def _strip(jpegs: Sequence[bytes], num_blocks: int, stream: str) -> tuple[np.ndarray, float | None]:
+    """:func:`frame_strip` and, for flow, the speed its full colour stands for."""
     per_block = len(jpegs) // num_blocks
-    frames = [cv2.imdecode(np.frombuffer(jpegs[b * per_block + per_block // 2], np.uint8), cv2.IMREAD_COLOR)
-              for b in range(num_blocks)]
-    return cv2.cvtColor(np.concatenate(frames, axis=1), cv2.COLOR_BGR2RGB)
+    frames = decode_frames([jpegs[b * per_block + per_block // 2] for b in range(num_blocks)])
+    if stream != FLOW:
+        return np.concatenate(frames, axis=1), None
+    colours = codes_colours(frames)
+    return np.concatenate(colours.image, axis=1), colours.max_flow
+
+
+def frame_strip(jpegs: Sequence[bytes], num_blocks: int, stream: str = RGB) -> np.ndarray:
+    """One frame from the middle of every block, side by side: (h, num_blocks·w, 3) RGB uint8; flow in colour,
+    scaled to the strip's fastest motion."""
+    return _strip(jpegs, num_blocks, stream)[0]
 
 
 def retrieval_examples(path: str | os.PathLike, data: EvalData, q_ids: Sequence[str], q_labels: np.ndarray,
@@ -51,7 +62,7 @@ def retrieval_examples(path: str | os.PathLike, data: EvalData, q_ids: Sequence[
     """Queries (the first ``rows`` test videos) and their top-3 neighbours as frame strips.
 
     Frames come from the first window of each video in the shards of ``stream`` (default: the evaluated
-    stream; pass "rgb" to show RGB frames for a flow model, as the paper does).
+    stream; pass "rgb" to show RGB frames for a flow model, as the paper does); flow is drawn in colour.
     """
     stream = stream or data.stream
     num_blocks = int(load_manifest(data.shards, stream, data.test_split)["clip"]["num_blocks"])
@@ -70,9 +81,15 @@ def retrieval_examples(path: str | os.PathLike, data: EvalData, q_ids: Sequence[
         for ax, (jpegs, title, color) in zip(axes[i], cells, strict=False):
             ax.axis("off")
             if jpegs:
-                ax.imshow(frame_strip(jpegs, num_blocks))
+                strip, top_speed = _strip(jpegs, num_blocks, stream)
+                ax.imshow(strip, interpolation="nearest")  # the frames' own pixels (and smaller files)
+                if top_speed is not None:
+                    title += f" (full colour: {top_speed:.2g} px)"
             ax.set_title(title, fontsize=8, color=color)
-    fig.subplots_adjust(left=0.01, right=0.99, bottom=0.01, top=0.93, wspace=0.05, hspace=0.3)
+    if stream == FLOW:
+        fig.suptitle(f"{FLOW_KEY}; each strip on its own scale, its full colour in its title", fontsize=9)
+    fig.subplots_adjust(left=0.01, right=0.99, bottom=0.01, top=0.93 if stream != FLOW else 0.88, wspace=0.05,
+                        hspace=0.3)
     return _save(fig, path)
 
 

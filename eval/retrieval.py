@@ -52,6 +52,7 @@ def run_retrieval(checkpoint: str | os.PathLike, data: EvalData, out: Outputs, e
                                           model.memory.detach().cpu().numpy()))
     result = {"kind": "retrieval", "stream": stream, "dataset": data.dataset_name, "split": data.test_split,
               "classes": classes, "metrics": {**metrics, "queries": len(q_ids), "gallery": len(g_ids)},
-              "config": {"checkpoint": str(checkpoint), "train_split": data.train_split, "size": data.size},
+              "config": {"checkpoint": str(checkpoint), "shards": str(Path(data.shards).resolve()),
+                         "train_split": data.train_split, "size": data.size},
               **out.record()}
     return save_result(path, result, arrays)

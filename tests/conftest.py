@@ -111,6 +111,17 @@ def run_memdpc(*args: str, cwd: Path | None = None, timeout: float = 300) -> sub
 
 
 @pytest.fixture(scope="session")
+def tiny_quickstart(tmp_path_factory) -> Path:
+    """The folder of a real ``memdpc quickstart --tiny`` (one worker): data, frames, shards, runs, eval, the table
+    and the page it ends with (``report/index.html``), whose path it printed."""
+    out = tmp_path_factory.mktemp("quickstart") / "qs"
+    res = run_memdpc("quickstart", "--tiny", "--workers", "1", "--out", out, timeout=900)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert f"report: {out / 'report' / 'index.html'}" in res.stderr
+    return out
+
+
+@pytest.fixture(scope="session")
 def mixed_size_frames(mixed_size_dataset, tmp_path_factory) -> Path:
     """``memdpc index --layout folder`` and ``memdpc preprocess frames --size 24`` (README's short side,
     aspect kept) of ``mixed_size_dataset``: a folder with ``index.jsonl`` and ``frames/rgb/<id>.tar`` of

@@ -66,3 +66,5 @@ def test_what_the_stages_write(tmp_path):
     (tmp_path / "notes.txt").write_text("grüße\n")
     assert file_kinds.describe(tmp_path / "notes.txt") == "a text file"
     assert file_kinds.describe(tmp_path) == "a folder"
+    (tmp_path / file_kinds.QUICKSTART_RECORD).write_text("{}")
+    assert file_kinds.describe(tmp_path) == file_kinds.QUICKSTART

@@ -441,6 +441,7 @@ def _epoch_batches(p: Parts, s: State) -> Iterator[None]:
         p.model.train()
         p.meter.reset()
         info = None  # the progress display's loss: the last one read (reading it every step would wait for the device)
+        shown = False
         while True:
             _stop_point(p)
             t0 = time.perf_counter()
@@ -451,6 +452,9 @@ def _epoch_batches(p: Parts, s: State) -> Iterator[None]:
             out = train_step(p.model, p.optimizer, p.scaler, place_clips(batch.clips, c, p.env.device), c)
             p.steps.add(out, batch.clips.shape[0], wait)
             s.step, s.epoch_step = s.step + 1, s.epoch_step + 1
+            if not shown:  # a few clips of the epoch's first batch, as TensorBoard images (rank 0)
+                p.logger.clips(batch.clips, batch.keys, p.train_loader.plan.spec, c.stream, s.step)
+                shown = True
             if s.step % c.log_every == 0:
                 info = f"loss {_read(p, s)['loss']:.3f}"
                 _log_train(p, s)

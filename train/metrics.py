@@ -1,6 +1,7 @@
 """Training metrics: a running meter, and a logger writing JSONL + TensorBoard + a rich progress display.
 
-Only rank 0 writes. Each record has ``kind`` (``train``, ``val`` or ``knn``), ``epoch`` and ``step``; train
+Only rank 0 writes. Beside the scalars, TensorBoard gets a few clips of a batch as images once per epoch
+(:meth:`MetricsLogger.clips`: as trained on, after augmentation; flow in colour). Each record has ``kind`` (``train``, ``val`` or ``knn``), ``epoch`` and ``step``; train
 records carry the loss, contrastive top-1/top-5 (overall and per direction ``_f``/``_b``), the encoder
 features' ``content_share`` (:func:`memdpc.model.loss.content_share`; val records too), ``lr``,
 ``clips_per_s`` (all ranks) and ``data_wait`` (fraction of wall time spent waiting for the loader).
@@ -22,7 +23,13 @@ from rich.console import Console
 from torch.utils.tensorboard import SummaryWriter
 
 from memdpc.atomic import write_bytes_atomic
+from memdpc.pictures import clip_picture
+from memdpc.pipeline.augment import AugmentSpec, denormalise
 from memdpc.progress import progress_bar
+
+METRICS_NAME = "metrics.jsonl"
+"""The run folder's metrics file: one JSON record per line."""
+CLIPS_SHOWN = 2  # clips of a batch that :meth:`MetricsLogger.clips` draws
 
 
 class Meter:
@@ -106,7 +113,7 @@ class MetricsLogger:
 
     def __init__(self, run_dir: Path, enabled: bool, progress: bool) -> None:
         self.enabled = enabled
-        self.path = run_dir / "metrics.jsonl"
+        self.path = run_dir / METRICS_NAME
         self._file = self._tb = self._progress = None
         self._task = None
         if not enabled:
@@ -126,6 +133,17 @@ class MetricsLogger:
         for k, v in record.items():
             if k not in ("kind", "step", "epoch") and isinstance(v, int | float):
                 self._tb.add_scalar(f"{kind}/{k}", v, step)
+
+    def clips(self, clips: torch.Tensor, keys: list[str], spec: AugmentSpec, stream: str, step: int) -> None:
+        """The first :data:`CLIPS_SHOWN` clips of a batch (normalised (B, N, 3, SL, H, W), on any device) as
+        TensorBoard images ``clips/<i>``: blocks in rows, flow in colour, the key in the caption."""
+        if not self.enabled:
+            return
+        frames = denormalise(clips[:CLIPS_SHOWN].detach().float().cpu(), spec).numpy()  # (k, F, H, W, 3) uint8
+        for i, clip in enumerate(frames):
+            title = [f"{keys[i]}: {stream}, step {step}, as trained on (augmented)"]
+            self._tb.add_image(f"clips/{i}", clip_picture(clip, stream, clips.shape[1], title), step,
+                               dataformats="HWC")
 
     def start_epoch(self, epoch: int, total: int, done: int) -> None:
         if self._progress is None:

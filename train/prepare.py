@@ -152,11 +152,16 @@ def check_run_dir(config: TrainConfig) -> Path | None:
     return last if last.is_file() else None
 
 
+def augment_spec(config: TrainConfig) -> AugmentSpec:
+    """The augmentation a run of ``config`` trains with (``memdpc show --augment`` draws it too)."""
+    return AugmentSpec(jitter_flow=config.jitter_flow, crop_size=config.crop_size or None)
+
+
 def split_loader(config: TrainConfig, split: str, clip: ClipSpec, train: bool, rank: int = 0, world_size: int = 1,
                  device: str = "cpu"):
     """A loader of one split of the run's shards, augmented as ``config`` says; training drops the last partial
     batch, so every rank takes equal steps."""
-    spec = AugmentSpec(jitter_flow=config.jitter_flow, crop_size=config.crop_size or None)
+    spec = augment_spec(config)
     return make_loader(config.shards, config.stream, split, train=train, batch_size=config.batch_size,
                        backend=config.backend, size=config.size, spec=spec, rank=rank, world_size=world_size,
                        seed=config.seed, num_workers=config.num_workers, device=device, clip=clip, drop_last=train)

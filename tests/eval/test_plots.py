@@ -6,6 +6,8 @@ import cv2
 import numpy as np
 
 from memdpc.eval.plots import confusion, confusion_matrix, frame_strip, memory_norms
+from memdpc.preprocess.encode import FLOW_ENCODING
+from memdpc.preprocess.flow import flow_to_codes
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -32,3 +34,18 @@ def test_frame_strip_takes_the_middle_frame_of_every_block():
     strip = frame_strip(frames, num_blocks=2)
     assert strip.shape == (4, 10, 3)
     assert strip[0, 0, 0] == 40 and strip[0, 5, 0] == 160  # frames 1 and 4
+
+
+def test_a_flow_strip_is_drawn_in_colour_not_as_grey_codes():
+    frames = []
+    for i in range(4):  # 2 blocks × 2 frames of stored flow: block 0 moves right, block 1 left, 2 px
+        codes = flow_to_codes(np.tile(np.array([2.0 if i < 2 else -2.0, 0.0], np.float32), (4, 5, 1)))
+        frames.append(FLOW_ENCODING.encode_rgb(codes))
+    grey = frame_strip(frames, num_blocks=2)  # as RGB: the codes themselves, near grey
+    assert np.abs(grey.astype(int) - 128).max() < 20
+    strip = frame_strip(frames, num_blocks=2, stream="flow")
+    assert strip.shape == (4, 10, 3)
+    r, g, b = strip[0, 0].astype(int)
+    assert r == 255 and abs(g - b) < 5 and g < 60  # right: red (JPEG moves a code by one here and there)
+    r, g, b = strip[0, 5].astype(int)
+    assert r < 60 and g > 150 and b == 255  # left: cyan

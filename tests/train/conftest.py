@@ -9,6 +9,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import cv2
 import numpy as np
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -64,3 +65,11 @@ def tb_scalars(log_dir: Path) -> dict[str, list[tuple[int, float]]]:
     acc = EventAccumulator(str(log_dir))
     acc.Reload()
     return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+
+
+def tb_images(log_dir: Path) -> dict[str, list[tuple[int, np.ndarray]]]:
+    """Every image in the TensorBoard event files of ``log_dir``: {tag: [(step, RGB uint8 (H, W, 3)), ...]}."""
+    acc = EventAccumulator(str(log_dir), size_guidance={"images": 0})
+    acc.Reload()
+    return {tag: [(e.step, cv2.imdecode(np.frombuffer(e.encoded_image_string, np.uint8), cv2.IMREAD_COLOR)[..., ::-1])
+                  for e in acc.Images(tag)] for tag in acc.Tags()["images"]}

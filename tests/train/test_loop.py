@@ -33,7 +33,7 @@ from memdpc.train.metrics import StepValues
 from memdpc.train.prepare import val_split_warnings
 
 from ..conftest import reference_weights
-from .conftest import CLIP, tb_scalars
+from .conftest import CLIP, tb_images, tb_scalars
 
 # A tiny network on 5×3-frame clips of 32 px; each run adds its own settings.
 TINY = ["--stream", "rgb", "--arch", "dpc_r18", "--widths", "4,8,16,16", "--size", "32", "--num-blocks", "5",
@@ -171,6 +171,16 @@ def test_short_run_lowers_the_loss_and_records_everything(learned_run, train_sha
             assert tb_steps == steps and tb_values == pytest.approx(values, rel=1e-6), (kind, key)
     model, _ = load_model(learned_run / "checkpoints" / "best.pt")
     assert model.config["name"] == "memdpc_r18" and model.features(torch.randn(1, 5, 3, 3, 64, 64)).shape == (1, 32)
+
+
+@pytest.mark.slow
+def test_each_epoch_shows_clips_of_its_first_batch_in_tensorboard(learned_run):
+    per_epoch = read_checkpoint(learned_run / "checkpoints" / "last.pt")["step"] // 4  # 4 epochs
+    images = tb_images(learned_run / "tb")
+    assert sorted(images) == ["clips/0", "clips/1"]
+    assert [step for step, _ in images["clips/0"]] == [e * per_epoch + 1 for e in range(4)]  # each first step
+    _, image = images["clips/0"][0]
+    assert image.shape[1] >= 480 and image.std() > 10  # 3 frames a row, enlarged; real frames, not blank
 
 
 def test_a_run_killed_before_its_first_checkpoint_starts_its_metrics_afresh(train_shards, tmp_path, one_thread):

@@ -3,10 +3,15 @@ from __future__ import annotations
 import json
 from types import SimpleNamespace
 
-from memdpc.train import metrics
-from memdpc.train.metrics import Meter, MetricsLogger, truncate_jsonl
+import numpy as np
+import torch
 
-from .conftest import tb_scalars
+from memdpc.pipeline.augment import AugmentSpec, normalise
+from memdpc.preprocess.flow import flow_to_codes
+from memdpc.train import metrics
+from memdpc.train.metrics import CLIPS_SHOWN, Meter, MetricsLogger, truncate_jsonl
+
+from .conftest import tb_images, tb_scalars
 
 
 def test_meter_means_and_rates(monkeypatch):
@@ -48,3 +53,21 @@ def test_truncate_drops_records_after_the_resumed_step_and_cut_lines(tmp_path):
     path.write_text("\n".join(lines) + '\n{"kind": "tr')  # a line cut by a kill
     truncate_jsonl(path, 2)
     assert [json.loads(ln)["step"] for ln in path.read_text().splitlines()] == [1, 2]
+
+
+def test_logger_shows_a_few_clips_as_images_flow_in_colour(tmp_path):
+    """A batch as the loaders hand it over (normalised), of flow moving right: red images, one per clip shown."""
+    spec = AugmentSpec()
+    codes = flow_to_codes(np.tile(np.array([3.0, 0.0], np.float32), (3, 6, 16, 16, 1)))  # 3 clips × 6 frames
+    batch = normalise(torch.from_numpy(codes), num_blocks=2, spec=spec)  # (3, 2, 3, 3, 16, 16)
+    log = MetricsLogger(tmp_path, enabled=True, progress=False)
+    log.clips(batch, ["a_00000", "b_00000", "c_00000"], spec, "flow", step=7)
+    log.close()
+    images = tb_images(tmp_path / "tb")
+    assert sorted(images) == [f"clips/{i}" for i in range(CLIPS_SHOWN)]
+    step, image = images["clips/0"][0]
+    assert step == 7 and image.shape[1] >= 480  # 3 frames of a block in a row, enlarged
+    red = (image[..., 0] > 240) & (image[..., 1] < 15) & (image[..., 2] < 15)
+    assert red.mean() > 0.5  # the frames: rightward, full colour; the rest is the caption
+    MetricsLogger(tmp_path / "other", enabled=False, progress=False).clips(batch, ["a"], spec, "flow", step=1)
+    assert not (tmp_path / "other").exists()
