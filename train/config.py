@@ -56,6 +56,8 @@ class TrainConfig:
     val_split: str = _f(AUTO_VAL_SPLIT, "Shard split for the validation loss (and the kNN monitor): auto = 'val' where the "
                         "shards hold one (memdpc index --val-per-class), else 'test'; 'none' to use the training "
                         "loss.")
+    clips_per_video: int = _f(0, "Windows of each video an epoch takes, drawn at random among the video's shard windows "
+                                 "anew every epoch (1: the paper's epoch); 0: every window of the shards.")
     backend: str = _f("auto", "Loader backend.")
     num_workers: int = _f(2, "Loader worker processes per rank (torch backend) / threads (DALI).")
     jitter_flow: bool = _f(True, "Per-frame colour jitter and random grey on flow images too (the paper: yes).")
@@ -117,6 +119,8 @@ class TrainConfig:
                      "log_every", "knn_max_batches"):
             if getattr(self, name) < 1:
                 raise UserError(f"{name} must be ≥ 1, not {getattr(self, name)}")
+        if self.clips_per_video < 0:
+            raise UserError(f"clips_per_video must be ≥ 0 (0 = every window), not {self.clips_per_video}")
         if self.crop_size < 0:
             raise UserError(f"crop_size must be ≥ 0 (0 = resize the crop once), not {self.crop_size}")
         if self.pred_steps >= self.num_blocks:
