@@ -14,15 +14,11 @@ from typing import Any
 
 import yaml
 
-try:
-    import tomllib
-except ImportError:  # Python 3.10: TOML config files are refused with a message (_toml_loads)
-    tomllib = None
-
 from memdpc.atomic import write_bytes_atomic
 from memdpc.errors import UserError
 from memdpc.model.names import NEGATIVES, PRETRAIN_NAMES
 from memdpc.pipeline.backends import BACKENDS
+from memdpc.recipe import train_settings
 from memdpc.streams import STREAMS
 
 CHOICES: dict[str, tuple[str, ...]] = {
@@ -196,27 +192,10 @@ def config_from_dict(values: dict[str, Any], where: str = "config", base: TrainC
         raise UserError(f"{where}: {e}") from None
 
 
-def _toml_loads(path: Path, text: str) -> Any:
-    if tomllib is None:
-        raise UserError(f"{path}: TOML config files need Python ≥ 3.11; use YAML")
-    return tomllib.loads(text)
-
-
 def read_config_file(path: str | Path) -> dict[str, Any]:
-    """Read a YAML (.yaml/.yml) or TOML (.toml) config file into a dict (keys may use - or _)."""
-    path = Path(path)
-    if not path.is_file():
-        raise UserError(f"{path}: config file not found")
-    try:
-        text = path.read_text()
-        data = _toml_loads(path, text) if path.suffix == ".toml" else yaml.safe_load(text)
-    except (ValueError, yaml.YAMLError) as e:  # TOMLDecodeError and UnicodeDecodeError are ValueErrors
-        raise UserError(f"{path}: not valid {'TOML' if path.suffix == '.toml' else 'YAML'}: {e}") from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise UserError(f"{path}: expected a mapping of settings, got {type(data).__name__}")
-    return {str(k).replace("-", "_"): v for k, v in data.items()}
+    """The settings of a ``--config`` file (YAML or TOML; keys may use - or _): its options, or a recipe's
+    ``train`` section; a recipe shipped with memdpc may be named by its short name (:mod:`memdpc.recipe`)."""
+    return train_settings(path)
 
 
 def write_config(config: TrainConfig, path: Path) -> None:
