@@ -508,7 +508,10 @@ def _train_options(fn):
 @click.option("--bn-from-data", is_flag=True,
               help="With --init-only: BatchNorm statistics of the training split's clips (no weight changes), "
                    "the fair random-init baseline of frozen evaluations.")
-def train_cmd(config_file: Path | None, init_only: bool, bn_from_data: bool, **options) -> None:
+@click.option("--dry-run", is_flag=True,
+              help="Print what the run will do (clips and steps per epoch, global batch, schedule, disk, the wall "
+                   "time estimated from a few timed steps on this device) and write nothing.")
+def train_cmd(config_file: Path | None, init_only: bool, bn_from_data: bool, dry_run: bool, **options) -> None:
     """Self-supervised pretraining on one stream's shards (runs alone, under torchrun or srun).
 
     Example: memdpc train --stream rgb --shards shards/ --out runs/rgb. A run directory that already holds
@@ -525,6 +528,15 @@ def train_cmd(config_file: Path | None, init_only: bool, bn_from_data: bool, **o
     if config.init and "stream" not in values:
         # --stream's default (rgb) would train weights of the other stream with a warning that --stream asked for it
         raise UserError(f"--init {config.init}: say which stream the run trains on (--stream rgb|flow)")
+    if dry_run:
+        if init_only:
+            raise UserError("--dry-run plans a training run; --init-only writes one checkpoint and needs no plan")
+        from memdpc.train.dry_run import plan_run
+
+        plan = plan_run(config)
+        if plan is not None:  # rank 0
+            Console().print("\n".join(plan.lines()), markup=False, soft_wrap=True)
+        return
     if init_only:
         from memdpc.train.checkpoint import next_command, write_initial_checkpoint
 

@@ -191,7 +191,7 @@ class DaliLoader:
         self._outputs = [*video, "label", "meta", *self._host_draws]
         self._catalog = read_catalog(plan.shards) if plan.clips_per_video else None
         total = sum(plan.shard_samples) if self._catalog is None else self._catalog.drawn_count(plan.clips_per_video)
-        self._total = total  # samples per epoch, over all ranks
+        self.samples_per_epoch = total  # the samples an epoch reads, over all ranks
         lo, hi = (total * plan.rank) // plan.world_size, (total * (plan.rank + 1)) // plan.world_size
         self._rank_samples = hi - lo  # DALI's own split of the sample sequence into num_shards parts
         smallest = total // plan.world_size
@@ -270,7 +270,7 @@ class DaliLoader:
                 shard_id=p.rank,
                 num_shards=p.world_size,
                 random_shuffle=p.train,
-                initial_fill=max(1, min(p.shuffle_buffer, self._total)),
+                initial_fill=max(1, min(p.shuffle_buffer, self.samples_per_epoch)),
                 pad_last_batch=True,
                 name="reader",
             )

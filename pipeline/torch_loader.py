@@ -197,6 +197,13 @@ class TorchLoader:
     def __len__(self) -> int:
         return self._len
 
+    @property
+    def samples_per_epoch(self) -> int:
+        """The samples an epoch reads, over all ranks."""
+        if self._catalog is not None:
+            return self._catalog.drawn_count(self.plan.clips_per_video)
+        return sum(self.plan.shard_samples)
+
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
 
