@@ -209,3 +209,30 @@ def test_the_recipes_ship_in_the_wheel(tmp_path):
     (wheel,) = tmp_path.glob("memdpc-*.whl")
     shipped = {Path(n).name for n in zipfile.ZipFile(wheel).namelist() if n.startswith("memdpc/recipes/")}
     assert shipped == {p.name for p in RECIPE_DIR.glob("*.yaml")}
+
+
+def _readme_section() -> str:
+    text = (ROOT / "README.md").read_text()
+    return text.split("## The paper's experiments: recipes", 1)[1].split("\n## ", 1)[0]
+
+
+def test_readme_lists_every_recipe_with_its_figures_and_commands_the_command_line_accepts():
+    section = _readme_section()
+    for name in names():
+        rows = [line for line in section.splitlines() if line.startswith("|") and f"`{name}`" in line]
+        assert rows, f"README's table lacks {name}"
+        figures = [v for f in load(name).expect.values() for v in f.values()]
+        assert all(f"{v}" in rows[0] for v in figures), (name, rows[0])
+    block = section.split("and then each row is one command:", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
+    lines = [line for line in block.splitlines() if line]
+    assert sorted(name for name in names() for line in lines if f"--out $W/eval/{name}/" in line) == names()
+    for line in lines:
+        for command in line.replace("for d in ucf101 hmdb51; do ", "").replace("; done", "").split(" && "):
+            args = shlex.split(command.replace("$W", "/work").replace("$d", "ucf101"))
+            assert args[0] == "memdpc"
+            _parses(args[1:])
+
+
+def test_memdpc_recipes_lists_every_recipe():
+    out = CliRunner().invoke(main, ["recipes"], terminal_width=200).output
+    assert all(name in out for name in names()) and "68.2" in out
