@@ -561,19 +561,12 @@ def recipes_cmd(name: str | None, data: str, work: str) -> None:
     """The paper's experiments, one recipe per table row: list them, or print the commands of recipe NAME (a short
     name or a path), from the datasets to the figures to expect."""
     from memdpc.recipe import commands, load, names
+    from memdpc.report_tables import print_recipes
 
     if name is not None:
         Console().print("\n".join(commands(load(name), data, work)), markup=False, soft_wrap=True)
-        return
-    table = Table(title="memdpc recipes (memdpc recipes NAME prints one's commands)")
-    table.add_column("recipe", no_wrap=True)
-    table.add_column("row")
-    table.add_column("expect")
-    for recipe in map(load, names()):
-        expect = "; ".join(f"{d} " + (", ".join(f"{m} {v}" for m, v in f.items()) or "-")
-                           for d, f in recipe.expect.items())
-        table.add_row(recipe.name, recipe.row.split(":")[0], expect)
-    Console().print(table)
+    else:
+        print_recipes([load(n) for n in names()], Console())
 
 
 # ------------------------------------------------------------------------------------------- convert

@@ -157,6 +157,8 @@ def load(name_or_path: str | Path) -> Recipe:
     fuse = data.get("fuse") or []
     if fuse and (len(fuse) != 2 or not all(isinstance(f, dict) and {"recipe", "result"} <= set(f) for f in fuse)):
         raise UserError(f"{where}: fuse lists two results, each as {{recipe: NAME, result: FILE}}")
+    if not fuse and not (data.get("pretrain") and data.get("train") and evaluation):
+        raise UserError(f"{where}: a recipe needs pretrain, train and eval sections (or fuse, for a fused row)")
     return Recipe(name=path.stem, path=path, row=str(data.get("row", "")), notes=str(data.get("notes", "")),
                   expect=expect, pretrain=data.get("pretrain"),
                   preprocess=_options(data.get("preprocess") or {}, f"{where}: preprocess"),

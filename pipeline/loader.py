@@ -61,8 +61,9 @@ def make_loader(
     """A loader over ``<shard_dir>/<stream>/<split>-*.tar`` for one rank of ``world_size``.
 
     Returns an iterable of :class:`Batch` with ``len()`` (batches per epoch on this rank),
-    ``samples_per_epoch`` (over all ranks) and ``set_epoch(epoch)``. An epoch gives each sample exactly once across all ranks (``drop_last`` instead
-    cuts every rank to the same number of full batches, as DDP training wants). ``num_workers`` is the
+    ``samples_per_epoch`` (over all ranks) and ``set_epoch(epoch)``. An epoch gives each sample exactly once
+    across all ranks (``drop_last`` instead cuts every rank to the same number of full batches, as DDP training
+    wants). ``num_workers`` is the
     DataLoader worker count (torch) or the DALI thread count; ``device`` is where normalised clips land
     (``cuda`` also switches DALI to GPU decoding and augmentation). ``clips_per_video`` k ≥ 1 makes every epoch
     take k windows of each video, drawn anew every epoch (:mod:`memdpc.pipeline.epoch_draw`); 0 takes them all.

@@ -123,6 +123,9 @@ def test_recipes_are_found_by_short_name_or_path_and_mistakes_are_named(tmp_path
     (tmp_path / "loop.yaml").write_text("base: loop.yaml\n")
     with pytest.raises(UserError, match="its bases lead back to"):
         load(tmp_path / "loop.yaml")
+    (tmp_path / "bare.yaml").write_text("row: x\ntrain: {stream: rgb}\n")
+    with pytest.raises(UserError, match=r"bare\.yaml: a recipe needs pretrain, train and eval sections"):
+        load(tmp_path / "bare.yaml")
     (tmp_path / "odd.yaml").write_text("row: x\ntrian: {}\n")
     with pytest.raises(UserError, match=r"odd\.yaml: unknown section\(s\) trian"):
         load(tmp_path / "odd.yaml")

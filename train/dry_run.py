@@ -79,7 +79,7 @@ class RunPlan:
 
     @property
     def wall_s(self) -> float:
-        steps = self.first_step_s + max(self.steps - 1, 0) * self.step_s
+        steps = self.first_step_s + (self.steps - 1) * self.step_s if self.steps else 0.0
         return steps + self.val_batch_s * (self.epochs_run * self.val_batches + self.knn_passes * self.knn_batches)
 
     def lines(self) -> list[str]:
