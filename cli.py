@@ -5,10 +5,12 @@ User errors (:class:`memdpc.errors.UserError`) become a one-line message and exi
 
 from __future__ import annotations
 
+import functools
 import inspect
 from pathlib import Path
 
 import click
+from click.core import ParameterSource
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -495,7 +497,8 @@ def _train_options(fn):
             flags = (_TRAIN_ALIASES[spec.name], flag) if spec.name in _TRAIN_ALIASES else (flag,)
             fn = click.option(*flags, spec.name, type=kind, default=None, help=text)(fn)
     return click.option("--config", "config_file", type=click.Path(path_type=Path), default=None,
-                        help="YAML or TOML file of settings; options given on the command line override it.")(fn)
+                        help="YAML or TOML file of settings, or a recipe (path or short name: `memdpc recipes` "
+                             "lists them; its train section); options given on the command line override it.")(fn)
 
 
 @main.command("train")
@@ -506,7 +509,10 @@ def _train_options(fn):
 @click.option("--bn-from-data", is_flag=True,
               help="With --init-only: BatchNorm statistics of the training split's clips (no weight changes), "
                    "the fair random-init baseline of frozen evaluations.")
-def train_cmd(config_file: Path | None, init_only: bool, bn_from_data: bool, **options) -> None:
+@click.option("--dry-run", is_flag=True,
+              help="Print what the run will do (clips and steps per epoch, global batch, schedule, disk, the wall "
+                   "time estimated from a few timed steps on this device) and write nothing.")
+def train_cmd(config_file: Path | None, init_only: bool, bn_from_data: bool, dry_run: bool, **options) -> None:
     """Self-supervised pretraining on one stream's shards (runs alone, under torchrun or srun).
 
     Example: memdpc train --stream rgb --shards shards/ --out runs/rgb. A run directory that already holds
@@ -523,6 +529,15 @@ def train_cmd(config_file: Path | None, init_only: bool, bn_from_data: bool, **o
     if config.init and "stream" not in values:
         # --stream's default (rgb) would train weights of the other stream with a warning that --stream asked for it
         raise UserError(f"--init {config.init}: say which stream the run trains on (--stream rgb|flow)")
+    if dry_run:
+        if init_only:
+            raise UserError("--dry-run plans a training run; --init-only writes one checkpoint and needs no plan")
+        from memdpc.train.dry_run import plan_run
+
+        plan = plan_run(config)
+        if plan is not None:  # rank 0
+            Console().print("\n".join(plan.lines()), markup=False, soft_wrap=True)
+        return
     if init_only:
         from memdpc.train.checkpoint import next_command, write_initial_checkpoint
 
@@ -535,6 +550,24 @@ def train_cmd(config_file: Path | None, init_only: bool, bn_from_data: bool, **o
     from memdpc.train.loop import train
 
     train(config)  # ends by naming what it wrote
+
+
+# ------------------------------------------------------------------------------------------- recipes
+@main.command("recipes")
+@click.argument("name", required=False)
+@click.option("--data", default="DATA", show_default=True,
+              help="Folder of the datasets in their official layouts, one sub-folder each (ucf101, hmdb51, k400).")
+@click.option("--work", default="WORK", show_default=True, help="Folder for everything the commands write.")
+def recipes_cmd(name: str | None, data: str, work: str) -> None:
+    """The paper's experiments, one recipe per table row: list them, or print the commands of recipe NAME (a short
+    name or a path), from the datasets to the figures to expect."""
+    from memdpc.recipe import commands, load, names
+    from memdpc.report_tables import print_recipes
+
+    if name is not None:
+        Console().print("\n".join(commands(load(name), data, work)), markup=False, soft_wrap=True)
+    else:
+        print_recipes([load(n) for n in names()], Console())
 
 
 # ------------------------------------------------------------------------------------------- convert
@@ -663,6 +696,37 @@ def _eval_options(fn):
     return fn
 
 
+def _reads_recipe(task: str):
+    """A ``--config RECIPE`` option: the recipe's ``eval`` options fill those the command line does not give."""
+    def wrap(fn):
+        @functools.wraps(fn)
+        def run(**kw):
+            name = kw.pop("config_file")
+            if name is not None:
+                kw.update(_recipe_options(click.get_current_context(), task, name))
+            return fn(**kw)
+
+        return click.option("--config", "config_file", default=None, metavar="RECIPE",
+                            help="A recipe (path or short name; `memdpc recipes` lists them) whose eval options "
+                                 "are taken where the command line gives none.")(run)
+    return wrap
+
+
+def _recipe_options(ctx: click.Context, task: str, name: str) -> dict:
+    from memdpc.recipe import eval_settings, resolve
+
+    params = {p.name: p for p in ctx.command.params if isinstance(p, click.Option) and p.name != "config_file"}
+    params |= {o.lstrip("-").replace("-", "_"): p for p in params.values() for o in p.opts}
+    out = {}
+    for key, value in eval_settings(name, task).items():
+        if key not in params:
+            raise UserError(f"{resolve(name)}: eval: memdpc eval {task} has no option --{key.replace('_', '-')}")
+        p = params[key]
+        if ctx.get_parameter_source(p.name) is ParameterSource.DEFAULT:
+            out[p.name] = p.type_cast_value(ctx, str(value) if isinstance(p.type, click.Choice) else value)
+    return out
+
+
 def _fit_options(defaults: FitConfig):
     """The training options of an eval task that fits a head or a network, showing the task's defaults."""
     def wrap(fn):
@@ -692,6 +756,7 @@ def _fit(kw: dict, batch_size: int | None = None) -> dict:
 
 
 @eval_group.command("retrieve")
+@_reads_recipe("retrieve")
 @_eval_options
 @click.option("--chunk", type=click.IntRange(min=1), default=RETRIEVAL_CHUNK, show_default=True,
               help="Queries per similarity block (memory: chunk × gallery).")
@@ -701,6 +766,7 @@ def eval_retrieve(checkpoint: Path, **kw) -> None:
 
 
 @eval_group.command("probe")
+@_reads_recipe("probe")
 @_eval_options
 @click.option("--linear/--mlp", "linear", default=True, show_default=True, help="Linear or MLP head.")
 @click.option("--crops", type=click.Choice([str(k) for k in EVAL_CROPS]), default=str(EVAL_CROPS[0]), show_default=True,
@@ -714,6 +780,7 @@ def eval_probe(checkpoint: Path, linear: bool, crops: str, **kw) -> None:
 
 
 @eval_group.command("finetune")
+@_reads_recipe("finetune")
 @_eval_options
 @click.option("--crops", type=click.Choice([str(k) for k in EVAL_CROPS]), default=str(EVAL_CROPS[0]), show_default=True,
               help="Test crops per window.")

@@ -1,6 +1,6 @@
 """The command line's tables of the library's reports: what ``memdpc preprocess`` did, what ``memdpc shard``
-(and the quickstart) wrote, ``memdpc shard --verify``, and the metrics of an evaluation result (``memdpc
-eval``). The library returns the reports; only the front ends print them.
+(and the quickstart) wrote, ``memdpc shard --verify``, the metrics of an evaluation result (``memdpc
+eval``) and the recipes (``memdpc recipes``). The library returns the reports; only the front ends print them.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from memdpc.pipeline.manifest import VerifyResult
 from memdpc.pipeline.shard import ShardReport
 from memdpc.pipeline.shard_plan import SKIP_KINDS, UNUSABLE
 from memdpc.preprocess.job import PreprocessConfig
+from memdpc.recipe import Recipe
 from memdpc.wording import plural
 
 SKIPPED_LISTED = 20  # skipped videos listed per kind; the manifest's "skipped" lists them all
@@ -141,3 +142,15 @@ def print_result(path: str | os.PathLike, console: Console) -> None:
     for role, names in (result.get("files") or {}).items():
         label = FILE_ROLES.get(role, role)
         console.print(f"{label}: {' '.join(str(path.parent / n) for n in names)}", markup=False, soft_wrap=True)
+
+
+def print_recipes(recipes: list[Recipe], console: Console) -> None:
+    """One line per recipe: its name, the table row it reproduces, the figures to expect."""
+    table = Table(title="memdpc recipes (memdpc recipes NAME prints one's commands)")
+    table.add_column("recipe", no_wrap=True)
+    table.add_column("row")
+    table.add_column("expect")
+    for r in recipes:
+        expect = "; ".join(f"{d} " + (", ".join(f"{m} {v}" for m, v in f.items()) or "-") for d, f in r.expect.items())
+        table.add_row(r.name, r.row.split(":")[0], expect)
+    console.print(table)

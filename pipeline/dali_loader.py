@@ -15,6 +15,10 @@ Graph (one per epoch, so an epoch is reproducible from ``(seed, epoch)`` alone):
       eval:  40 × decoders.image → stack → one resize per crop of the sample's frames (+ flip; a slice
              where all frames have one size and the crops the output's) → stack to (K, F, H, W, 3)
 
+With ``clips_per_video`` (:mod:`memdpc.pipeline.epoch_draw`) the reader of an epoch is given, in a temporary
+folder, indexes that list only the samples drawn for the epoch: it reads (and the graph decodes) those alone,
+divided among the ranks as any sample sequence.
+
 Random parameters come from :mod:`memdpc.pipeline.augment` through an ``external_source``, the same draws
 the torch loader uses. They do not depend on the frame size: a sample's size is known only inside the graph
 (from its first JPEG's header, ``peek_image_shape``), where :func:`crop_box_graph` and
@@ -25,6 +29,7 @@ The pipeline returns uint8; normalisation to float runs on the target device.
 from __future__ import annotations
 
 import json
+import tempfile
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -44,6 +49,7 @@ from memdpc.pipeline.augment import (
     normalise,
     sample_clip,
 )
+from memdpc.pipeline.epoch_draw import draw, read_catalog, write_drawn_indexes
 from memdpc.pipeline.plan import Batch, LoaderPlan
 from memdpc.pipeline.sample import sample_key, sample_members
 from memdpc.preprocess.encode import gpu_decodes_alike
@@ -183,7 +189,9 @@ class DaliLoader:
         self._frame_outputs = [f"f{i:02d}" for i in range(plan.num_frames)]
         video = [*self._frame_outputs, "shape"] if self._host_augment else ["video"]
         self._outputs = [*video, "label", "meta", *self._host_draws]
-        total = sum(plan.shard_samples)
+        self._catalog = read_catalog(plan.shards) if plan.clips_per_video else None
+        total = sum(plan.shard_samples) if self._catalog is None else self._catalog.drawn_count(plan.clips_per_video)
+        self.samples_per_epoch = total  # the samples an epoch reads, over all ranks
         lo, hi = (total * plan.rank) // plan.world_size, (total * (plan.rank + 1)) // plan.world_size
         self._rank_samples = hi - lo  # DALI's own split of the sample sequence into num_shards parts
         smallest = total // plan.world_size
@@ -199,10 +207,20 @@ class DaliLoader:
         self.epoch = epoch
 
     def __iter__(self) -> Iterator[Batch]:
+        if self._catalog is None:
+            yield from self._epoch(list(self.plan.shards))
+            return
+        p = self.plan
+        with tempfile.TemporaryDirectory(prefix="memdpc-drawn-") as folder:
+            drawn = draw(self._catalog, p.clips_per_video, p.seed, self.epoch)
+            yield from self._epoch(write_drawn_indexes(self._catalog, drawn, folder))
+
+    def _epoch(self, shards: list[tuple]) -> Iterator[Batch]:
+        """One epoch over the (tar, index) pairs ``shards``."""
         from nvidia.dali.plugin.base_iterator import LastBatchPolicy
         from nvidia.dali.plugin.pytorch import DALIGenericIterator
 
-        pipe = self._build(self.epoch)
+        pipe = self._build(self.epoch, shards)
         policy = LastBatchPolicy.DROP if self.plan.drop_last else LastBatchPolicy.PARTIAL
         it = DALIGenericIterator(
             [pipe],
@@ -223,15 +241,14 @@ class DaliLoader:
             del it, pipe
 
     # ------------------------------------------------------------------------------------------ graph
-    def _paths(self, epoch: int) -> list:
+    def _paths(self, epoch: int, shards: list[tuple]) -> list:
         """Train: the shard order changes every epoch, the same on every rank (so ranks still partition)."""
-        shards = list(self.plan.shards)
         if self.plan.train:
             order = np.random.default_rng([self.plan.seed, epoch, 7]).permutation(len(shards))
             shards = [shards[i] for i in order]
         return shards
 
-    def _build(self, epoch: int):
+    def _build(self, epoch: int, shards: list[tuple]):
         fn, pipeline, types = _dali()
         p = self.plan
         pipe = pipeline.Pipeline(
@@ -241,7 +258,7 @@ class DaliLoader:
             seed=int(np.random.default_rng([p.seed, epoch, p.rank]).integers(2**31)),
             prefetch_queue_depth=2,
         )
-        shards = self._paths(epoch)
+        shards = self._paths(epoch, shards)
         exts = sample_members(p.num_frames)
         with pipe:
             outs = fn.readers.webdataset(
@@ -253,7 +270,7 @@ class DaliLoader:
                 shard_id=p.rank,
                 num_shards=p.world_size,
                 random_shuffle=p.train,
-                initial_fill=max(1, min(p.shuffle_buffer, sum(p.shard_samples))),
+                initial_fill=max(1, min(p.shuffle_buffer, self.samples_per_epoch)),
                 pad_last_batch=True,
                 name="reader",
             )

@@ -56,14 +56,17 @@ def make_loader(
     spec: AugmentSpec | None = None,
     clip: ClipSpec | None = None,
     drop_last: bool = False,
+    clips_per_video: int = 0,
 ):
     """A loader over ``<shard_dir>/<stream>/<split>-*.tar`` for one rank of ``world_size``.
 
-    Returns an iterable of :class:`Batch` with ``len()`` (batches per epoch on this rank) and
-    ``set_epoch(epoch)``. An epoch gives each sample exactly once across all ranks (``drop_last`` instead
-    cuts every rank to the same number of full batches, as DDP training wants). ``num_workers`` is the
+    Returns an iterable of :class:`Batch` with ``len()`` (batches per epoch on this rank),
+    ``samples_per_epoch`` (over all ranks) and ``set_epoch(epoch)``. An epoch gives each sample exactly once
+    across all ranks (``drop_last`` instead cuts every rank to the same number of full batches, as DDP training
+    wants). ``num_workers`` is the
     DataLoader worker count (torch) or the DALI thread count; ``device`` is where normalised clips land
-    (``cuda`` also switches DALI to GPU decoding and augmentation).
+    (``cuda`` also switches DALI to GPU decoding and augmentation). ``clips_per_video`` k ≥ 1 makes every epoch
+    take k windows of each video, drawn anew every epoch (:mod:`memdpc.pipeline.epoch_draw`); 0 takes them all.
     """
     backend = resolve_backend(backend)
     plan = plan_loader(
@@ -83,6 +86,7 @@ def make_loader(
         spec=spec,
         clip=clip,
         drop_last=drop_last,
+        clips_per_video=clips_per_video,
     )
     if backend == "dali":
         return DaliLoader(plan)
@@ -107,6 +111,7 @@ def plan_loader(
     spec: AugmentSpec | None,
     clip: ClipSpec | None,
     drop_last: bool,
+    clips_per_video: int = 0,
 ) -> LoaderPlan:
     """Read the manifest and check the request against it (see the module docstring)."""
     _check_request(batch_size, size, crops, rank, world_size, device)
@@ -125,15 +130,17 @@ def plan_loader(
             raise UserError(f"{tar}: shard listed in {where.name} is missing")
         if not idx.is_file():
             raise UserError(f"{idx}: DALI index of shard {tar.name} is missing")
-    if len(shards) < world_size:
+    if clips_per_video < 0:
+        raise UserError(f"clips per video must be ≥ 0 (0: every window of the shards), not {clips_per_video}")
+    if len(shards) < world_size and not clips_per_video:  # drawn samples are divided one by one, not by shard
         raise UserError(
             f"{where}: {len(shards)} shard(s) for {world_size} rank(s); every rank needs at least one shard "
             "(shard again with a smaller --max-count, or use fewer ranks)"
         )
     if num_workers is None:
         num_workers = 2 if backend == "torch" else (os.cpu_count() or 1)
-    if backend == "torch" and num_workers > 0:  # each DataLoader worker reads shards of its own: no more
-        num_workers = min(num_workers, len(shards) // world_size)  # workers than a rank has shards
+    if backend == "torch" and num_workers > 0 and not clips_per_video:  # each DataLoader worker reads shards of
+        num_workers = min(num_workers, len(shards) // world_size)  # its own: no more workers than a rank has shards
     return LoaderPlan(
         shards=shards,
         shard_samples=[int(s["num_samples"]) for s in manifest["shards"]],
@@ -153,6 +160,7 @@ def plan_loader(
         device=device,
         spec=spec or AugmentSpec(),
         drop_last=drop_last,
+        clips_per_video=clips_per_video,
     )
 
 

@@ -48,6 +48,7 @@ class LoaderPlan:
     spec: AugmentSpec
     drop_last: bool = False
     shuffle_buffer: int = 256
+    clips_per_video: int = 0  # windows per video in each epoch, drawn anew per epoch (epoch_draw); 0: every one
 
     @property
     def views(self) -> int:

@@ -7,6 +7,10 @@ of each rank reads at least one shard. Per epoch, train mode shuffles each worke
 samples (in a buffer), seeded from ``(seed, epoch, rank, worker)``. Workers batch, so an epoch has no
 cross-worker remainder: each worker's last batch may be partial, and each sample comes exactly once.
 
+With ``clips_per_video`` (:mod:`memdpc.pipeline.epoch_draw`), an epoch takes the samples drawn for it instead:
+in an order drawn from ``(seed, epoch)``, divided into contiguous parts by rank (as DALI divides them) and
+round-robin by worker; each worker reads its samples' byte ranges from the shards, nothing else.
+
 Workers must not call ``cv2.setNumThreads``: after the parent process has used OpenCV's thread pool, that
 call hangs in a forked child (seen with OpenCV 5.0). Workers leave SIGINT and SIGTERM to the main process
 (:func:`_leave_signals_to_main`).
@@ -19,6 +23,7 @@ import random
 from collections.abc import Iterator
 from functools import partial
 from itertools import islice
+from typing import BinaryIO
 
 import cv2
 import numpy as np
@@ -37,6 +42,7 @@ from memdpc.pipeline.augment import (
     resize_frames,
     sample_clip,
 )
+from memdpc.pipeline.epoch_draw import Catalog, draw, rank_slice, read_catalog, read_sample, shuffled
 from memdpc.pipeline.plan import Batch, LoaderPlan
 from memdpc.pipeline.sample import INFO, LABEL, decode_label, frame_member, sample_key
 
@@ -112,16 +118,24 @@ def _collate(samples: list[dict]) -> dict:
 
 
 class ClipStream(IterableDataset):
-    """One rank's samples for one epoch, as batches of uint8 clips (split further by DataLoader worker)."""
+    """One rank's samples for one epoch, as batches of uint8 clips (split further by DataLoader worker).
+    ``drawn``: the rank's drawn samples in order, as (tar, byte range), where the epoch takes those only."""
 
-    def __init__(self, plan: LoaderPlan, epoch: int) -> None:
-        self.plan, self.epoch = plan, epoch
+    def __init__(self, plan: LoaderPlan, epoch: int, drawn: list[tuple[str, tuple[int, int]]] | None = None) -> None:
+        self.plan, self.epoch, self.drawn = plan, epoch, drawn
 
     def __iter__(self) -> Iterator[dict]:
         p = self.plan
         info = get_worker_info()
         worker = info.id if info else 0
         seed = [p.seed, self.epoch, p.rank, worker]
+        rng = np.random.default_rng(seed)
+        transform = ClipTransform(p)
+        batched = wds.batched(p.batch_size, collation_fn=_collate, partial=not p.drop_last)
+        if self.drawn is not None:
+            mine = self.drawn[worker :: info.num_workers if info else 1]
+            yield from wds.DataPipeline(partial(_read_drawn, mine), wds.map(lambda s: transform(s, rng)), batched)
+            return
         stages = [
             wds.SimpleShardList([str(t) for t, _ in p.shards]),
             partial(split_by_rank, rank=p.rank, world_size=p.world_size),
@@ -133,13 +147,21 @@ class ClipStream(IterableDataset):
         if p.train:
             buf = max(1, p.shuffle_buffer)
             stages += [wds.shuffle(buf, initial=buf, rng=random.Random(str(seed + [1])))]
-        rng = np.random.default_rng(seed)
-        transform = ClipTransform(p)
-        stages += [
-            wds.map(lambda s: transform(s, rng)),
-            wds.batched(p.batch_size, collation_fn=_collate, partial=not p.drop_last),
-        ]
+        stages += [wds.map(lambda s: transform(s, rng)), batched]
         yield from wds.DataPipeline(*stages)
+
+
+def _read_drawn(samples: list[tuple[str, tuple[int, int]]]) -> Iterator[dict]:
+    """The given samples, each read by its byte range (one open file per shard)."""
+    files: dict[str, BinaryIO] = {}
+    try:
+        for tar, span in samples:
+            if tar not in files:
+                files[tar] = open(tar, "rb")  # noqa: SIM115 — closed below
+            yield read_sample(files[tar], span)
+    finally:
+        for f in files.values():
+            f.close()
 
 
 def _leave_signals_to_main(worker_id: int) -> None:
@@ -153,6 +175,7 @@ class TorchLoader:
     def __init__(self, plan: LoaderPlan) -> None:
         self.plan = plan
         self.epoch = 0
+        self._catalog: Catalog | None = read_catalog(plan.shards) if plan.clips_per_video else None
         self._len = self._batches()
 
     def _batches(self) -> int:
@@ -160,6 +183,10 @@ class TorchLoader:
         workers = max(1, p.num_workers)
 
         def per_rank(rank: int) -> list[int]:
+            if self._catalog is not None:
+                n = self._catalog.drawn_count(p.clips_per_video)
+                mine = range(n)[rank_slice(n, rank, p.world_size)]
+                return [len(mine[w::workers]) for w in range(workers)]
             mine = p.shard_samples[rank :: p.world_size]
             return [sum(mine[w::workers]) for w in range(workers)]
 
@@ -170,13 +197,29 @@ class TorchLoader:
     def __len__(self) -> int:
         return self._len
 
+    @property
+    def samples_per_epoch(self) -> int:
+        """The samples an epoch reads, over all ranks."""
+        if self._catalog is not None:
+            return self._catalog.drawn_count(self.plan.clips_per_video)
+        return sum(self.plan.shard_samples)
+
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
+
+    def _drawn(self) -> list[tuple[str, tuple[int, int]]] | None:
+        """This rank's part of the epoch's drawn samples, in the epoch's order (None: every sample)."""
+        c, p = self._catalog, self.plan
+        if c is None:
+            return None
+        order = shuffled(draw(c, p.clips_per_video, p.seed, self.epoch), p.seed, self.epoch)
+        mine = order[rank_slice(len(order), p.rank, p.world_size)]
+        return [(str(c.shards[c.shard[i]][0]), (int(c.span[i, 0]), int(c.span[i, 1]))) for i in mine]
 
     def __iter__(self) -> Iterator[Batch]:
         p = self.plan
         loader = DataLoader(
-            ClipStream(p, self.epoch),
+            ClipStream(p, self.epoch, self._drawn()),
             batch_size=None,
             num_workers=p.num_workers,
             worker_init_fn=_leave_signals_to_main,

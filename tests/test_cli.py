@@ -18,7 +18,8 @@ MEMDPC = str(Path(sys.executable).parent / "memdpc")
 def test_console_script_lists_verbs_and_version():
     out = subprocess.run([MEMDPC, "--help"], capture_output=True, text=True, check=True).stdout
     listed = [line.split()[0] for line in out.split("Commands:\n", 1)[1].splitlines() if line.startswith("  ")]
-    verbs = ["bench", "convert", "data", "eval", "index", "preprocess", "quickstart", "report", "shard", "show", "train"]
+    verbs = ["bench", "convert", "data", "eval", "index", "preprocess", "quickstart", "recipes", "report", "shard",
+             "show", "train"]
     assert listed == verbs
     for verb in verbs:  # each verb's own help works (its options build, its lazy imports resolve)
         subprocess.run([MEMDPC, verb, "--help"], capture_output=True, text=True, check=True)

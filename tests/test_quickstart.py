@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from memdpc.quickstart import COLUMNS, MODEL_NAMES
+from memdpc.quickstart import BELOW_INIT, COLUMNS, MODEL_NAMES
 from memdpc.streams import STREAMS
 
 MEMDPC = str(Path(sys.executable).parent / "memdpc")
@@ -28,10 +28,29 @@ def _check_table(out: Path) -> list[dict]:
     for r in rows:
         for m in metrics:
             assert isinstance(r[m], float) and not math.isnan(r[m]) and 0 <= r[m] <= 100, r
+    # a MemDPC row says when no trained epoch beat the untrained encoder on the kNN monitor (which chose best.pt)
+    below = set()
+    for s in STREAMS:
+        knn = [r["r1"] for r in map(json.loads, (out / "runs" / s / "metrics.jsonl").read_text().splitlines())
+               if r["kind"] == "knn"]
+        if max(knn[1:]) <= knn[0]:
+            below.add(s)
+    notes = {r["stream"]: r["note"] for r in rows if r["model"] == MODEL_NAMES["memdpc"]}
+    assert {s for s in STREAMS if notes[s].startswith(BELOW_INIT)} == below
+    assert bool(notes["fused"]) == bool(below)
+    assert all(r["note"] == "" for r in rows if r["model"] != MODEL_NAMES["memdpc"])
+    # the pretext task's top-1 and loss on the val videos, before and after training, per stream
+    pretext = json.loads((out / "quickstart-pretext.json").read_text())
+    assert [r["stream"] for r in pretext] == list(STREAMS) and all(r["split"] == "val" for r in pretext)
+    for r in pretext:
+        assert all(0 <= r[k] <= 100 for k in ("top-1 before", "top-1 after"))
+        assert all(r[k] > 0 for k in ("loss before", "loss after"))
     md = (out / "quickstart.md").read_text().splitlines()
-    assert len(md) == 2 + len(expected) + 2 and all(m in md[0] for m in metrics)
+    assert len(md) == 2 + len(expected) + 2 + 3 + 2 + len(pretext) and all(m in md[0] for m in metrics)
     tests = json.loads((out / "shards" / "rgb" / "manifest-test.json").read_text())["num_videos"]
-    assert md[-1].startswith(f"{tests} test videos (one video = {100 / tests:.1f} points)"), md[-1]
+    note = md[2 + len(expected) + 1]
+    assert note.startswith(f"{tests} test videos (one video = {100 / tests:.1f} points)"), note
+    assert "top-1 before" in md[-4] and md[-1].startswith("| flow | val |")
     return rows
 
 

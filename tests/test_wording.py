@@ -1,11 +1,17 @@
-from memdpc.wording import name_list, plural
+from memdpc.wording import duration_text, name_list, plural, size_text
 
 
 def test_plural_counts_the_noun():
-    assert [plural(1, "video"), plural(2, "video"), plural(3, "class"), plural(0, "shard")] == [
-        "1 video", "2 videos", "3 classes", "0 shards"]
+    assert [plural(1, "video"), plural(2, "video"), plural(3, "class"), plural(0, "shard"), plural(4, "batch")] == [
+        "1 video", "2 videos", "3 classes", "0 shards", "4 batches"]
 
 
 def test_name_list_counts_what_it_leaves_out():
     assert name_list(["a", "b"]) == "a, b"
     assert name_list([str(i) for i in range(13)], most=3) == "0, 1, 2 and 10 more"
+
+
+def test_sizes_and_durations_read_in_the_largest_unit_that_fits():
+    assert [size_text(n) for n in (512, 3_400_000, 1.2e9, 5e15)] == ["512 B", "3.4 MB", "1.2 GB", "5000.0 TB"]
+    assert [duration_text(s) for s in (42, 420, 5 * 3600 + 12 * 60, 76 * 3600)] == ["42 s", "7 min", "5 h 12 min",
+                                                                                    "3 d 4 h"]

@@ -14,15 +14,11 @@ from typing import Any
 
 import yaml
 
-try:
-    import tomllib
-except ImportError:  # Python 3.10: TOML config files are refused with a message (_toml_loads)
-    tomllib = None
-
 from memdpc.atomic import write_bytes_atomic
 from memdpc.errors import UserError
 from memdpc.model.names import NEGATIVES, PRETRAIN_NAMES
 from memdpc.pipeline.backends import BACKENDS
+from memdpc.recipe import train_settings
 from memdpc.streams import STREAMS
 
 CHOICES: dict[str, tuple[str, ...]] = {
@@ -56,6 +52,8 @@ class TrainConfig:
     val_split: str = _f(AUTO_VAL_SPLIT, "Shard split for the validation loss (and the kNN monitor): auto = 'val' where the "
                         "shards hold one (memdpc index --val-per-class), else 'test'; 'none' to use the training "
                         "loss.")
+    clips_per_video: int = _f(0, "Windows of each video an epoch takes, drawn at random among the video's shard windows "
+                                 "anew every epoch (1: the paper's epoch); 0: every window of the shards.")
     backend: str = _f("auto", "Loader backend.")
     num_workers: int = _f(2, "Loader worker processes per rank (torch backend) / threads (DALI).")
     jitter_flow: bool = _f(True, "Per-frame colour jitter and random grey on flow images too (the paper: yes).")
@@ -117,6 +115,8 @@ class TrainConfig:
                      "log_every", "knn_max_batches"):
             if getattr(self, name) < 1:
                 raise UserError(f"{name} must be ≥ 1, not {getattr(self, name)}")
+        if self.clips_per_video < 0:
+            raise UserError(f"clips_per_video must be ≥ 0 (0 = every window), not {self.clips_per_video}")
         if self.crop_size < 0:
             raise UserError(f"crop_size must be ≥ 0 (0 = resize the crop once), not {self.crop_size}")
         if self.pred_steps >= self.num_blocks:
@@ -192,27 +192,10 @@ def config_from_dict(values: dict[str, Any], where: str = "config", base: TrainC
         raise UserError(f"{where}: {e}") from None
 
 
-def _toml_loads(path: Path, text: str) -> Any:
-    if tomllib is None:
-        raise UserError(f"{path}: TOML config files need Python ≥ 3.11; use YAML")
-    return tomllib.loads(text)
-
-
 def read_config_file(path: str | Path) -> dict[str, Any]:
-    """Read a YAML (.yaml/.yml) or TOML (.toml) config file into a dict (keys may use - or _)."""
-    path = Path(path)
-    if not path.is_file():
-        raise UserError(f"{path}: config file not found")
-    try:
-        text = path.read_text()
-        data = _toml_loads(path, text) if path.suffix == ".toml" else yaml.safe_load(text)
-    except (ValueError, yaml.YAMLError) as e:  # TOMLDecodeError and UnicodeDecodeError are ValueErrors
-        raise UserError(f"{path}: not valid {'TOML' if path.suffix == '.toml' else 'YAML'}: {e}") from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise UserError(f"{path}: expected a mapping of settings, got {type(data).__name__}")
-    return {str(k).replace("-", "_"): v for k, v in data.items()}
+    """The settings of a ``--config`` file (YAML or TOML; keys may use - or _): its options, or a recipe's
+    ``train`` section; a recipe shipped with memdpc may be named by its short name (:mod:`memdpc.recipe`)."""
+    return train_settings(path)
 
 
 def write_config(config: TrainConfig, path: Path) -> None:

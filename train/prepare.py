@@ -160,8 +160,9 @@ def augment_spec(config: TrainConfig) -> AugmentSpec:
 def split_loader(config: TrainConfig, split: str, clip: ClipSpec, train: bool, rank: int = 0, world_size: int = 1,
                  device: str = "cpu"):
     """A loader of one split of the run's shards, augmented as ``config`` says; training drops the last partial
-    batch, so every rank takes equal steps."""
+    batch, so every rank takes equal steps, and takes ``--clips-per-video`` windows of each video per epoch."""
     spec = augment_spec(config)
     return make_loader(config.shards, config.stream, split, train=train, batch_size=config.batch_size,
                        backend=config.backend, size=config.size, spec=spec, rank=rank, world_size=world_size,
-                       seed=config.seed, num_workers=config.num_workers, device=device, clip=clip, drop_last=train)
+                       seed=config.seed, num_workers=config.num_workers, device=device, clip=clip, drop_last=train,
+                       clips_per_video=config.clips_per_video if train else 0)

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from memdpc.pipeline.clip import ClipSpec
 from memdpc.preprocess.datasets import build_index
 from memdpc.preprocess.synthetic import CLASSES, render_video
 from memdpc.preprocess.video_index import VideoRecord, write_index
@@ -96,4 +97,27 @@ def tiny_shards(tiny_archives, tmp_path_factory) -> Path:
     for stream in ("rgb", "flow"):
         for split in ("train", "test"):
             shard_stream(tiny_archives.root, tiny_archives.records, stream, out, split, max_count=2, seed=0)
+    return out
+
+
+WINDOWED_CLIP = ClipSpec(num_blocks=4, block_len=2, stride=1)  # 8 frames: a 24-frame video has windows 0, 4, 8, 12
+
+
+@pytest.fixture(scope="session")
+def windowed_shards(tmp_path_factory) -> Path:
+    """RGB train shards (3 samples each) of 7 rendered videos (16×16, 3 classes; clip :data:`WINDOWED_CLIP`,
+    window step 4): 6 of 24 frames with 4 windows each, one of 14 frames with 2: 26 samples in 9 shards."""
+    from memdpc.pipeline.shard import shard_stream
+
+    root = tmp_path_factory.mktemp("windowed")
+    records = []
+    for ci, cls in enumerate(CLASSES[:3]):
+        for g, n in enumerate((24, 24, 14) if ci == 0 else (24, 24)):
+            vid = f"v_{cls}_g{g:02d}"
+            write_jpeg_archive(root / "archives", "rgb", vid, render_video(cls, 16, n, np.random.default_rng([ci, g])),
+                               25.0)
+            records.append(VideoRecord(vid, f"/nowhere/{vid}.avi", ci, cls, "train", 25.0, n))
+    out = root / "shards"
+    shard_stream(root / "archives", records, "rgb", out, "train", clip=WINDOWED_CLIP, window_step=4, max_count=3,
+                 seed=0)
     return out

@@ -16,9 +16,14 @@ import torch
 from memdpc.errors import UserError
 from memdpc.pipeline.augment import AugmentSpec, denormalise
 from memdpc.pipeline.clip import ClipSpec
+from memdpc.pipeline.epoch_draw import draw, read_catalog
 from memdpc.pipeline.loader import make_loader
+from memdpc.pipeline.manifest import load_manifest, shard_paths
 from memdpc.pipeline.plan import Batch
 from memdpc.pipeline.shard import shard_stream
+from memdpc.pipeline.wds_index import read_index
+
+from .conftest import WINDOWED_CLIP
 
 BACKENDS = ["dali", "torch"]
 
@@ -154,6 +159,55 @@ def test_eval_yields_every_window_of_every_video_once(long_archives, long_shards
         labels = {r.id: r.label for r in long_archives.records}
         for clip_t, label, vid in got.values():
             assert clip_t.shape == (10, 8, 3, 5, 16, 16) and label == labels[vid]
+
+
+# ------------------------------------------------------------------------ k windows per video per epoch
+def drawn_epoch(shards: Path, backend: str, epoch: int, rank: int = 0, world_size: int = 1, workers: int = 1,
+                **kw) -> dict[str, tuple[torch.Tensor, int, str]]:
+    loader = make_loader(shards, "rgb", "train", train=True, batch_size=2, size=16, backend=backend, rank=rank,
+                         world_size=world_size, num_workers=workers, seed=2, clip=WINDOWED_CLIP, clips_per_video=1,
+                         **kw)
+    loader.set_epoch(epoch)
+    return one_epoch(loader)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_one_clip_per_video_takes_one_window_of_each_video_drawn_anew_every_epoch(windowed_shards, backend):
+    videos = {k.rsplit("_", 1)[0] for k in shard_keys(windowed_shards, "rgb", "train")}
+    epochs = [drawn_epoch(windowed_shards, backend, epoch) for epoch in (0, 1)]
+    for got in epochs:
+        assert sorted(v for _, _, v in got.values()) == sorted(videos)  # one sample per video, each video once
+        assert set(got) <= set(shard_keys(windowed_shards, "rgb", "train"))
+    assert set(epochs[0]) != set(epochs[1])  # other starts in the next epoch
+    again = drawn_epoch(windowed_shards, backend, 1)  # a new loader (a resumed run) repeats the epoch exactly
+    assert list(again) == list(epochs[1]) and all(torch.equal(again[k][0], epochs[1][k][0]) for k in again)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_one_clip_per_video_gives_every_drawn_sample_once_across_ranks(windowed_shards, backend):
+    whole = drawn_epoch(windowed_shards, backend, 3)
+    parts = [drawn_epoch(windowed_shards, backend, 3, rank=r, world_size=3, workers=2) for r in range(3)]
+    keys = [k for part in parts for k in part]
+    assert sorted(keys) == sorted(whole) and len(keys) == 7  # 7 videos among 3 ranks, some with 2 workers
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_one_clip_per_video_never_decodes_the_windows_not_drawn(windowed_shards, backend, tmp_path):
+    """The frames of every sample epoch 0 does not draw are overwritten with bytes no decoder reads."""
+    root = copy_stream(windowed_shards, tmp_path)
+    catalog = read_catalog(shard_paths(root, load_manifest(root, "rgb", "train")))
+    drawn = set(draw(catalog, 1, seed=2, epoch=0).tolist())
+    for i in set(range(len(catalog))) - drawn:
+        tar, idx = catalog.shards[catalog.shard[i]]
+        members = list(read_index(idx))[catalog.line[i]]
+        with open(tar, "r+b") as f:
+            for name, (offset, size) in members.items():
+                if name.endswith(".jpg"):
+                    f.seek(offset)
+                    f.write(b"\xff" * size)
+    assert len(drawn_epoch(root, backend, 0)) == 7
+    with pytest.raises(Exception):  # noqa: B017 — the other epoch draws a damaged window: each backend's own error
+        drawn_epoch(root, backend, 1)
 
 
 # ---------------------------------------------------------------------------------- checks up front

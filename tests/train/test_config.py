@@ -48,6 +48,7 @@ def test_option_strings_are_coerced():
     ("best_by: knn\nknn_every: 2\n", "best_by knn needs the kNN monitor every epoch (--knn-every 1)"),
     ("best_by: knn\nknn_every: 1\nval_split: none\n", "and a validation split"),
     ("early_stop: -1\n", "early_stop must be ≥ 0"),
+    ("clips_per_video: -1\n", "clips_per_video must be ≥ 0 (0 = every window), not -1"),
 ])
 def test_bad_config_files_name_the_file_and_problem(tmp_path, text, message):
     path = tmp_path / "bad.yaml"

@@ -254,6 +254,30 @@ def test_sigkill_mid_epoch_and_resume_give_bit_identical_weights(train_shards, t
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("backend", ["torch", "dali"])
+def test_one_clip_per_video_resumes_after_sigkill_with_the_very_batches_of_the_epoch(train_shards, tmp_path,
+                                                                                     backend):
+    """One window of each of the 9 training videos per epoch (of their 18): 4 steps of batch 2, checkpoints every
+    2 steps; the SIGKILL, sent when the first checkpoint appears, lands mid-epoch, and the resumed run draws the
+    epoch's windows again and skips the consumed batches: its weights equal those of an uninterrupted run."""
+    args = [*TINY, "--shards", str(train_shards), "--epochs", "2", "--batch-size", "2", "--ckpt-every-steps", "2",
+            "--clips-per-video", "1", "--backend", backend, "--workers", "1", "--val-split", "none"]
+    whole = start(train_cmd(*args, "--out", str(tmp_path / "whole")), tmp_path / "whole.log")
+    out = tmp_path / "killed"
+    killed = start(train_cmd(*args, "--out", str(out)), tmp_path / "killed.log")
+    last = out / "checkpoints" / "last.pt"
+    signal_when(killed, last.exists, signal.SIGKILL)
+    at_kill = read_checkpoint(last)
+    assert at_kill["step"] < 8 and at_kill["epoch_step"] > 0, (at_kill["epoch"], at_kill["step"])
+    resumed = subprocess.run(train_cmd(*args, "--out", str(out)), env=subprocess_env(), capture_output=True,
+                             text=True, timeout=240)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resuming" in resumed.stderr and "trained" in resumed.stderr and "2 epochs, 8 steps" in resumed.stderr
+    assert whole.wait(timeout=240) == 0, (tmp_path / "whole.log").read_text()
+    assert_same_training(tmp_path / "whole", out)
+
+
+@pytest.mark.slow
 def test_torchrun_two_gloo_ranks_train_and_agree(train_shards, tmp_path):
     out = tmp_path / "ddp"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",

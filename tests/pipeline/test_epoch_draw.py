@@ -1,0 +1,96 @@
+"""Epochs of k windows per video on real shards: the catalog read from the DALI indexes, the draw, the indexes
+of the drawn samples, and samples read by their byte range."""
+
+from __future__ import annotations
+
+import tarfile
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from memdpc.errors import UserError
+from memdpc.pipeline.epoch_draw import (
+    draw,
+    rank_slice,
+    read_catalog,
+    read_sample,
+    shuffled,
+    write_drawn_indexes,
+)
+from memdpc.pipeline.manifest import load_manifest, shard_paths
+from memdpc.pipeline.sample import parse_key
+from memdpc.pipeline.wds_index import read_index
+
+from .test_loader import shard_keys
+
+
+def catalog_of(shards: Path):
+    return read_catalog(shard_paths(shards, load_manifest(shards, "rgb", "train")))
+
+
+def keys_of(catalog, samples) -> list[str]:
+    return [f"{catalog.videos[catalog.video[i]]}_{catalog.start[i]:05d}" for i in samples]
+
+
+def test_the_catalog_lists_every_sample_of_the_shards_with_its_video_and_start(windowed_shards):
+    catalog = catalog_of(windowed_shards)
+    assert keys_of(catalog, range(len(catalog))) == shard_keys(windowed_shards, "rgb", "train")
+    assert (len(catalog), catalog.num_videos) == (26, 7)
+    assert sorted(Counter(catalog.video.tolist()).values()) == [2, 4, 4, 4, 4, 4, 4]
+
+
+def test_a_sample_read_by_its_byte_range_holds_the_members_tar_holds(windowed_shards):
+    catalog = catalog_of(windowed_shards)
+    for i in (0, len(catalog) - 1):
+        tar_path = catalog.shards[catalog.shard[i]][0]
+        with open(tar_path, "rb") as f:
+            sample = read_sample(f, catalog.span[i])
+        key = keys_of(catalog, [i])[0]
+        with tarfile.open(tar_path) as t:
+            want = {m.name.split(".", 1)[1]: t.extractfile(m).read() for m in t if m.name.startswith(key + ".")}
+        assert sample.pop("__key__") == key and sample == want and len(want) == 8 + 2
+
+
+@pytest.mark.parametrize("k", [1, 3])
+def test_each_epoch_draws_k_windows_of_every_video_anew_from_seed_and_epoch(windowed_shards, k):
+    catalog = catalog_of(windowed_shards)
+    windows = Counter(catalog.video.tolist())
+    epochs = [draw(catalog, k, seed=0, epoch=e) for e in range(40)]
+    for drawn in epochs:
+        assert len(drawn) == catalog.drawn_count(k) == sum(min(k, n) for n in windows.values())
+        assert len(set(drawn.tolist())) == len(drawn)
+        assert Counter(catalog.video[drawn].tolist()) == {v: min(k, n) for v, n in windows.items()}
+    assert np.array_equal(epochs[0], draw(catalog, k, seed=0, epoch=0))  # the same seed and epoch: the same draw
+    assert not np.array_equal(epochs[0], epochs[1]) and not np.array_equal(epochs[0], draw(catalog, k, 1, 0))
+    assert set(np.concatenate(epochs).tolist()) == set(range(len(catalog)))  # every window gets its turn
+
+
+def test_the_drawn_samples_divide_among_ranks_once_each():
+    order = shuffled(np.arange(0, 50, 2), seed=0, epoch=3)
+    parts = [order[rank_slice(len(order), r, 3)] for r in range(3)]
+    assert sorted(np.concatenate(parts).tolist()) == list(range(0, 50, 2))
+    assert [len(p) for p in parts] == [8, 8, 9]
+
+
+def test_the_drawn_indexes_list_the_drawn_samples_only_with_the_shards_offsets(windowed_shards, tmp_path):
+    catalog = catalog_of(windowed_shards)
+    drawn = draw(catalog, 1, seed=0, epoch=0)
+    pairs = write_drawn_indexes(catalog, drawn, tmp_path)
+    listed = []
+    for tar, idx in pairs:
+        full = {min(m): m for m in read_index(tar.with_suffix(".idx"))}
+        for members in read_index(idx):
+            assert members == full[min(members)]  # the shard's own line, offsets and all
+            listed.append(parse_key(min(members).split(".")[0]))
+    assert listed == [(catalog.videos[catalog.video[i]], catalog.start[i]) for i in drawn]
+    assert len(pairs) == len(set(catalog.shard[drawn].tolist()))  # shards without a drawn sample are left out
+
+
+def test_a_damaged_index_is_named(windowed_shards, tmp_path):
+    tar, idx = shard_paths(windowed_shards, load_manifest(windowed_shards, "rgb", "train"))[0]
+    bad = tmp_path / idx.name
+    bad.write_text(idx.read_text().splitlines()[0] + "\nnot a sample line\n")
+    with pytest.raises(UserError, match=rf"{bad.name}: line 2 is not a sample of a DALI index"):
+        read_catalog([(tar, bad)])

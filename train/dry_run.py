@@ -1,0 +1,232 @@
+"""``memdpc train --dry-run``: what a run will do, before it starts, and nothing written.
+
+The counts come from the run's own loaders (their ``len()`` is an epoch's steps, their ``samples_per_epoch``
+its clips, from the shards' manifests and indexes), the starting point from the checkpoint a run would resume
+from, and the time from a short warm-up on this device: real training steps on real batches (loading
+included) and validation batches, timed. Disk is the size of one checkpoint, serialised in memory with its
+optimiser state, times the checkpoints a run keeps. No run directory, checkpoint or log is written.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from memdpc import distenv as dd
+from memdpc.errors import UserError
+from memdpc.model import checkpoint as mc
+from memdpc.pipeline.clip import ClipSpec
+from memdpc.pipeline.manifest import manifest_path
+from memdpc.train import checkpoint as ck
+from memdpc.train.config import TrainConfig
+from memdpc.train.loop import make_optimizer, place_clips, place_model, train_step
+from memdpc.train.prepare import check_run_dir, check_shards, resolve_val_split, split_loader
+from memdpc.wording import duration_text, plural, size_text
+
+WARMUP_STEPS = 3  # timed training steps, after one untimed (the loader's start, kernel selection)
+VAL_BATCHES = 2  # validation batches run to time one
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """What ``memdpc train`` will do with a config, counted as the run counts and timed on ``device``."""
+
+    out: str
+    manifest: str
+    device: str
+    world_size: int
+    batch_size: int
+    videos: int
+    windows: int
+    clips_per_video: int
+    clips_per_epoch: int  # all ranks
+    steps_per_epoch: int
+    epochs: int
+    start: tuple[int, int]  # (epoch, step) where the run starts: 0, 0, or the checkpoint it resumes
+    steps: int  # steps it takes from there
+    schedule: str
+    validation: str
+    val_batches: int  # per rank and epoch (0: none)
+    knn_batches: int  # per kNN pass
+    knn_every: int  # epochs between kNN passes (0: off)
+    checkpoint_bytes: int
+    checkpoints: int  # the most files checkpoints/ holds
+    timed_steps: int
+    first_step_s: float
+    step_s: float
+    val_batch_s: float
+
+    @property
+    def global_batch(self) -> int:
+        return self.batch_size * self.world_size
+
+    @property
+    def epochs_run(self) -> int:
+        """Epochs whose end (validation, kNN, checkpoint) the run reaches."""
+        return min(self.epochs, (self.start[1] + self.steps) // max(self.steps_per_epoch, 1)) - self.start[0]
+
+    @property
+    def knn_passes(self) -> int:
+        """kNN passes: one on the initial weights of a new run, then every ``knn_every`` epochs."""
+        if not self.knn_every:
+            return 0
+        return (self.start == (0, 0)) + (self.start[0] + self.epochs_run) // self.knn_every - \
+            self.start[0] // self.knn_every
+
+    @property
+    def wall_s(self) -> float:
+        steps = self.first_step_s + (self.steps - 1) * self.step_s if self.steps else 0.0
+        return steps + self.val_batch_s * (self.epochs_run * self.val_batches + self.knn_passes * self.knn_batches)
+
+    def lines(self) -> list[str]:
+        per_video = (f"{plural(self.clips_per_video, 'window')} per video, drawn anew every epoch"
+                     if self.clips_per_video else "every window")
+        dropped = self.clips_per_epoch - self.steps_per_epoch * self.global_batch
+        started = (f"from epoch {self.start[0]}, step {self.start[1]} (the checkpoint it resumes): "
+                   if self.start != (0, 0) else "")
+        timed = (f"{self.step_s:.3g} s per step over {plural(self.timed_steps, 'timed step')} (the first "
+                 f"{self.first_step_s:.3g} s)" + (f", {self.val_batch_s:.3g} s per validation batch"
+                                                   if self.val_batches or self.knn_batches else ""))
+        return [
+            f"plan of {self.out} (a dry run: nothing written)",
+            f"data: {self.videos:,} videos, {self.windows:,} windows in {self.manifest}; an epoch takes "
+            f"{per_video}: {self.clips_per_epoch:,} clips",
+            f"world: {self.world_size} × batch {self.batch_size} = global batch {self.global_batch}; "
+            f"{self.steps_per_epoch:,} steps per epoch" + (f" ({plural(dropped, 'clip')} of each epoch left out: "
+                                                          "the last partial batch)" if dropped else ""),
+            f"steps: {started}{self.steps:,} in all ({self.epochs} epochs)",
+            f"schedule: {self.schedule}",
+            f"validation: {self.validation}",
+            f"disk: {plural(self.checkpoints, 'checkpoint')} at most in {self.out}/checkpoints, "
+            f"{size_text(self.checkpoint_bytes)} each: {size_text(self.checkpoints * self.checkpoint_bytes)} "
+            f"(one more while a checkpoint is saved)",
+            f"time: about {duration_text(self.wall_s)} — an estimate on {self.device} from {timed}"
+            + (f"; each of the {self.world_size} processes taken to be as fast, without communication"
+               if self.world_size > 1 else ""),
+            "next: the same command without --dry-run",
+        ]
+
+
+def _schedule(c: TrainConfig) -> str:
+    adam = f"Adam, lr {c.lr:g}, weight decay {c.weight_decay:g}"
+    if c.schedule == "plateau":
+        watched = "validation loss" if c.val_split != "none" else "training loss"
+        how = f"decayed once to {c.lr_min:g} after {c.patience} epochs without a lower {watched}"
+    elif c.schedule == "milestones":
+        how = f"× {c.lr_min / c.lr:g} at epoch{'s' * (len(c.milestones) > 1)} {', '.join(map(str, c.milestones))}"
+    else:
+        how = "constant"
+    stop = f"; stops after {c.early_stop} epochs without a new best ({c.best_by})" if c.early_stop else ""
+    return f"{adam}, {how}{stop}"
+
+
+def _device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return f"{device} ({torch.cuda.get_device_name(device)})"
+    return f"cpu ({plural(torch.get_num_threads(), 'thread')})"
+
+
+def _sync(device: torch.device) -> float:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
+
+
+def _time_steps(config: TrainConfig, loader, device: torch.device, init: dict[str, Any] | None
+                ) -> tuple[torch.nn.Module, torch.optim.Optimizer, list[float]]:
+    """The model after up to 1 + WARMUP_STEPS real training steps, its optimiser, and each step's seconds
+    (waiting for its batch included)."""
+    ck.seed_everything(config.seed)
+    model = place_model(ck.initial_model(config, init), config, device)
+    model.global_negatives = False  # one process: the batch's own negatives (the same work per rank)
+    optimizer = make_optimizer(model, config, device)
+    scaler = torch.amp.GradScaler(device.type, enabled=config.amp == "fp16")
+    loader.set_epoch(0)
+    seconds = []
+    batches = iter(loader)
+    t0 = _sync(device)
+    for _ in range(1 + WARMUP_STEPS):
+        batch = next(batches, None)
+        if batch is None:
+            break
+        train_step(model, optimizer, scaler, place_clips(batch.clips, config, device), config)
+        t1 = _sync(device)
+        seconds.append(t1 - t0)
+        t0 = t1
+    del batches
+    return model, optimizer, seconds
+
+
+@torch.no_grad()
+def _time_val(model: torch.nn.Module, loader, device: torch.device) -> float:
+    """Seconds per validation batch (the first, which starts the loader, counts only when it is the only one)."""
+    model.eval()
+    seconds = []
+    t0 = _sync(device)
+    for i, batch in enumerate(loader):
+        if i >= VAL_BATCHES:
+            break
+        model(batch.clips.to(device))
+        t1 = _sync(device)
+        seconds.append(t1 - t0)
+        t0 = t1
+    model.train()
+    return sum(seconds[1:]) / len(seconds[1:]) if len(seconds) > 1 else seconds[0]
+
+
+def plan_run(config: TrainConfig) -> RunPlan | None:
+    """The plan of ``config``'s run (None on ranks other than 0 under torchrun or srun, which plan nothing):
+    the same checks as the run itself (a run directory of another config is refused), then the counts and a
+    timed warm-up on this process's device. Writes nothing."""
+    config = resolve_val_split(config)
+    rank, world_size, local_rank = dd.read_env()
+    if rank != 0:
+        return None
+    resume_from = check_run_dir(config)
+    resumed = mc.read_checkpoint(resume_from) if resume_from is not None else None
+    init = ck.read_init(config.init, config)[0] if config.init and resumed is None else None
+    manifests = check_shards(config)
+    clip = ClipSpec(**manifests["train"]["clip"])
+    device = dd.pick_device(config.device, local_rank)
+    loader = split_loader(config, config.train_split, clip, True, 0, world_size, str(device))
+    steps_per_epoch = len(loader)
+    if steps_per_epoch == 0:
+        raise UserError(f"{config.shards}: the {config.train_split} split has fewer clips per rank than one "
+                        f"batch ({config.batch_size}); lower --batch-size")
+    start = (resumed["epoch"], resumed["step"]) if resumed else (0, 0)
+    total = config.epochs * steps_per_epoch
+    if config.max_steps:
+        total = min(total, config.max_steps)
+    val, val_batches, knn_batches, validation = None, 0, 0, "none (the plateau watches the training loss)"
+    if config.val_split != "none":
+        val = split_loader(config, config.val_split, clip, False, 0, world_size, str(device))
+        val_batches = min(len(val), config.val_max_batches or len(val))
+        validation = f"the {config.val_split} split, {plural(val_batches, 'batch')} per process after every epoch"
+        if config.knn_every:
+            one = [split_loader(config, s, clip, False, 0, 1, str(device)) for s in (config.train_split,
+                                                                                    config.val_split)]
+            knn_batches = sum(min(len(x), config.knn_max_batches) for x in one)
+            validation += f"; the kNN monitor every {plural(config.knn_every, 'epoch')} ({knn_batches} batches)"
+    model, optimizer, seconds = _time_steps(config, loader, device, init)
+    val_batch_s = _time_val(model, val, device) if val is not None and val_batches else 0.0
+    data = mc.serialize(mc.build_checkpoint(
+        model, config.stream, "train", input_size=config.size, optimizer=optimizer.state_dict(),
+        rng=[ck.rng_state()] * world_size, world_size=world_size, config=config.to_dict()))
+    return RunPlan(
+        out=config.out, manifest=str(manifest_path(config.shards, config.stream, config.train_split)),
+        device=_device_name(device), world_size=world_size, batch_size=config.batch_size,
+        videos=int(manifests["train"]["num_videos"]), windows=int(manifests["train"]["num_samples"]),
+        clips_per_video=config.clips_per_video, clips_per_epoch=loader.samples_per_epoch,
+        steps_per_epoch=steps_per_epoch, epochs=config.epochs, start=start, steps=max(total - start[1], 0),
+        schedule=_schedule(config), validation=validation, val_batches=val_batches, knn_batches=knn_batches,
+        knn_every=config.knn_every,
+        checkpoint_bytes=len(data),
+        checkpoints=2 + (config.epochs // config.keep_every if config.keep_every else 0),
+        timed_steps=max(len(seconds) - 1, 0), first_step_s=seconds[0] if seconds else math.nan,
+        step_s=sum(seconds[1:]) / len(seconds[1:]) if len(seconds) > 1 else (seconds[0] if seconds else math.nan),
+        val_batch_s=val_batch_s,
+    )

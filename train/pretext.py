@@ -1,0 +1,30 @@
+"""The pretext task's own score, for a before/after comparison of a run: the dense predictive loss and top-1 of a
+checkpoint on a split of the run's shards, computed as training's validation computes them (eval mode, every
+batch of the split, each prediction scored against the batch's targets)."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from memdpc.model.checkpoint import load_model
+from memdpc.pipeline.clip import ClipSpec
+from memdpc.pipeline.manifest import load_manifest
+from memdpc.train.config import TrainConfig
+from memdpc.train.prepare import split_loader
+
+
+@torch.no_grad()
+def pretext_scores(checkpoint: str | os.PathLike, config: TrainConfig, split: str) -> dict[str, float]:
+    """{"loss", "top1", "batches"} of ``checkpoint`` on ``split`` of ``config``'s shards, means over batches."""
+    model, _ = load_model(checkpoint)
+    model.eval()
+    clip = ClipSpec(**load_manifest(config.shards, config.stream, split)["clip"])
+    sums, batches = {"loss": 0.0, "top1": 0.0}, 0
+    for batch in split_loader(config, split, clip, train=False):
+        out = model(batch.clips)
+        for key in sums:
+            sums[key] += float(out[key])
+        batches += 1
+    return {**{k: v / max(batches, 1) for k, v in sums.items()}, "batches": batches}
