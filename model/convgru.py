@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from memdpc.model.layout import channels_innermost
+
 
 class ConvGRUCell(nn.Module):
     """One ConvGRU step; gate names (``reset_gate``, ``update_gate``, ``out_gate``) follow the reference."""
@@ -18,9 +20,14 @@ class ConvGRUCell(nn.Module):
         self.out_gate = nn.Conv2d(input_size + hidden_size, hidden_size, kernel_size, padding=pad)
 
     def forward(self, x: torch.Tensor, h: torch.Tensor | None) -> torch.Tensor:
-        """x: (B, C, H, W), h: (B, hidden, H, W) or None (zeros) -> new state (B, hidden, H, W)."""
+        """x: (B, C, H, W), h: (B, hidden, H, W) or None (zeros, in x's layout) -> new state (B, hidden, H, W).
+
+        The state keeps x's layout (channels_last where x's channels are its innermost dimension, as the encoder's
+        features in channels_last_3d), so that no step converts between layouts."""
         if h is None:
-            h = x.new_zeros(x.shape[0], self.hidden_size, *x.shape[2:])
+            shape = (x.shape[0], self.hidden_size, *x.shape[2:])
+            layout = torch.channels_last if channels_innermost(x) else torch.contiguous_format
+            h = torch.empty(shape, dtype=x.dtype, device=x.device, memory_format=layout).zero_()
         combined = torch.cat([x, h], dim=1)
         update = torch.sigmoid(self.update_gate(combined))
         reset = torch.sigmoid(self.reset_gate(combined))

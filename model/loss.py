@@ -39,19 +39,15 @@ def topk_accuracy(
 ) -> list[torch.Tensor]:
     """Fraction of rows whose label is among the k highest scores (k capped at the number of columns).
 
-    Equal scores rank the lower column first, so the result never depends on the order a top-k kernel
-    leaves ties in. Each fraction is a 0-dim tensor of ``dtype``.
+    Equal scores rank the lower column first, a fixed rule whatever order a kernel leaves ties in. Each
+    fraction is a 0-dim tensor of ``dtype``. The label's rank is counted over every column, with no branch on
+    the data, so that the training step compiles to one graph and can run in a CUDA graph (nothing waits for
+    the device).
     """
-    kmax = min(max(ks), scores.shape[1])
-    top = scores.topk(kmax, dim=1).values  # (rows, kmax), highest first
     own = scores.gather(1, labels[:, None])  # (rows, 1)
-    rank = (top > own).sum(dim=1)  # the label's rank, capped at kmax, were there no ties
-    # a label whose score equals another top score, or the k-th highest, also yields to the equal lower columns
-    tied = ((top == own).sum(dim=1) > 1) | (top[:, -1:] == own)[:, 0]
-    if tied.any():
-        rows = tied.nonzero()[:, 0]
-        columns = torch.arange(scores.shape[1], device=scores.device)
-        rank[rows] += ((scores[rows] == own[rows]) & (columns < labels[rows, None])).sum(dim=1)
+    columns = torch.arange(scores.shape[1], device=scores.device)
+    # columns ranked above the label's: higher scores, and equal ones in a lower column
+    rank = (scores > own).sum(dim=1) + ((scores == own) & (columns < labels[:, None])).sum(dim=1)
     return [(rank < k).to(dtype).mean() for k in ks]
 
 

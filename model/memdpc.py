@@ -18,8 +18,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from memdpc.model.convgru import ConvGRU, init_orthogonal
+from memdpc.model.layout import channels_innermost
 from memdpc.model.loss import content_share, dense_infonce
 from memdpc.model.names import NEGATIVES
+from memdpc.model.parts import part
 from memdpc.model.resnet2d3d import DEFAULT_WIDTHS, ResNet2d3d
 
 
@@ -27,7 +29,8 @@ def encode(backbone: ResNet2d3d, clips: torch.Tensor, relu_first: bool = False) 
     """Per-block encoder features, averaged over time: (B, N, 3, SL, H, W) -> (B, N, D, h, w).
 
     ``relu_first`` rectifies before the time average (the reference classifier's order); otherwise the
-    features are returned unrectified (the pretraining targets).
+    features are returned unrectified (the pretraining targets). An encoder in channels_last_3d gives features
+    with D innermost (channels_last per block), which the aggregator and the loss then keep.
     """
     if clips.dim() != 6:
         raise ValueError(f"clips must be (B, N, C, SL, H, W), got shape {tuple(clips.shape)}")
@@ -35,7 +38,10 @@ def encode(backbone: ResNet2d3d, clips: torch.Tensor, relu_first: bool = False) 
     feat = backbone(clips.flatten(0, 1))  # (B*N, D, T', h, w)
     if relu_first:
         feat = F.relu(feat)
-    feat = feat.mean(dim=2)  # time pool: T' = ceil(SL/4) -> 1
+    if channels_innermost(feat):  # time pool: T' = ceil(SL/4) -> 1, keeping D innermost
+        feat = feat.permute(0, 2, 3, 4, 1).mean(dim=1).permute(0, 3, 1, 2)
+    else:
+        feat = feat.mean(dim=2)
     return feat.view(b, n, *feat.shape[1:])
 
 
@@ -123,22 +129,30 @@ class MemDPC(nn.Module):
     # ------------------------------------------------------------------ prediction
     def predict_next(self, hidden: torch.Tensor) -> torch.Tensor:
         """ẑ from a context state (B, D, h, w): memory read-out of softmax_k φ(c) (MemDPC) or φ(c) (DPC)."""
-        out = self.predictor(hidden)
+        with part("predictor"):
+            out = self.predictor(hidden)
         if self.memory is None:
             return out
-        weights = F.softmax(out, dim=1)  # (B, k, h, w), convex weights over memory slots
-        return torch.einsum("bkhw,kc->bchw", weights, self.memory)
+        with part("memory read"):
+            if channels_innermost(out):  # channels_last: per position, k innermost; no layout change
+                weights = F.softmax(out.permute(0, 2, 3, 1), dim=-1)  # (B, h, w, k), convex weights over slots
+                return (weights @ self.memory).permute(0, 3, 1, 2)  # (B, D, h, w), channels_last
+            weights = F.softmax(out, dim=1)  # (B, k, h, w), convex weights over memory slots
+            return torch.einsum("bkhw,kc->bchw", weights, self.memory)
 
     def rollout(self, agg: ConvGRU, z: torch.Tensor) -> torch.Tensor:
         """Predict the last P blocks of z (B, N, D, h, w) from the first N-P: returns ẑ (B, P, D, h, w)."""
         n = z.shape[1]
-        hidden = agg(F.relu(z[:, : n - self.pred_steps]))
+        with part("aggregation"):
+            hidden = agg(F.relu(z[:, : n - self.pred_steps]))
         preds = []
         for step in range(self.pred_steps):
             if step > 0:
-                hidden = agg(F.relu(preds[-1]).unsqueeze(1), hidden)
+                with part("aggregation"):
+                    hidden = agg(F.relu(preds[-1]).unsqueeze(1), hidden)
             preds.append(self.predict_next(hidden))
-        return torch.stack(preds, dim=1)
+        # stacked with D innermost, the loss's row layout (B·P·h·w, D): a view there, whatever the layout here
+        return torch.stack([p.permute(0, 2, 3, 1) for p in preds], dim=1).permute(0, 1, 4, 2, 3)
 
     def forward(self, clips: torch.Tensor) -> dict[str, torch.Tensor]:
         """clips (B, N, 3, SL, H, W) -> scalar ``loss``, ``top1``, ``top5`` and per direction ``*_f``/``*_b``,
@@ -148,16 +162,18 @@ class MemDPC(nn.Module):
         """
         if clips.dim() != 6 or clips.shape[1] <= self.pred_steps:
             raise ValueError(f"clips must be (B, N>{self.pred_steps}, C, SL, H, W), got {tuple(clips.shape)}")
-        z = encode(self.backbone, clips)
+        with part("encoder"):
+            z = encode(self.backbone, clips)
         dirs = [("f", self.agg_f, z)]
         if self.agg_b is not None:
             dirs.append(("b", self.agg_b, z.flip(1)))
         out: dict[str, torch.Tensor] = {}
         for tag, agg, seq in dirs:
-            res = dense_infonce(
-                self.rollout(agg, seq), seq[:, -self.pred_steps :], self.temperature, self.global_negatives,
-                self.negatives,
-            )
+            preds = self.rollout(agg, seq)
+            with part("loss"):
+                res = dense_infonce(
+                    preds, seq[:, -self.pred_steps :], self.temperature, self.global_negatives, self.negatives
+                )
             out.update({f"{k}_{tag}": v for k, v in res.items()})
         out["loss"] = sum(out[f"loss_{t}"] for t, _, _ in dirs)
         for k in ("top1", "top5"):

@@ -19,13 +19,20 @@ DEFAULT_WIDTHS = (64, 128, 256, 256)
 
 class FrameMaxPool(nn.Module):
     """The stem's 3×3 / stride-2 max pool on each frame: the reference's ``MaxPool3d((1, 3, 3), (1, 2, 2),
-    (0, 1, 1))``, computed as a 2D pool over (B, C·T, H, W) because CUDA has no deterministic backward for
-    ``max_pool3d`` (``--deterministic`` training would fail) while ``max_pool2d``'s is deterministic."""
+    (0, 1, 1))``, computed as a 2D pool because CUDA has no deterministic backward for ``max_pool3d``
+    (``--deterministic`` training would fail) while ``max_pool2d``'s is deterministic.
+
+    The 2D pool sees the frames through a view that keeps the input's layout (no copy either way):
+    (B, C·T, H, W) for contiguous input, (B·T, C, H, W) in channels_last for channels_last_3d input."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, c, t, h, w = x.shape
-        y = nn.functional.max_pool2d(x.reshape(b, c * t, h, w), 3, stride=2, padding=1)
-        return y.reshape(b, c, t, *y.shape[-2:])
+        if x.is_contiguous() or not x.is_contiguous(memory_format=torch.channels_last_3d):
+            y = nn.functional.max_pool2d(x.reshape(b, c * t, h, w), 3, stride=2, padding=1)
+            return y.view(b, c, t, *y.shape[-2:])
+        frames = x.transpose(1, 2).reshape(b * t, c, h, w)  # a view: (B·T, C, H, W), channels_last
+        y = nn.functional.max_pool2d(frames, 3, stride=2, padding=1)  # keeps channels_last
+        return y.view(b, t, c, *y.shape[-2:]).transpose(1, 2)  # (B, C, T, H', W'), channels_last_3d
 
 
 class BasicBlock(nn.Module):

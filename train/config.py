@@ -84,7 +84,10 @@ class TrainConfig:
     patience: int = _f(10, "Epochs without validation-loss improvement before the plateau decay.")
     milestones: list[int] = _f([], "Epochs at which the milestone schedule decays (comma-separated).")
     amp: str = _f("none", "Automatic mixed precision.")
-    compile: bool = _f(False, "torch.compile the model.")
+    compile: bool = _f(False, "torch.compile the model, forward and backward, as one graph; falls back to eager, with "
+                              "a warning, where compiling fails.")
+    cuda_graphs: bool = _f(False, "Run each training step as one captured CUDA graph (forward, backward and Adam at the "
+                                  "batch's shape): one launch per step. CUDA, one process; not with --amp fp16.")
     fast: bool = _f(True, "CUDA speed defaults (channels_last_3d encoder and clips, fused Adam), fp32 numerics kept; "
                           "--no-fast for the eager reference. No effect on CPU.")
     device: str = _f("auto", "auto: CUDA when available, else CPU.")
@@ -131,6 +134,9 @@ class TrainConfig:
             raise UserError(f"early_stop must be ≥ 0 (0 = never), not {self.early_stop}")
         if self.best_by == "knn" and (self.knn_every != 1 or self.val_split == "none"):
             raise UserError("best_by knn needs the kNN monitor every epoch (--knn-every 1) and a validation split")
+        if self.cuda_graphs and self.amp == "fp16":
+            raise UserError("cuda_graphs does not go with amp fp16 (its loss scaler reads the device every step); "
+                            "use --amp bf16")
         if self.schedule == "milestones" and not self.milestones:
             raise UserError("schedule 'milestones' needs --milestones (e.g. 80,100)")
 
@@ -149,9 +155,9 @@ class TrainConfig:
 # experiment. Everything else must equal the config recorded in the run directory. ``fast`` is not among them:
 # on CUDA it changes the numbers (fused Adam, other convolution kernels for the other layout), so a run resumed
 # with the other setting would not continue as the uninterrupted run would (like ``amp`` and ``deterministic``).
-RESTART_FREE = frozenset({"shards", "out", "backend", "num_workers", "epochs", "max_steps", "compile", "device",
-                          "ckpt_every_steps", "keep_every", "log_every", "knn_every", "knn_max_batches",
-                          "progress", "resume"})
+RESTART_FREE = frozenset({"shards", "out", "backend", "num_workers", "epochs", "max_steps", "compile",
+                          "cuda_graphs", "device", "ckpt_every_steps", "keep_every", "log_every", "knn_every",
+                          "knn_max_batches", "progress", "resume"})
 
 
 def _coerce(f: dataclasses.Field, value: Any, where: str) -> Any:

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from rich.console import Console
+from rich.markup import escape
 
 from memdpc import distenv as dd
 from memdpc.errors import UserError
@@ -23,8 +25,8 @@ from memdpc.pipeline.clip import ClipSpec
 from memdpc.pipeline.manifest import manifest_path
 from memdpc.train import checkpoint as ck
 from memdpc.train.config import TrainConfig
-from memdpc.train.loop import make_optimizer, place_clips, place_model, train_step
 from memdpc.train.prepare import check_run_dir, check_shards, resolve_val_split, split_loader
+from memdpc.train.step import GRAPH_WARMUP, Stepper, make_optimizer, place_clips, place_model, uses_graphs
 from memdpc.wording import duration_text, plural, size_text
 
 WARMUP_STEPS = 3  # timed training steps, after one untimed (the loader's start, kernel selection)
@@ -139,24 +141,29 @@ def _sync(device: torch.device) -> float:
 def _time_steps(config: TrainConfig, loader, device: torch.device, init: dict[str, Any] | None
                 ) -> tuple[torch.nn.Module, torch.optim.Optimizer, list[float]]:
     """The model after up to 1 + WARMUP_STEPS real training steps, its optimiser, and each step's seconds
-    (waiting for its batch included)."""
+    (waiting for its batch included). With --cuda-graphs the eager steps before the capture, and the capture,
+    count as part of the first."""
     ck.seed_everything(config.seed)
     model = place_model(ck.initial_model(config, init), config, device)
     model.global_negatives = False  # one process: the batch's own negatives (the same work per rank)
     optimizer = make_optimizer(model, config, device)
     scaler = torch.amp.GradScaler(device.type, enabled=config.amp == "fp16")
+    step = Stepper(model, optimizer, scaler, config, device,
+                   lambda text: Console(stderr=True).print("[yellow]warning:[/]", escape(text), soft_wrap=True))
     loader.set_epoch(0)
     seconds = []
     batches = iter(loader)
+    first = 1 + (GRAPH_WARMUP if uses_graphs(config, device) else 0)  # steps timed together as the first
     t0 = _sync(device)
-    for _ in range(1 + WARMUP_STEPS):
+    for i in range(first + WARMUP_STEPS):
         batch = next(batches, None)
         if batch is None:
             break
-        train_step(model, optimizer, scaler, place_clips(batch.clips, config, device), config)
-        t1 = _sync(device)
-        seconds.append(t1 - t0)
-        t0 = t1
+        step(place_clips(batch.clips, config, device))
+        if i + 1 >= first:
+            t1 = _sync(device)
+            seconds.append(t1 - t0)
+            t0 = t1
     del batches
     return model, optimizer, seconds
 

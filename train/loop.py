@@ -11,7 +11,8 @@ No host synchronisation per step: the step's metrics stay on the device (:class:
 and are read, in one transfer, every ``--log-every`` steps, before every checkpoint and at the end of the epoch.
 A non-finite loss is noticed at those reads, so up to ``--log-every`` − 1 more steps may run after it; the read
 before each save, and a check of the weights themselves, keep checkpoints from ever holding non-finite weights.
-On CUDA, ``--fast`` (the default) adds channels_last_3d and fused Adam (:func:`uses_fast`).
+The step itself, and how ``--fast``, ``--compile`` and ``--cuda-graphs`` run it, is :mod:`memdpc.train.step`'s;
+a batch that does not fit in the device's memory stops the run with a one-line error naming the batch size.
 
 SIGINT and SIGTERM stop a run between two steps, at the same step on every rank (:func:`_stop_point`, one host
 all-reduce per step under torchrun): ``checkpoints/last.pt`` is saved there, the exact-resume state above, and
@@ -57,6 +58,15 @@ from memdpc.train.prepare import (
     split_loader,
     val_split_warnings,
 )
+from memdpc.train.step import (
+    Stepper,
+    fused_adam,
+    make_optimizer,
+    out_of_memory,
+    place_clips,
+    place_model,
+    uses_graphs,
+)
 
 
 @dataclass
@@ -79,7 +89,7 @@ class Parts:
     env: dd.DistEnv
     run_dir: Path
     clip: ClipSpec
-    model: nn.Module  # possibly DDP/compiled
+    model: nn.Module  # possibly DDP-wrapped
     optimizer: torch.optim.Optimizer
     scheduler: Any
     scaler: torch.amp.GradScaler
@@ -88,6 +98,7 @@ class Parts:
     logger: MetricsLogger
     steps: StepValues  # the steps' metrics not read yet (on the device)
     meter: Meter  # the logging window (host)
+    stepper: Stepper | None = None  # runs each optimiser step (eager, compiled or as a CUDA graph)
     saved: tuple[int, int, int] | None = None  # (epoch, step, epoch_step) that checkpoints/last.pt holds
 
 
@@ -146,6 +157,11 @@ def _train(config: TrainConfig, env: dd.DistEnv) -> Path:
         parts.logger.message(_finished(parts, state), markup=False)
     except interrupts.Interrupted as stop:
         raise _kept(parts, state, stop) from None
+    except RuntimeError as e:  # torch.OutOfMemoryError is one
+        too_big = out_of_memory(e, config.batch_size, env.device)
+        if too_big is None:
+            raise
+        raise too_big from None
     finally:
         parts.logger.close()
     return run_dir
@@ -191,65 +207,20 @@ def _build(config: TrainConfig, env: dd.DistEnv, run_dir: Path, clip: ClipSpec,
                         f"batch ({config.batch_size}); lower --batch-size")
     val_loader = _loader(config, env, config.val_split, clip, train=False) if config.val_split != "none" else None
 
+    if env.distributed and uses_graphs(config, env.device):
+        raise UserError("--cuda-graphs runs in one process; leave it out under torchrun or srun")
     model = place_model(ck.initial_model(config, init), config, env.device)
     optimizer = make_optimizer(model, config, env.device)
     wrapped: nn.Module = model
     if env.distributed:
         wrapped = DistributedDataParallel(model, device_ids=[env.device.index] if env.device.type == "cuda" else None)
-    if config.compile:
-        wrapped = torch.compile(wrapped)
-    return Parts(config, env, run_dir, clip, wrapped, optimizer, _scheduler(config, optimizer),
-                 torch.amp.GradScaler(env.device.type, enabled=config.amp == "fp16"),
-                 train_loader, val_loader,
-                 MetricsLogger(run_dir, env.is_main, config.progress), StepValues(config.log_every), Meter())
-
-
-def uses_fast(config: TrainConfig, device: torch.device) -> bool:
-    """Whether the CUDA speed defaults apply: ``--fast`` on a CUDA device. On CPU they are left out, as fused
-    Adam's numbers differ from the default Adam's and CPU runs stay bit-identical to earlier versions."""
-    return config.fast and device.type == "cuda"
-
-
-def place_model(model: nn.Module, config: TrainConfig, device: torch.device) -> nn.Module:
-    """The model on ``device``; with the fast defaults its encoder's 3D convolutions in channels_last_3d, the
-    layout in which cuDNN's 3D kernels are fastest (fp32 numbers kept, up to the kernels' summation order)."""
-    model = model.to(device)
-    if uses_fast(config, device):
-        model.backbone.to(memory_format=torch.channels_last_3d)
-    return model
-
-
-def make_optimizer(model: nn.Module, config: TrainConfig, device: torch.device) -> torch.optim.Adam:
-    """Adam; with the fast defaults its fused CUDA kernel (one launch for all parameters), else torch's default."""
-    return torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay,
-                            fused=_fused(config, device))
-
-
-def _fused(config: TrainConfig, device: torch.device) -> bool | None:
-    return True if uses_fast(config, device) else None
-
-
-def place_clips(clips: torch.Tensor, config: TrainConfig, device: torch.device) -> torch.Tensor:
-    """A (B, N, C, SL, H, W) batch on ``device``; with the fast defaults each block in channels_last_3d, the
-    encoder's layout (the encoder sees the blocks as a (B·N, C, SL, H, W) view, which keeps it)."""
-    clips = clips.to(device, non_blocking=True)
-    if not uses_fast(config, device):
-        return clips
-    return clips.flatten(0, 1).contiguous(memory_format=torch.channels_last_3d).view(clips.shape)
-
-
-def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler,
-               clips: torch.Tensor, config: TrainConfig) -> dict[str, torch.Tensor]:
-    """One optimiser step on a batch already placed (:func:`place_clips`); the model's outputs, on the device
-    (nothing here waits for the device)."""
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(config.amp)
-    with torch.autocast(clips.device.type, dtype=dtype, enabled=dtype is not None):
-        out = model(clips)
-    optimizer.zero_grad(set_to_none=True)
-    scaler.scale(out["loss"]).backward()
-    scaler.step(optimizer)
-    scaler.update()
-    return out
+    parts = Parts(config, env, run_dir, clip, wrapped, optimizer, _scheduler(config, optimizer),
+                  torch.amp.GradScaler(env.device.type, enabled=config.amp == "fp16"),
+                  train_loader, val_loader,
+                  MetricsLogger(run_dir, env.is_main, config.progress), StepValues(config.log_every), Meter())
+    parts.stepper = Stepper(wrapped, optimizer, parts.scaler, config, env.device,
+                            lambda text: parts.logger.message(f"[yellow]warning:[/] {escape(text)}"))
+    return parts
 
 
 def _scheduler(config: TrainConfig, optimizer: torch.optim.Optimizer):
@@ -325,7 +296,8 @@ def _restore(p: Parts, ckpt: dict[str, Any], path: Path) -> State:
     model = ck.unwrap(p.model)
     mc.check_compatible(ckpt, path, model.config)
     model.load_state_dict(ckpt["model"])
-    p.optimizer.load_state_dict(_this_runs_kernel(ckpt["optimizer"], _fused(p.config, p.env.device)))
+    p.optimizer.load_state_dict(_this_runs_kernel(ckpt["optimizer"], fused_adam(p.config, p.env.device),
+                                                  uses_graphs(p.config, p.env.device)))
     if p.scheduler is not None:
         p.scheduler.load_state_dict(ckpt["scheduler"])
     p.scaler.load_state_dict(ckpt["scaler"])
@@ -336,11 +308,13 @@ def _restore(p: Parts, ckpt: dict[str, Any], path: Path) -> State:
                  ckpt.get("stale", 0), list(ckpt["epoch_loss"]), rng["epoch_start"])
 
 
-def _this_runs_kernel(state: dict[str, Any], fused: bool | None) -> dict[str, Any]:
+def _this_runs_kernel(state: dict[str, Any], fused: bool | None, capturable: bool) -> dict[str, Any]:
     """The optimiser state with this run's Adam kernel: torch would restore the one the checkpoint was written
-    with (fused or not), and only for a fused kernel does it place the step counters on the weights' device —
-    a run may resume on another device (fused on CUDA, torch's default on CPU)."""
-    return {**state, "param_groups": [{**g, "fused": fused} for g in state["param_groups"]]}
+    with (fused or not, capturable or not), and only for a fused or capturable kernel does it place the step
+    counters on the weights' device — a run may resume on another device (fused on CUDA, torch's default on
+    CPU), or with or without --cuda-graphs."""
+    return {**state, "param_groups": [{**g, "fused": fused, "capturable": capturable}
+                                      for g in state["param_groups"]]}
 
 
 # ---------------------------------------------------------------------------------------------- the loop
@@ -449,7 +423,7 @@ def _epoch_batches(p: Parts, s: State) -> Iterator[None]:
             if batch is None:
                 return
             wait = time.perf_counter() - t0
-            out = train_step(p.model, p.optimizer, p.scaler, place_clips(batch.clips, c, p.env.device), c)
+            out = p.stepper(place_clips(batch.clips, c, p.env.device))
             p.steps.add(out, batch.clips.shape[0], wait)
             s.step, s.epoch_step = s.step + 1, s.epoch_step + 1
             if not shown:  # a few clips of the epoch's first batch, as TensorBoard images (rank 0)

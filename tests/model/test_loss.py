@@ -104,3 +104,11 @@ def test_content_share_separates_what_tells_clips_apart_from_what_tells_position
     onehot = 10 * torch.eye(9).view(1, 1, 9, 3, 3).expand(4, 3, 9, 3, 3)
     assert content_share(onehot).item() == 0.0
     assert dense_infonce(onehot, onehot)["loss"].item() == pytest.approx(math.log(4 * 3), rel=1e-3)
+
+
+def test_topk_accuracy_ranks_equal_scores_by_column():
+    """A label tied with other columns counts as ranked below the lower ones and above the higher ones."""
+    scores = torch.tensor([[0.5, 0.5, 0.5, 0.1], [0.5, 0.5, 0.5, 0.1], [0.2, 0.2, 0.2, 0.2], [0.1, 0.3, 0.3, 0.3]])
+    labels = torch.tensor([0, 2, 3, 1])  # ranks 0, 2, 3 and 0 (the tie at 0.3 goes to the lowest column)
+    top1, top2, top3 = topk_accuracy(scores, labels, (1, 2, 3))
+    assert (top1.item(), top2.item(), top3.item()) == (0.5, 0.5, 0.75)

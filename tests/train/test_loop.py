@@ -28,7 +28,7 @@ from memdpc.pipeline.clip import ClipSpec
 from memdpc.train.checkpoint import initial_model, param_digest
 from memdpc.train.config import TrainConfig
 from memdpc.train.knn import knn_recall
-from memdpc.train.loop import State, _check_weights, _loader, make_optimizer, place_clips, place_model
+from memdpc.train.loop import State, _check_weights, _loader
 from memdpc.train.metrics import StepValues
 from memdpc.train.prepare import val_split_warnings
 
@@ -655,16 +655,6 @@ def test_metrics_are_read_only_every_log_every_steps(train_shards, tmp_path, one
                                                                               + losses[7], 4]
 
 
-def test_fast_defaults_change_nothing_on_cpu():
-    config = TrainConfig(shards="unused", out="unused", widths=[4, 8, 16, 16], size=32)
-    cpu = torch.device("cpu")
-    model = place_model(create_model("dpc_r18", widths=(4, 8, 16, 16), input_size=32), config, cpu)
-    assert model.backbone.conv1.weight.is_contiguous()
-    assert make_optimizer(model, config, cpu).defaults["fused"] is None  # torch's default Adam, as before
-    clips = torch.randn(2, 5, 3, 3, 32, 32)
-    assert place_clips(clips, config, cpu) is clips
-
-
 @pytest.mark.slow
 def test_full_disk_while_saving_keeps_the_previous_checkpoint(learned_run, train_shards, tmp_path, one_thread):
     """Resume a copy of the learned run for one more epoch under a real file-size limit (EFBIG)."""
@@ -696,18 +686,6 @@ def test_gpu_run_with_bf16_and_dali(train_shards, tmp_path):
     ckpt = read_checkpoint(out / "checkpoints" / "last.pt")
     assert ckpt["step"] == 8 and all(torch.isfinite(v).all() for v in ckpt["model"].values() if v.is_floating_point())
     assert records(out, "val")
-
-
-@pytest.mark.gpu
-def test_gpu_fast_defaults_place_the_encoder_and_clips_channels_last():
-    config = TrainConfig(shards="unused", out="unused")
-    cuda = torch.device("cuda")
-    model = place_model(create_model("dpc_r18", widths=(4, 8, 16, 16), input_size=32), config, cuda)
-    assert model.backbone.conv1.weight.is_contiguous(memory_format=torch.channels_last_3d)
-    assert make_optimizer(model, config, cuda).defaults["fused"] is True
-    clips = place_clips(torch.randn(2, 5, 3, 3, 32, 32), config, cuda)
-    assert clips.shape == (2, 5, 3, 3, 32, 32)
-    assert clips.flatten(0, 1).is_contiguous(memory_format=torch.channels_last_3d)  # the encoder's view
 
 
 @pytest.mark.gpu
