@@ -4,6 +4,8 @@
 #   bash bench/gpu_checks.sh OUT_DIR [REFERENCE.npz]
 #
 # Each step has its own time limit, writes its JSON and log under OUT_DIR and does not stop the others.
+# CHECKS_ONLY=GLOB runs only the steps whose name matches; CHECKS_DEVICE=cpu runs the training steps' very commands
+# on the CPU at tiny settings (tests/bench/test_gpu_checks.py), so that a first run on a GPU does not fail on a typo.
 # REFERENCE.npz: the fidelity rows' frames and OpenCV flows (`python bench/flow_e2e.py --make-reference
 # REFERENCE.npz --fidelity-pairs 16` on a machine with OpenCV contrib), for GPU machines without it.
 # Where memdpc is not installed, the checkout itself is put on the path as the package.
@@ -20,14 +22,39 @@ fi
 step() {  # step NAME SECONDS COMMAND…: run with a limit, log to OUT_DIR/NAME.log, report the exit status
     local name=$1 limit=$2
     shift 2
+    # a glob on purpose:
+    # shellcheck disable=SC2053
+    [[ $name == ${CHECKS_ONLY:-*} ]] || return 0
     timeout "$limit" "$@" >"$out/$name.log" 2>&1
     echo "$name: exit $?"
 }
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 ref=()
 [ -n "${2:-}" ] && ref=(--reference "$2" --fidelity-pairs 16)
 step flow_e2e 300 python3 bench/flow_e2e.py "${ref[@]}" --batches 128,256,512,1024 --videos 96 --frames 100 \
     --out "$out/flow_e2e.json"
-step train 240 python3 bench/train.py --device cuda --backends torch,dali --out "$out/train.json"
+
+# --- training at the card's pace (issue 29) ----------------------------------------------------------------------
+# Per variant (one process each): the 50-step loss curve against eager's two runs, the profile at batch 16 (before:
+# eager; after: the rest) and the in-memory throughput at batch 16, 32, 64 (clips/s, TFLOP/s, share of peak, peak
+# memory); the loop with the torch loader. bench/train.py writes its JSON after every variant: a step stopped by
+# its limit keeps what it measured. The compiled variants compare their curves with train.json's eager runs.
+if [ "${CHECKS_DEVICE:-cuda}" = cpu ]; then
+    train=(python3 bench/train.py --device cpu --size 32 --widths 4,8,16,16 --mem-size 16 --batch-sizes 2,3
+           --steps 10 --curve-steps 3 --profile-steps 1)
+    loaders=(--backends '')
+    compiled=(--compile-backend aot_eager)  # the compiler's tracing and autograd, no code generation
+else
+    train=(python3 bench/train.py --device cuda --batch-sizes 16,32,64 --steps 15 --curve-steps 50 --profile-steps 3)
+    loaders=(--backends torch,dali)
+    compiled=()
+fi
+step train 240 "${train[@]}" --profile --variants eager,fast,bf16,graphs,graphs-bf16 "${loaders[@]}" \
+    --out "$out/train.json"
+step train_compiled 240 "${train[@]}" --profile --variants compile-graphs-bf16,compile-graphs "${compiled[@]}" \
+    --backends '' --eager-curves "$out/train.json" --out "$out/train_compiled.json"
+# ------------------------------------------------------------------------------------------------------------------
+
 step gpu_tests 180 python3 -m pytest -m gpu -q -p no:cacheprovider tests/preprocess/test_batched.py \
-    tests/preprocess/test_tvl1_triton.py tests/preprocess/test_tvl1_torch.py tests/train/test_loop.py
+    tests/preprocess/test_tvl1_triton.py tests/preprocess/test_tvl1_torch.py tests/train/test_loop.py \
+    tests/train/test_step.py

@@ -55,11 +55,12 @@ KINDS = ("conv forward", "conv data-grad", "conv weight-grad", "conv backward (d
 _CONV_BACKWARD = r"aten::convolution_backward|ConvolutionBackward|cudnn_convolution_backward"
 RULES = (
     Rule("memcpy", kernel=r"^(Memcpy|Memset|\[memcpy\]|\[memset\])"),
-    # cuDNN's and torch's own layout changes, then every copy made for a clone or .contiguous()
+    # cuDNN's and torch's own layout changes, compiled code's lone copies, then every copy for a clone or contiguous
     Rule("layout copies", kernel=r"nchwToNhwc|nhwcToNchw|ncdhwToNdhwc|ndhwcToNcdhw|[Tt]ranspose|convert.*[Ff]ormat"),
+    Rule("layout copies", kernel=r"^triton_\w+_fused_clone_\d+$"),
     Rule("layout copies", op=r"^aten::(clone|contiguous)$"),
-    Rule("conv data-grad", kernel=r"dgrad", op=_CONV_BACKWARD),
-    Rule("conv weight-grad", kernel=r"wgrad", op=_CONV_BACKWARD),
+    Rule("conv data-grad", kernel=r"dgrad"),
+    Rule("conv weight-grad", kernel=r"wgrad"),
     Rule("conv backward (data + weight, one op)", op=_CONV_BACKWARD),
     Rule("conv forward", op=r"^aten::(_?convolution|cudnn_convolution|mkldnn_convolution|conv[123]d)$"),
     Rule("conv forward", kernel=r"fprop|implicit_convolve|convolve"),
@@ -242,11 +243,13 @@ def analyse(trace: dict[str, Any], device: str) -> dict[str, Any]:
     by_kind: Counter[str] = Counter()
     by_part: Counter[str] = Counter()
     counts: Counter[str] = Counter()
+    copies: Counter[str] = Counter()
     other: Counter[str] = Counter()
     for w in work:
         by_kind[w.kind] += w.us
         by_part[w.part] += w.us
         counts[w.kind] += w.counts
+        copies[w.part] += w.counts and w.kind == "layout copies"
         if w.kind == "other":
             other[w.name] += w.us
     total = sum(by_kind.values()) or 1.0
@@ -254,6 +257,7 @@ def analyse(trace: dict[str, Any], device: str) -> dict[str, Any]:
     return {
         "device": device, "steps": n, "host_issue_ms": issue / 1e3, **summary,
         "layout_copies_per_step": counts["layout copies"] / n,
+        "layout_copies_by_part": {p: copies[p] / n for p in parts if copies[p]},
         "by_kind": {k: {"ms_per_step": by_kind[k] / n / 1e3, "share": by_kind[k] / total, "count_per_step":
                         counts[k] / n} for k in KINDS},
         "by_part": {p: {"ms_per_step": by_part[p] / n / 1e3, "share": by_part[p] / total} for p in parts},
@@ -306,10 +310,14 @@ def _device_work(trace: dict[str, Any], events: list[_Event], n: int) -> tuple[l
 
 
 # ------------------------------------------------------------------------------------------------ tables
+def _table(title: str) -> Table:
+    return Table(title=title, min_width=len(title))  # the title on one line, as tests and readers look for it
+
+
 def tables(result: dict[str, Any], title: str) -> list[Table]:
     """The profile as three tables: the step, time by kind, time by part."""
     cuda = result["device"] == "cuda"
-    step = Table(title=f"{title}: one step (mean of {result['steps']} profiled)")
+    step = _table(f"{title}: one step (mean of {result['steps']} profiled)")
     step.add_column("what", justify="left")
     step.add_column("per step", justify="right")
     if cuda:
@@ -324,16 +332,18 @@ def tables(result: dict[str, Any], title: str) -> list[Table]:
                 ("inside torch ops (busy)", f"{result['busy_ms']:.2f} ms"),
                 ("outside them: Python, framework (idle)", f"{result['idle_ms']:.2f} ms ({result['idle_share']:.1%})"),
                 ("ops called", f"{result['ops_per_step']:.0f}")]
-    rows.append(("layout copies", f"{result['layout_copies_per_step']:g}"))
+    where_copied = ", ".join(f"{p} {c:g}" for p, c in result["layout_copies_by_part"].items())
+    rows.append(("layout copies", f"{result['layout_copies_per_step']:g}" + (f" ({where_copied})" if where_copied
+                                                                                else "")))
     for row in rows:
         step.add_row(*row)
     where = "GPU time" if cuda else "CPU time"
-    kinds = Table(title=f"{title}: {where} by kind of work")
+    kinds = _table(f"{title}: {where} by kind of work")
     for col in ("kind", "ms per step", "share", "count per step"):
         kinds.add_column(col, justify="left" if col == "kind" else "right")
     for kind, r in result["by_kind"].items():
         kinds.add_row(kind, f"{r['ms_per_step']:.3f}", f"{r['share']:.1%}", f"{r['count_per_step']:g}")
-    parts = Table(title=f"{title}: {where} by part of the model (backward included)")
+    parts = _table(f"{title}: {where} by part of the model (backward included)")
     for col in ("part", "ms per step", "share"):
         parts.add_column(col, justify="left" if col == "part" else "right")
     for name, r in result["by_part"].items():

@@ -22,7 +22,7 @@ first batch size, against the fast fp32 ceiling. Results are written to ``--out`
 stopped by a time limit keeps what it measured.
 
 Defaults: on CUDA the paper's setting (bidirectional MemDPC R18, 128², batch 16, k = 1024, 256² frames); on CPU a
-small one that finishes in minutes (variants needing CUDA are listed as skipped).
+small one that finishes in minutes (the CUDA graphs variants then run without, with the step's warning).
 
     python bench/train.py --device cuda --variants eager,fast,bf16,graphs-bf16 --batch-sizes 16,32,64 --profile
     python bench/train.py --device cpu [--steps 10 --curve-steps 50 --backends torch]
@@ -109,10 +109,6 @@ def label(name: str) -> str:
 
 def precision(name: str) -> str:
     return "bf16" if VARIANTS[name].get("amp") == "bf16" else "tf32"
-
-
-def needs_cuda(name: str) -> bool:
-    return bool(VARIANTS[name].get("cuda_graphs"))
 
 
 def card_peak(card: str) -> tuple[str, dict[str, float]] | None:
@@ -286,6 +282,18 @@ def add_rates(results: dict[str, dict], flops: dict[int, float], peak: dict[str,
             row["share_of_peak"] = row["tflop_per_s"] / peak[precision(name)] if peak else None
 
 
+def earlier_eager(path: Path, steps: int, console: Console) -> dict[str, list[float]]:
+    """The eager curves ("eager", "eager 2") of an earlier run's JSON; none, with a warning, where it has none of
+    ``steps`` steps (that run stopped before them, or had other settings)."""
+    earlier = json.loads(path.read_text()).get("loss_curves", {}) if path.is_file() else {}
+    found = {n: earlier[n] for n in ("eager", "eager 2") if len(earlier.get(n, ())) == steps}
+    if "eager" not in found:
+        console.print(f"[yellow]warning:[/] {escape(str(path))} holds no eager loss curve of {steps} steps; the "
+                      "curves are not compared")
+        return {}
+    return found
+
+
 def curve_spread(curves: dict[str, list[float]]) -> dict[str, float]:
     """Largest absolute loss difference from eager's first run, of every other curve (eager's second run is the
     run-to-run spread)."""
@@ -306,7 +314,7 @@ def throughput_table(results: dict[str, dict], title: str, eager_batch: int, cpu
         table.add_column(col, justify="left" if col == "variant" else "right")
     for name, r in results.items():
         if "batches" not in r:
-            table.add_row(label(name), "", escape(r.get("error", r.get("skipped", "—"))), "", "", "", "")
+            table.add_row(label(name), "", escape(r.get("error", "—")), "", "", "", "")
             continue
         for batch, row in r["batches"].items():
             if "error" in row:
@@ -392,6 +400,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--bidirectional", action=argparse.BooleanOptionalAction, default=True)
     ap.add_argument("--steps", type=int, help=f"Steps per throughput run, the first {WINDOW} untimed; CUDA 30, CPU 10.")
     ap.add_argument("--curve-steps", type=int, default=50, help="0: no loss curves.")
+    ap.add_argument("--eager-curves", type=Path, help="A JSON of an earlier run (same settings) whose eager loss "
+                                                      "curves the variants are compared with, instead of running "
+                                                      "eager again.")
     ap.add_argument("--num-workers", type=int, help="Loader workers; CUDA 12, CPU 2.")
     ap.add_argument("--backends", default="torch,dali", help="Loaders to run the training loop with ('': none).")
     ap.add_argument("--out", type=Path, default=Path("bench/results/train.json"))
@@ -415,28 +426,27 @@ def main(argv: list[str] | None = None) -> None:
     peak = card_peak(card)
     first = args.batch_sizes[0]
     record: dict[str, Any] = {
-        "args": {k: str(v) if k in ("device", "out") else v for k, v in vars(args).items()},
+        "args": {k: str(v) if isinstance(v, Path | torch.device) else v for k, v in vars(args).items()},
         "card": card, "peak": {"card": peak[0], **peak[1]} if peak else None, "torch": torch.__version__,
         "threads": torch.get_num_threads(),
-        "flops_per_clip": {b: flops_per_clip(args, b) for b in args.batch_sizes}, "variants": {}}
+        "flops_per_clip": {b: flops_per_clip(args, b) for b in args.batch_sizes}, "variants": {},
+        "loss_curves": {}}
     results = record["variants"]
-    curves: dict[str, list[float]] = {}
+    curves: dict[str, list[float]] = record["loss_curves"]
+    if args.eager_curves and "eager" not in args.variants and args.curve_steps:
+        curves.update(earlier_eager(args.eager_curves, args.curve_steps, console))
     for name in args.variants:
-        if needs_cuda(name) and args.device.type != "cuda":
-            results[name] = {"skipped": "needs a CUDA device"}
-            continue
         console.print(f"{label(name)}: …")
         results[name] = in_fresh_process(run_variant, args, name, args.curve_steps > 0, True)
         if "curve" in results[name]:
             curves[name] = results[name]["curve"]
+        if name == "eager" and "eager" in curves:  # a second eager run: the run-to-run spread
+            second = in_fresh_process(run_variant, args, "eager", True, False)
+            if "curve" in second:
+                curves["eager 2"] = second["curve"]
         for warning in results[name].get("warnings", []):
             console.print(f"[yellow]warning:[/] {escape(warning)}")
         write_json_atomic(args.out, record)
-    if "eager" in curves:  # the second eager run: the run-to-run spread
-        second = in_fresh_process(run_variant, args, "eager", True, False)
-        if "curve" in second:
-            curves = {"eager": curves["eager"], "eager 2": second["curve"],
-                      **{n: c for n, c in curves.items() if n != "eager"}}
     add_rates(results, record["flops_per_clip"], peak[1] if peak else None, first)
     backends = [b for b in args.backends.split(",") if b and (b != "dali" or dali_available())]
     if backends:
@@ -444,7 +454,6 @@ def main(argv: list[str] | None = None) -> None:
             work = Path(tmp)
             shards = make_shards(work, args.videos, args.frames, args.frame_size)
             record["loaders"] = {b: run_loader(args, shards, work, b) for b in backends}
-    record["loss_curves"] = curves
     record["loss_curve_max_abs_diff"] = curve_spread(curves) if "eager" in curves else {}
     write_json_atomic(args.out, record)
 

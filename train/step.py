@@ -29,6 +29,7 @@ from torch import nn
 from memdpc.errors import UserError
 from memdpc.train.checkpoint import rng_state, set_rng_state
 from memdpc.train.config import TrainConfig
+from memdpc.wording import size_text
 
 GRAPH_WARMUP = 3  # eager steps at a new shape before the CUDA graph is captured (the documented minimum)
 COMPILE_BACKEND = "inductor"
@@ -191,8 +192,8 @@ def _distributed(model: nn.Module) -> bool:
     return isinstance(model, nn.parallel.DistributedDataParallel)
 
 
-_ASKED = re.compile(r"(?:Tried to allocate|tried to allocate) ([\d.]+ ?[KMGT]?i?B|\d+ bytes)")
-_TOTAL = re.compile(r"total capacity of ([\d.]+ ?[KMGT]?i?B)")
+_ASKED = re.compile(r"[Tt]ried to allocate (\d+(?:\.\d+)? ?[KMGT]?i?B|\d+ bytes)")
+_TOTAL = re.compile(r"total capacity of (\d+(?:\.\d+)? ?[KMGT]?i?B)")
 
 
 def out_of_memory(error: BaseException, batch_size: int, device: torch.device) -> UserError | None:
@@ -202,11 +203,14 @@ def out_of_memory(error: BaseException, batch_size: int, device: torch.device) -
     if not (isinstance(error, torch.OutOfMemoryError) or "DefaultCPUAllocator: can't allocate memory" in text):
         return None
     asked = _ASKED.search(text)
-    amount = f"{asked.group(1)} more" if asked else "more"
+    amount = "more" if asked is None else f"{asked.group(1)} more"
     if amount.endswith(" bytes more"):
-        amount = f"{int(amount.split()[0]) / 2**30:.2f} GiB more"
+        amount = f"{size_text(int(amount.split()[0]))} more"
     total = _TOTAL.search(text)
-    where = f"{device} ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else str(device)
     has = f" (it has {total.group(1)} in all)" if total else ""
+    if device.type == "cuda":
+        where, smaller = f"{device} ({torch.cuda.get_device_name(device)})", "lower --batch-size, or --amp bf16"
+    else:
+        where, smaller = str(device), "lower --batch-size"
     return UserError(f"--batch-size {batch_size} does not fit in the memory of {where}: a step asked for {amount} "
-                     f"than was free{has}; lower --batch-size (or train in bf16: --amp bf16)")
+                     f"than was free{has}; {smaller}")

@@ -5,8 +5,11 @@ import math
 import pytest
 import torch
 
+from memdpc.bench import step_profile
 from memdpc.model import create_model
+from memdpc.model.layout import channels_innermost
 from memdpc.model.loss import dense_infonce
+from memdpc.model.memdpc import encode
 
 from .conftest import TINY
 
@@ -110,6 +113,47 @@ def test_temperature_option_and_channels_last_give_the_same_kind_of_output(clips
         model.backbone.to(memory_format=torch.channels_last_3d)
         cl = model(clips)["loss"]
     torch.testing.assert_close(ref, cl, rtol=1e-4, atol=1e-4)
+
+
+def _channels_last(model: torch.nn.Module, clips: torch.Tensor) -> torch.Tensor:
+    model.backbone.to(memory_format=torch.channels_last_3d)
+    return clips.flatten(0, 1).contiguous(memory_format=torch.channels_last_3d).view(clips.shape)
+
+
+def test_an_encoder_in_channels_last_3d_keeps_the_head_in_channels_last(clips):
+    """Features, GRU states, memory read-out and the stacked predictions keep D innermost (the loss flattens them
+    as a view), and the head computes what it computes in the default layout: the loss and its gradients (the
+    encoder's own differ more between CPU layouts, as they did before the head kept the layout)."""
+    results = []
+    for layout in ("contiguous", "channels_last"):
+        model = create_model("memdpc_r18", widths=TINY, mem_size=32, gru_dropout=0.0, seed=0)
+        x = _channels_last(model, clips) if layout == "channels_last" else clips
+        out = model(x)
+        out["loss"].backward()
+        results.append((out, [p.grad for n, p in model.named_parameters() if not n.startswith("backbone.")]))
+    z = encode(model.backbone, x)
+    state = model.agg_f(z[:, :5])
+    preds = model.rollout(model.agg_f, z)
+    assert channels_innermost(z[:, 0]) and channels_innermost(state) and channels_innermost(model.predict_next(state))
+    assert preds.permute(0, 1, 3, 4, 2).is_contiguous()  # the loss's (B·P·h·w, D) rows: a view
+    (ref, ref_grads), (cl, cl_grads) = results
+    torch.testing.assert_close(cl["loss"], ref["loss"], rtol=1e-5, atol=1e-5)
+    for a, b in zip(cl_grads, ref_grads, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-3 * float(b.abs().max()))
+
+
+def test_a_channels_last_forward_pass_copies_only_the_loss_targets(clips):
+    """The profile's count of layout copies in a forward pass: in channels_last_3d only the loss's gather of
+    the target blocks (one per direction); in the default layout the memory read converts too."""
+    copies = {}
+    for layout in ("contiguous", "channels_last"):
+        model = create_model("memdpc_r18", widths=TINY, mem_size=32, seed=0)
+        x = _channels_last(model, clips) if layout == "channels_last" else clips
+        with torch.no_grad():
+            trace = step_profile.record(lambda m=model, x=x: m(x), 1, torch.device("cpu"))
+        copies[layout] = step_profile.analyse(trace, "cpu")["layout_copies_by_part"]
+    assert copies["channels_last"] == {"loss": 2}
+    assert copies["contiguous"]["memory read"] == 6  # 3 predictions per direction
 
 
 def test_wrong_input_shape_is_refused():

@@ -33,6 +33,17 @@ def test_frame_max_pool_is_the_reference_max_pool_3d_forward_and_backward():
     assert torch.equal(*(torch.autograd.grad(y, x, g)[0] for y in (ours, ref)))
 
 
+def test_frame_max_pool_keeps_channels_last_3d_without_a_copy():
+    """In channels_last_3d (the CUDA fast defaults) the pool reads its input as a view and gives the reference's
+    values in that layout, forward and backward."""
+    x = torch.randn(2, 4, 3, 11, 10).contiguous(memory_format=torch.channels_last_3d).requires_grad_()
+    ours, ref = FrameMaxPool()(x), torch.nn.MaxPool3d((1, 3, 3), (1, 2, 2), (0, 1, 1))(x)
+    assert torch.equal(ours, ref) and ours.is_contiguous(memory_format=torch.channels_last_3d)
+    grad = torch.autograd.grad(ours, x, torch.ones_like(ours))[0]
+    assert grad.is_contiguous(memory_format=torch.channels_last_3d)
+    assert torch.equal(grad, torch.autograd.grad(ref, x, torch.ones_like(ref))[0])
+
+
 def test_last_block_is_not_rectified_and_earlier_ones_are():
     net = ResNet2d3d(18, widths=(8, 8, 16, 16)).eval()
     with torch.no_grad():
