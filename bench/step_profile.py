@@ -286,18 +286,24 @@ def _cpu_work(events: list[_Event], n: int) -> tuple[list[_Work], dict[str, floa
 
 
 def _device_work(trace: dict[str, Any], events: list[_Event], n: int) -> tuple[list[_Work], dict[str, float]]:
-    """On CUDA: every kernel, copy and fill launched in the steps, found by its launch call."""
+    """On CUDA: every kernel, copy and fill launched in the steps, found by its launch call; one whose launch is
+    not in the trace (a CUDA graph's kernels may carry none) counts where it starts after the first step did."""
+    start = min(ev.ts for ev in events if ev.name == STEP)
     launches = {ev.args.get("correlation"): ev for ev in events if ev.cat in ("cuda_runtime", "cuda_driver")}
+    host_calls = {e["args"].get("correlation") for e in trace["traceEvents"]
+                  if e.get("ph") == "X" and e.get("cat") in ("cuda_runtime", "cuda_driver") and "args" in e}
     work, spans = [], []
     for e in trace["traceEvents"]:
         if e.get("ph") != "X" or e.get("cat") not in _DEVICE_CATS:
             continue
-        launch = launches.get(e.get("args", {}).get("correlation"))
-        if launch is None:
-            continue
-        names = [x.name for x in launch.chain()[1:]]  # the ops around the launch call
+        correlation = e.get("args", {}).get("correlation")
+        launch = launches.get(correlation)
+        if launch is None and (correlation in host_calls or float(e["ts"]) < start):
+            continue  # launched outside the steps
+        names = [x.name for x in launch.chain()[1:]] if launch is not None else []  # the ops around the launch
         kind = "memcpy" if e["cat"] != "kernel" else kind_of(e["name"], names)
-        work.append(_Work(e["name"], float(e["dur"]), kind, launch.part or "rest", True))
+        part = launch.part if launch is not None and launch.part else "rest"
+        work.append(_Work(e["name"], float(e["dur"]), kind, part, True))
         spans.append((float(e["ts"]), float(e["ts"]) + float(e["dur"])))
     if not spans:
         raise ValueError("the trace holds no device work inside the steps (was the CUDA activity recorded?)")

@@ -38,6 +38,7 @@ import time
 import traceback
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
@@ -215,7 +216,11 @@ def run_variant(args: argparse.Namespace, name: str, curve: bool, measure: bool)
         if curve:
             out["curve"] = v.curve()
         if measure and args.profile:
-            out["profile"] = v.profiled()
+            try:
+                out["profile"] = v.profiled()
+            except Exception as e:  # noqa: BLE001 — a profile that fails leaves the throughput to measure
+                traceback.print_exc()
+                out["profile_error"] = f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:300]}"
         if measure:
             out["batches"] = {}
             for batch in args.batch_sizes:
@@ -233,11 +238,15 @@ def run_variant(args: argparse.Namespace, name: str, curve: bool, measure: bool)
     return out
 
 
-def in_fresh_process(fn: Callable, *args):
+def in_fresh_process(fn: Callable, *args) -> dict[str, Any]:
     """``fn(*args)`` in a new process, where cuDNN chooses its algorithms afresh as a new run does (a second
-    run in the same process reuses the first one's choices, and would show no run-to-run spread)."""
+    run in the same process reuses the first one's choices, and would show no run-to-run spread). A process that
+    dies (a crash in a kernel) gives an error record."""
     with ProcessPoolExecutor(1, mp_context=get_context("spawn")) as pool:
-        return pool.submit(fn, *args).result()
+        try:
+            return pool.submit(fn, *args).result()
+        except BrokenProcessPool as e:
+            return {"error": f"the variant's process died ({e})"}
 
 
 # ------------------------------------------------------------------------------------------------ loaders
@@ -446,6 +455,9 @@ def main(argv: list[str] | None = None) -> None:
                 curves["eager 2"] = second["curve"]
         for warning in results[name].get("warnings", []):
             console.print(f"[yellow]warning:[/] {escape(warning)}")
+        for what in ("error", "profile_error"):
+            if what in results[name]:
+                console.print(f"[red]{label(name)}: {what.replace('_', ' ')}:[/] {escape(results[name][what])}")
         write_json_atomic(args.out, record)
     add_rates(results, record["flops_per_clip"], peak[1] if peak else None, first)
     backends = [b for b in args.backends.split(",") if b and (b != "dali" or dali_available())]

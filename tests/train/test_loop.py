@@ -655,6 +655,15 @@ def test_metrics_are_read_only_every_log_every_steps(train_shards, tmp_path, one
                                                                               + losses[7], 4]
 
 
+def test_deterministic_reruns_are_bit_identical(train_shards, tmp_path, one_thread):
+    """--deterministic: two runs of one command train the very same weights, optimiser state and RNG states."""
+    for name in ("a", "b"):
+        res = cli(*TINY, "--shards", str(train_shards), "--out", str(tmp_path / name), "--epochs", "1",
+                  "--val-split", "none", "--deterministic")
+        assert res.exit_code == 0, res.output
+    assert_same_training(tmp_path / "a", tmp_path / "b")
+
+
 @pytest.mark.slow
 def test_full_disk_while_saving_keeps_the_previous_checkpoint(learned_run, train_shards, tmp_path, one_thread):
     """Resume a copy of the learned run for one more epoch under a real file-size limit (EFBIG)."""
@@ -701,6 +710,16 @@ def test_gpu_fast_defaults_follow_the_eager_losses(train_shards, tmp_path):
         losses[name] = [r["loss"] for r in records(out, "train")]
     assert len(losses["fast"]) == 8
     assert losses["fast"] == pytest.approx(losses["eager"], rel=1e-3, abs=1e-4)
+
+
+@pytest.mark.gpu
+def test_gpu_deterministic_reruns_with_cuda_graphs_are_bit_identical(train_shards, tmp_path):
+    """--deterministic with the step in a CUDA graph (bf16): two runs of one command, the same weights."""
+    for name in ("a", "b"):
+        res = cli(*TINY, "--shards", str(train_shards), "--out", str(tmp_path / name), "--device", "cuda",
+                  "--epochs", "3", "--val-split", "none", "--deterministic", "--cuda-graphs", "--amp", "bf16")
+        assert res.exit_code == 0, res.output
+    assert_same_training(tmp_path / "a", tmp_path / "b")
 
 
 @pytest.mark.gpu
