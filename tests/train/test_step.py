@@ -9,11 +9,13 @@ import os
 import re
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
 import torch
 import torch._inductor.config as inductor_config
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from memdpc.errors import UserError
 from memdpc.model import create_model
@@ -28,6 +30,15 @@ TINY = dict(shards="unused", out="unused", widths=[4, 8, 16, 16], size=32, mem_s
 TRAIN = ["--stream", "rgb", "--arch", "dpc_r18", "--widths", "4,8,16,16", "--size", "32", "--num-blocks", "5",
          "--block-len", "3", "--pred-steps", "2", "--batch-size", "4", "--backend", "torch", "--num-workers", "0",
          "--no-progress", "--log-every", "1", "--val-split", "none"]
+
+
+@pytest.fixture(autouse=True)
+def fresh_compiler():
+    """torch.compile's caches start empty in every test, as in a new process (its limit of recompilations per
+    function would otherwise count the graphs of the tests before)."""
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
 
 
 @pytest.fixture
@@ -87,6 +98,54 @@ def test_every_pretraining_step_is_one_graph_and_steps_as_eager(arch, bidirectio
     (compiled, after), (eager, eager_after) = results
     assert all(torch.equal(compiled[k], eager[k]) for k in eager)
     assert all(torch.equal(after[k], eager_after[k]) for k in eager_after)
+
+
+def test_the_channels_last_bf16_step_is_one_graph_too(one_thread):
+    """The CUDA fast path's layout (channels_last_3d encoder and clips) under bf16 autocast, traced on the CPU:
+    one graph, at each of three batch sizes (the third as a dynamic shape). (The values are not checked: this
+    torch's CPU bf16 3D-convolution weight gradients are not deterministic, sometimes not finite.)"""
+    config = TrainConfig(**{**TINY, "size": 64}, arch="memdpc_r18", bidirectional=True, compile=True, amp="bf16")
+    model, step, warnings = stepper(config, backend="eager")
+    model.backbone.to(memory_format=torch.channels_last_3d)
+    for batch in (2, 3, 4):
+        x = clips(config, batch=batch)
+        step(x.flatten(0, 1).contiguous(memory_format=torch.channels_last_3d).view(x.shape))
+    assert warnings == [] and step.compiled
+
+
+class _Dtypes(TorchDispatchMode):
+    """Counts the convolutions and matrix products a step runs, by the dtypes of their floating inputs."""
+
+    OPS = ("convolution", "convolution_backward", "mm", "bmm", "addmm", "_log_softmax")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: Counter[tuple[str, tuple[str, ...]]] = Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func.overloadpacket.__name__
+        if name in self.OPS:
+            dtypes = {str(a.dtype).removeprefix("torch.") for a in args
+                      if isinstance(a, torch.Tensor) and a.is_floating_point()}
+            self.seen[(name, tuple(sorted(dtypes)))] += 1
+        return func(*args, **(kwargs or {}))
+
+
+def test_bf16_autocast_reaches_every_convolution_and_matrix_product(one_thread):
+    """--amp bf16: the encoder's, the GRU's and the predictor's convolutions (forward and backward), the memory
+    read's and the loss's matrix products all run in bf16; only the loss's log-softmax stays in fp32."""
+    config = TrainConfig(**TINY, arch="memdpc_r18", bidirectional=True, amp="bf16")
+    _, step, _ = stepper(config)
+    with _Dtypes() as dtypes:
+        step(clips(config))
+    # 20 encoder convolutions; per direction 3 GRU gates × (3 + 1) steps and 2 predictor convolutions × 2
+    convolutions = 20 + 2 * (3 * 4 + 2 * 2)
+    assert dtypes.seen == {("convolution", ("bfloat16",)): convolutions,
+                           ("convolution_backward", ("bfloat16",)): convolutions,
+                           # the memory read per prediction, the loss's scores per direction: each and its two gradients
+                           ("bmm", ("bfloat16",)): 2 * 2 * 3,
+                           ("mm", ("bfloat16",)): 2 * 3,
+                           ("_log_softmax", ("float32",)): 2}
 
 
 @pytest.mark.slow
