@@ -164,8 +164,8 @@ def _host_events(trace: dict[str, Any]) -> list[_Event]:
 def _assign_parts(events: list[_Event]) -> None:
     """Each host event's part: the innermost part range or optimiser range around it; in the backward pass,
     the part of the forward op with the same autograd sequence number."""
-    forward: dict[int, str] = {}
-    for ev in events:  # in time order per thread: a forward op precedes its backward
+    forward: dict[int, str] = {}  # autograd sequence number -> the part of the forward op that has it
+    for ev in events:
         ev.part = _own_part(ev)
     for ev in events:
         seq = ev.args.get("Sequence number")
