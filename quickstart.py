@@ -310,13 +310,15 @@ def _rich_table(rows: list[dict[str, Any]], title: str, caption: str | None = No
 
 def _write(out: Path, rows: list[dict[str, Any]], note: str, pretext: list[dict[str, Any]], console: Console) -> None:
     _step(console, "6/6 summary")
-    write_json_atomic(out / "quickstart.json", rows)
-    write_json_atomic(out / "quickstart-pretext.json", pretext)
-    with atomic_path(out / "quickstart.md") as tmp:
+    table, pretext_path, markdown = (out / n for n in (file_kinds.QUICKSTART_TABLE, file_kinds.QUICKSTART_PRETEXT,
+                                                         file_kinds.QUICKSTART_MARKDOWN))
+    write_json_atomic(table, rows)
+    write_json_atomic(pretext_path, pretext)
+    with atomic_path(markdown) as tmp:
         tmp.write_text(_markdown(rows, note, pretext))
     Console().print(_rich_table(rows, "memdpc quickstart (percent)", note))
     Console().print(_rich_table(pretext, PRETEXT_TITLE + " (top-1 in percent)"))
-    console.print(f"wrote {out / 'quickstart.json'}, {out / 'quickstart-pretext.json'} and {out / 'quickstart.md'}")
+    console.print(f"wrote {table}, {pretext_path} and {markdown}")
 
 
 def quickstart(

@@ -160,6 +160,9 @@ def test_the_quickstart_page_opens_from_the_file_system_with_every_picture(tiny_
     text = browser.evaluate("document.body.innerText")
     for row in json.loads((tiny_quickstart / "quickstart.json").read_text()):  # the quickstart's table, on the page
         assert f"{row['model']}\t{row['stream']}\t{row['R@1']}\t{row['R@5']}\t{row['probe top-1']}" in text
+    for row in json.loads((tiny_quickstart / "quickstart-pretext.json").read_text()):  # and its pretext table
+        assert "\t".join(str(v) for v in row.values()) in text
+    assert "test videos" in text and "| " not in text  # the note under the table, and no Markdown left raw
     assert any(src.endswith(".gif") for src, _, _ in images) and any("strips-flow" in src for src, _, _ in images)
     shot = browser.screenshot(tmp_path / "report.png")
     print(f"screenshot of {page}: {shot}")
