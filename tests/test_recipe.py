@@ -120,6 +120,13 @@ def test_recipes_are_found_by_short_name_or_path_and_mistakes_are_named(tmp_path
     r = load(mine)
     assert (r.train["mem_size"], r.train["arch"], r.run, r.eval["task"]) == (256, "memdpc_r18", "mine", "finetune")
     assert load(tmp_path / "mine.yaml").datasets == ["ucf101"]
+    configs = {line.split("--config ")[1].split()[0] for line in commands(r) if "--config " in line}
+    assert configs == {str(mine)} and resolve(str(mine)) == mine  # the printed commands name the user's file
+    (tmp_path / "both.yaml").write_text("row: mine fused\nexpect: {ucf101: {top1: 80}}\nfuse: [{recipe: mine.yaml, "
+                                        "result: a.json}, {recipe: ucf101-r18-flow, result: b.json}]\n")
+    fused = load(tmp_path / "both.yaml")  # a fused row's parts: beside it (a user's), else shipped
+    assert [f["recipe"] for f in fused.fuse] == [mine, RECIPE_DIR / "ucf101-r18-flow.yaml"]
+    assert f"{tmp_path}/eval/mine/ucf101/a.json" in "\n".join(commands(fused, work=str(tmp_path)))
     (tmp_path / "loop.yaml").write_text("base: loop.yaml\n")
     with pytest.raises(UserError, match="its bases lead back to"):
         load(tmp_path / "loop.yaml")
@@ -164,7 +171,7 @@ def _run_recipe(name: str, shards: Path, work: Path) -> Path:
     r = load(name)
     out = work / "eval" / name
     if r.fuse:
-        parts = [_run_recipe(f["recipe"], shards, work) for f in r.fuse]
+        parts = [_run_recipe(f["recipe"].stem, shards, work) for f in r.fuse]
         for d in r.expect:
             invoke("eval", "fuse", *(p / d / f["result"] for p, f in zip(parts, r.fuse, strict=True)),
                    "--out", out / d / "fused.json")
