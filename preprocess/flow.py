@@ -161,8 +161,8 @@ def make_backend(name: str, params: TVL1Params = TVL1Params(), device: str = "cp
     module, factory = BACKENDS[name].split(":")
     try:
         make: Callable[[TVL1Params, str], FlowBackend] = getattr(importlib.import_module(module), factory)
-    except (ImportError, AttributeError) as e:
-        raise UserError(f"flow backend '{name}' is not available ({e})") from None
+    except (ImportError, AttributeError, OSError) as e:  # OSError: a compiled dependency that fails to load
+        raise UserError(f"flow backend '{name}' is not available ({str(e).strip().splitlines()[0]})") from None
     return make(params, device)
 
 
