@@ -723,7 +723,10 @@ def _recipe_options(ctx: click.Context, task: str, name: str) -> dict:
             raise UserError(f"{resolve(name)}: eval: memdpc eval {task} has no option --{key.replace('_', '-')}")
         p = params[key]
         if ctx.get_parameter_source(p.name) is ParameterSource.DEFAULT:
-            out[p.name] = p.type_cast_value(ctx, str(value) if isinstance(p.type, click.Choice) else value)
+            try:
+                out[p.name] = p.type_cast_value(ctx, str(value) if isinstance(p.type, click.Choice) else value)
+            except click.BadParameter as e:
+                raise UserError(f"{resolve(name)}: eval: {key}: {e.message}") from None
     return out
 
 

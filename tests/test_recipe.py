@@ -159,6 +159,10 @@ def test_a_recipes_eval_options_fill_only_what_the_command_line_leaves(tiny_shar
     res = CliRunner().invoke(main, ["eval", "finetune", str(ckpt), "--config", str(bad), "--shards", str(tiny_shards),
                                     "--out", str(tmp_path / "c")])
     assert res.exit_code == 2 and "bad.yaml: eval: memdpc eval finetune has no option --label-fractoin" in res.output
+    bad.write_text("base: ucf101-r18-rgb\neval: {task: finetune, crops: 7}\n")
+    res = CliRunner().invoke(main, ["eval", "finetune", str(ckpt), "--config", str(bad), "--shards", str(tiny_shards),
+                                    "--out", str(tmp_path / "c")])
+    assert res.exit_code == 2 and res.output.splitlines()[-1].startswith(f"Error: {bad}: eval: crops: '7' is not one of")
 
 
 _DONE: dict[str, Path] = {}  # recipe → the folder of its results, so that fused rows reuse their parts'
