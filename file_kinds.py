@@ -26,7 +26,8 @@ _TORCH_LEGACY = b"\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19"  # t
 _VIDEO = ((4, b"ftyp"), (0, b"\x1a\x45\xdf\xa3"), (0, b"FLV"), (0, b"\x00\x00\x01\xba"), (0, b"\x00\x00\x01\xb3"))
 _IMAGE = (b"\xff\xd8\xff", b"\x89PNG")
 _JSON_LIMIT = 1 << 24  # a JSON file up to this size is parsed whole
-_BY_NAME = {"metrics.jsonl": "a run's metrics", "config.yaml": "a run config"}  # what `memdpc train` names so
+RUN_METRICS, RUN_CONFIG = "metrics.jsonl", "config.yaml"  # what `memdpc train` writes in a run folder
+_BY_NAME = {RUN_METRICS: "a run's metrics", RUN_CONFIG: "a run config"}
 
 
 def describe(path: str | os.PathLike) -> str:

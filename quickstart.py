@@ -37,6 +37,7 @@ from memdpc.streams import STREAMS
 from memdpc.train.checkpoint import write_initial_checkpoint
 from memdpc.train.config import TrainConfig
 from memdpc.train.loop import train
+from memdpc.train.metrics import read_metrics
 from memdpc.train.pretext import pretext_scores
 
 MODELS = ("random", "random_bn", "memdpc")
@@ -230,10 +231,12 @@ def _metrics(result: Path) -> dict[str, Any]:
 
 def knn_monitor(run: Path) -> dict[str, Any]:
     """The kNN monitor's R@1 on the initial weights (step 0) and at its best trained epoch (the first highest,
-    as training chooses best.pt), from the run's ``metrics.jsonl``."""
-    lines = (run / "metrics.jsonl").read_text().splitlines()
-    knn = [r for r in map(json.loads, lines) if r["kind"] == "knn"]
-    best = max((r for r in knn if r["step"] > 0), key=lambda r: r["r1"])  # max keeps the first of equals
+    as training chooses best.pt), from the run's ``metrics.jsonl``; empty where it holds no trained epoch's."""
+    knn = [r for r in read_metrics(run) if r["kind"] == "knn"]
+    trained = [r for r in knn if r["step"] > 0]
+    if not knn or not trained:  # no monitor, or a run stopped before its first epoch's
+        return {}
+    best = max(trained, key=lambda r: r["r1"])  # max keeps the first of equals
     return {"initial": knn[0]["r1"], "best": best["r1"], "epoch": best["epoch"], "beat_init": best["r1"] > knn[0]["r1"]}
 
 
@@ -241,7 +244,7 @@ def _notes(monitors: dict[str, dict[str, Any]]) -> dict[tuple[str, str], str]:
     """What the MemDPC rows must say: where no trained epoch beat the untrained encoder on the kNN monitor."""
     notes = {}
     for stream, m in monitors.items():
-        if not m["beat_init"]:
+        if m and not m["beat_init"]:
             notes["memdpc", stream] = (f"{BELOW_INIT} (kNN R@1 {m['initial']:.3f} untrained, {m['best']:.3f} at "
                                        f"the best epoch, {m['epoch']}: the row's)")
     below = [s for s in STREAMS if ("memdpc", s) in notes]

@@ -56,7 +56,7 @@ from memdpc.preprocess.archive import META, archive_path, frame_index, read_meta
 from memdpc.show_options import TAKES, ShowOptions
 from memdpc.streams import FLOW, RGB, STREAMS
 from memdpc.train.config import TrainConfig
-from memdpc.train.metrics import METRICS_NAME
+from memdpc.train.metrics import METRICS_NAME, read_metrics
 from memdpc.train.prepare import CONFIG_NAME, augment_spec
 
 matplotlib.use("Agg")
@@ -347,20 +347,6 @@ def _draw_shards(folder: Path, out: Path, o: ShowOptions) -> list[Path]:
 
 
 # ------------------------------------------------------------------------------------------------- runs
-def read_metrics(run: Path) -> list[dict[str, Any]]:
-    """The records of a run's ``metrics.jsonl`` (a line cut by a kill is left out)."""
-    path = run / METRICS_NAME
-    records = []
-    for line in path.read_text().splitlines() if path.is_file() else []:
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(record, dict) and "kind" in record and "step" in record:
-            records.append(record)
-    return records
-
-
 def chosen_checkpoint(run: Path) -> dict[str, Any] | None:
     """best.pt's ``epoch`` (the epoch that made it) and ``step``, or None without one."""
     path = run / "checkpoints" / "best.pt"
