@@ -241,11 +241,21 @@ def test_readme_lists_every_recipe_with_its_figures_and_commands_the_command_lin
     block = section.split("and then each row is one command:", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
     lines = [line for line in block.splitlines() if line]
     assert sorted(name for name in names() for line in lines if f"--out $W/eval/{name}/" in line) == names()
-    for line in lines:
-        for command in line.replace("for d in ucf101 hmdb51; do ", "").replace("; done", "").split(" && "):
-            args = shlex.split(command.replace("$W", "/work").replace("$d", "ucf101"))
-            assert args[0] == "memdpc"
-            _parses(args[1:])
+    pretraining = section.split("the pretraining runs are", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
+    readme = set()
+    for line in [*pretraining.splitlines(), *lines]:
+        loop = "for d in ucf101 hmdb51; do "
+        each = [line] if not line.startswith(loop) else [line[len(loop):-len("; done")].replace("$d", d)
+                                                         for d in ("ucf101", "hmdb51")]
+        readme |= {command for one in each for command in one.split(" && ") if command}
+    for command in readme:
+        args = shlex.split(command.replace("$W", "/work"))
+        assert args[0] == "memdpc"
+        _parses(args[1:])
+    # the same commands as `memdpc recipes NAME` prints for each row (README is a copy: it must not drift)
+    printed = {line for name in names() for line in commands(load(name), "DATA", "$W")
+               if line.startswith(("memdpc train", "memdpc eval"))}
+    assert readme == printed, (sorted(readme - printed)[:3], sorted(printed - readme)[:3])
 
 
 def test_memdpc_recipes_lists_every_recipe():
