@@ -555,7 +555,7 @@ def train_cmd(config_file: Path | None, init_only: bool, bn_from_data: bool, dry
 # ------------------------------------------------------------------------------------------- recipes
 @main.command("recipes")
 @click.argument("name", required=False)
-@click.option("--data", default="DATA", show_default=True,
+@click.option("--datasets", "data", default="DATA", show_default=True,
               help="Folder of the datasets in their official layouts, one sub-folder each (ucf101, hmdb51, k400).")
 @click.option("--work", default="WORK", show_default=True, help="Folder for everything the commands write.")
 def recipes_cmd(name: str | None, data: str, work: str) -> None:

@@ -196,7 +196,11 @@ def train_settings(name_or_path: str | Path) -> dict[str, Any]:
 def eval_settings(name_or_path: str | Path, task: str) -> dict[str, Any]:
     """What ``memdpc eval TASK --config`` reads: the recipe's ``eval`` options, without ``task``; UserError when
     the recipe evaluates otherwise."""
-    recipe = load(name_or_path)
+    path = resolve(name_or_path)
+    if not is_recipe(read_file(path)):
+        raise UserError(f"{path}: memdpc eval --config takes a recipe (`memdpc recipes` lists them; a recipe of "
+                        "your own starts from one with base:), not a file of plain options")
+    recipe = load(path)
     if recipe.eval.get("task") != task:
         how = f"memdpc eval {recipe.eval['task']}" if recipe.eval else "no evaluation of its own"
         raise UserError(f"{recipe.path}: this recipe's evaluation is {how}, not memdpc eval {task}")

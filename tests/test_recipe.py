@@ -142,6 +142,13 @@ def test_recipes_are_found_by_short_name_or_path_and_mistakes_are_named(tmp_path
         train_settings("ucf101-r18-fused")
 
 
+def test_eval_config_takes_recipes_only(tmp_path):
+    plain = tmp_path / "opts.yaml"
+    plain.write_text("crops: 10\n")
+    with pytest.raises(UserError, match=r"opts\.yaml: memdpc eval --config takes a recipe"):
+        eval_settings(plain, "finetune")
+
+
 def test_a_recipes_eval_options_fill_only_what_the_command_line_leaves(tiny_shards, tmp_path):
     """The recipe asks for 10 crops; --crops 1 on the command line wins. A recipe with an option the verb lacks
     is a one-line error naming it."""
