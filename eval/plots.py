@@ -2,7 +2,7 @@
 
 * Retrieval examples (paper appendix): each row is a test query and its top-3 train neighbours, every video
   shown as a strip of one frame per block of its first window, titled with the class (green: same class);
-  flow in colour (:mod:`memdpc.flowviz`), each strip scaled to its own fastest motion, named in its title.
+  flow in colour (:mod:`memdpc.flowviz`), each strip on a scale of its own (flowviz's), named in its title.
 * Confusion matrix of per-video predictions (rows: true class, normalised per row).
 * Memory norms (paper appendix, Fig. "memory retrieval"): ‖M_i‖ of every memory slot, the largest few
   highlighted.
@@ -52,7 +52,7 @@ def _strip(jpegs: Sequence[bytes], num_blocks: int, stream: str) -> tuple[np.nda
 
 def frame_strip(jpegs: Sequence[bytes], num_blocks: int, stream: str = RGB) -> np.ndarray:
     """One frame from the middle of every block, side by side: (h, num_blocks·w, 3) RGB uint8; flow in colour,
-    scaled to the strip's fastest motion."""
+    on the strip's own scale (flowviz's)."""
     return _strip(jpegs, num_blocks, stream)[0]
 
 
