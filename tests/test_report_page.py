@@ -22,6 +22,8 @@ from memdpc.report_page import PAGE, write_report
 
 from .conftest import run_memdpc
 
+ARTIFACTS_ENV = "MEMDPC_TEST_ARTIFACTS"  # a folder where tests keep what a person may want to look at
+
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 # headless, and nothing that reaches out to the network on its own (this machine has none)
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -164,7 +166,9 @@ def test_the_quickstart_page_opens_from_the_file_system_with_every_picture(tiny_
         assert "\t".join(str(v) for v in row.values()) in text
     assert "test videos" in text and "| " not in text  # the note under the table, and no Markdown left raw
     assert any(src.endswith(".gif") for src, _, _ in images) and any("strips-flow" in src for src, _, _ in images)
-    shot = browser.screenshot(tmp_path / "report.png")
+    kept = Path(os.environ.get(ARTIFACTS_ENV) or tmp_path)  # CI keeps it with the test output (.ci/run)
+    kept.mkdir(parents=True, exist_ok=True)
+    shot = browser.screenshot(kept / "report-page.png")
     print(f"screenshot of {page}: {shot}")
     picture = np.asarray(Image.open(shot).convert("RGB")).astype(int)
     assert picture.shape[1] == WIDTH and picture.shape[0] > 2000
