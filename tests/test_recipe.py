@@ -12,6 +12,7 @@ import sys
 import zipfile
 from pathlib import Path
 
+import click
 import numpy as np
 import pytest
 from click.testing import CliRunner
@@ -19,6 +20,7 @@ from click.testing import CliRunner
 from memdpc.cli import main
 from memdpc.errors import UserError
 from memdpc.model.checkpoint import read_checkpoint
+from memdpc.pipeline.shard import shard_stream
 from memdpc.preprocess.synthetic import CLASSES, render_video
 from memdpc.preprocess.video_index import VideoRecord
 from memdpc.recipe import RECIPE_DIR, commands, datasets, eval_settings, load, names, resolve, train_settings
@@ -44,8 +46,6 @@ def invoke(*args) -> str:
 def tiny_shards(tmp_path_factory) -> Path:
     """RGB and flow shards (train and test) of 9 rendered videos of 30 frames at 16², 3 classes, 2 training
     videos of each: the paper's clip (8 × 5 frames, stride 3), one padded window per video."""
-    from memdpc.pipeline.shard import shard_stream
-
     root = tmp_path_factory.mktemp("recipe_data")
     records = []
     for ci, cls in enumerate(CLASSES[:3]):
@@ -82,8 +82,6 @@ def test_every_recipe_names_its_row_figures_data_and_a_valid_training():
 
 def _parses(args: list[str]) -> None:
     """Parse one command line against the real command line (options, types, choices), without running it."""
-    import click
-
     command, name, rest = main, "memdpc", list(args)
     while isinstance(command, click.Group):  # none of the commands gives a group an option of its own
         ctx = click.Context(command, info_name=name)
