@@ -1,7 +1,7 @@
 """Benchmark: GPU TV-L1 flow, from the kernels to `memdpc preprocess flow` end to end, in one run.
 
 Four tables, side by side on the same frames and videos (real-looking synthetic scenes with moving objects,
-``preprocess.synthetic``, written as real video files for the end-to-end part):
+``preprocess.examples.synthetic``, written as real video files for the end-to-end part):
 
 1. **kernel**: pairs/s of the fused Triton kernels (``tvl1_triton``) and of the torch port (``tvl1_torch``)
    per frame size and batch size, after a warm-up call (targets on one H100 at 256²: ≥ 1500 pairs/s at the
@@ -44,14 +44,14 @@ from rich.table import Table
 
 from memdpc.atomic import write_json_atomic
 from memdpc.bench.flow_backends import make_pairs
-from memdpc.preprocess import tvl1_torch, tvl1_triton
 from memdpc.preprocess.decode import DecodeSpec, VideoStream
-from memdpc.preprocess.example_layout import write_video
-from memdpc.preprocess.flow import flow_to_codes
+from memdpc.preprocess.examples.layout import write_video
+from memdpc.preprocess.examples.synthetic import CLASSES, render_video
+from memdpc.preprocess.flow import tvl1_torch, tvl1_triton
+from memdpc.preprocess.flow.backends import flow_to_codes
+from memdpc.preprocess.flow.tvl1_params import TVL1Params
+from memdpc.preprocess.flow.tvl1_torch import level_sizes
 from memdpc.preprocess.run import PreprocessConfig, run_preprocess
-from memdpc.preprocess.synthetic import CLASSES, render_video
-from memdpc.preprocess.tvl1_params import TVL1Params
-from memdpc.preprocess.tvl1_torch import level_sizes
 from memdpc.preprocess.video_index import VideoRecord
 
 console = Console(width=170)

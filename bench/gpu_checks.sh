@@ -29,5 +29,6 @@ ref=()
 step flow_e2e 300 python3 bench/flow_e2e.py "${ref[@]}" --batches 128,256,512,1024 --videos 96 --frames 100 \
     --out "$out/flow_e2e.json"
 step train 240 python3 bench/train.py --device cuda --backends torch,dali --out "$out/train.json"
-step gpu_tests 180 python3 -m pytest -m gpu -q -p no:cacheprovider tests/preprocess/test_batched.py \
-    tests/preprocess/test_tvl1_triton.py tests/preprocess/test_tvl1_torch.py tests/train/test_loop.py
+step gpu_tests 180 python3 -m pytest -m gpu -q -p no:cacheprovider tests/preprocess/flow/test_batched.py \
+    tests/preprocess/flow/test_tvl1_triton.py tests/preprocess/flow/test_tvl1_torch.py \
+    tests/train/test_loop.py

@@ -34,10 +34,11 @@ from memdpc import interrupts
 from memdpc.atomic import write_json_atomic
 from memdpc.errors import UserError
 from memdpc.preprocess.archive import archive_path
-from memdpc.preprocess.batched import run_batched
 from memdpc.preprocess.decode import DecodeSpec, StderrCapture
 from memdpc.preprocess.encode import DEFAULT_FLOW_ENCODING, FLOW_ENCODINGS, RGB_ENCODING, JpegEncoding
-from memdpc.preprocess.flow import BatchedFlowBackend, make_backend, resolve_backend
+from memdpc.preprocess.flow.backends import BatchedFlowBackend, make_backend, resolve_backend
+from memdpc.preprocess.flow.batched import run_batched
+from memdpc.preprocess.flow.tvl1_params import TVL1Params
 from memdpc.preprocess.job import (
     PreprocessConfig,
     Progress,
@@ -50,7 +51,6 @@ from memdpc.preprocess.job import (
     select_part,
 )
 from memdpc.preprocess.pool import pool_results
-from memdpc.preprocess.tvl1_params import TVL1Params
 from memdpc.preprocess.video_index import VideoRecord, read_index
 from memdpc.progress import progress_bar
 from memdpc.wording import plural
@@ -246,7 +246,7 @@ def run_preprocess(records: list[VideoRecord], cfg: PreprocessConfig, progress: 
     ``failed`` + reason), frame counts, fps, seconds per stage, the measured flow storage error and what
     FFmpeg printed about it (``messages``); for flow, ``flow`` names the backend and devices used (``auto``
     resolved) and the note of a fallback. A batched backend (torch, triton) runs in the batched stage
-    (``memdpc.preprocess.batched``) unless the run goes to Dask; the OpenCV backend in per-video jobs. On
+    (``memdpc.preprocess.flow.batched``) unless the run goes to Dask; the OpenCV backend in per-video jobs. On
     SIGINT/SIGTERM (KeyboardInterrupt) the report of what was done is written and the interrupt re-raised
     as :class:`memdpc.interrupts.Interrupted` with a note of what was kept.
     """

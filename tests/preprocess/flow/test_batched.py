@@ -19,15 +19,15 @@ import pytest
 
 from memdpc.errors import UserError
 from memdpc.preprocess.archive import archive_path, read_archive
-from memdpc.preprocess.batched import DeviceStage, run_batched
 from memdpc.preprocess.datasets import build_index
 from memdpc.preprocess.decode import DecodeSpec
-from memdpc.preprocess.example_layout import write_video
-from memdpc.preprocess.flow import TorchTVL1
+from memdpc.preprocess.examples.layout import write_video
+from memdpc.preprocess.examples.synthetic import texture
+from memdpc.preprocess.flow.backends import TorchTVL1
+from memdpc.preprocess.flow.batched import DeviceStage, run_batched
+from memdpc.preprocess.flow.tvl1_params import TVL1Params
 from memdpc.preprocess.job import PreprocessConfig, process_video
 from memdpc.preprocess.run import run_preprocess
-from memdpc.preprocess.synthetic import texture
-from memdpc.preprocess.tvl1_params import TVL1Params
 from memdpc.preprocess.video_index import VideoRecord, write_index
 
 MEMDPC = str(Path(sys.executable).parent / "memdpc")

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from memdpc.errors import UserError
-from memdpc.preprocess.flow import (
+from memdpc.preprocess.examples.synthetic import render_video, texture
+from memdpc.preprocess.flow.backends import (
     BatchedFlowBackend,
     FlowStage,
     OpenCVTVL1,
@@ -18,8 +19,7 @@ from memdpc.preprocess.flow import (
     parse_devices,
     resolve_backend,
 )
-from memdpc.preprocess.synthetic import render_video, texture
-from memdpc.preprocess.tvl1_params import TVL1Params
+from memdpc.preprocess.flow.tvl1_params import TVL1Params
 
 
 def expected_code(d: float) -> int:

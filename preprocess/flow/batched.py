@@ -44,7 +44,7 @@ from memdpc import interrupts
 from memdpc.errors import UserError
 from memdpc.preprocess.archive import ArchiveWriter, archive_path
 from memdpc.preprocess.decode import DecodeError, PartialVideo, VideoStream
-from memdpc.preprocess.flow import BatchedFlowBackend, batch_pairs, make_backend
+from memdpc.preprocess.flow.backends import BatchedFlowBackend, batch_pairs, make_backend
 from memdpc.preprocess.job import (
     FlowWriter,
     PreprocessConfig,

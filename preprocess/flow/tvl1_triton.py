@@ -1,4 +1,4 @@
-"""Fused Triton kernels for the batched dual TV-L1 of :mod:`memdpc.preprocess.tvl1_torch`.
+"""Fused Triton kernels for the batched dual TV-L1 of :mod:`memdpc.preprocess.flow.tvl1_torch`.
 
 Same algorithm, pyramid, rounding choices and per-pair stopping rule as the torch port (which is the
 reference these kernels are tested against), but each step is one pass over memory:
@@ -40,9 +40,9 @@ import triton
 import triton.language as tl
 from triton import knobs
 
-from memdpc.preprocess.tvl1_median import median9, median25
-from memdpc.preprocess.tvl1_params import TVL1Params
-from memdpc.preprocess.tvl1_torch import (
+from memdpc.preprocess.flow.tvl1_median import median9, median25
+from memdpc.preprocess.flow.tvl1_params import TVL1Params
+from memdpc.preprocess.flow.tvl1_torch import (
     FLT_EPSILON,
     centered_gradient,
     check_params,

@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 import torch
 
-from memdpc.preprocess import tvl1_torch, tvl1_triton
-from memdpc.preprocess.flow import flow_to_codes
-from memdpc.preprocess.synthetic import render_video
-from memdpc.preprocess.tvl1_params import TVL1Params
+from memdpc.preprocess.examples.synthetic import render_video
+from memdpc.preprocess.flow import tvl1_torch, tvl1_triton
+from memdpc.preprocess.flow.backends import flow_to_codes
+from memdpc.preprocess.flow.tvl1_params import TVL1Params
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 CHEAP = TVL1Params(scales=2, warps=2, outer_iterations=3, inner_iterations=10)  # the interpreter is slow
@@ -91,7 +91,7 @@ import json, inspect, sys
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
-from memdpc.preprocess import tvl1_triton as T
+from memdpc.preprocess.flow import tvl1_triton as T
 
 INTS, FLOATS = {"H", "W", "tiles_x", "n_tiles"}, {"l_t", "theta", "scaled_eps", "taut"}
 CONSTS = {"_warp_kernel": {"BLOCK": 256}, "_median_kernel": {"K": 5, "BLOCK": 256},
