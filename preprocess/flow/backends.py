@@ -9,8 +9,9 @@ A flow *backend* turns a batch of greyscale frame pairs into float flow: ``backe
 PyTorch port in ``memdpc.preprocess.flow.tvl1_torch`` (GPU). A new backend is one more entry in :data:`BACKENDS`.
 
 A *batched* backend (:class:`BatchedFlowBackend`) also maps flow to codes on its device,
-``backend.codes(prev, nxt, third)``; the run feeds such a backend from many videos at once
-(``memdpc.preprocess.flow.batched``). :func:`resolve_backend` turns ``auto`` into the backend and devices used.
+``backend.device_codes(prev, nxt, third)`` with tensors on ``backend.device``; the run feeds such a backend
+from many videos at once (``memdpc.preprocess.flow.batched``). :func:`resolve_backend` turns ``auto`` into
+the backend and devices used.
 """
 
 from __future__ import annotations
@@ -45,19 +46,22 @@ class FlowBackend(Protocol):
 class BatchedFlowBackend(FlowBackend, Protocol):
     """A backend that runs large batches on a device and maps flow to codes there.
 
-    ``codes(prev, nxt, third)``: (B, H, W) uint8 ×2 → (B, H, W, 3) uint8, equal to
-    ``flow_to_codes(backend(prev, nxt), third)``, so only codes cross back to the host. A pair's result must
-    not depend on the other pairs of its batch. A batch too large for the device's memory raises
+    ``device_codes(prev, nxt, third)``: (B, H, W) uint8 tensors ×2 on ``device`` → (B, H, W, 3) uint8 on
+    ``device``, equal to ``flow_to_codes(backend(prev, nxt), third)``, so the caller moves frames in and
+    codes out when it suits it (its own streams, while the device computes another batch). It is called on
+    the caller's current CUDA stream and returns without waiting for the device. A pair's result must not
+    depend on the other pairs of its batch. A batch too large for the device's memory raises
     ``torch.cuda.OutOfMemoryError`` (or ``MemoryError``, or a ``RuntimeError`` saying "out of memory");
     the caller then splits it. ``checkpoint`` is called often during the batch (every solver iteration); an
     exception it raises abandons the batch, so a run can stop within a fraction of a second.
     """
 
     batch_pixels: int  # the batched path's batch: this many pixels, i.e. batch_pixels // (H·W) pairs
+    device: torch.device
 
-    def codes(
-        self, prev: np.ndarray, nxt: np.ndarray, third: int, checkpoint: Callable[[], None] = ...
-    ) -> np.ndarray: ...
+    def device_codes(
+        self, prev: torch.Tensor, nxt: torch.Tensor, third: int, checkpoint: Callable[[], None] = ...
+    ) -> torch.Tensor: ...
 
 
 def batch_pairs(backend: BatchedFlowBackend, height: int, width: int) -> int:
@@ -113,20 +117,18 @@ class TorchTVL1:
 
     def __call__(self, prev: np.ndarray, nxt: np.ndarray) -> np.ndarray:
         # (B, H, W) uint8 ×2 -> (B, H, W, 2) float32
-        return self._device_flow(prev, nxt).cpu().numpy()
-
-    def codes(
-        self, prev: np.ndarray, nxt: np.ndarray, third: int, checkpoint: Callable[[], None] = lambda: None
-    ) -> np.ndarray:
-        # (B, H, W) uint8 ×2 -> (B, H, W, 3) uint8, mapped on the device
-        return flow_to_codes_torch(self._device_flow(prev, nxt, checkpoint), third).cpu().numpy()
-
-    def _device_flow(
-        self, prev: np.ndarray, nxt: np.ndarray, checkpoint: Callable[[], None] = lambda: None
-    ) -> torch.Tensor:
         to = self._torch.from_numpy
-        prev_t, nxt_t = to(prev).to(self.device), to(nxt).to(self.device)
-        return self._flow(prev_t, nxt_t, self._params, checkpoint=checkpoint)
+        return self._flow(to(prev).to(self.device), to(nxt).to(self.device), self._params).cpu().numpy()
+
+    def device_codes(
+        self,
+        prev: torch.Tensor,
+        nxt: torch.Tensor,
+        third: int,
+        checkpoint: Callable[[], None] = lambda: None,
+    ) -> torch.Tensor:
+        # (B, H, W) uint8 ×2 -> (B, H, W, 3) uint8, on the device
+        return flow_to_codes_torch(self._flow(prev, nxt, self._params, checkpoint=checkpoint), third)
 
 
 class TritonTVL1(TorchTVL1):
