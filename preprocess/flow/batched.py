@@ -170,18 +170,23 @@ class Transfers:
 
     def load(self, pairs: list[_Pair]) -> _Batch:
         """Stack the pairs' frames and copy them to the device (without waiting on CUDA)."""
-        host = torch.empty((2, len(pairs), *pairs[0].prev.shape), dtype=torch.uint8, pin_memory=self.cuda)
-        frames = host.numpy()  # (2, B, H, W)
-        np.stack([p.prev for p in pairs], out=frames[0])
-        np.stack([p.nxt for p in pairs], out=frames[1])
-        if not self.cuda:
-            return _Batch(pairs, host[0], host[1], None)
-        with torch.cuda.stream(self._in):
-            on_device = host.to(self.device, non_blocking=True)
-            loaded = torch.cuda.Event()
-            loaded.record()
-        on_device.record_stream(self.compute)  # allocated for the copy stream, read by the compute stream
+        with self._on_device():
+            host = torch.empty((2, len(pairs), *pairs[0].prev.shape), dtype=torch.uint8, pin_memory=self.cuda)
+            frames = host.numpy()  # (2, B, H, W)
+            np.stack([p.prev for p in pairs], out=frames[0])
+            np.stack([p.nxt for p in pairs], out=frames[1])
+            if not self.cuda:
+                return _Batch(pairs, host[0], host[1], None)
+            with torch.cuda.stream(self._in):
+                on_device = host.to(self.device, non_blocking=True)
+                loaded = torch.cuda.Event()
+                loaded.record()
+            on_device.record_stream(self.compute)  # allocated for the copy stream, read by the compute stream
         return _Batch(pairs, on_device[0], on_device[1], loaded)
+
+    def _on_device(self) -> contextlib.AbstractContextManager:
+        """This device as the calling thread's current CUDA device (a thread starts on the first)."""
+        return torch.cuda.device(self.device) if self.cuda else contextlib.nullcontext()
 
     @contextlib.contextmanager
     def computing(self, batch: _Batch) -> Iterator[None]:
@@ -198,13 +203,14 @@ class Transfers:
         array, and the event after which it holds them."""
         if not self.cuda:
             return codes.numpy(), None
-        self._out.wait_stream(self.compute)
-        host = torch.empty(codes.shape, dtype=torch.uint8, pin_memory=True)
-        with torch.cuda.stream(self._out):
-            host.copy_(codes, non_blocking=True)
-            arrived = torch.cuda.Event()
-            arrived.record()
-        codes.record_stream(self._out)
+        with self._on_device():
+            self._out.wait_stream(self.compute)
+            host = torch.empty(codes.shape, dtype=torch.uint8, pin_memory=True)
+            with torch.cuda.stream(self._out):
+                host.copy_(codes, non_blocking=True)
+                arrived = torch.cuda.Event()
+                arrived.record()
+            codes.record_stream(self._out)
         return host.numpy(), arrived
 
 
