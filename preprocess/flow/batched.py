@@ -221,7 +221,6 @@ class _DeviceClock:
     def __init__(self, transfers: Transfers) -> None:
         self.transfers, self.seconds = transfers, 0.0
         self._spans: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []
-        self._t = 0.0
 
     @contextlib.contextmanager
     def span(self) -> Iterator[None]:

@@ -96,6 +96,21 @@ def test_how_the_host_checks_changes_nothing_and_iterations_are_counted(pairs, c
     assert torch.equal(same_counts, torch.full_like(same_counts, CHEAP.warps))  # stops at once per warp
 
 
+@pytest.mark.gpu
+def test_on_cuda_the_lagged_checks_and_the_compaction_change_nothing():
+    """On the GPU the host's copies of the flags arrive while it launches (the path the interpreter never
+    takes): every way of checking gives the flows and iteration counts of waiting at every iteration."""
+    rng = np.random.default_rng(1)
+    grey = [np.stack([cv2.cvtColor(f, cv2.COLOR_BGR2GRAY) for f in render_video(c, 64, 5, rng)])
+            for c in ("MoveRight", "ZoomIn", "RotateClockwise")]  # fmt: skip
+    prev, nxt = (torch.from_numpy(np.concatenate([g[s] for g in grey])).cuda() for s in (np.s_[:-1], np.s_[1:]))
+    ref, ref_counts = tvl1_triton.tvl1_flow_with_iterations(prev, nxt, checks=Checks(every=1, lagged=False))
+    assert len(set(ref_counts[0].tolist())) > 1  # the pairs stop at different iterations
+    for checks in (Checks(), *HOST_CHECKS.values()):
+        flow, counts = tvl1_triton.tvl1_flow_with_iterations(prev, nxt, checks=checks)
+        assert torch.equal(flow, ref) and torch.equal(counts, ref_counts), checks
+
+
 def test_available_on_this_device_and_not_on_a_missing_one():
     assert tvl1_triton.unavailable_reason(DEVICE) is None
     if not torch.cuda.is_available():
