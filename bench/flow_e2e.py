@@ -80,7 +80,9 @@ console = Console(width=200)
 PARTS = ("kernels", "fidelity", "compaction", "steady", "projection")
 ITERATION_BYTES = 4 * (11 + 10)  # float32 fields read + written per pixel by _u_kernel and _p_kernel
 ONE_PASS_BYTES = 4 * 16  # the bound's model: 16 float fields per pixel and iteration, read or written once
-QUICK = TVL1Params(scales=1, warps=1, outer_iterations=2, inner_iterations=3)  # --quick: the interpreter is slow
+QUICK = TVL1Params(
+    scales=1, warps=1, outer_iterations=2, inner_iterations=3
+)  # --quick: the interpreter is slow
 PEAK_GBPS = {
     "H100 80GB HBM3": 3350,
     "H100 PCIe": 2000,
@@ -201,10 +203,14 @@ def fidelity(prev, nxt, ref, device: str, params: TVL1Params) -> dict:
 
 
 def _write_video(path: Path, k: int, frames: int, size: int) -> None:
-    write_video(path, render_video(CLASSES[k % len(CLASSES)], size, frames, np.random.default_rng(k)), 25.0, "xvid")
+    write_video(
+        path, render_video(CLASSES[k % len(CLASSES)], size, frames, np.random.default_rng(k)), 25.0, "xvid"
+    )
 
 
-def make_videos(root: Path, n: int, frames: int, size: int, lengths: tuple[float, ...] = (1.0,)) -> list[VideoRecord]:
+def make_videos(
+    root: Path, n: int, frames: int, size: int, lengths: tuple[float, ...] = (1.0,)
+) -> list[VideoRecord]:
     """``n`` real video files (xvid .avi) at ``size``², of ``frames`` × each of ``lengths`` frames in turn,
     and their index records."""
     paths = [root / f"v{k:03d}.avi" for k in range(n)]
@@ -221,7 +227,9 @@ def video_pairs(
     resized to ``size``, 0: as they are)."""
     prev, nxt = [], []
     for rec in records:
-        frames = itertools.islice(VideoStream(rec.path, DecodeSpec(size=size)), min(per_video, n - len(prev)) + 1)
+        frames = itertools.islice(
+            VideoStream(rec.path, DecodeSpec(size=size)), min(per_video, n - len(prev)) + 1
+        )
         grey = [cv2.cvtColor(f, cv2.COLOR_BGR2GRAY) for f in frames]
         take = len(grey) - 1
         prev += grey[:take]
@@ -264,7 +272,9 @@ class Timeline:
         return (b[1] - a[1]) / (b[0] - a[0]) if b[0] > a[0] else float("nan")
 
 
-def distinct_batches(records, size: int, batch: int, count: int, device: str) -> list[tuple[torch.Tensor, ...]]:
+def distinct_batches(
+    records, size: int, batch: int, count: int, device: str
+) -> list[tuple[torch.Tensor, ...]]:
     """``count`` batches of ``batch`` distinct consecutive pairs decoded from the videos, on ``device``."""
     n = batch * count
     prev, nxt = video_pairs(records, n, per_video=-(-n // len(records)), size=size)
@@ -282,16 +292,31 @@ def compaction_rows(batches, size: int, device: str, params: TVL1Params) -> list
     rows = []
     for name, fn in fns.items():
         rate = time_batches(fn, batches, device)
-        rows.append({"size": size, "checks": name, "batch": len(batches[0][0]), "batches": len(batches),
-                     "pairs_per_s": rate})  # fmt: skip
+        rows.append(
+            {
+                "size": size,
+                "checks": name,
+                "batch": len(batches[0][0]),
+                "batches": len(batches),
+                "pairs_per_s": rate,
+            }
+        )
         console.log(f"compaction {size}² {name}: {rate:.1f} pairs/s")
     return rows
 
 
 def steady_state(records, size: int, args: argparse.Namespace, out: Path, params: TVL1Params) -> dict:
-    """``run_preprocess`` (flow only) of ``records`` at ``size``: rates, first archive, where the time went."""
-    cfg = PreprocessConfig(out=str(out), streams=("flow",), decode=DecodeSpec(size=size), tvl1=params,
-                           flow_backend=args.backend, device=args.device, threads=args.threads)  # fmt: skip
+    """``run_preprocess`` (flow only) of ``records`` at ``size``: its rates, first archive and where its
+    time went."""
+    cfg = PreprocessConfig(
+        out=str(out),
+        streams=("flow",),
+        decode=DecodeSpec(size=size),
+        tvl1=params,
+        flow_backend=args.backend,
+        device=args.device,
+        threads=args.threads,
+    )
     timeline, cpu = Timeline(), _cpu_seconds()
     report = run_preprocess(records, cfg, progress=False, observe=timeline)
     wall, cpu = time.perf_counter() - timeline.t0, _cpu_seconds() - cpu
@@ -315,23 +340,39 @@ def steady_state(records, size: int, args: argparse.Namespace, out: Path, params
     }
 
 
-def sequential_rows(records, size: int, args: argparse.Namespace, out: Path, params: TVL1Params) -> list[dict]:
+def sequential_rows(
+    records, size: int, args: argparse.Namespace, out: Path, params: TVL1Params
+) -> list[dict]:
     """The batched stage with one batch at a time and with two in flight, on the same videos."""
     name, device, _ = resolve_backend(args.backend, args.device)
     backend = make_backend(name, params, device.split(",")[0])
     rows = []
     for pipelined in (False, True):
-        cfg = PreprocessConfig(out=str(out / f"pipelined-{pipelined}"), streams=("flow",),
-                               decode=DecodeSpec(size=size), tvl1=params, flow_backend=name, device=device)  # fmt: skip
+        cfg = PreprocessConfig(
+            out=str(out / f"pipelined-{pipelined}"),
+            streams=("flow",),
+            decode=DecodeSpec(size=size),
+            tvl1=params,
+            flow_backend=name,
+            device=device,
+        )
         threads = args.threads or max(2, os.cpu_count() or 1)
         stage, entries = DeviceStage(backend, cfg, threads, pipelined=pipelined), []
         t = time.perf_counter()
         stage.run(records, entries.append)
         wall = time.perf_counter() - t
         pairs = sum(e.get("streams", {}).get("flow", 0) for e in entries)
-        rows.append({"size": size, "in_flight": 2 if pipelined else 1, "videos": len(records), "pairs": pairs,
-                     "seconds": wall, "pairs_per_s": pairs / wall,
-                     "device_busy": stage.stats["device_busy_seconds"] / wall})  # fmt: skip
+        rows.append(
+            {
+                "size": size,
+                "in_flight": 2 if pipelined else 1,
+                "videos": len(records),
+                "pairs": pairs,
+                "seconds": wall,
+                "pairs_per_s": pairs / wall,
+                "device_busy": stage.stats["device_busy_seconds"] / wall,
+            }
+        )
         console.log(f"batches in flight {rows[-1]['in_flight']}, {size}²: {pairs / wall:.1f} pairs/s")
     return rows
 
@@ -346,9 +387,18 @@ def projection(steady: dict, size: int) -> list[dict]:
     for name, videos, pairs, (w, h) in DATASETS:
         rate = steady["steady_pairs_per_s"] * size * size / (w * h)
         for cards in (1, 8):
-            rows.append({"dataset": name, "videos": videos, "pairs": pairs, "frame": f"{w}×{h}", "cards": cards,
-                         "pairs_per_s": rate * cards, "hours": pairs / (rate * cards) / 3600,
-                         "cpu_cores": cores * cards})  # fmt: skip
+            rows.append(
+                {
+                    "dataset": name,
+                    "videos": videos,
+                    "pairs": pairs,
+                    "frame": f"{w}×{h}",
+                    "cards": cards,
+                    "pairs_per_s": rate * cards,
+                    "hours": pairs / (rate * cards) / 3600,
+                    "cpu_cores": cores * cards,
+                }
+            )
     return rows
 
 
@@ -381,7 +431,8 @@ def _table(title: str, rows: list[dict], cols: dict[str, str]) -> Table:
 
 
 def make_reference(args: argparse.Namespace, params: TVL1Params, saved: dict) -> None:
-    """The fidelity rows' frames and OpenCV flows (rendered and decoded, per size) into ``--make-reference``."""
+    """The fidelity rows' frames and OpenCV flows (rendered and decoded, per size) into
+    ``--make-reference``."""
     with tempfile.TemporaryDirectory() as tmp:
         for size in map(int, args.sizes.split(",")):
             opencv_reference(
@@ -414,12 +465,16 @@ def kernel_part(args, dev: str, params: TVL1Params, peak, rows: dict) -> None:
 
 def fidelity_part(args, dev: str, params: TVL1Params, saved: dict, tmp: Path, rows: dict) -> None:
     for size in map(int, args.sizes.split(",")):
-        frames = opencv_reference(f"{size}/rendered", *make_pairs(size, args.fidelity_pairs, seed=1), params,
-                                  saved)  # fmt: skip
+        frames = opencv_reference(
+            f"{size}/rendered", *make_pairs(size, args.fidelity_pairs, seed=1), params, saved
+        )
         rows["fidelity"].append({"size": size, "frames": "rendered"} | fidelity(*frames, dev, params))
         key = f"{size}/video"
-        pairs = (None, None) if f"{key}/flow" in saved else video_pairs(
-            fidelity_videos(tmp, size, args.fidelity_pairs), args.fidelity_pairs)  # fmt: skip
+        pairs = (
+            (None, None)
+            if f"{key}/flow" in saved
+            else video_pairs(fidelity_videos(tmp, size, args.fidelity_pairs), args.fidelity_pairs)
+        )
         frames = opencv_reference(key, *pairs, params, saved)
         rows["fidelity"].append({"size": size, "frames": "video files"} | fidelity(*frames, dev, params))
 
@@ -432,7 +487,9 @@ def video_part(args, dev: str, params: TVL1Params, parts: set[str], tmp: Path, r
     name, device, _ = resolve_backend(args.backend, dev)
     backend = make_backend(name, params, device.split(",")[0])
     if not isinstance(backend, BatchedFlowBackend):
-        raise SystemExit(f"--backend {args.backend} on {dev} is {name}: the batched stage needs torch or triton")
+        raise SystemExit(
+            f"--backend {args.backend} on {dev} is {name}: the batched stage needs torch or triton"
+        )
     for size in sizes:
         batch = min(batch_pairs(backend, size, size), args.distinct_pairs or batch_pairs(backend, size, size))
         batches = distinct_batches(records, size, batch, args.distinct_batches, dev)
@@ -445,65 +502,177 @@ def video_part(args, dev: str, params: TVL1Params, parts: set[str], tmp: Path, r
         kernel(*batches[0])  # warm-up
         kernel_rate = time_batches(kernel, batches, dev)
         r = steady_state(records, size, args, tmp / f"out-{size}", params)
-        rows["steady"].append({"size": size, "backend": name, "device": device, "videos": len(records),
-                               "batch": len(batches[0][0]), **r, "kernel_pairs_per_s": kernel_rate,
-                               "steady_over_kernel": r["steady_pairs_per_s"] / kernel_rate})  # fmt: skip
-        console.log(f"steady {size}²: {r['steady_pairs_per_s']:.1f} pairs/s (whole run {r['pairs_per_s']:.1f}, "
-                    f"kernels alone {kernel_rate:.1f})")  # fmt: skip
+        rows["steady"].append(
+            {
+                "size": size,
+                "backend": name,
+                "device": device,
+                "videos": len(records),
+                "batch": len(batches[0][0]),
+                **r,
+                "kernel_pairs_per_s": kernel_rate,
+                "steady_over_kernel": r["steady_pairs_per_s"] / kernel_rate,
+            }
+        )
+        console.log(
+            f"steady {size}²: {r['steady_pairs_per_s']:.1f} pairs/s (whole run {r['pairs_per_s']:.1f}, "
+            f"kernels alone {kernel_rate:.1f})"
+        )
         if "projection" in parts and size == sizes[0]:
             rows["projection"] = projection(rows["steady"][0], size)
         save()
     if args.sequential_videos and "steady" in parts:
-        rows["in_flight"] = sequential_rows(records[: args.sequential_videos], sizes[0], args, tmp / "seq", params)
+        rows["in_flight"] = sequential_rows(
+            records[: args.sequential_videos], sizes[0], args, tmp / "seq", params
+        )
         save()
 
 
 def print_tables(rows: dict, card: str) -> None:
     if rows.get("tiles"):
-        console.print(_table(f"Iteration-kernel tiles on {card} (the fastest used below)", rows["tiles"],
-                             {"size": "d", "batch": "d", "tile": "s", "warps": "d", "pairs_per_s": ".1f"}))
+        console.print(
+            _table(
+                f"Iteration-kernel tiles on {card} (the fastest used below)",
+                rows["tiles"],
+                {"size": "d", "batch": "d", "tile": "s", "warps": "d", "pairs_per_s": ".1f"},
+            )
+        )
     if rows["kernel"]:
-        console.print(_table(f"Kernels on {card} (16 rendered pairs tiled)", rows["kernel"],
-                             {"size": "d", "kernel": "s", "batch": "d", "pairs_per_s": ".1f"}))  # fmt: skip
-        console.print(_table(f"Roofline of the Triton iteration kernels on {card}", rows["roofline"], {
-            "size": "d", "pairs_per_s": ".1f", "iterations_mean": ".0f", "iterations_min": ".0f",
-            "iterations_max": ".0f", "mb_per_pair": ".1f", "achieved_gbps": ".0f", "peak_gbps": ".0f",
-            "share_of_peak": ".1%", "one_pass_bound_pairs_per_s": ".0f"}))  # fmt: skip
+        console.print(
+            _table(
+                f"Kernels on {card} (16 rendered pairs tiled)",
+                rows["kernel"],
+                {"size": "d", "kernel": "s", "batch": "d", "pairs_per_s": ".1f"},
+            )
+        )
+        console.print(
+            _table(
+                f"Roofline of the Triton iteration kernels on {card}",
+                rows["roofline"],
+                {
+                    "size": "d",
+                    "pairs_per_s": ".1f",
+                    "iterations_mean": ".0f",
+                    "iterations_min": ".0f",
+                    "iterations_max": ".0f",
+                    "mb_per_pair": ".1f",
+                    "achieved_gbps": ".0f",
+                    "peak_gbps": ".0f",
+                    "share_of_peak": ".1%",
+                    "one_pass_bound_pairs_per_s": ".0f",
+                },
+            )
+        )
     if rows["fidelity"]:
-        console.print(_table(f"Fidelity: Triton on {card} vs OpenCV CPU", rows["fidelity"], {
-            "size": "d", "frames": "s", "pairs": "d", "iterations_mean": ".0f", "epd_mean": ".4f",
-            "epd_max": ".3f", "identical_codes": ".2%", "flow_magnitude_mean": ".3f"}))  # fmt: skip
+        console.print(
+            _table(
+                f"Fidelity: Triton on {card} vs OpenCV CPU",
+                rows["fidelity"],
+                {
+                    "size": "d",
+                    "frames": "s",
+                    "pairs": "d",
+                    "iterations_mean": ".0f",
+                    "epd_mean": ".4f",
+                    "epd_max": ".3f",
+                    "identical_codes": ".2%",
+                    "flow_magnitude_mean": ".3f",
+                },
+            )
+        )
     if rows["compaction"]:
-        console.print(_table(f"Triton kernels on batches of distinct decoded pairs on {card}", rows["compaction"],
-                             {"size": "d", "checks": "s", "batch": "d", "batches": "d", "pairs_per_s": ".1f"}))
+        console.print(
+            _table(
+                f"Triton kernels on batches of distinct decoded pairs on {card}",
+                rows["compaction"],
+                {"size": "d", "checks": "s", "batch": "d", "batches": "d", "pairs_per_s": ".1f"},
+            )
+        )
     if rows["steady"]:
-        console.print(_table("End to end: video files → flow archives (preprocess flow, the batched stage)",
-                             rows["steady"], {
-            "size": "d", "backend": "s", "videos": "d", "pairs": "d", "failed": "d", "batch": "d",
-            "seconds": ".1f", "pairs_per_s": ".1f", "steady_pairs_per_s": ".1f", "kernel_pairs_per_s": ".1f",
-            "steady_over_kernel": ".2f", "first_archive_s": ".1f"}))  # fmt: skip
-        console.print(_table("… where its time went (per wall second)", rows["steady"], {
-            "size": "d", "device_busy": ".1%", "cores_busy": ".1f", "cores_per_1000": ".2f",
-            "waited_for_frames": ".1%", "waited_for_encoders": ".1%", "flow_busy": ".2f", "decode_busy": ".2f",
-            "encode_busy": ".2f"}))  # fmt: skip
-        console.print("pairs_per_s: the whole run; steady: pairs written per second between 10 % and 90 % of "
-                      "them; kernel: the kernels alone on batches of distinct pairs of the same videos, the "
-                      "stage's batch; device_busy: the compute stream's busy time (CUDA events); cores_per_1000: "
-                      "CPU cores busy per 1000 pairs/s (whole run); waited_for_*: the device thread's waits; "
-                      "*_busy: the report's stage seconds, summed over threads")
+        console.print(
+            _table(
+                "End to end: video files → flow archives (preprocess flow, the batched stage)",
+                rows["steady"],
+                {
+                    "size": "d",
+                    "backend": "s",
+                    "videos": "d",
+                    "pairs": "d",
+                    "failed": "d",
+                    "batch": "d",
+                    "seconds": ".1f",
+                    "pairs_per_s": ".1f",
+                    "steady_pairs_per_s": ".1f",
+                    "kernel_pairs_per_s": ".1f",
+                    "steady_over_kernel": ".2f",
+                    "first_archive_s": ".1f",
+                },
+            )
+        )
+        console.print(
+            _table(
+                "… where its time went (per wall second)",
+                rows["steady"],
+                {
+                    "size": "d",
+                    "device_busy": ".1%",
+                    "cores_busy": ".1f",
+                    "cores_per_1000": ".2f",
+                    "waited_for_frames": ".1%",
+                    "waited_for_encoders": ".1%",
+                    "flow_busy": ".2f",
+                    "decode_busy": ".2f",
+                    "encode_busy": ".2f",
+                },
+            )
+        )
+        console.print(
+            "pairs_per_s: the whole run; steady: pairs written per second between 10 % and 90 % of "
+            "them; kernel: the kernels alone on batches of distinct pairs of the same videos, the "
+            "stage's batch; device_busy: the compute stream's busy time (CUDA events); cores_per_1000: "
+            "CPU cores busy per 1000 pairs/s (whole run); waited_for_*: the device thread's waits; "
+            "*_busy: the report's stage seconds, summed over threads"
+        )
     if rows.get("in_flight"):
-        console.print(_table("The batched stage with one batch and with two batches in flight", rows["in_flight"],
-                             {"size": "d", "in_flight": "d", "videos": "d", "pairs": "d", "seconds": ".1f",
-                              "pairs_per_s": ".1f", "device_busy": ".1%"}))  # fmt: skip
+        console.print(
+            _table(
+                "The batched stage with one batch and with two batches in flight",
+                rows["in_flight"],
+                {
+                    "size": "d",
+                    "in_flight": "d",
+                    "videos": "d",
+                    "pairs": "d",
+                    "seconds": ".1f",
+                    "pairs_per_s": ".1f",
+                    "device_busy": ".1%",
+                },
+            )
+        )
     if rows.get("projection"):
         size = rows["steady"][0]["size"]
-        console.print(_table(f"Projection from the steady state at {size}²", rows["projection"], {
-            "dataset": "s", "videos": ",d", "pairs": ",d", "frame": "s", "cards": "d", "pairs_per_s": ".0f",
-            "hours": ".1f", "cpu_cores": ".0f"}))  # fmt: skip
-        console.print("Assumptions: flow only (RGB archives add their JPEG encoding to the host's work); pairs/s "
-                      f"scaled from {size}² by the pixels per pair; each card with the CPU cores the steady "
-                      "state needs here (cpu_cores: for all cards); decoding these xvid files stands in for the "
-                      "datasets' codecs; eight cards are eight times one (a process per card, nothing shared)")
+        console.print(
+            _table(
+                f"Projection from the steady state at {size}²",
+                rows["projection"],
+                {
+                    "dataset": "s",
+                    "videos": ",d",
+                    "pairs": ",d",
+                    "frame": "s",
+                    "cards": "d",
+                    "pairs_per_s": ".0f",
+                    "hours": ".1f",
+                    "cpu_cores": ".0f",
+                },
+            )
+        )
+        console.print(
+            "Assumptions: flow only (RGB archives add their JPEG encoding to the host's work); pairs/s "
+            f"scaled from {size}² by the pixels per pair; each card with the CPU cores the steady "
+            "state needs here (cpu_cores: for all cards); decoding these xvid files stands in for the "
+            "datasets' codecs; eight cards are eight times one (a process per card, nothing shared)"
+        )
 
 
 def main() -> None:
@@ -518,7 +687,9 @@ def main() -> None:
     ap.add_argument("--videos", type=int, default=160, help="video files of the steady state and compaction")
     ap.add_argument("--frames", type=int, default=256, help="their mean length, in frames (×0.5 … ×1.5)")
     ap.add_argument("--backend", default="auto", help="the steady state's flow backend (auto: as preprocess)")
-    ap.add_argument("--threads", type=int, default=0, help="the stage's decode and encode threads (0: default)")
+    ap.add_argument(
+        "--threads", type=int, default=0, help="the stage's decode and encode threads (0: default)"
+    )
     ap.add_argument("--distinct-batches", type=int, default=3, help="batches of distinct pairs per variant")
     ap.add_argument("--distinct-pairs", type=int, default=0, help="pairs per such batch (0: the stage's)")
     ap.add_argument("--sequential-videos", type=int, default=0, help="videos of the one-batch-at-a-time row")
@@ -553,14 +724,18 @@ def main() -> None:
         args.tiles = args.tiles and "64x64x4"
     parts = set(args.parts.split(","))
     if parts - set(PARTS):
-        raise SystemExit(f"--parts: unknown {', '.join(sorted(parts - set(PARTS)))} (choose from {', '.join(PARTS)})")
+        raise SystemExit(
+            f"--parts: unknown {', '.join(sorted(parts - set(PARTS)))} (choose from {', '.join(PARTS)})"
+        )
     dev = args.device
     params = QUICK if args.quick else TVL1Params()
     card = torch.cuda.get_device_name(dev) if dev.startswith("cuda") else "CPU (Triton interpreter)"
     peak = args.peak_gbps or next((v for k, v in PEAK_GBPS.items() if k in card), None)
     console.print(f"device: {card}; peak bandwidth: {peak or 'unknown'} GB/s; {os.cpu_count()} CPU cores")
     cv2.setNumThreads(os.cpu_count() or 1)
-    rows: dict[str, list[dict]] = {part: [] for part in ("kernel", "roofline", "fidelity", "compaction", "steady")}
+    rows: dict[str, list[dict]] = {
+        part: [] for part in ("kernel", "roofline", "fidelity", "compaction", "steady")
+    }
     saved = dict(np.load(args.reference)) if args.reference else {}
     if saved.setdefault("params", np.array(repr(params))) != repr(params):
         raise SystemExit(f"{args.reference}: made with other TV-L1 parameters ({saved['params']})")
@@ -570,8 +745,16 @@ def main() -> None:
 
     def save() -> None:
         tiles = tvl1_triton.TILES[torch.device(dev).type]
-        write_json_atomic(args.out, {"device": card, "cpu_cores": os.cpu_count(), "tiles_used": tiles,
-                                     "args": {k: str(v) for k, v in vars(args).items()}, **rows})  # fmt: skip
+        write_json_atomic(
+            args.out,
+            {
+                "device": card,
+                "cpu_cores": os.cpu_count(),
+                "tiles_used": tiles,
+                "args": {k: str(v) for k, v in vars(args).items()},
+                **rows,
+            },
+        )
 
     with tempfile.TemporaryDirectory() as tmp:
         if "kernels" in parts:

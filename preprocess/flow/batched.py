@@ -76,7 +76,7 @@ from memdpc.preprocess.pool import STOP_WAIT, spawn_context
 from memdpc.preprocess.video_index import VideoRecord
 
 POLL = 0.1  # seconds between checks for an abort while a thread waits on a queue
-HOST_NICENESS = 5  # added to the CPU niceness of the decode, load and encode threads (Linux), not the device's
+HOST_NICENESS = 5  # added to the CPU niceness of the decode, load and encode threads (Linux); not the device's
 _END = object()  # closes a queue
 
 
@@ -151,7 +151,8 @@ def _yield_to_device() -> None:
     if sys.platform == "linux":
         with contextlib.suppress(OSError):
             tid = threading.get_native_id()
-            os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + HOST_NICENESS))
+            niceness = os.getpriority(os.PRIO_PROCESS, tid) + HOST_NICENESS
+            os.setpriority(os.PRIO_PROCESS, tid, min(19, niceness))
 
 
 class Transfers:

@@ -241,7 +241,8 @@ class Checks:
     """How the host follows the pairs that stop (speed only: no setting changes a flow or an iteration count).
 
     Attributes:
-        every: inner iterations between the host's checks of the pairs' flags (None: 10 on CUDA, 1 on the CPU).
+        every: inner iterations between the host's checks of the pairs' flags (None: 10 on CUDA, 1 on the
+            CPU).
         compact: drop the pairs that stopped from the iteration kernels' grid at each check; else the grid
             keeps every pair of the batch until the warp ends (a stopped pair's programs return at once).
         lagged: at each check, act on the flags of the check before (on CUDA also on this check's, where they

@@ -445,7 +445,8 @@ def test_on_the_gpu_the_double_buffered_stage_writes_the_sequential_stages_archi
     backend.batch_pixels = 8 * 32 * 32
     stats = {}
     for pipelined in (True, False):
-        stage = DeviceStage(backend, config(tmp_path / str(pipelined), streams=("flow",)), 4, pipelined=pipelined)
+        cfg = config(tmp_path / str(pipelined), streams=("flow",))
+        stage = DeviceStage(backend, cfg, 4, pipelined=pipelined)
         stage.run(records, lambda entry: None)
         stats[pipelined] = stage.stats
     assert tars(tmp_path / "True") == tars(tmp_path / "False") != {}

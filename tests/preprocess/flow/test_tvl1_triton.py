@@ -82,7 +82,9 @@ HOST_CHECKS = {
 
 
 @pytest.mark.parametrize("checks", HOST_CHECKS.values(), ids=HOST_CHECKS.keys())
-def test_how_the_host_checks_changes_nothing_and_iterations_are_counted(pairs, checked_every_iteration, checks):
+def test_how_the_host_checks_changes_nothing_and_iterations_are_counted(
+    pairs, checked_every_iteration, checks
+):
     """Checking often or rarely, acting on the newest flags or on the check before, with or without
     compaction: the same flows and iteration counts as checking after every iteration."""
     every, counts = checked_every_iteration
@@ -103,7 +105,8 @@ def test_on_cuda_the_lagged_checks_and_the_compaction_change_nothing():
     rng = np.random.default_rng(1)
     grey = [np.stack([cv2.cvtColor(f, cv2.COLOR_BGR2GRAY) for f in render_video(c, 64, 5, rng)])
             for c in ("MoveRight", "ZoomIn", "RotateClockwise")]  # fmt: skip
-    prev, nxt = (torch.from_numpy(np.concatenate([g[s] for g in grey])).cuda() for s in (np.s_[:-1], np.s_[1:]))
+    pairs = [np.concatenate([g[s] for g in grey]) for s in (np.s_[:-1], np.s_[1:])]
+    prev, nxt = (torch.from_numpy(a).cuda() for a in pairs)
     ref, ref_counts = tvl1_triton.tvl1_flow_with_iterations(prev, nxt, checks=Checks(every=1, lagged=False))
     assert len(set(ref_counts[0].tolist())) > 1  # the pairs stop at different iterations
     for checks in (Checks(), *HOST_CHECKS.values()):
