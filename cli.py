@@ -33,10 +33,10 @@ from memdpc.pipeline.clip import EVAL_CROPS
 from memdpc.pipeline.shard import run_shard
 from memdpc.pipeline.shard_plan import SHORT_POLICIES, SPLITS
 from memdpc.preprocess.datasets import READERS, make_index
-from memdpc.preprocess.example_families import EXAMPLE_FAMILIES
-from memdpc.preprocess.example_layout import CODECS, ExampleConfig
-from memdpc.preprocess.photos import PhotoConfig, make_photos
-from memdpc.preprocess.synthetic import SyntheticConfig, make_synthetic
+from memdpc.preprocess.examples.families import EXAMPLE_FAMILIES
+from memdpc.preprocess.examples.layout import CODECS, ExampleConfig
+from memdpc.preprocess.examples.photos import PhotoConfig, make_photos
+from memdpc.preprocess.examples.synthetic import SyntheticConfig, make_synthetic
 from memdpc.show_options import ShowOptions
 from memdpc.streams import FLOW, RGB, STREAMS
 
@@ -221,9 +221,9 @@ def _preprocess_options(default_streams: str):
         FLOW_ENCODINGS,
         RGB_ENCODING,
     )
-    from memdpc.preprocess.flow import AUTO, BACKENDS
+    from memdpc.preprocess.flow.backends import AUTO, BACKENDS
+    from memdpc.preprocess.flow.tvl1_params import TVL1Params
     from memdpc.preprocess.job import PreprocessConfig
-    from memdpc.preprocess.tvl1_params import TVL1Params
 
     defaults, config = TVL1Params(), PreprocessConfig(out="")
     decode = DecodeSpec()

@@ -28,7 +28,7 @@ from memdpc.eval.run import evaluate, fuse
 from memdpc.pipeline.clip import ClipSpec
 from memdpc.pipeline.shard import run_shard
 from memdpc.preprocess.datasets import build_index
-from memdpc.preprocess.example_families import EXAMPLE_FAMILIES
+from memdpc.preprocess.examples.families import EXAMPLE_FAMILIES
 from memdpc.preprocess.run import preprocess
 from memdpc.preprocess.video_index import hold_out, write_index
 from memdpc.report_page import write_report

@@ -21,7 +21,7 @@ from memdpc.cli import main
 from memdpc.errors import UserError
 from memdpc.model.checkpoint import read_checkpoint
 from memdpc.pipeline.shard import shard_stream
-from memdpc.preprocess.synthetic import CLASSES, render_video
+from memdpc.preprocess.examples.synthetic import CLASSES, render_video
 from memdpc.preprocess.video_index import VideoRecord
 from memdpc.recipe import RECIPE_DIR, commands, datasets, eval_settings, load, names, resolve, train_settings
 from memdpc.streams import STREAMS

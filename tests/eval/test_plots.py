@@ -7,7 +7,7 @@ import numpy as np
 
 from memdpc.eval.plots import confusion, confusion_matrix, frame_strip, memory_norms
 from memdpc.preprocess.encode import FLOW_ENCODING
-from memdpc.preprocess.flow import flow_to_codes
+from memdpc.preprocess.flow.backends import flow_to_codes
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

@@ -16,7 +16,7 @@ import pytest
 from memdpc.pipeline.clip import ClipSpec
 from memdpc.pipeline.shard import shard_stream
 from memdpc.preprocess.datasets import build_index
-from memdpc.preprocess.synthetic import CLASSES, render_video
+from memdpc.preprocess.examples.synthetic import CLASSES, render_video
 from memdpc.preprocess.video_index import VideoRecord, write_index
 
 from ..conftest import decode_video, frame_diffs, write_jpeg_archive

@@ -17,15 +17,15 @@ import numpy as np
 import pytest
 
 from memdpc.errors import UserError
-from memdpc.preprocess import tvl1_native
 from memdpc.preprocess.archive import archive_path, read_archive
-from memdpc.preprocess.example_layout import write_video
-from memdpc.preprocess.flow import make_backend
+from memdpc.preprocess.examples.layout import write_video
+from memdpc.preprocess.examples.synthetic import render_video, texture
+from memdpc.preprocess.flow import tvl1_native
+from memdpc.preprocess.flow.backends import make_backend
+from memdpc.preprocess.flow.sorting_networks import selection_network
+from memdpc.preprocess.flow.tvl1_native import ENV_SWITCH, NativeTVL1, tvl1_flow
+from memdpc.preprocess.flow.tvl1_params import TVL1Params
 from memdpc.preprocess.run import preprocess
-from memdpc.preprocess.sorting_networks import selection_network
-from memdpc.preprocess.synthetic import render_video, texture
-from memdpc.preprocess.tvl1_native import ENV_SWITCH, NativeTVL1, tvl1_flow
-from memdpc.preprocess.tvl1_params import TVL1Params
 from memdpc.preprocess.video_index import VideoRecord, write_index
 
 MEMDPC = str(Path(sys.executable).parent / "memdpc")
@@ -189,7 +189,7 @@ def test_refuses_what_it_does_not_do():
 _RESOLVE = """
 import json, sys
 from memdpc.errors import UserError
-from memdpc.preprocess.flow import make_backend, resolve_backend
+from memdpc.preprocess.flow.backends import make_backend, resolve_backend
 if sys.argv[1] == "no-numba":
     sys.modules["numba"] = None  # this interpreter cannot import numba
 if sys.argv[1] == "broken-numba":  # a numba whose compiled part fails to load, as a broken install's does
