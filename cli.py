@@ -33,10 +33,10 @@ from memdpc.pipeline.clip import EVAL_CROPS
 from memdpc.pipeline.shard import run_shard
 from memdpc.pipeline.shard_plan import SHORT_POLICIES, SPLITS
 from memdpc.preprocess.datasets import READERS, make_index
-from memdpc.preprocess.example_families import EXAMPLE_FAMILIES
-from memdpc.preprocess.example_layout import CODECS, ExampleConfig
-from memdpc.preprocess.photos import PhotoConfig, make_photos
-from memdpc.preprocess.synthetic import SyntheticConfig, make_synthetic
+from memdpc.preprocess.examples.families import EXAMPLE_FAMILIES
+from memdpc.preprocess.examples.layout import CODECS, ExampleConfig
+from memdpc.preprocess.examples.photos import PhotoConfig, make_photos
+from memdpc.preprocess.examples.synthetic import SyntheticConfig, make_synthetic
 from memdpc.show_options import ShowOptions
 from memdpc.streams import FLOW, RGB, STREAMS
 
@@ -221,9 +221,9 @@ def _preprocess_options(default_streams: str):
         FLOW_ENCODINGS,
         RGB_ENCODING,
     )
-    from memdpc.preprocess.flow import AUTO, BACKENDS
+    from memdpc.preprocess.flow.backends import AUTO, BACKENDS
+    from memdpc.preprocess.flow.tvl1_params import TVL1Params
     from memdpc.preprocess.job import PreprocessConfig
-    from memdpc.preprocess.tvl1_params import TVL1Params
 
     defaults, config = TVL1Params(), PreprocessConfig(out="")
     decode = DecodeSpec()
@@ -555,7 +555,7 @@ def train_cmd(config_file: Path | None, init_only: bool, bn_from_data: bool, dry
 # ------------------------------------------------------------------------------------------- recipes
 @main.command("recipes")
 @click.argument("name", required=False)
-@click.option("--data", default="DATA", show_default=True,
+@click.option("--datasets", "data", default="DATA", show_default=True,
               help="Folder of the datasets in their official layouts, one sub-folder each (ucf101, hmdb51, k400).")
 @click.option("--work", default="WORK", show_default=True, help="Folder for everything the commands write.")
 def recipes_cmd(name: str | None, data: str, work: str) -> None:
@@ -723,7 +723,10 @@ def _recipe_options(ctx: click.Context, task: str, name: str) -> dict:
             raise UserError(f"{resolve(name)}: eval: memdpc eval {task} has no option --{key.replace('_', '-')}")
         p = params[key]
         if ctx.get_parameter_source(p.name) is ParameterSource.DEFAULT:
-            out[p.name] = p.type_cast_value(ctx, str(value) if isinstance(p.type, click.Choice) else value)
+            try:
+                out[p.name] = p.type_cast_value(ctx, str(value) if isinstance(p.type, click.Choice) else value)
+            except click.BadParameter as e:
+                raise UserError(f"{resolve(name)}: eval: {key}: {e.message}") from None
     return out
 
 

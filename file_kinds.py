@@ -18,13 +18,16 @@ RESULTS = "a results file of `memdpc eval`"
 BINARY = "a binary file"
 INDEX_KIND = "a video index"
 QUICKSTART = "a quickstart folder"
-QUICKSTART_RECORD = "quickstart-run.json"  # what `memdpc quickstart` records its options in, in its folder
+# what `memdpc quickstart` writes in its folder: its options, its table (JSON and Markdown), the pretext table
+QUICKSTART_RECORD = "quickstart-run.json"
+QUICKSTART_TABLE, QUICKSTART_MARKDOWN, QUICKSTART_PRETEXT = "quickstart.json", "quickstart.md", "quickstart-pretext.json"
 _ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")
 _TORCH_LEGACY = b"\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19"  # torch.save's pre-zip magic number
 _VIDEO = ((4, b"ftyp"), (0, b"\x1a\x45\xdf\xa3"), (0, b"FLV"), (0, b"\x00\x00\x01\xba"), (0, b"\x00\x00\x01\xb3"))
 _IMAGE = (b"\xff\xd8\xff", b"\x89PNG")
 _JSON_LIMIT = 1 << 24  # a JSON file up to this size is parsed whole
-_BY_NAME = {"metrics.jsonl": "a run's metrics", "config.yaml": "a run config"}  # what `memdpc train` names so
+RUN_METRICS, RUN_CONFIG = "metrics.jsonl", "config.yaml"  # what `memdpc train` writes in a run folder
+_BY_NAME = {RUN_METRICS: "a run's metrics", RUN_CONFIG: "a run config"}
 
 
 def describe(path: str | os.PathLike) -> str:

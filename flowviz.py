@@ -8,8 +8,8 @@ wash out the rest (the largest speed where nearly every pixel is still). A speed
 full colour, darkened (× 0.75), so that it cannot pass for the maximum. :attr:`FlowColours.note` says which
 maximum a picture uses, for its caption.
 
-Stored flow images hold codes, not colours (``preprocess/flow.py``, ARCHITECTURE.md §2.2): :func:`codes_to_motion`
-decodes them with that mapping's inverse, which reads the two codes either side of zero flow (127 and 128) as
+Stored flow images hold codes, not colours (``preprocess/flow/backends.py``, ARCHITECTURE.md §2.2):
+:func:`codes_to_motion` decodes them with that mapping's inverse, which reads the two codes either side of zero flow (127 and 128) as
 ± half a code step; both are still (the mapping rounds a flow of 0 up to 128 and one of −0.01 px down to 127,
 and a flipped training clip turns 128 into 127), so they are drawn white.
 """
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from memdpc.preprocess.flow import codes_to_flow, flow_to_codes
+from memdpc.preprocess.flow.backends import codes_to_flow, flow_to_codes
 
 # the wheel's segments: colours from one primary or secondary to the next, as the benchmark's code spaces them
 _SEGMENTS = (("red", "yellow", 15), ("yellow", "green", 6), ("green", "cyan", 4), ("cyan", "blue", 11),

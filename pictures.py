@@ -33,8 +33,8 @@ def decode_frames(jpegs: Sequence[bytes]) -> np.ndarray:
 
 def visible(frames: np.ndarray, stream: str, max_flow: float | None = None) -> tuple[np.ndarray, str | None]:
     """Frames (..., H, W, 3) uint8 as they are seen: RGB as it is; flow codes in colour on one scale for all of
-    them (``max_flow`` None: the fastest motion among them). Returns the pictures and, for flow, the scale's
-    caption line."""
+    them (``max_flow`` None: their speed at ``flowviz.PERCENTILE``, as ``flowviz`` scales a picture). Returns the
+    pictures and, for flow, the scale's caption line."""
     if stream != FLOW:
         return frames, None
     colours = codes_colours(frames, max_flow)

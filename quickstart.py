@@ -28,7 +28,7 @@ from memdpc.eval.run import evaluate, fuse
 from memdpc.pipeline.clip import ClipSpec
 from memdpc.pipeline.shard import run_shard
 from memdpc.preprocess.datasets import build_index
-from memdpc.preprocess.example_families import EXAMPLE_FAMILIES
+from memdpc.preprocess.examples.families import EXAMPLE_FAMILIES
 from memdpc.preprocess.run import preprocess
 from memdpc.preprocess.video_index import hold_out, write_index
 from memdpc.report_page import write_report
@@ -37,6 +37,7 @@ from memdpc.streams import STREAMS
 from memdpc.train.checkpoint import write_initial_checkpoint
 from memdpc.train.config import TrainConfig
 from memdpc.train.loop import train
+from memdpc.train.metrics import read_metrics
 from memdpc.train.pretext import pretext_scores
 
 MODELS = ("random", "random_bn", "memdpc")
@@ -230,10 +231,12 @@ def _metrics(result: Path) -> dict[str, Any]:
 
 def knn_monitor(run: Path) -> dict[str, Any]:
     """The kNN monitor's R@1 on the initial weights (step 0) and at its best trained epoch (the first highest,
-    as training chooses best.pt), from the run's ``metrics.jsonl``."""
-    lines = (run / "metrics.jsonl").read_text().splitlines()
-    knn = [r for r in map(json.loads, lines) if r["kind"] == "knn"]
-    best = max((r for r in knn if r["step"] > 0), key=lambda r: r["r1"])  # max keeps the first of equals
+    as training chooses best.pt), from the run's ``metrics.jsonl``; empty where it holds no trained epoch's."""
+    knn = [r for r in read_metrics(run) if r["kind"] == "knn"]
+    trained = [r for r in knn if r["step"] > 0]
+    if not knn or not trained:  # no monitor, or a run stopped before its first epoch's
+        return {}
+    best = max(trained, key=lambda r: r["r1"])  # max keeps the first of equals
     return {"initial": knn[0]["r1"], "best": best["r1"], "epoch": best["epoch"], "beat_init": best["r1"] > knn[0]["r1"]}
 
 
@@ -241,7 +244,7 @@ def _notes(monitors: dict[str, dict[str, Any]]) -> dict[tuple[str, str], str]:
     """What the MemDPC rows must say: where no trained epoch beat the untrained encoder on the kNN monitor."""
     notes = {}
     for stream, m in monitors.items():
-        if not m["beat_init"]:
+        if m and not m["beat_init"]:
             notes["memdpc", stream] = (f"{BELOW_INIT} (kNN R@1 {m['initial']:.3f} untrained, {m['best']:.3f} at "
                                        f"the best epoch, {m['epoch']}: the row's)")
     below = [s for s in STREAMS if ("memdpc", s) in notes]
@@ -310,13 +313,15 @@ def _rich_table(rows: list[dict[str, Any]], title: str, caption: str | None = No
 
 def _write(out: Path, rows: list[dict[str, Any]], note: str, pretext: list[dict[str, Any]], console: Console) -> None:
     _step(console, "6/6 summary")
-    write_json_atomic(out / "quickstart.json", rows)
-    write_json_atomic(out / "quickstart-pretext.json", pretext)
-    with atomic_path(out / "quickstart.md") as tmp:
+    table, pretext_path, markdown = (out / n for n in (file_kinds.QUICKSTART_TABLE, file_kinds.QUICKSTART_PRETEXT,
+                                                         file_kinds.QUICKSTART_MARKDOWN))
+    write_json_atomic(table, rows)
+    write_json_atomic(pretext_path, pretext)
+    with atomic_path(markdown) as tmp:
         tmp.write_text(_markdown(rows, note, pretext))
     Console().print(_rich_table(rows, "memdpc quickstart (percent)", note))
     Console().print(_rich_table(pretext, PRETEXT_TITLE + " (top-1 in percent)"))
-    console.print(f"wrote {out / 'quickstart.json'}, {out / 'quickstart-pretext.json'} and {out / 'quickstart.md'}")
+    console.print(f"wrote {table}, {pretext_path} and {markdown}")
 
 
 def quickstart(

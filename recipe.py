@@ -83,6 +83,18 @@ def resolve(name_or_path: str | Path) -> Path:
                     "lists them)")
 
 
+def _named_from(recipe_path: Path, name: Any) -> Path:
+    """A recipe that another names (its ``base``, a ``fuse`` entry): a path relative to it, else a recipe's name."""
+    beside = recipe_path.parent / str(name)
+    return beside if beside.is_file() else resolve(name)
+
+
+def config_ref(path: Path) -> str:
+    """How a printed command names a recipe file for ``--config``: its short name if memdpc ships it, else its
+    path (a user's own recipe)."""
+    return path.stem if path.resolve().parent == RECIPE_DIR.resolve() else str(path)
+
+
 def is_recipe(values: dict[str, Any]) -> bool:
     """Whether a settings file's mapping is a recipe (it has sections) rather than plain options."""
     return any(k in SECTIONS for k in values)
@@ -104,6 +116,7 @@ class Recipe:
     eval: dict[str, Any] = field(default_factory=dict)
     fuse: list[dict[str, str]] = field(default_factory=list)
     run: str = ""  # the recipe whose training this one evaluates: its run folder's name
+    run_path: Path | None = None  # and its file
 
     @property
     def datasets(self) -> list[str]:
@@ -118,18 +131,17 @@ def _options(values: Any, where: str) -> dict[str, Any]:
     return {str(k).replace("-", "_"): v for k, v in values.items()}
 
 
-def _raw(path: Path, seen: tuple[Path, ...] = ()) -> tuple[dict[str, Any], str]:
-    """A recipe file's sections over its base's, and the name of the recipe that defines its training."""
+def _raw(path: Path, seen: tuple[Path, ...] = ()) -> tuple[dict[str, Any], Path | None]:
+    """A recipe file's sections over its base's, and the file of the recipe that defines its training."""
     data = read_file(path)
     unknown = sorted(set(data) - set(SECTIONS))
     if unknown:
         raise UserError(f"{path}: unknown section(s) {', '.join(map(str, unknown))}; a recipe has "
                         f"{', '.join(SECTIONS)}")
-    run = path.stem if "train" in data else ""
+    run = path if "train" in data else None
     if "base" not in data:
         return data, run
-    beside = path.parent / str(data["base"])  # a base named by a path relative to the recipe, else a recipe's name
-    base_path = beside if beside.is_file() else resolve(data["base"])
+    base_path = _named_from(path, data["base"])
     if base_path.resolve() in seen:
         raise UserError(f"{path}: its bases lead back to {base_path}")
     base, base_run = _raw(base_path, (*seen, path.resolve()))
@@ -163,8 +175,9 @@ def load(name_or_path: str | Path) -> Recipe:
                   expect=expect, pretrain=data.get("pretrain"),
                   preprocess=_options(data.get("preprocess") or {}, f"{where}: preprocess"),
                   shard=_options(data.get("shard") or {}, f"{where}: shard"),
-                  train=_options(data.get("train") or {}, f"{where}: train"), eval=evaluation, fuse=list(fuse),
-                  run=run or path.stem)
+                  train=_options(data.get("train") or {}, f"{where}: train"), eval=evaluation,
+                  fuse=[{**f, "recipe": _named_from(path, f["recipe"])} for f in fuse],
+                  run=(run or path).stem, run_path=run or path)
 
 
 def train_settings(name_or_path: str | Path) -> dict[str, Any]:
@@ -176,14 +189,18 @@ def train_settings(name_or_path: str | Path) -> dict[str, Any]:
     recipe = load(path)
     if not recipe.train:
         raise UserError(f"{path}: this recipe trains nothing (it fuses the results of "
-                        f"{' and '.join(f['recipe'] for f in recipe.fuse) or 'other recipes'})")
+                        f"{' and '.join(config_ref(f['recipe']) for f in recipe.fuse) or 'other recipes'})")
     return recipe.train
 
 
 def eval_settings(name_or_path: str | Path, task: str) -> dict[str, Any]:
     """What ``memdpc eval TASK --config`` reads: the recipe's ``eval`` options, without ``task``; UserError when
     the recipe evaluates otherwise."""
-    recipe = load(name_or_path)
+    path = resolve(name_or_path)
+    if not is_recipe(read_file(path)):
+        raise UserError(f"{path}: memdpc eval --config takes a recipe (`memdpc recipes` lists them; a recipe of "
+                        "your own starts from one with base:), not a file of plain options")
+    recipe = load(path)
     if recipe.eval.get("task") != task:
         how = f"memdpc eval {recipe.eval['task']}" if recipe.eval else "no evaluation of its own"
         raise UserError(f"{recipe.path}: this recipe's evaluation is {how}, not memdpc eval {task}")
@@ -253,13 +270,14 @@ def commands(recipe: Recipe, data: str = "DATA", work: str = "WORK") -> list[str
                              f"{split} --out {root}/shards {_flags(recipe.shard)}".rstrip())
     shards = f"{work}/{recipe.pretrain}/shards"
     if recipe.eval.get("random_init"):
-        lines.append(f"memdpc train --config {recipe.name} --shards {shards} --out {work}/runs/{recipe.name} "
-                     "--init-only")
+        lines.append(f"memdpc train --config {config_ref(recipe.path)} --shards {shards} --out "
+                     f"{work}/runs/{recipe.name} --init-only")
     else:
         if recipe.run != recipe.name:
             lines.append(f"# the pretraining of {recipe.run} (it finishes at once where that run is complete)")
-        lines.append(f"memdpc train --config {recipe.run} --shards {shards} --out {work}/runs/{recipe.run}")
+        lines.append(f"memdpc train --config {config_ref(recipe.run_path)} --shards {shards} --out "
+                     f"{work}/runs/{recipe.run}")
     for d in recipe.expect:
-        lines.append(f"memdpc eval {recipe.eval['task']} {checkpoint(recipe, work)} --config {recipe.name} "
+        lines.append(f"memdpc eval {recipe.eval['task']} {checkpoint(recipe, work)} --config {config_ref(recipe.path)} "
                      f"--shards {work}/{d}/shards --out {work}/eval/{recipe.name}/{d}")
     return lines

@@ -24,6 +24,7 @@ from urllib.parse import quote
 
 import numpy as np
 
+from memdpc import file_kinds
 from memdpc.atomic import atomic_path
 from memdpc.errors import UserError
 from memdpc.show import (
@@ -161,12 +162,12 @@ class Page:
                           f'<p class="note">{_e(self.folder.resolve())}: {_e(", ".join(held))}.</p>')
 
     def results(self, results: list[Path]) -> None:
-        quickstart = self.folder / "quickstart.json"
+        quickstart = self.folder / file_kinds.QUICKSTART_TABLE
         if not results and not quickstart.is_file():
             return
         self.parts.append("<h2>Results</h2>")
         if quickstart.is_file():
-            self.parts.append(_quickstart_table(quickstart))
+            self.parts.append(_quickstart_tables(self.folder))
         rows = []
         for path in results:  # the JSON alone (its arrays may be large)
             result = json.loads(path.read_text())
@@ -266,15 +267,29 @@ class Page:
                 f"<style>{_STYLE}</style></head>\n<body>\n{body}\n</body></html>\n")
 
 
-def _quickstart_table(path: Path) -> str:
-    rows = json.loads(path.read_text())
+def _html_table(rows: list[dict]) -> str:
     if not rows:
         return ""
     cols = list(rows[0])
     head = "".join(f"<th>{_e(c)}</th>" for c in cols)
     body = "".join("<tr>" + "".join(f'<td class="n">{_e(r[c])}</td>' if isinstance(r[c], int | float)
                                     else f"<td>{_e(r[c])}</td>" for c in cols) + "</tr>" for r in rows)
-    note = path.with_suffix(".md")
-    last = note.read_text().strip().splitlines()[-1] if note.is_file() else ""
-    return (f"<h3>The quickstart's table (percent)</h3><table><tr>{head}</tr>{body}</table>"
-            f'<p class="note">{_e(last)}</p>')
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def _quickstart_tables(folder: Path) -> str:
+    """The quickstart's table, the line under it in its Markdown (what one video is worth), and its pretext table."""
+    rows = json.loads((folder / file_kinds.QUICKSTART_TABLE).read_text())
+    if not rows:
+        return ""
+    markdown = folder / file_kinds.QUICKSTART_MARKDOWN
+    lines = markdown.read_text().splitlines() if markdown.is_file() else []
+    note = next((line for line in lines if line.strip() and not line.startswith("|")), "")
+    html = f"<h3>The quickstart's table (percent)</h3>{_html_table(rows)}<p class=\"note\">{_e(note)}</p>"
+    pretext = folder / file_kinds.QUICKSTART_PRETEXT
+    if pretext.is_file():
+        html += ("<h3>The pretext task on the val videos, before and after training (top-1 in percent)</h3>"
+                 + _html_table(json.loads(pretext.read_text())))
+    return html
+
+

@@ -52,11 +52,11 @@ from memdpc.pipeline.manifest import load_manifest, manifest_path, shard_paths
 from memdpc.pipeline.sample import INFO, LABEL, decode_label, is_frame_member, sample_key
 from memdpc.pipeline.torch_loader import ClipTransform
 from memdpc.pipeline.wds_index import split_name
-from memdpc.preprocess.archive import META, archive_path, frame_index, read_archive
+from memdpc.preprocess.archive import META, archive_path, frame_index, read_meta
 from memdpc.show_options import TAKES, ShowOptions
 from memdpc.streams import FLOW, RGB, STREAMS
 from memdpc.train.config import TrainConfig
-from memdpc.train.metrics import METRICS_NAME
+from memdpc.train.metrics import METRICS_NAME, read_metrics
 from memdpc.train.prepare import CONFIG_NAME, augment_spec
 
 matplotlib.use("Agg")
@@ -163,71 +163,93 @@ def _other_stream(stream: str) -> str:
     return FLOW if stream == RGB else RGB
 
 
-def _video_frames(archive: Path) -> dict[str, tuple[dict[str, Any], np.ndarray]]:
-    """{stream: (meta, frames (F, H, W, 3) uint8)} of a video's archive and, where it is there, the other
-    stream's archive beside it (``<root>/<other stream>/<id>.tar``)."""
-    meta, jpegs = read_archive(archive)
+def _archive_frames(archive: Path, wanted: set[int]) -> dict[int, np.ndarray]:
+    """The frames numbered ``wanted`` of a frame archive, decoded: one pass over its headers, the other frames
+    neither read nor decoded."""
+    frames = {}
+    try:
+        with tarfile.open(archive, "r:") as tar:
+            for m in tar:
+                if frame_index(m.name) in wanted:
+                    frames[frame_index(m.name)] = decode_frames([tar.extractfile(m).read()])[0]
+    except (tarfile.TarError, OSError, EOFError) as e:
+        raise UserError(f"{archive}: unreadable frame archive ({e})") from None
+    return frames
+
+
+def _video_archives(archive: Path) -> dict[str, tuple[Path, dict[str, Any]]]:
+    """{stream: (archive, meta)} of a video's archive and, where it is there, the other stream's archive beside
+    it (``<root>/<other stream>/<id>.tar``)."""
+    meta = read_meta(archive)
     stream = meta.get("stream") or archive.parent.name
-    found = {stream: (meta, decode_frames(jpegs))}
+    found = {stream: (archive, meta)}
     if stream in STREAMS:
         other = archive_path(archive.parent.parent, _other_stream(stream), archive.stem)
         if other.is_file():
-            other_meta, other_jpegs = read_archive(other)
-            found[_other_stream(stream)] = (other_meta, decode_frames(other_jpegs))
+            found[_other_stream(stream)] = (other, read_meta(other))
     return {s: found[s] for s in STREAMS if s in found}
 
 
-def _coloured(streams: dict[str, tuple[dict, np.ndarray]], max_flow: float | None) -> tuple[dict[str, np.ndarray], list[str]]:
-    """Each stream's frames as seen (flow in colour, on one scale for the whole video) and the notes."""
+def _picks(counts: list[int], sheet: int) -> tuple[list[int], range]:
+    """The frame numbers of the contact sheet (``sheet`` of them, evenly over the longest stream) and of the
+    GIF (every k-th frame of what every stream has, at most GIF_FRAMES)."""
+    longest, common = max(counts), min(counts)
+    on_sheet = sorted(set(np.linspace(0, longest - 1, min(sheet, longest)).round().astype(int).tolist()))
+    return on_sheet, range(0, common, max(1, -(-common // GIF_FRAMES)))
+
+
+def _seen(archives: dict[str, tuple[Path, dict[str, Any]]], wanted: list[int], max_flow: float | None
+          ) -> tuple[dict[str, dict[int, np.ndarray]], list[str]]:
+    """Each stream's ``wanted`` frames as seen (flow in colour, on one scale over them) and the notes."""
     seen, notes = {}, []
-    for stream, (_, frames) in streams.items():
-        if stream == FLOW:
-            colours = codes_colours(frames, max_flow)
-            seen[stream] = colours.image
+    for stream, (path, _) in archives.items():
+        frames = _archive_frames(path, set(wanted))
+        if stream == FLOW and frames:
+            numbers = sorted(frames)
+            colours = codes_colours(np.stack([frames[k] for k in numbers]), max_flow)
+            frames = dict(zip(numbers, colours.image, strict=True))
             notes.append(colours.note)
-        else:
-            seen[stream] = frames
+        seen[stream] = frames
     return seen, notes
 
 
-def _sheet(video_id: str, streams: dict[str, tuple[dict, np.ndarray]], seen: dict[str, np.ndarray],
-           notes: list[str], count: int) -> np.ndarray:
-    """Up to ``count`` frames evenly over the video, in rows of 8: an RGB row above the flow row of the same
-    frame numbers (flow k: frame k to k + 1)."""
-    n = max(len(f) for f in seen.values())
-    picks = np.unique(np.linspace(0, n - 1, min(count, n)).round().astype(int))
+def _sheet(video_id: str, archives: dict[str, tuple[Path, dict[str, Any]]], seen: dict[str, dict[int, np.ndarray]],
+           notes: list[str], picks: list[int]) -> np.ndarray:
+    """The ``picks`` frames in rows of 8: an RGB row above the flow row of the same frame numbers (flow k: frame
+    k to k + 1)."""
     columns = min(8, len(picks))
-    h, w = next(iter(seen.values())).shape[1:3]
+    h, w = next(f for frames in seen.values() for f in frames.values()).shape[:2]
     blank = np.full((h, w, 3), 255, np.uint8)
     rows = []
     for start in range(0, len(picks), columns):
         chunk = picks[start : start + columns]
         for frames in seen.values():
-            rows += [frames[k] if k < len(frames) and frames[k].shape == blank.shape else blank for k in chunk]
+            rows += [frames[k] if k in frames and frames[k].shape == blank.shape else blank for k in chunk]
             rows += [blank] * (columns - len(chunk))
-    meta = next(iter(streams.values()))[0]
-    what = " over ".join(f"{s} ({len(f)} frames)" for s, f in seen.items())
+    meta = next(iter(archives.values()))[1]
+    what = " over ".join(f"{s} ({m.get('num_frames', '?')} frames)" for s, (_, m) in archives.items())
     lines = [f"{video_id}: {what}, {w}x{h}, {meta.get('fps', 0):.3g} fps",
              f"frames {', '.join(map(str, picks))}" + ("; flow k: frame k to k+1" if FLOW in seen else "")]
     return caption(enlarge(grid(rows, columns)), [*lines, *notes])
 
 
-def _gif_frames(video_id: str, seen: dict[str, np.ndarray], notes: list[str]) -> list[np.ndarray]:
-    """RGB and flow side by side, frame by frame (as many as both have), under their caption."""
-    n = min(len(f) for f in seen.values())
-    step = -(-n // GIF_FRAMES)
+def _gif_frames(video_id: str, seen: dict[str, dict[int, np.ndarray]], notes: list[str], numbers: range
+                ) -> list[np.ndarray]:
+    """RGB and flow side by side, for the frames ``numbers``, under their caption."""
     title = [f"{video_id}: {' | '.join(seen)}", *notes]
-    return [caption(enlarge(side_by_side([f[k] for f in seen.values()]), 360), title) for k in range(0, n, step)]
+    return [caption(enlarge(side_by_side([f[k] for f in seen.values()]), 360), title) for k in numbers]
 
 
 def draw_archive(archive: Path, out: Path, o: ShowOptions, legend: bool = True) -> list[Path]:
     """A video's contact sheet (``<id>-sheet.png``) and GIF (``<id>.gif``), from its archive and the other
-    stream's beside it; with ``legend``, the flow legend beside them where they show flow."""
-    streams = _video_frames(archive)
-    seen, notes = _coloured(streams, o.max_flow)
-    fps = float(next(iter(streams.values()))[0].get("fps") or 10.0)
-    sheet = write_png(out / f"{archive.stem}-sheet.png", _sheet(archive.stem, streams, seen, notes, o.frames))
-    gif = write_gif(out / f"{archive.stem}.gif", _gif_frames(archive.stem, seen, notes), fps)
+    stream's beside it; with ``legend``, the flow legend beside them where they show flow. Only the frames
+    shown are decoded; the GIF plays at the video's pace (its fps over the frames it skips)."""
+    archives = _video_archives(archive)
+    on_sheet, on_gif = _picks([int(m.get("num_frames", 0)) for _, m in archives.values()], o.frames)
+    seen, notes = _seen(archives, sorted(set(on_sheet) | set(on_gif)), o.max_flow)
+    fps = float(next(iter(archives.values()))[1].get("fps") or 10.0)
+    sheet = write_png(out / f"{archive.stem}-sheet.png", _sheet(archive.stem, archives, seen, notes, on_sheet))
+    gif = write_gif(out / f"{archive.stem}.gif", _gif_frames(archive.stem, seen, notes, on_gif), fps / on_gif.step)
     return [sheet, gif, *([flow_legend(out)] if legend and FLOW in seen else [])]
 
 
@@ -325,20 +347,6 @@ def _draw_shards(folder: Path, out: Path, o: ShowOptions) -> list[Path]:
 
 
 # ------------------------------------------------------------------------------------------------- runs
-def read_metrics(run: Path) -> list[dict[str, Any]]:
-    """The records of a run's ``metrics.jsonl`` (a line cut by a kill is left out)."""
-    path = run / METRICS_NAME
-    records = []
-    for line in path.read_text().splitlines() if path.is_file() else []:
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(record, dict) and "kind" in record and "step" in record:
-            records.append(record)
-    return records
-
-
 def chosen_checkpoint(run: Path) -> dict[str, Any] | None:
     """best.pt's ``epoch`` (the epoch that made it) and ``step``, or None without one."""
     path = run / "checkpoints" / "best.pt"

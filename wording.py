@@ -5,8 +5,8 @@ from __future__ import annotations
 
 
 def plural(n: int, noun: str) -> str:
-    """``1 video``, ``2 videos``, ``3 classes``, ``4 batches``."""
-    return f"{n} {noun}" if n == 1 else f"{n} {noun}{'es' if noun.endswith(('s', 'sh', 'ch', 'x')) else 's'}"
+    """``1 video``, ``2 videos``, ``3 classes``, ``4 batches``, ``9,537 videos``."""
+    return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}{'es' if noun.endswith(('s', 'sh', 'ch', 'x')) else 's'}"
 
 
 def name_list(names: list[str], most: int = 10) -> str:

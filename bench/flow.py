@@ -1,7 +1,7 @@
 """Benchmark: TV-L1 flow extraction throughput, stage costs, flow storage error and memory per worker.
 
-Generates real-looking videos (textured scenes with moving objects, ``preprocess.synthetic``, xvid .avi),
-then in one run:
+Generates real-looking videos (textured scenes with moving objects, ``preprocess.examples.synthetic``,
+xvid .avi), then in one run:
 
 1. throughput of ``preprocess --streams rgb,flow`` with 1 worker and with N workers (flow pairs/s, and
    the ratio; target ≥ 1.8 × with 2 workers on 2 cores), the CPU seconds per pair (does not depend on
@@ -33,12 +33,12 @@ from rich.table import Table
 from memdpc.atomic import write_json_atomic
 from memdpc.preprocess.decode import DecodeSpec
 from memdpc.preprocess.encode import FLOW_ENCODING, JpegEncoding, code_error
-from memdpc.preprocess.example_layout import write_video
-from memdpc.preprocess.flow import FlowStage, OpenCVTVL1
+from memdpc.preprocess.examples.layout import write_video
+from memdpc.preprocess.examples.synthetic import CLASSES, render_video
+from memdpc.preprocess.flow.backends import FlowStage, OpenCVTVL1
+from memdpc.preprocess.flow.tvl1_params import TVL1Params
 from memdpc.preprocess.job import PreprocessConfig, process_video
 from memdpc.preprocess.run import run_preprocess
-from memdpc.preprocess.synthetic import CLASSES, render_video
-from memdpc.preprocess.tvl1_params import TVL1Params
 from memdpc.preprocess.video_index import VideoRecord
 from memdpc.streams import STREAMS
 

@@ -1,7 +1,7 @@
 """Benchmark: the TV-L1 backends against OpenCV's CPU TV-L1 on the same frames.
 
-Real-looking frames (textured scenes with moving objects, ``preprocess.synthetic``), consecutive greyscale
-pairs.
+Real-looking frames (textured scenes with moving objects, ``preprocess.examples.synthetic``), consecutive
+greyscale pairs.
 
 ``--native``: the native (numba) TV-L1 against OpenCV, per core and with 1 and 2 worker processes, at each
 frame size: pairs/s per core from each backend's CPU time (``time.thread_time``, not affected by other
@@ -50,13 +50,13 @@ from rich.table import Table
 from memdpc.atomic import write_json_atomic
 from memdpc.preprocess.archive import archive_path, read_archive
 from memdpc.preprocess.datasets import build_index
-from memdpc.preprocess.example_families import EXAMPLE_FAMILIES
-from memdpc.preprocess.example_layout import write_video
-from memdpc.preprocess.flow import flow_to_codes, make_backend
+from memdpc.preprocess.examples.families import EXAMPLE_FAMILIES
+from memdpc.preprocess.examples.layout import write_video
+from memdpc.preprocess.examples.synthetic import CLASSES, render_video
+from memdpc.preprocess.flow.backends import flow_to_codes, make_backend
+from memdpc.preprocess.flow.tvl1_params import TVL1Params
+from memdpc.preprocess.flow.tvl1_torch import Schedule, tvl1_flow
 from memdpc.preprocess.run import preprocess
-from memdpc.preprocess.synthetic import CLASSES, render_video
-from memdpc.preprocess.tvl1_params import TVL1Params
-from memdpc.preprocess.tvl1_torch import Schedule, tvl1_flow
 from memdpc.preprocess.video_index import hold_out, read_index, write_index
 from memdpc.quickstart import PROFILES
 
@@ -210,7 +210,7 @@ _COMPILE = """
 import json, sys, time
 t0 = time.perf_counter()
 import numpy as np
-from memdpc.preprocess import tvl1_native
+from memdpc.preprocess.flow import tvl1_native
 t1 = time.perf_counter()
 frame = np.zeros((32, 32), np.uint8)
 tvl1_native.tvl1_flow(frame, frame)

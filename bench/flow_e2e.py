@@ -1,35 +1,49 @@
-"""Benchmark: GPU TV-L1 flow, from the kernels to `memdpc preprocess flow` end to end, in one run.
+"""Benchmark: GPU TV-L1 flow, from the kernels to `memdpc preprocess flow` at a steady state, in one run.
 
-Four tables, side by side on the same frames and videos (real-looking synthetic scenes with moving objects,
-``preprocess.synthetic``, written as real video files for the end-to-end part):
+Parts (``--parts``, all by default), side by side on the same frames and videos (real-looking synthetic
+scenes with moving objects, ``preprocess.examples.synthetic``, written as real video files):
 
-1. **kernel**: pairs/s of the fused Triton kernels (``tvl1_triton``) and of the torch port (``tvl1_torch``)
-   per frame size and batch size, after a warm-up call (targets on one H100 at 256²: ≥ 1500 pairs/s at the
-   best batch): 16 pairs tiled to the batch, and a batch of distinct pairs decoded from the video files
-   (with a real batch's stragglers); ``--tiles`` first times other tiles of the iteration kernels and
-   keeps the fastest;
-2. **roofline**: the inner iterations each pair ran (counted by the kernels; "finest-level equivalent":
-   every level's iterations weighted by its share of the finest level's pixels), the bytes the iteration
-   kernels move per pair (``ITERATION_BYTES`` per pixel and iteration), the bandwidth that the best kernel
-   rate achieves against the card's (``--peak-gbps``), and the rate a single pass over 16 float fields
-   per iteration would allow at the card's bandwidth (the bound the target was set from);
-3. **fidelity** against OpenCV's CPU TV-L1 on the benchmark frames and on frames decoded from the video
-   files: mean end-point difference (target ≤ 0.02 px) and identical stored codes (target ≥ 99 %);
-4. **end to end**: ``run_preprocess`` (flow only) from the video files to archives on disk, per backend,
-   device and worker count, in pairs/s (target on one H100 at 256²: ≥ 1000).
+1. **kernels**: pairs/s of the fused Triton kernels (``tvl1_triton``) and of the torch port
+   (``tvl1_torch``) per frame size and batch size, 16 rendered pairs tiled to the batch, after a warm-up call
+   (target on one H100 at 256²: ≥ 1500 pairs/s at the best batch); ``--tiles`` first times other tiles of
+   the iteration kernels and keeps the fastest. With it the **roofline**: the inner iterations each pair
+   ran (counted by the kernels; "finest-level equivalent": every level's iterations weighted by its share
+   of the finest level's pixels), the bytes the iteration kernels move per pair (``ITERATION_BYTES`` per
+   pixel and iteration), the bandwidth the best kernel rate achieves against the card's (``--peak-gbps``),
+   and the rate one pass over 16 float fields per iteration would allow at that bandwidth;
+2. **fidelity** against OpenCV's CPU TV-L1 on rendered frames and on frames decoded from video files: mean
+   end-point difference (target ≤ 0.02 px) and identical stored codes (target ≥ 99 %);
+3. **compaction**: the Triton kernels on batches of distinct pairs decoded from the steady-state videos, as
+   many as the batched stage puts in a batch (so with the stragglers of real batches), with the grid
+   compaction on and off and the stop checks lagged or waited for (``tvl1_triton.Checks``);
+4. **steady**: ``run_preprocess`` (flow only, the batched stage) from ``--videos`` video files of several
+   lengths (mean ``--frames``; 160 × 256 give 40,800 pairs) to archives on disk, per size (the videos are
+   written at the largest size and decoded to the others): the whole run's pairs/s, the steady-state
+   pairs/s (pairs written per second between 10 % and 90 % of the run's pairs), seconds to the first
+   finished archive, the device's busy fraction (its compute stream's spans, CUDA events, over the wall
+   time), CPU cores busy (this process's CPU time over the wall time) and cores per 1000 pairs/s, the share
+   of the wall time the device thread waited for frames and for the encode threads; beside it the kernels
+   alone on distinct pairs of the same videos at the stage's batch size, and steady state / kernels
+   (targets on one H100 at 256²: steady ≥ 1000 pairs/s and ≥ 0.85 × the kernels; whole run ≥ 900).
+   ``--sequential-videos N``: the stage with one batch at a time against two in flight, on N videos at the
+   largest size;
+5. **projection**: from the steady state at the largest size and the cores it kept busy, the wall time of
+   UCF101's and Kinetics-400's flow on one card and on eight (assumptions in :data:`DATASETS` and the
+   table's notes).
 
-    python bench/flow_e2e.py [--sizes 128,256 --batches 16,64,256 --device cuda --videos 32 --frames 64 \
-        --cpu-workers 1,16 --torch-videos 4 --out bench/results/flow_e2e.json]
-    TRITON_INTERPRET=1 python bench/flow_e2e.py --quick     # a check of the script on a CPU (slow kernels)
+    python bench/flow_e2e.py [--sizes 128,256 --batches 64,256,512 --device cuda --videos 160 --frames 256 \
+        --out bench/results/flow_e2e.json]
+    TRITON_INTERPRET=1 python bench/flow_e2e.py --quick --device cpu --backend torch   # checks the script
 
 Where the GPU machine has no OpenCV contrib, make the fidelity rows' frames and OpenCV flows first on a
-machine that has it (``python bench/flow_e2e.py --make-reference ref.npz``, same ``--sizes``, ``--frames``
-and ``--fidelity-pairs``), then pass ``--reference ref.npz`` on the GPU.
+machine that has it (``python bench/flow_e2e.py --make-reference ref.npz``, same ``--sizes`` and
+``--fidelity-pairs``), then pass ``--reference ref.npz`` on the GPU.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import tempfile
 import time
@@ -44,21 +58,30 @@ from rich.table import Table
 
 from memdpc.atomic import write_json_atomic
 from memdpc.bench.flow_backends import make_pairs
-from memdpc.preprocess import tvl1_torch, tvl1_triton
 from memdpc.preprocess.decode import DecodeSpec, VideoStream
-from memdpc.preprocess.example_layout import write_video
-from memdpc.preprocess.flow import flow_to_codes
+from memdpc.preprocess.examples.layout import write_video
+from memdpc.preprocess.examples.synthetic import CLASSES, render_video
+from memdpc.preprocess.flow import tvl1_torch, tvl1_triton
+from memdpc.preprocess.flow.backends import (
+    BatchedFlowBackend,
+    batch_pairs,
+    flow_to_codes,
+    make_backend,
+    resolve_backend,
+)
+from memdpc.preprocess.flow.batched import DeviceStage
+from memdpc.preprocess.flow.tvl1_params import TVL1Params
+from memdpc.preprocess.flow.tvl1_torch import level_sizes
+from memdpc.preprocess.flow.tvl1_triton import Checks
 from memdpc.preprocess.run import PreprocessConfig, run_preprocess
-from memdpc.preprocess.synthetic import CLASSES, render_video
-from memdpc.preprocess.tvl1_params import TVL1Params
-from memdpc.preprocess.tvl1_torch import level_sizes
 from memdpc.preprocess.video_index import VideoRecord
 
-console = Console(width=170)
+console = Console(width=200)
+PARTS = ("kernels", "fidelity", "compaction", "steady", "projection")
 ITERATION_BYTES = 4 * (11 + 10)  # float32 fields read + written per pixel by _u_kernel and _p_kernel
 ONE_PASS_BYTES = 4 * 16  # the bound's model: 16 float fields per pixel and iteration, read or written once
 QUICK = TVL1Params(
-    scales=2, warps=1, outer_iterations=2, inner_iterations=5
+    scales=1, warps=1, outer_iterations=2, inner_iterations=3
 )  # --quick: the interpreter is slow
 PEAK_GBPS = {
     "H100 80GB HBM3": 3350,
@@ -67,6 +90,18 @@ PEAK_GBPS = {
     "H200": 4800,
     "A100-SXM4-80GB": 2039,
 }
+LENGTHS = (0.5, 0.75, 1.0, 1.25, 1.5)  # the steady-state videos' lengths, × --frames, in turn (mean 1)
+CHECKS = {  # the compaction part's variants of the host's stop checks
+    "compaction on, checks lagged (default)": Checks(),
+    "compaction off, checks lagged": Checks(compact=False),
+    "compaction on, checks waited for": Checks(lagged=False),
+    "compaction off, checks waited for": Checks(compact=False, lagged=False),
+}
+# The projection's datasets: flow pairs, and the frame size of `preprocess --size 256` (short side 256).
+DATASETS = (
+    ("UCF101", 13_320, 2_500_000, (341, 256)),  # 320×240 sources at 25 fps, ~7 s each
+    ("Kinetics-400 train", 240_000, 240_000 * 250, (455, 256)),  # ~10 s clips, ~250 frames, mostly 16:9
+)
 
 
 def _sync(device: str) -> None:
@@ -79,10 +114,10 @@ def _fill(prev: np.ndarray, nxt: np.ndarray, batch: int, device: str) -> tuple[t
     return tuple(torch.from_numpy(np.concatenate([a] * reps)[:batch]).to(device) for a in (prev, nxt))
 
 
-def fns_for(params: TVL1Params) -> dict:
+def fns_for(params: TVL1Params, checks: Checks = Checks()) -> dict:
     """The two batched TV-L1 implementations timed here, by name."""
     return {
-        "triton": lambda p, n: tvl1_triton.tvl1_flow(p, n, params),
+        "triton": lambda p, n: tvl1_triton.tvl1_flow(p, n, params, checks),
         "torch": lambda p, n: tvl1_torch.tvl1_flow(p, n, params),
     }
 
@@ -97,6 +132,16 @@ def time_kernel(fn, prev, nxt, device: str, batch: int, repeat: int) -> float:
         fn(p, n)
     _sync(device)
     return batch * repeat / (time.perf_counter() - t)
+
+
+def time_batches(fn, batches: list[tuple[torch.Tensor, torch.Tensor]], device: str) -> float:
+    """Pairs/s of ``fn`` over ``batches`` of distinct pairs, each run once (warm up first)."""
+    _sync(device)
+    t = time.perf_counter()
+    for p, n in batches:
+        fn(p, n)
+    _sync(device)
+    return sum(len(p) for p, _ in batches) / (time.perf_counter() - t)
 
 
 def flow_and_iterations(prev, nxt, device: str, params: TVL1Params) -> tuple[np.ndarray, torch.Tensor]:
@@ -158,23 +203,35 @@ def fidelity(prev, nxt, ref, device: str, params: TVL1Params) -> dict:
 
 
 def _write_video(path: Path, k: int, frames: int, size: int) -> None:
-    write_video(path, render_video(CLASSES[k % len(CLASSES)], size, frames, np.random.default_rng(k)), 25.0, "xvid")
+    write_video(
+        path, render_video(CLASSES[k % len(CLASSES)], size, frames, np.random.default_rng(k)), 25.0, "xvid"
+    )
 
 
-def make_videos(root: Path, n: int, frames: int, size: int) -> list[VideoRecord]:
-    """``n`` real video files (xvid .avi) of ``frames`` frames at ``size``², and their index records."""
+def make_videos(
+    root: Path, n: int, frames: int, size: int, lengths: tuple[float, ...] = (1.0,)
+) -> list[VideoRecord]:
+    """``n`` real video files (xvid .avi) at ``size``², of ``frames`` × each of ``lengths`` frames in turn,
+    and their index records."""
     paths = [root / f"v{k:03d}.avi" for k in range(n)]
+    counts = [max(2, round(frames * lengths[k % len(lengths)])) for k in range(n)]
     with ProcessPoolExecutor(os.cpu_count()) as pool:
-        list(pool.map(_write_video, paths, range(n), [frames] * n, [size] * n))
+        list(pool.map(_write_video, paths, range(n), counts, [size] * n))
     return [VideoRecord(id=p.stem, path=str(p), label=0, label_name="x", split="train") for p in paths]
 
 
-def video_pairs(records: list[VideoRecord], n: int, per_video: int = 3) -> tuple[np.ndarray, np.ndarray]:
-    """``n`` consecutive greyscale pairs decoded from the video files (``per_video`` from each)."""
+def video_pairs(
+    records: list[VideoRecord], n: int, per_video: int = 3, size: int = 0
+) -> tuple[np.ndarray, np.ndarray]:
+    """``n`` consecutive greyscale pairs decoded from the video files (``per_video`` from each; short side
+    resized to ``size``, 0: as they are)."""
     prev, nxt = [], []
     for rec in records:
-        grey = [cv2.cvtColor(f, cv2.COLOR_BGR2GRAY) for f in VideoStream(rec.path, DecodeSpec(size=0))]
-        take = min(per_video, n - len(prev))
+        frames = itertools.islice(
+            VideoStream(rec.path, DecodeSpec(size=size)), min(per_video, n - len(prev)) + 1
+        )
+        grey = [cv2.cvtColor(f, cv2.COLOR_BGR2GRAY) for f in frames]
+        take = len(grey) - 1
         prev += grey[:take]
         nxt += grey[1 : take + 1]
         if len(prev) >= n:
@@ -182,25 +239,167 @@ def video_pairs(records: list[VideoRecord], n: int, per_video: int = 3) -> tuple
     return np.stack(prev), np.stack(nxt)
 
 
+def fidelity_videos(root: Path, size: int, pairs: int) -> list[VideoRecord]:
+    """The fidelity rows' video files: 3 pairs from each of ⌈pairs / 3⌉ videos of 8 frames."""
+    return make_videos(root / f"fidelity{size}", -(-pairs // 3), 8, size)
+
+
 def _cpu_seconds() -> float:
     t = os.times()
     return t.user + t.system + t.children_user + t.children_system
 
 
-def end_to_end(records, backend: str, device: str, workers: int, out: Path, params: TVL1Params) -> dict:
-    """Pairs/s of ``run_preprocess`` (flow only) from video files to archives on disk, and where the time
-    went: CPU cores busy on average (this process and its workers), and the report's stage seconds (summed
-    over threads: the flow stage's share of the device thread, JPEG encoding, decoding) per wall second."""
-    cfg = PreprocessConfig(out=str(out), streams=("flow",), decode=DecodeSpec(size=0), tvl1=params,
-                           flow_backend=backend, device=device, workers=workers)  # fmt: skip
-    t, cpu = time.perf_counter(), _cpu_seconds()
-    report = run_preprocess(records, cfg, progress=False)
-    wall, cpu = time.perf_counter() - t, _cpu_seconds() - cpu
+class Timeline:
+    """The pairs a run has written over time, from ``run_preprocess``'s events (``observe``)."""
+
+    def __init__(self) -> None:
+        self.t0 = time.perf_counter()
+        self.points: list[tuple[float, int]] = [(0.0, 0)]  # (seconds, pairs written so far)
+        self.first_archive: float | None = None
+
+    def __call__(self, kind: str, video_id: str, n: int) -> None:
+        t = time.perf_counter() - self.t0
+        if kind == "units":
+            self.points.append((t, self.points[-1][1] + n))
+        elif kind == "done" and n and self.first_archive is None:
+            self.first_archive = t
+
+    def rate_between(self, lo: float, hi: float) -> float:
+        """Pairs written per second between the moments ``lo`` and ``hi`` of all pairs were written."""
+        total = self.points[-1][1]
+        a = next(p for p in self.points if p[1] >= lo * total)
+        b = next(p for p in self.points if p[1] >= hi * total)
+        return (b[1] - a[1]) / (b[0] - a[0]) if b[0] > a[0] else float("nan")
+
+
+def distinct_batches(
+    records, size: int, batch: int, count: int, device: str
+) -> list[tuple[torch.Tensor, ...]]:
+    """``count`` batches of ``batch`` distinct consecutive pairs decoded from the videos, on ``device``."""
+    n = batch * count
+    prev, nxt = video_pairs(records, n, per_video=-(-n // len(records)), size=size)
+    batch = min(batch, len(prev))
+    return [
+        (torch.from_numpy(prev[i : i + batch]).to(device), torch.from_numpy(nxt[i : i + batch]).to(device))
+        for i in range(0, len(prev) - batch + 1, batch)
+    ]
+
+
+def compaction_rows(batches, size: int, device: str, params: TVL1Params) -> list[dict]:
+    """The Triton kernels on ``batches`` of distinct pairs with each variant of :data:`CHECKS`."""
+    fns = {name: fns_for(params, checks)["triton"] for name, checks in CHECKS.items()}
+    next(iter(fns.values()))(*batches[0])  # warm-up: compilation
+    rows = []
+    for name, fn in fns.items():
+        rate = time_batches(fn, batches, device)
+        rows.append(
+            {
+                "size": size,
+                "checks": name,
+                "batch": len(batches[0][0]),
+                "batches": len(batches),
+                "pairs_per_s": rate,
+            }
+        )
+        console.log(f"compaction {size}² {name}: {rate:.1f} pairs/s")
+    return rows
+
+
+def steady_state(records, size: int, args: argparse.Namespace, out: Path, params: TVL1Params) -> dict:
+    """``run_preprocess`` (flow only) of ``records`` at ``size``: its rates, first archive and where its
+    time went."""
+    cfg = PreprocessConfig(
+        out=str(out),
+        streams=("flow",),
+        decode=DecodeSpec(size=size),
+        tvl1=params,
+        flow_backend=args.backend,
+        device=args.device,
+        threads=args.threads,
+    )
+    timeline, cpu = Timeline(), _cpu_seconds()
+    report = run_preprocess(records, cfg, progress=False, observe=timeline)
+    wall, cpu = time.perf_counter() - timeline.t0, _cpu_seconds() - cpu
     pairs = sum(v.get("streams", {}).get("flow", 0) for v in report["videos"])
-    failed = sum(v["status"] == "failed" for v in report["videos"])
-    stages = report["summary"]["stage_seconds"]
-    return {"pairs": pairs, "seconds": wall, "pairs_per_s": pairs / wall, "failed": failed,
-            "cores_busy": cpu / wall, **{f"{k}_busy": v / wall for k, v in stages.items()}}  # fmt: skip
+    stage = report["flow"]["stage"].values()
+    busy = sum(s["device_busy_seconds"] for s in stage) / len(stage) / wall
+    rate = pairs / wall
+    return {
+        "pairs": pairs,
+        "failed": sum(v["status"] == "failed" for v in report["videos"]),
+        "seconds": wall,
+        "pairs_per_s": rate,
+        "steady_pairs_per_s": timeline.rate_between(0.1, 0.9),
+        "first_archive_s": timeline.first_archive,
+        "device_busy": busy,
+        "cores_busy": cpu / wall,
+        "cores_per_1000": cpu / wall / (rate / 1000),
+        "waited_for_frames": sum(s["waited_for_frames_seconds"] for s in stage) / len(stage) / wall,
+        "waited_for_encoders": sum(s["waited_for_encoders_seconds"] for s in stage) / len(stage) / wall,
+        **{f"{k}_busy": v / wall for k, v in report["summary"]["stage_seconds"].items()},
+    }
+
+
+def sequential_rows(
+    records, size: int, args: argparse.Namespace, out: Path, params: TVL1Params
+) -> list[dict]:
+    """The batched stage with one batch at a time and with two in flight, on the same videos."""
+    name, device, _ = resolve_backend(args.backend, args.device)
+    backend = make_backend(name, params, device.split(",")[0])
+    rows = []
+    for pipelined in (False, True):
+        cfg = PreprocessConfig(
+            out=str(out / f"pipelined-{pipelined}"),
+            streams=("flow",),
+            decode=DecodeSpec(size=size),
+            tvl1=params,
+            flow_backend=name,
+            device=device,
+        )
+        threads = args.threads or max(2, os.cpu_count() or 1)
+        stage, entries = DeviceStage(backend, cfg, threads, pipelined=pipelined), []
+        t = time.perf_counter()
+        stage.run(records, entries.append)
+        wall = time.perf_counter() - t
+        pairs = sum(e.get("streams", {}).get("flow", 0) for e in entries)
+        rows.append(
+            {
+                "size": size,
+                "in_flight": 2 if pipelined else 1,
+                "videos": len(records),
+                "pairs": pairs,
+                "seconds": wall,
+                "pairs_per_s": pairs / wall,
+                "device_busy": stage.stats["device_busy_seconds"] / wall,
+            }
+        )
+        console.log(f"batches in flight {rows[-1]['in_flight']}, {size}²: {pairs / wall:.1f} pairs/s")
+    return rows
+
+
+def projection(steady: dict, size: int) -> list[dict]:
+    """Wall time of each of :data:`DATASETS` on one card and on eight, from the steady state at ``size``²:
+    pairs/s scaled by the pixels per pair (the kernels' work and the host's JPEG and decoding grow with
+    them), each card with the CPU cores the benchmark's steady state needs (its cores per 1000 pairs/s
+    grow with the pixels as its pairs/s shrink: the same cores per card)."""
+    rows = []
+    cores = steady["cores_per_1000"] * steady["steady_pairs_per_s"] / 1000
+    for name, videos, pairs, (w, h) in DATASETS:
+        rate = steady["steady_pairs_per_s"] * size * size / (w * h)
+        for cards in (1, 8):
+            rows.append(
+                {
+                    "dataset": name,
+                    "videos": videos,
+                    "pairs": pairs,
+                    "frame": f"{w}×{h}",
+                    "cards": cards,
+                    "pairs_per_s": rate * cards,
+                    "hours": pairs / (rate * cards) / 3600,
+                    "cpu_cores": cores * cards,
+                }
+            )
+    return rows
 
 
 def choose_tiles(args: argparse.Namespace, dev: str, params: TVL1Params) -> list[dict]:
@@ -227,41 +426,273 @@ def _table(title: str, rows: list[dict], cols: dict[str, str]) -> Table:
     for name in cols:
         table.add_column(name, justify="right")
     for r in rows:
-        table.add_row(*(format(r[k], spec) if k in r else "–" for k, spec in cols.items()))
+        table.add_row(*(format(r[k], spec) if r.get(k) is not None else "–" for k, spec in cols.items()))
     return table
 
 
 def make_reference(args: argparse.Namespace, params: TVL1Params, saved: dict) -> None:
-    """The fidelity rows' frames and OpenCV flows (rendered and decoded, per size) into ``--make-reference``."""
+    """The fidelity rows' frames and OpenCV flows (rendered and decoded, per size) into
+    ``--make-reference``."""
     with tempfile.TemporaryDirectory() as tmp:
         for size in map(int, args.sizes.split(",")):
             opencv_reference(
                 f"{size}/rendered", *make_pairs(size, args.fidelity_pairs, seed=1), params, saved
             )
-            records = make_videos(Path(tmp) / f"videos{size}", args.videos, args.frames, size)
+            records = fidelity_videos(Path(tmp), size, args.fidelity_pairs)
             opencv_reference(f"{size}/video", *video_pairs(records, args.fidelity_pairs), params, saved)
     args.make_reference.parent.mkdir(parents=True, exist_ok=True)
     np.savez_compressed(args.make_reference, **saved)
     console.print(f"wrote {args.make_reference}")
 
 
+def kernel_part(args, dev: str, params: TVL1Params, peak, rows: dict) -> None:
+    if args.tiles:
+        rows["tiles"] = choose_tiles(args, dev, params)
+    for size in map(int, args.sizes.split(",")):
+        prev, nxt = make_pairs(size, 16)
+        fns = fns_for(params)
+        best = 0.0
+        for name, batches in (("triton", args.batches), ("torch", args.torch_batches)):
+            for batch in map(int, filter(None, batches.split(","))):
+                rate = time_kernel(fns[name], prev, nxt, dev, batch, args.repeat)
+                best = max(best, rate) if name == "triton" else best
+                rows["kernel"].append({"size": size, "kernel": name, "batch": batch, "pairs_per_s": rate})
+                console.log(f"kernel {name} {size}² batch {batch}: {rate:.1f} pairs/s")
+        rows["roofline"].append(
+            {"size": size, "pairs_per_s": best} | roofline(prev, nxt, dev, params, best, peak)
+        )
+
+
+def fidelity_part(args, dev: str, params: TVL1Params, saved: dict, tmp: Path, rows: dict) -> None:
+    for size in map(int, args.sizes.split(",")):
+        frames = opencv_reference(
+            f"{size}/rendered", *make_pairs(size, args.fidelity_pairs, seed=1), params, saved
+        )
+        rows["fidelity"].append({"size": size, "frames": "rendered"} | fidelity(*frames, dev, params))
+        key = f"{size}/video"
+        pairs = (
+            (None, None)
+            if f"{key}/flow" in saved
+            else video_pairs(fidelity_videos(tmp, size, args.fidelity_pairs), args.fidelity_pairs)
+        )
+        frames = opencv_reference(key, *pairs, params, saved)
+        rows["fidelity"].append({"size": size, "frames": "video files"} | fidelity(*frames, dev, params))
+
+
+def video_part(args, dev: str, params: TVL1Params, parts: set[str], tmp: Path, rows: dict, save) -> None:
+    """The compaction, steady-state and projection parts, on one set of video files, largest size first
+    (``save`` after each size: a run stopped by its time limit keeps what it measured)."""
+    sizes = sorted(map(int, args.sizes.split(",")), reverse=True)
+    records = make_videos(tmp / "videos", args.videos, args.frames, sizes[0], LENGTHS)
+    name, device, _ = resolve_backend(args.backend, dev)
+    backend = make_backend(name, params, device.split(",")[0])
+    if not isinstance(backend, BatchedFlowBackend):
+        raise SystemExit(
+            f"--backend {args.backend} on {dev} is {name}: the batched stage needs torch or triton"
+        )
+    for size in sizes:
+        batch = min(batch_pairs(backend, size, size), args.distinct_pairs or batch_pairs(backend, size, size))
+        batches = distinct_batches(records, size, batch, args.distinct_batches, dev)
+        if "compaction" in parts:
+            rows["compaction"] += compaction_rows(batches, size, dev, params)
+            save()
+        if "steady" not in parts:
+            continue
+        kernel = fns_for(params)[name]
+        kernel(*batches[0])  # warm-up
+        kernel_rate = time_batches(kernel, batches, dev)
+        r = steady_state(records, size, args, tmp / f"out-{size}", params)
+        rows["steady"].append(
+            {
+                "size": size,
+                "backend": name,
+                "device": device,
+                "videos": len(records),
+                "batch": len(batches[0][0]),
+                **r,
+                "kernel_pairs_per_s": kernel_rate,
+                "steady_over_kernel": r["steady_pairs_per_s"] / kernel_rate,
+            }
+        )
+        console.log(
+            f"steady {size}²: {r['steady_pairs_per_s']:.1f} pairs/s (whole run {r['pairs_per_s']:.1f}, "
+            f"kernels alone {kernel_rate:.1f})"
+        )
+        if "projection" in parts and size == sizes[0]:
+            rows["projection"] = projection(rows["steady"][0], size)
+        save()
+    if args.sequential_videos and "steady" in parts:
+        rows["in_flight"] = sequential_rows(
+            records[: args.sequential_videos], sizes[0], args, tmp / "seq", params
+        )
+        save()
+
+
+def print_tables(rows: dict, card: str) -> None:
+    if rows.get("tiles"):
+        console.print(
+            _table(
+                f"Iteration-kernel tiles on {card} (the fastest used below)",
+                rows["tiles"],
+                {"size": "d", "batch": "d", "tile": "s", "warps": "d", "pairs_per_s": ".1f"},
+            )
+        )
+    if rows["kernel"]:
+        console.print(
+            _table(
+                f"Kernels on {card} (16 rendered pairs tiled)",
+                rows["kernel"],
+                {"size": "d", "kernel": "s", "batch": "d", "pairs_per_s": ".1f"},
+            )
+        )
+        console.print(
+            _table(
+                f"Roofline of the Triton iteration kernels on {card}",
+                rows["roofline"],
+                {
+                    "size": "d",
+                    "pairs_per_s": ".1f",
+                    "iterations_mean": ".0f",
+                    "iterations_min": ".0f",
+                    "iterations_max": ".0f",
+                    "mb_per_pair": ".1f",
+                    "achieved_gbps": ".0f",
+                    "peak_gbps": ".0f",
+                    "share_of_peak": ".1%",
+                    "one_pass_bound_pairs_per_s": ".0f",
+                },
+            )
+        )
+    if rows["fidelity"]:
+        console.print(
+            _table(
+                f"Fidelity: Triton on {card} vs OpenCV CPU",
+                rows["fidelity"],
+                {
+                    "size": "d",
+                    "frames": "s",
+                    "pairs": "d",
+                    "iterations_mean": ".0f",
+                    "epd_mean": ".4f",
+                    "epd_max": ".3f",
+                    "identical_codes": ".2%",
+                    "flow_magnitude_mean": ".3f",
+                },
+            )
+        )
+    if rows["compaction"]:
+        console.print(
+            _table(
+                f"Triton kernels on batches of distinct decoded pairs on {card}",
+                rows["compaction"],
+                {"size": "d", "checks": "s", "batch": "d", "batches": "d", "pairs_per_s": ".1f"},
+            )
+        )
+    if rows["steady"]:
+        console.print(
+            _table(
+                "End to end: video files → flow archives (preprocess flow, the batched stage)",
+                rows["steady"],
+                {
+                    "size": "d",
+                    "backend": "s",
+                    "videos": "d",
+                    "pairs": "d",
+                    "failed": "d",
+                    "batch": "d",
+                    "seconds": ".1f",
+                    "pairs_per_s": ".1f",
+                    "steady_pairs_per_s": ".1f",
+                    "kernel_pairs_per_s": ".1f",
+                    "steady_over_kernel": ".2f",
+                    "first_archive_s": ".1f",
+                },
+            )
+        )
+        console.print(
+            _table(
+                "… where its time went (per wall second)",
+                rows["steady"],
+                {
+                    "size": "d",
+                    "device_busy": ".1%",
+                    "cores_busy": ".1f",
+                    "cores_per_1000": ".2f",
+                    "waited_for_frames": ".1%",
+                    "waited_for_encoders": ".1%",
+                    "flow_busy": ".2f",
+                    "decode_busy": ".2f",
+                    "encode_busy": ".2f",
+                },
+            )
+        )
+        console.print(
+            "pairs_per_s: the whole run; steady: pairs written per second between 10 % and 90 % of "
+            "them; kernel: the kernels alone on batches of distinct pairs of the same videos, the "
+            "stage's batch; device_busy: the compute stream's busy time (CUDA events); cores_per_1000: "
+            "CPU cores busy per 1000 pairs/s (whole run); waited_for_*: the device thread's waits; "
+            "*_busy: the report's stage seconds, summed over threads"
+        )
+    if rows.get("in_flight"):
+        console.print(
+            _table(
+                "The batched stage with one batch and with two batches in flight",
+                rows["in_flight"],
+                {
+                    "size": "d",
+                    "in_flight": "d",
+                    "videos": "d",
+                    "pairs": "d",
+                    "seconds": ".1f",
+                    "pairs_per_s": ".1f",
+                    "device_busy": ".1%",
+                },
+            )
+        )
+    if rows.get("projection"):
+        size = rows["steady"][0]["size"]
+        console.print(
+            _table(
+                f"Projection from the steady state at {size}²",
+                rows["projection"],
+                {
+                    "dataset": "s",
+                    "videos": ",d",
+                    "pairs": ",d",
+                    "frame": "s",
+                    "cards": "d",
+                    "pairs_per_s": ".0f",
+                    "hours": ".1f",
+                    "cpu_cores": ".0f",
+                },
+            )
+        )
+        console.print(
+            "Assumptions: flow only (RGB archives add their JPEG encoding to the host's work); pairs/s "
+            f"scaled from {size}² by the pixels per pair; each card with the CPU cores the steady "
+            "state needs here (cpu_cores: for all cards); decoding these xvid files stands in for the "
+            "datasets' codecs; eight cards are eight times one (a process per card, nothing shared)"
+        )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated parts: {', '.join(PARTS)}")
     ap.add_argument("--sizes", default="128,256", help="comma-separated frame sizes (square)")
-    ap.add_argument("--batches", default="16,64,256", help="comma-separated kernel batch sizes")
+    ap.add_argument("--batches", default="64,256,512", help="comma-separated kernel batch sizes")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--repeat", type=int, default=3, help="timed batches per kernel measurement")
-    ap.add_argument("--torch-batches", default="64", help="batch sizes timed for the torch port")
+    ap.add_argument("--torch-batches", default="64", help="batch sizes timed for the torch port (none: '')")
     ap.add_argument("--fidelity-pairs", type=int, default=8, help="pairs per fidelity row (OpenCV is slow)")
-    ap.add_argument("--videos", type=int, default=32, help="video files for the end-to-end run")
-    ap.add_argument("--frames", type=int, default=64, help="frames per video")
-    ap.add_argument("--cpu-workers", default=f"1,{os.cpu_count()}", help="OpenCV worker counts, end to end")
+    ap.add_argument("--videos", type=int, default=160, help="video files of the steady state and compaction")
+    ap.add_argument("--frames", type=int, default=256, help="their mean length, in frames (×0.5 … ×1.5)")
+    ap.add_argument("--backend", default="auto", help="the steady state's flow backend (auto: as preprocess)")
     ap.add_argument(
-        "--cpu-videos", type=int, default=0, help="videos for the OpenCV runs (0: --cpu-workers' max)"
+        "--threads", type=int, default=0, help="the stage's decode and encode threads (0: default)"
     )
-    ap.add_argument(
-        "--torch-videos", type=int, default=4, help="videos for the torch port's runs (it is the slow baseline)"
-    )
+    ap.add_argument("--distinct-batches", type=int, default=3, help="batches of distinct pairs per variant")
+    ap.add_argument("--distinct-pairs", type=int, default=0, help="pairs per such batch (0: the stage's)")
+    ap.add_argument("--sequential-videos", type=int, default=0, help="videos of the one-batch-at-a-time row")
     ap.add_argument(
         "--peak-gbps", type=float, default=0.0, help="the card's memory bandwidth (default: by name)"
     )
@@ -286,95 +717,56 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("bench/results/flow_e2e.json"))
     args = ap.parse_args()
     if args.quick:
-        args.sizes, args.batches, args.torch_batches, args.repeat = "32", "2,4", "4", 1
-        args.fidelity_pairs, args.videos, args.frames, args.cpu_workers = 2, 2, 4, "1"
+        args.sizes, args.batches, args.torch_batches, args.repeat = "32,24", "2,4", "4", 1
+        args.fidelity_pairs, args.videos, args.frames = 2, 4, 6
+        args.distinct_batches, args.distinct_pairs = 1, 4
+        args.sequential_videos = args.sequential_videos and 2
         args.tiles = args.tiles and "64x64x4"
+    parts = set(args.parts.split(","))
+    if parts - set(PARTS):
+        raise SystemExit(
+            f"--parts: unknown {', '.join(sorted(parts - set(PARTS)))} (choose from {', '.join(PARTS)})"
+        )
     dev = args.device
     params = QUICK if args.quick else TVL1Params()
     card = torch.cuda.get_device_name(dev) if dev.startswith("cuda") else "CPU (Triton interpreter)"
     peak = args.peak_gbps or next((v for k, v in PEAK_GBPS.items() if k in card), None)
-    console.print(f"device: {card}; peak bandwidth: {peak or 'unknown'} GB/s")
+    console.print(f"device: {card}; peak bandwidth: {peak or 'unknown'} GB/s; {os.cpu_count()} CPU cores")
     cv2.setNumThreads(os.cpu_count() or 1)
-    rows: dict[str, list[dict]] = {"kernel": [], "roofline": [], "fidelity": [], "end_to_end": []}
+    rows: dict[str, list[dict]] = {
+        part: [] for part in ("kernel", "roofline", "fidelity", "compaction", "steady")
+    }
     saved = dict(np.load(args.reference)) if args.reference else {}
     if saved.setdefault("params", np.array(repr(params))) != repr(params):
         raise SystemExit(f"{args.reference}: made with other TV-L1 parameters ({saved['params']})")
     if args.make_reference:
         make_reference(args, params, saved)
         return
-    has_opencv_tvl1 = hasattr(cv2, "optflow")
 
-    if args.tiles:
-        rows["tiles"] = choose_tiles(args, dev, params)
-    for size in map(int, args.sizes.split(",")):
-        prev, nxt = make_pairs(size, 16)
-        fns = fns_for(params)
-        best = 0.0
-        for name, batches in (("triton", args.batches), ("torch", args.torch_batches)):
-            for batch in map(int, batches.split(",")):
-                rate = time_kernel(fns[name], prev, nxt, dev, batch, args.repeat)
-                best = max(best, rate) if name == "triton" else best
-                rows["kernel"].append({"size": size, "kernel": name, "batch": batch, "pairs_per_s": rate})
-                console.log(f"kernel {name} {size}² batch {batch}: {rate:.1f} pairs/s")
-        rows["roofline"].append(
-            {"size": size, "pairs_per_s": best} | roofline(prev, nxt, dev, params, best, peak)
+    def save() -> None:
+        tiles = tvl1_triton.TILES[torch.device(dev).type]
+        write_json_atomic(
+            args.out,
+            {
+                "device": card,
+                "cpu_cores": os.cpu_count(),
+                "tiles_used": tiles,
+                "args": {k: str(v) for k, v in vars(args).items()},
+                **rows,
+            },
         )
-        frames = opencv_reference(f"{size}/rendered", *make_pairs(size, args.fidelity_pairs, seed=1), params,
-                                  saved)  # fmt: skip
-        rows["fidelity"].append({"size": size, "frames": "rendered"} | fidelity(*frames, dev, params))
 
     with tempfile.TemporaryDirectory() as tmp:
-        tmp = Path(tmp)
-        for size in map(int, args.sizes.split(",")):
-            records = make_videos(tmp / f"videos{size}", args.videos, args.frames, size)
-            frames = opencv_reference(f"{size}/video", *video_pairs(records, args.fidelity_pairs), params,
-                                      saved)  # fmt: skip
-            rows["fidelity"].append({"size": size, "frames": "video files"} | fidelity(*frames, dev, params))
-            # The kernel rows tile 16 pairs; a batch of distinct pairs also has the stragglers of real batches
-            batch = max(map(int, args.batches.split(",")))
-            distinct = video_pairs(records, batch, per_video=-(-batch // len(records)))
-            rate = time_kernel(fns_for(params)["triton"], *distinct, dev, batch, args.repeat)
-            rows["kernel"].append({"size": size, "kernel": "triton, distinct video pairs", "batch": batch,
-                                   "pairs_per_s": rate})  # fmt: skip
-            console.log(f"kernel triton {size}² batch {batch} of {len(distinct[0])} distinct video pairs: {rate:.1f}")
-            runs = (
-                [("triton", dev, 1), ("torch", dev, 1)] if dev.startswith("cuda") else [("triton", "cpu", 1)]
-            )
-            if has_opencv_tvl1:
-                runs += [("opencv", "cpu", int(w)) for w in args.cpu_workers.split(",")]
-            else:
-                console.print("OpenCV contrib (cv2.optflow) is not installed: no OpenCV end-to-end rows")
-            for backend, device, workers in runs:
-                subset = records
-                if backend == "opencv":
-                    subset = records[: args.cpu_videos or max(int(w) for w in args.cpu_workers.split(","))]
-                elif backend == "torch":
-                    subset = records[: args.torch_videos]
-                out = tmp / f"out-{size}-{backend}-{workers}"
-                r = end_to_end(subset, backend, device, workers, out, params)
-                rows["end_to_end"].append({"size": size, "backend": backend, "device": device,
-                                           "workers": workers, "videos": len(subset)} | r)  # fmt: skip
-                console.log(f"end to end {backend} {size}² workers {workers}: {r['pairs_per_s']:.1f} pairs/s")
-
-    if "tiles" in rows:
-        console.print(_table(f"Iteration-kernel tiles on {card} (the fastest used below)", rows["tiles"],
-                             {"size": "d", "batch": "d", "tile": "s", "warps": "d", "pairs_per_s": ".1f"}))
-    console.print(_table(f"Kernels on {card}", rows["kernel"],
-                         {"size": "d", "kernel": "s", "batch": "d", "pairs_per_s": ".1f"}))  # fmt: skip
-    console.print(_table(f"Roofline of the Triton iteration kernels on {card}", rows["roofline"], {
-        "size": "d", "pairs_per_s": ".1f", "iterations_mean": ".0f", "iterations_min": ".0f",
-        "iterations_max": ".0f", "mb_per_pair": ".1f", "achieved_gbps": ".0f", "peak_gbps": ".0f",
-        "share_of_peak": ".1%", "one_pass_bound_pairs_per_s": ".0f"}))  # fmt: skip
-    console.print(_table(f"Fidelity: Triton on {card} vs OpenCV CPU", rows["fidelity"], {
-        "size": "d", "frames": "s", "pairs": "d", "iterations_mean": ".0f", "epd_mean": ".4f", "epd_max": ".3f",
-        "identical_codes": ".2%", "flow_magnitude_mean": ".3f"}))  # fmt: skip
-    console.print(_table("End to end: video files → flow archives", rows["end_to_end"], {
-        "size": "d", "backend": "s", "device": "s", "workers": "d", "videos": "d", "pairs": "d",
-        "seconds": ".1f", "pairs_per_s": ".1f", "failed": "d", "cores_busy": ".1f", "flow_busy": ".2f",
-        "encode_busy": ".1f", "decode_busy": ".1f"}))  # fmt: skip
-    tiles = tvl1_triton.TILES[torch.device(dev).type]
-    write_json_atomic(args.out, {"device": card, "tiles_used": tiles,
-                                 "args": {k: str(v) for k, v in vars(args).items()}, **rows})  # fmt: skip
+        if "kernels" in parts:
+            kernel_part(args, dev, params, peak, rows)
+            save()
+        if "fidelity" in parts:
+            fidelity_part(args, dev, params, saved, Path(tmp), rows)
+            save()
+        if parts & {"compaction", "steady", "projection"}:
+            video_part(args, dev, params, parts, Path(tmp), rows, save)
+    print_tables(rows, card)
+    save()
     console.print(f"wrote {args.out}")
 
 

@@ -4,11 +4,14 @@
 #   bash bench/gpu_checks.sh OUT_DIR [REFERENCE.npz]
 #
 # Each step has its own time limit, writes its JSON and log under OUT_DIR and does not stop the others.
-# CHECKS_ONLY=GLOB runs only the steps whose name matches; CHECKS_DEVICE=cpu runs the training steps' very commands
+# CHECKS_ONLY=GLOB runs only the steps whose name matches (the limits add up past one 10-minute device call: run
+# CHECKS_ONLY='flow*' and CHECKS_ONLY='[tg]*' as two calls); CHECKS_DEVICE=cpu runs the training steps' very commands
 # on the CPU at tiny settings (tests/bench/test_gpu_checks.py), so that a first run on a GPU does not fail on a typo.
 # REFERENCE.npz: the fidelity rows' frames and OpenCV flows (`python bench/flow_e2e.py --make-reference
 # REFERENCE.npz --fidelity-pairs 16` on a machine with OpenCV contrib), for GPU machines without it.
 # Where memdpc is not installed, the checkout itself is put on the path as the package.
+# FLOW_EXTRA: options added to the flow steps, e.g. FLOW_EXTRA="--quick --device cpu --backend torch" (with
+# TRITON_INTERPRET=1) to check those steps on a CPU machine.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:?usage: bench/gpu_checks.sh OUT_DIR [REFERENCE.npz]}
@@ -31,9 +34,17 @@ step() {  # step NAME SECONDS COMMAND…: run with a limit, log to OUT_DIR/NAME.
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 ref=()
 [ -n "${2:-}" ] && ref=(--reference "$2" --fidelity-pairs 16)
-step flow_e2e 300 python3 bench/flow_e2e.py "${ref[@]}" --batches 128,256,512,1024 --videos 96 --frames 100 \
-    --out "$out/flow_e2e.json"
-
+# --- flow (issue 30): the kernels, their fidelity to OpenCV, then end to end at a steady state -------------
+flow=(${FLOW_EXTRA:-})
+# kernels per batch (16 rendered pairs tiled), roofline, fidelity: about a minute, compiling included
+step flow_kernels 120 python3 bench/flow_e2e.py --parts kernels,fidelity "${ref[@]}" --sizes 128,256 \
+    --batches 256,512,1024,2048 --torch-batches "" --repeat 2 --out "$out/flow_kernels.json" "${flow[@]}"
+# 160 videos (128 to 384 frames, 40,800 pairs) at 256² then 128²: compaction on/off and lagged/waited stop
+# checks on the stage's batches of distinct pairs, the steady state end to end with the device's busy
+# fraction and CPU cores, the kernels alone on the same pairs, the projection; then one batch in flight
+# against two on 12 videos. Results are saved after each size (a step stopped at its limit keeps them).
+step flow_steady 270 python3 bench/flow_e2e.py --parts compaction,steady,projection --sizes 128,256 \
+    --videos 160 --frames 256 --sequential-videos 12 --out "$out/flow_steady.json" "${flow[@]}"
 # --- training at the card's pace (issue 29) ----------------------------------------------------------------------
 # Per variant (one process each): the 50-step loss curve against eager's two runs, the profile at batch 16 (before:
 # eager; after: the rest) and the in-memory throughput at batch 16, 32, 64 (clips/s, TFLOP/s, share of peak, peak
@@ -54,7 +65,6 @@ step train 240 "${train[@]}" --profile --variants eager,fast,bf16,graphs,graphs-
 step train_compiled 240 "${train[@]}" --profile --variants compile-graphs-bf16,compile-graphs "${compiled[@]}" \
     --backends '' --eager-curves "$out/train.json" --out "$out/train_compiled.json"
 # ------------------------------------------------------------------------------------------------------------------
-
-step gpu_tests 180 python3 -m pytest -m gpu -q -p no:cacheprovider tests/preprocess/test_batched.py \
-    tests/preprocess/test_tvl1_triton.py tests/preprocess/test_tvl1_torch.py tests/train/test_loop.py \
-    tests/train/test_step.py
+step gpu_tests 180 python3 -m pytest -m gpu -q -p no:cacheprovider tests/preprocess/flow/test_batched.py \
+    tests/preprocess/flow/test_tvl1_triton.py tests/preprocess/flow/test_tvl1_torch.py \
+    tests/train/test_loop.py tests/train/test_step.py

@@ -31,7 +31,7 @@ from rich.console import Console
 from rich.table import Table
 
 from memdpc.atomic import atomic_path, write_json_atomic
-from memdpc.preprocess.example_families import EXAMPLE_FAMILIES
+from memdpc.preprocess.examples.families import EXAMPLE_FAMILIES
 from memdpc.quickstart import COLUMNS, MODEL_NAMES
 from memdpc.streams import STREAMS
 

@@ -31,7 +31,7 @@ from memdpc.pipeline.sample import frame_member, member_name, sample_key
 from memdpc.pipeline.shard import shard_stream
 from memdpc.pipeline.shard_plan import DEFAULT_WINDOW_STEP, usable_frames
 from memdpc.preprocess.archive import archive_path, read_archive, write_archive
-from memdpc.preprocess.synthetic import CLASSES, render_video
+from memdpc.preprocess.examples.synthetic import CLASSES, render_video
 from memdpc.preprocess.video_index import VideoRecord
 
 

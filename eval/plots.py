@@ -2,7 +2,7 @@
 
 * Retrieval examples (paper appendix): each row is a test query and its top-3 train neighbours, every video
   shown as a strip of one frame per block of its first window, titled with the class (green: same class);
-  flow in colour (:mod:`memdpc.flowviz`), each strip scaled to its own fastest motion, named in its title.
+  flow in colour (:mod:`memdpc.flowviz`), each strip on a scale of its own (flowviz's), named in its title.
 * Confusion matrix of per-video predictions (rows: true class, normalised per row).
 * Memory norms (paper appendix, Fig. "memory retrieval"): ‖M_i‖ of every memory slot, the largest few
   highlighted.
@@ -40,20 +40,15 @@ def _save(fig, path: str | os.PathLike) -> Path:
     return Path(path)
 
 
-def _strip(jpegs: Sequence[bytes], num_blocks: int, stream: str) -> tuple[np.ndarray, float | None]:
-    """:func:`frame_strip` and, for flow, the speed its full colour stands for."""
+def frame_strip(jpegs: Sequence[bytes], num_blocks: int, stream: str = RGB) -> tuple[np.ndarray, float | None]:
+    """One frame from the middle of every block, side by side: (h, num_blocks·w, 3) RGB uint8, flow in colour on
+    the strip's own scale (flowviz's); and, for flow, the speed its full colour stands for."""
     per_block = len(jpegs) // num_blocks
     frames = decode_frames([jpegs[b * per_block + per_block // 2] for b in range(num_blocks)])
     if stream != FLOW:
         return np.concatenate(frames, axis=1), None
     colours = codes_colours(frames)
     return np.concatenate(colours.image, axis=1), colours.max_flow
-
-
-def frame_strip(jpegs: Sequence[bytes], num_blocks: int, stream: str = RGB) -> np.ndarray:
-    """One frame from the middle of every block, side by side: (h, num_blocks·w, 3) RGB uint8; flow in colour,
-    scaled to the strip's fastest motion."""
-    return _strip(jpegs, num_blocks, stream)[0]
 
 
 def retrieval_examples(path: str | os.PathLike, data: EvalData, q_ids: Sequence[str], q_labels: np.ndarray,
@@ -81,7 +76,7 @@ def retrieval_examples(path: str | os.PathLike, data: EvalData, q_ids: Sequence[
         for ax, (jpegs, title, color) in zip(axes[i], cells, strict=False):
             ax.axis("off")
             if jpegs:
-                strip, top_speed = _strip(jpegs, num_blocks, stream)
+                strip, top_speed = frame_strip(jpegs, num_blocks, stream)
                 ax.imshow(strip, interpolation="nearest")  # the frames' own pixels (and smaller files)
                 if top_speed is not None:
                     title += f" (full colour: {top_speed:.2g} px)"

@@ -60,6 +60,16 @@ def _to_rgb(frames_bgr: np.ndarray, maps: np.ndarray | None) -> np.ndarray:
     return colour_frames(frames_bgr, bgr_in)
 
 
+def _decode(sample: dict, member: str) -> np.ndarray:
+    """One frame member of a sample, decoded to BGR; ValueError naming the shard, sample and member if its
+    bytes are not an image."""
+    frame = cv2.imdecode(np.frombuffer(sample[member], np.uint8), cv2.IMREAD_COLOR)
+    if frame is None:
+        raise ValueError(f"{sample.get('__url__', 'a shard')}: sample {sample.get('__key__', '?')}: {member} is not "
+                         "a decodable JPEG (a damaged shard: `memdpc shard --verify` checks them)")
+    return frame
+
+
 class ClipTransform:
     """Decode one sample's 40 JPEGs and apply the spec (train draw or eval crops), with boxes relative to the
     sample's own frame size: uint8 RGB out, ``size`` × ``size``."""
@@ -69,12 +79,7 @@ class ClipTransform:
 
     def __call__(self, sample: dict, rng: np.random.Generator) -> dict:
         p = self.plan
-        frames = np.stack(
-            [
-                cv2.imdecode(np.frombuffer(sample[frame_member(i)], np.uint8), cv2.IMREAD_COLOR)
-                for i in range(p.num_frames)
-            ]
-        )  # (F, H, W, 3) BGR
+        frames = np.stack([_decode(sample, frame_member(i)) for i in range(p.num_frames)])  # (F, H, W, 3) BGR
         if p.train and p.spec.enabled:
             video = self._train(frames, rng)
         else:

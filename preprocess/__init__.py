@@ -1,1 +1,2 @@
-"""Offline stages: datasets → video index, decode, RGB frames and TV-L1 flow, synthetic example data."""
+"""Offline stages: datasets → video index, decode, RGB frames and TV-L1 flow (``flow/``), example data
+(``examples/``)."""

@@ -29,8 +29,8 @@ from memdpc.errors import UserError
 from memdpc.preprocess.archive import ArchiveWriter, archive_path, read_meta
 from memdpc.preprocess.decode import DecodeError, DecodeSpec, PartialVideo, VideoStream
 from memdpc.preprocess.encode import FLOW_ENCODING, FLOW_ENCODINGS, RGB_ENCODING, JpegEncoding, code_error
-from memdpc.preprocess.flow import AUTO, BACKENDS, BOUND, FlowStage, make_backend
-from memdpc.preprocess.tvl1_params import TVL1Params
+from memdpc.preprocess.flow.backends import AUTO, BACKENDS, BOUND, FlowStage, make_backend
+from memdpc.preprocess.flow.tvl1_params import TVL1Params
 from memdpc.preprocess.video_index import VideoRecord
 from memdpc.streams import STREAMS
 
@@ -52,8 +52,8 @@ def read_report_entries(path: str | os.PathLike) -> dict[str, dict[str, Any]]:
 class PreprocessConfig:
     """Everything a run needs; one picklable object sent to every worker.
 
-    ``flow_backend`` and ``device`` may be ``auto``: :func:`memdpc.preprocess.flow.resolve_backend` picks
-    the GPU path where CUDA is available, else OpenCV on the CPU. ``workers`` are the processes of the
+    ``flow_backend`` and ``device`` may be ``auto``: :func:`memdpc.preprocess.flow.backends.resolve_backend`
+    picks the GPU path where CUDA is available, else OpenCV on the CPU. ``workers`` are the processes of the
     per-video path; ``threads`` the decode and the encode threads per device of the batched path (0: the
     CPU cores divided among the devices). ``overwrite``: rewrite archives made with other settings or from
     another source (without it the run refuses them).

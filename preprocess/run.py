@@ -34,10 +34,11 @@ from memdpc import interrupts
 from memdpc.atomic import write_json_atomic
 from memdpc.errors import UserError
 from memdpc.preprocess.archive import archive_path
-from memdpc.preprocess.batched import run_batched
 from memdpc.preprocess.decode import DecodeSpec, StderrCapture
 from memdpc.preprocess.encode import DEFAULT_FLOW_ENCODING, FLOW_ENCODINGS, RGB_ENCODING, JpegEncoding
-from memdpc.preprocess.flow import BatchedFlowBackend, make_backend, resolve_backend
+from memdpc.preprocess.flow.backends import BatchedFlowBackend, make_backend, resolve_backend
+from memdpc.preprocess.flow.batched import run_batched
+from memdpc.preprocess.flow.tvl1_params import TVL1Params
 from memdpc.preprocess.job import (
     PreprocessConfig,
     Progress,
@@ -50,7 +51,6 @@ from memdpc.preprocess.job import (
     select_part,
 )
 from memdpc.preprocess.pool import pool_results
-from memdpc.preprocess.tvl1_params import TVL1Params
 from memdpc.preprocess.video_index import VideoRecord, read_index
 from memdpc.progress import progress_bar
 from memdpc.wording import plural
@@ -101,9 +101,9 @@ def _results(
         yield from pool_results(cfg, todo, progress)
 
 
-def _batched(devices: list[str]) -> Results:
+def _batched(devices: list[str], stats: dict[str, dict]) -> Results:
     def results(cfg, todo, progress, messages) -> Iterator[dict]:
-        return run_batched(cfg, todo, devices, progress)  # its threads' messages stay the run's
+        return run_batched(cfg, todo, devices, progress, stats)  # its threads' messages stay the run's
 
     return results
 
@@ -172,9 +172,9 @@ class _Tracker:
 
     def finish(self, entry: dict) -> None:
         """A video's report entry: count it, and its real units."""
-        vid, streams = entry["id"], entry.get("streams", {})
+        vid = entry["id"]
         got = self.received.get(vid, 0)
-        real = streams.get("flow", streams.get("rgb", 0)) if entry["status"] in ("done", "partial") else got
+        real = _units(entry) if entry["status"] in ("done", "partial") else got
         self.units += real - got
         self.received[vid] = self.expected[vid] = real
         self.ok += entry["status"] in OK
@@ -191,6 +191,12 @@ class _Tracker:
         failed = f", {self.failed} failed" if self.failed else ""
         info = f"{self.noun} · {rate:.1f} {self.noun}/s · {self.ok}/{self.videos} videos{failed}"
         self.bar.update(self.task, completed=self.units, total=total, info=info)
+
+
+def _units(entry: dict) -> int:
+    """The units a video's entry reports written: its flow pairs, else its frames (0: none written)."""
+    streams = entry.get("streams", {})
+    return streams.get("flow", streams.get("rgb", 0))
 
 
 # --------------------------------------------------------------------------------------------- report
@@ -237,7 +243,17 @@ def _merged(mine: list[VideoRecord], entries: dict[str, dict], earlier: dict[str
 
 
 # ------------------------------------------------------------------------------------------------ run
-def run_preprocess(records: list[VideoRecord], cfg: PreprocessConfig, progress: bool = True) -> dict:
+def _both(a: Progress, b: Progress) -> Progress:
+    def both(*event: Any) -> None:
+        a(*event)
+        b(*event)
+
+    return both
+
+
+def run_preprocess(
+    records: list[VideoRecord], cfg: PreprocessConfig, progress: bool = True, observe: Progress | None = None
+) -> dict:
     """Preprocess this part of ``records``; write and return the run report.
 
     Finished videos (all requested archives present, made with these settings from the same source file)
@@ -246,20 +262,25 @@ def run_preprocess(records: list[VideoRecord], cfg: PreprocessConfig, progress: 
     ``failed`` + reason), frame counts, fps, seconds per stage, the measured flow storage error and what
     FFmpeg printed about it (``messages``); for flow, ``flow`` names the backend and devices used (``auto``
     resolved) and the note of a fallback. A batched backend (torch, triton) runs in the batched stage
-    (``memdpc.preprocess.batched``) unless the run goes to Dask; the OpenCV backend in per-video jobs. On
-    SIGINT/SIGTERM (KeyboardInterrupt) the report of what was done is written and the interrupt re-raised
-    as :class:`memdpc.interrupts.Interrupted` with a note of what was kept.
+    (``memdpc.preprocess.flow.batched``) unless the run goes to Dask, and ``flow.stage`` then says per device
+    where its time went (:attr:`~memdpc.preprocess.flow.batched.DeviceStage.stats`); the OpenCV backend runs
+    in per-video jobs. On SIGINT/SIGTERM (KeyboardInterrupt) the report of what was done is written and the
+    interrupt re-raised as :class:`memdpc.interrupts.Interrupted` with a note of what was kept.
+
+    ``observe`` (for callers that time the run) is called in this thread with each progress event of the
+    videos (``("start", id, units promised)``, ``("units", id, n)`` as units are written) and with
+    ``("done", id, units)`` as a video's entry arrives (its pairs, or frames without flow; 0 if it failed).
     """
     cfg.validate()
     console = Console(stderr=True)
-    used, flow, results = cfg, None, _results
+    used, flow, results, stage_stats = cfg, None, _results, {}
     if "flow" in cfg.streams:
         name, device, note = resolve_backend(cfg.flow_backend, cfg.device)
         devices = device.split(",")
         used = replace(cfg, flow_backend=name, device=device)
         backend = make_backend(name, cfg.tvl1, devices[0])  # an unusable backend or device fails now
         if isinstance(backend, BatchedFlowBackend) and not cfg.dask:
-            results = _batched(devices)
+            results = _batched(devices, stage_stats)
         elif len(devices) > 1:
             raise UserError(
                 f"--device {cfg.device}: several devices need the batched flow stage (not --dask)"
@@ -278,13 +299,16 @@ def run_preprocess(records: list[VideoRecord], cfg: PreprocessConfig, progress: 
     with StderrCapture() as stderr:
         with progress_bar("{task.fields[info]}", bold=True, console=console, disable=not progress) as bar:
             tracker = _Tracker(bar, cfg, len(mine), len(done), len(todo))
+            events = tracker.event if observe is None else _both(tracker.event, observe)
             try:
-                work = contextlib.closing(results(used, todo, tracker.event, stderr.take)) if todo else (
+                work = contextlib.closing(results(used, todo, events, stderr.take)) if todo else (
                     contextlib.nullcontext(()))  # nothing to do: no pool, no device process
                 with work as videos:
                     for entry in videos:
                         entries[entry["id"]] = entry
                         tracker.finish(entry)
+                        if observe is not None:
+                            observe("done", entry["id"], _units(entry) if entry["status"] in OK else 0)
                 interrupts.check()  # a signal whose raise a finaliser swallowed
             except KeyboardInterrupt as e:
                 stop = interrupts.as_interrupted(e)
@@ -299,7 +323,7 @@ def run_preprocess(records: list[VideoRecord], cfg: PreprocessConfig, progress: 
         "started": started.isoformat(timespec="seconds"),
         "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         **({"interrupted": str(stop)} if stop else {}),
-        **({"flow": flow} if flow else {}),
+        **({"flow": {**flow, "stage": stage_stats} if stage_stats else flow} if flow else {}),
         "summary": _summary(this_run, time.perf_counter() - t0, len(mine) - len(this_run)),
         "failures": [
             {"id": v["id"], "path": v["path"], "reason": v["reason"]}

@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from memdpc.preprocess.archive import archive_path, write_archive
-from memdpc.preprocess.example_layout import write_video
-from memdpc.preprocess.synthetic import CLASSES, SyntheticConfig, make_synthetic, render_video
+from memdpc.preprocess.examples.layout import write_video
+from memdpc.preprocess.examples.synthetic import CLASSES, SyntheticConfig, make_synthetic, render_video
 
 if not torch.cuda.is_available():  # before anything imports Triton: its kernels then run in the interpreter
     os.environ.setdefault("TRITON_INTERPRET", "1")

@@ -18,7 +18,7 @@ from memdpc.flowviz import (
     legend,
 )
 from memdpc.preprocess.encode import FLOW_ENCODING, decode_rgb
-from memdpc.preprocess.flow import flow_to_codes
+from memdpc.preprocess.flow.backends import flow_to_codes
 
 # image coordinates: x right, y down
 MOTIONS = {"right": (3.0, 0.0), "down": (0.0, 3.0), "left": (-3.0, 0.0), "up": (0.0, -3.0)}

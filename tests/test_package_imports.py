@@ -22,7 +22,8 @@ SKIP = {"tests", ".venv", ".git", "build"}
 # the files that may import inside functions, and why
 LAZY_FILES = {
     "cli.py",  # each verb imports its stage when it runs, so `memdpc --help` starts without torch
-    "preprocess/flow.py",  # the opencv workers import it without torch; a GPU backend imports torch when built
+    # the opencv workers import it without torch; a GPU backend imports torch when built
+    "preprocess/flow/backends.py",
 }
 # optional dependencies, imported where they are used: DALI, Dask's client ([cluster]), and the collectives
 # of torch.distributed.nn, which torch builds without distributed support lack

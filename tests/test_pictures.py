@@ -17,7 +17,7 @@ from memdpc.pictures import (
     write_gif,
     write_png,
 )
-from memdpc.preprocess.flow import flow_to_codes
+from memdpc.preprocess.flow.backends import flow_to_codes
 
 
 def frames(n: int, h: int = 4, w: int = 6) -> np.ndarray:

@@ -12,6 +12,7 @@ import sys
 import zipfile
 from pathlib import Path
 
+import click
 import numpy as np
 import pytest
 from click.testing import CliRunner
@@ -19,7 +20,8 @@ from click.testing import CliRunner
 from memdpc.cli import main
 from memdpc.errors import UserError
 from memdpc.model.checkpoint import read_checkpoint
-from memdpc.preprocess.synthetic import CLASSES, render_video
+from memdpc.pipeline.shard import shard_stream
+from memdpc.preprocess.examples.synthetic import CLASSES, render_video
 from memdpc.preprocess.video_index import VideoRecord
 from memdpc.recipe import RECIPE_DIR, commands, datasets, eval_settings, load, names, resolve, train_settings
 from memdpc.streams import STREAMS
@@ -44,8 +46,6 @@ def invoke(*args) -> str:
 def tiny_shards(tmp_path_factory) -> Path:
     """RGB and flow shards (train and test) of 9 rendered videos of 30 frames at 16², 3 classes, 2 training
     videos of each: the paper's clip (8 × 5 frames, stride 3), one padded window per video."""
-    from memdpc.pipeline.shard import shard_stream
-
     root = tmp_path_factory.mktemp("recipe_data")
     records = []
     for ci, cls in enumerate(CLASSES[:3]):
@@ -82,8 +82,6 @@ def test_every_recipe_names_its_row_figures_data_and_a_valid_training():
 
 def _parses(args: list[str]) -> None:
     """Parse one command line against the real command line (options, types, choices), without running it."""
-    import click
-
     command, name, rest = main, "memdpc", list(args)
     while isinstance(command, click.Group):  # none of the commands gives a group an option of its own
         ctx = click.Context(command, info_name=name)
@@ -120,6 +118,13 @@ def test_recipes_are_found_by_short_name_or_path_and_mistakes_are_named(tmp_path
     r = load(mine)
     assert (r.train["mem_size"], r.train["arch"], r.run, r.eval["task"]) == (256, "memdpc_r18", "mine", "finetune")
     assert load(tmp_path / "mine.yaml").datasets == ["ucf101"]
+    configs = {line.split("--config ")[1].split()[0] for line in commands(r) if "--config " in line}
+    assert configs == {str(mine)} and resolve(str(mine)) == mine  # the printed commands name the user's file
+    (tmp_path / "both.yaml").write_text("row: mine fused\nexpect: {ucf101: {top1: 80}}\nfuse: [{recipe: mine.yaml, "
+                                        "result: a.json}, {recipe: ucf101-r18-flow, result: b.json}]\n")
+    fused = load(tmp_path / "both.yaml")  # a fused row's parts: beside it (a user's), else shipped
+    assert [f["recipe"] for f in fused.fuse] == [mine, RECIPE_DIR / "ucf101-r18-flow.yaml"]
+    assert f"{tmp_path}/eval/mine/ucf101/a.json" in "\n".join(commands(fused, work=str(tmp_path)))
     (tmp_path / "loop.yaml").write_text("base: loop.yaml\n")
     with pytest.raises(UserError, match="its bases lead back to"):
         load(tmp_path / "loop.yaml")
@@ -133,6 +138,13 @@ def test_recipes_are_found_by_short_name_or_path_and_mistakes_are_named(tmp_path
         eval_settings("ucf101-r18-rgb-retrieval", "probe")
     with pytest.raises(UserError, match="trains nothing"):
         train_settings("ucf101-r18-fused")
+
+
+def test_eval_config_takes_recipes_only(tmp_path):
+    plain = tmp_path / "opts.yaml"
+    plain.write_text("crops: 10\n")
+    with pytest.raises(UserError, match=r"opts\.yaml: memdpc eval --config takes a recipe"):
+        eval_settings(plain, "finetune")
 
 
 def test_a_recipes_eval_options_fill_only_what_the_command_line_leaves(tiny_shards, tmp_path):
@@ -152,6 +164,10 @@ def test_a_recipes_eval_options_fill_only_what_the_command_line_leaves(tiny_shar
     res = CliRunner().invoke(main, ["eval", "finetune", str(ckpt), "--config", str(bad), "--shards", str(tiny_shards),
                                     "--out", str(tmp_path / "c")])
     assert res.exit_code == 2 and "bad.yaml: eval: memdpc eval finetune has no option --label-fractoin" in res.output
+    bad.write_text("base: ucf101-r18-rgb\neval: {task: finetune, crops: 7}\n")
+    res = CliRunner().invoke(main, ["eval", "finetune", str(ckpt), "--config", str(bad), "--shards", str(tiny_shards),
+                                    "--out", str(tmp_path / "c")])
+    assert res.exit_code == 2 and res.output.splitlines()[-1].startswith(f"Error: {bad}: eval: crops: '7' is not one of")
 
 
 _DONE: dict[str, Path] = {}  # recipe → the folder of its results, so that fused rows reuse their parts'
@@ -164,7 +180,7 @@ def _run_recipe(name: str, shards: Path, work: Path) -> Path:
     r = load(name)
     out = work / "eval" / name
     if r.fuse:
-        parts = [_run_recipe(f["recipe"], shards, work) for f in r.fuse]
+        parts = [_run_recipe(f["recipe"].stem, shards, work) for f in r.fuse]
         for d in r.expect:
             invoke("eval", "fuse", *(p / d / f["result"] for p, f in zip(parts, r.fuse, strict=True)),
                    "--out", out / d / "fused.json")
@@ -199,7 +215,7 @@ def test_every_recipe_runs_one_step_at_tiny_scale_on_the_cpu(name, tiny_shards, 
     out = _run_recipe(name, tiny_shards, recipe_work)
     assert {d.name for d in out.iterdir()} == set(load(name).expect)
     for f in load(name).fuse:  # the results a fused row names are those its parts write
-        assert all((_DONE[f["recipe"]] / d / f["result"]).is_file() for d in load(name).expect)
+        assert all((_DONE[f["recipe"].stem] / d / f["result"]).is_file() for d in load(name).expect)
 
 
 @pytest.mark.slow
@@ -230,11 +246,21 @@ def test_readme_lists_every_recipe_with_its_figures_and_commands_the_command_lin
     block = section.split("and then each row is one command:", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
     lines = [line for line in block.splitlines() if line]
     assert sorted(name for name in names() for line in lines if f"--out $W/eval/{name}/" in line) == names()
-    for line in lines:
-        for command in line.replace("for d in ucf101 hmdb51; do ", "").replace("; done", "").split(" && "):
-            args = shlex.split(command.replace("$W", "/work").replace("$d", "ucf101"))
-            assert args[0] == "memdpc"
-            _parses(args[1:])
+    pretraining = section.split("the pretraining runs are", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
+    readme = set()
+    for line in [*pretraining.splitlines(), *lines]:
+        loop = "for d in ucf101 hmdb51; do "
+        each = [line] if not line.startswith(loop) else [line[len(loop):-len("; done")].replace("$d", d)
+                                                         for d in ("ucf101", "hmdb51")]
+        readme |= {command for one in each for command in one.split(" && ") if command}
+    for command in readme:
+        args = shlex.split(command.replace("$W", "/work"))
+        assert args[0] == "memdpc"
+        _parses(args[1:])
+    # the same commands as `memdpc recipes NAME` prints for each row (README is a copy: it must not drift)
+    printed = {line for name in names() for line in commands(load(name), "DATA", "$W")
+               if line.startswith(("memdpc train", "memdpc eval"))}
+    assert readme == printed, (sorted(readme - printed)[:3], sorted(printed - readme)[:3])
 
 
 def test_memdpc_recipes_lists_every_recipe():

@@ -22,6 +22,8 @@ from memdpc.report_page import PAGE, write_report
 
 from .conftest import run_memdpc
 
+ARTIFACTS_ENV = "MEMDPC_TEST_ARTIFACTS"  # a folder where tests keep what a person may want to look at
+
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 # headless, and nothing that reaches out to the network on its own (this machine has none)
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -160,8 +162,13 @@ def test_the_quickstart_page_opens_from_the_file_system_with_every_picture(tiny_
     text = browser.evaluate("document.body.innerText")
     for row in json.loads((tiny_quickstart / "quickstart.json").read_text()):  # the quickstart's table, on the page
         assert f"{row['model']}\t{row['stream']}\t{row['R@1']}\t{row['R@5']}\t{row['probe top-1']}" in text
+    for row in json.loads((tiny_quickstart / "quickstart-pretext.json").read_text()):  # and its pretext table
+        assert "\t".join(str(v) for v in row.values()) in text
+    assert "test videos" in text and "| " not in text  # the note under the table, and no Markdown left raw
     assert any(src.endswith(".gif") for src, _, _ in images) and any("strips-flow" in src for src, _, _ in images)
-    shot = browser.screenshot(tmp_path / "report.png")
+    kept = Path(os.environ.get(ARTIFACTS_ENV) or tmp_path)  # CI keeps it with the test output (.ci/run)
+    kept.mkdir(parents=True, exist_ok=True)
+    shot = browser.screenshot(kept / "report-page.png")
     print(f"screenshot of {page}: {shot}")
     picture = np.asarray(Image.open(shot).convert("RGB")).astype(int)
     assert picture.shape[1] == WIDTH and picture.shape[0] > 2000

@@ -16,8 +16,8 @@ from memdpc.pipeline.clip import ClipSpec
 from memdpc.pipeline.manifest import verify_shards
 from memdpc.pipeline.shard import ShardReport, run_shard
 from memdpc.preprocess.datasets import build_index
+from memdpc.preprocess.examples.synthetic import CLASSES, render_video
 from memdpc.preprocess.run import preprocess
-from memdpc.preprocess.synthetic import CLASSES, render_video
 from memdpc.preprocess.video_index import VideoRecord, write_index
 from memdpc.report_tables import (
     MAX_FAILURES,

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import tarfile
 
+import cv2
 import numpy as np
 import pytest
 import torch
@@ -18,7 +19,7 @@ from memdpc.eval.results import save_result
 from memdpc.flowviz import codes_colours
 from memdpc.pictures import GAP, MIN_WIDTH, decode_frames
 from memdpc.pipeline.shard import shard_stream
-from memdpc.preprocess.archive import read_archive
+from memdpc.preprocess.archive import archive_path, read_archive, write_archive
 from memdpc.preprocess.datasets import build_index
 from memdpc.preprocess.run import preprocess
 from memdpc.preprocess.video_index import write_index
@@ -80,6 +81,21 @@ def test_an_archive_gives_a_sheet_and_a_gif_of_its_video_with_flow_in_the_one_co
     assert off.mean() < 3 and np.percentile(off, 95) < 8, (off.mean(), np.percentile(off, 95))
     assert (drawn.max(axis=-1) - drawn.min(axis=-1) > 60).mean() > 0.2  # in colour, not grey codes
     assert f"{expected.max_flow:.3g} px" in expected.note  # the scale its caption states
+
+
+def test_a_long_video_decodes_only_the_frames_it_shows_and_its_gif_keeps_the_pace(tmp_path):
+    """A 1000-frame archive whose frames are garbage but for the 16 of the sheet and the GIF's every 5th (so
+    decoding any other frame would fail): the sheet and a 200-frame GIF at 1/5 of the video's 25 fps."""
+    shown = set(np.linspace(0, 999, 16).round().astype(int).tolist()) | set(range(0, 1000, 5))
+    def good(k: int) -> bytes:  # frames that differ, so that the GIF writer merges none
+        return cv2.imencode(".jpg", np.full((24, 32, 3), k % 250, np.uint8))[1].tobytes()
+
+    path = archive_path(tmp_path / "frames", "rgb", "long")
+    write_archive(path, (good(k) if k in shown else b"not a jpeg" for k in range(1000)),
+                  {"stream": "rgb", "fps": 25.0, "height": 24, "width": 32})
+    written = show(path, tmp_path / "out")
+    with Image.open(next(p for p in written if p.suffix == ".gif")) as gif:
+        assert (gif.n_frames, gif.info["duration"]) == (200, 200)  # 1000 / 5 frames, 5 × 40 ms
 
 
 def test_a_folder_of_archives_shows_its_first_videos_once_each(frames, tmp_path):

@@ -2,8 +2,8 @@ from memdpc.wording import duration_text, name_list, plural, size_text
 
 
 def test_plural_counts_the_noun():
-    assert [plural(1, "video"), plural(2, "video"), plural(3, "class"), plural(0, "shard"), plural(4, "batch")] == [
-        "1 video", "2 videos", "3 classes", "0 shards", "4 batches"]
+    assert [plural(1, "video"), plural(2, "video"), plural(3, "class"), plural(0, "shard"), plural(4, "batch"),
+            plural(9537, "video")] == ["1 video", "2 videos", "3 classes", "0 shards", "4 batches", "9,537 videos"]
 
 
 def test_name_list_counts_what_it_leaves_out():

@@ -98,7 +98,7 @@ class RunPlan:
             f"data: {self.videos:,} videos, {self.windows:,} windows in {self.manifest}; an epoch takes "
             f"{per_video}: {self.clips_per_epoch:,} clips",
             f"world: {self.world_size} × batch {self.batch_size} = global batch {self.global_batch}; "
-            f"{self.steps_per_epoch:,} steps per epoch" + (f" ({plural(dropped, 'clip')} of each epoch left out: "
+            f"{plural(self.steps_per_epoch, 'step')} per epoch" + (f" ({plural(dropped, 'clip')} of each epoch left out: "
                                                           "the last partial batch)" if dropped else ""),
             f"steps: {started}{self.steps:,} in all ({self.epochs} epochs)",
             f"schedule: {self.schedule}",

@@ -415,7 +415,7 @@ def _epoch_batches(p: Parts, s: State) -> Iterator[None]:
         p.model.train()
         p.meter.reset()
         info = None  # the progress display's loss: the last one read (reading it every step would wait for the device)
-        shown = False
+        shown = s.epoch_step > 0  # a run resumed mid-epoch showed its first batch before the stop
         while True:
             _stop_point(p)
             t0 = time.perf_counter()

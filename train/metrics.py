@@ -22,12 +22,13 @@ import torch
 from rich.console import Console
 from torch.utils.tensorboard import SummaryWriter
 
+from memdpc import file_kinds
 from memdpc.atomic import write_bytes_atomic
 from memdpc.pictures import clip_picture
 from memdpc.pipeline.augment import AugmentSpec, denormalise
 from memdpc.progress import progress_bar
 
-METRICS_NAME = "metrics.jsonl"
+METRICS_NAME = file_kinds.RUN_METRICS
 """The run folder's metrics file: one JSON record per line."""
 CLIPS_SHOWN = 2  # clips of a batch that :meth:`MetricsLogger.clips` draws
 
@@ -173,3 +174,17 @@ class MetricsLogger:
         if self._file is not None:
             self._file.close()
             self._file = None
+
+
+def read_metrics(run: Path) -> list[dict[str, Any]]:
+    """The records of a run's ``metrics.jsonl`` (a line cut by a kill is left out)."""
+    path = run / METRICS_NAME
+    records = []
+    for line in path.read_text().splitlines() if path.is_file() else []:
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(record, dict) and "kind" in record and "step" in record:
+            records.append(record)
+    return records

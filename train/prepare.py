@@ -10,6 +10,7 @@ from typing import Any
 
 import yaml
 
+from memdpc import file_kinds
 from memdpc.errors import UserError
 from memdpc.pipeline.augment import AugmentSpec
 from memdpc.pipeline.clip import ClipSpec
@@ -21,7 +22,7 @@ from memdpc.streams import STREAMS
 from memdpc.train.config import AUTO_VAL_SPLIT, TrainConfig, config_differences
 from memdpc.wording import name_list, plural
 
-CONFIG_NAME = "config.yaml"
+CONFIG_NAME = file_kinds.RUN_CONFIG
 
 
 def _stream_manifest(config: TrainConfig, split: str) -> dict[str, Any]:

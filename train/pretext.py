@@ -17,7 +17,8 @@ from memdpc.train.prepare import split_loader
 
 @torch.no_grad()
 def pretext_scores(checkpoint: str | os.PathLike, config: TrainConfig, split: str) -> dict[str, float]:
-    """{"loss", "top1", "batches"} of ``checkpoint`` on ``split`` of ``config``'s shards, means over batches."""
+    """{"loss", "top1", "batches"} of ``checkpoint`` on ``split`` of ``config``'s shards, means over batches
+    (NaN where the split gives no batch)."""
     model, _ = load_model(checkpoint)
     model.eval()
     clip = ClipSpec(**load_manifest(config.shards, config.stream, split)["clip"])
@@ -27,4 +28,6 @@ def pretext_scores(checkpoint: str | os.PathLike, config: TrainConfig, split: st
         for key in sums:
             sums[key] += float(out[key])
         batches += 1
-    return {**{k: v / max(batches, 1) for k, v in sums.items()}, "batches": batches}
+    if not batches:  # a mean of nothing would read as a measured 0
+        return {"loss": float("nan"), "top1": float("nan"), "batches": 0}
+    return {**{k: v / batches for k, v in sums.items()}, "batches": batches}

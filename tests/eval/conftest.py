@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from memdpc.pipeline.clip import ClipSpec
-from memdpc.preprocess.synthetic import CLASSES, render_video
+from memdpc.preprocess.examples.synthetic import CLASSES, render_video
 from memdpc.preprocess.video_index import VideoRecord, write_index
 
 from ..conftest import frame_diffs, reference_weights, write_jpeg_archive

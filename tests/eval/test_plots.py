@@ -7,7 +7,7 @@ import numpy as np
 
 from memdpc.eval.plots import confusion, confusion_matrix, frame_strip, memory_norms
 from memdpc.preprocess.encode import FLOW_ENCODING
-from memdpc.preprocess.flow import flow_to_codes
+from memdpc.preprocess.flow.backends import flow_to_codes
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -31,7 +31,7 @@ def test_frame_strip_takes_the_middle_frame_of_every_block():
     for i in range(6):  # 2 blocks × 3 frames, frame i filled with the value 40·i
         ok, buf = cv2.imencode(".png", np.full((4, 5, 3), 40 * i, np.uint8))
         frames.append(buf.tobytes())
-    strip = frame_strip(frames, num_blocks=2)
+    strip, _ = frame_strip(frames, num_blocks=2)
     assert strip.shape == (4, 10, 3)
     assert strip[0, 0, 0] == 40 and strip[0, 5, 0] == 160  # frames 1 and 4
 
@@ -41,9 +41,9 @@ def test_a_flow_strip_is_drawn_in_colour_not_as_grey_codes():
     for i in range(4):  # 2 blocks × 2 frames of stored flow: block 0 moves right, block 1 left, 2 px
         codes = flow_to_codes(np.tile(np.array([2.0 if i < 2 else -2.0, 0.0], np.float32), (4, 5, 1)))
         frames.append(FLOW_ENCODING.encode_rgb(codes))
-    grey = frame_strip(frames, num_blocks=2)  # as RGB: the codes themselves, near grey
+    grey, _ = frame_strip(frames, num_blocks=2)  # as RGB: the codes themselves, near grey
     assert np.abs(grey.astype(int) - 128).max() < 20
-    strip = frame_strip(frames, num_blocks=2, stream="flow")
+    strip, _ = frame_strip(frames, num_blocks=2, stream="flow")
     assert strip.shape == (4, 10, 3)
     r, g, b = strip[0, 0].astype(int)
     assert r == 255 and abs(g - b) < 5 and g < 60  # right: red (JPEG moves a code by one here and there)

@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 
 from memdpc.pipeline.clip import ClipSpec
+from memdpc.pipeline.shard import shard_stream
 from memdpc.preprocess.datasets import build_index
-from memdpc.preprocess.synthetic import CLASSES, render_video
+from memdpc.preprocess.examples.synthetic import CLASSES, render_video
 from memdpc.preprocess.video_index import VideoRecord, write_index
 
 from ..conftest import decode_video, frame_diffs, write_jpeg_archive
@@ -79,8 +80,6 @@ def mixed_archives(mixed_size_dataset, tmp_path_factory) -> Archives:
 @pytest.fixture(scope="session")
 def mixed_shards(mixed_archives, tmp_path_factory) -> Path:
     """Shards of ``mixed_archives``: streams rgb and flow × splits train and test, 2 samples per shard."""
-    from memdpc.pipeline.shard import shard_stream
-
     out = tmp_path_factory.mktemp("mixed_shards")
     for stream in ("rgb", "flow"):
         for split in ("train", "test"):
@@ -91,8 +90,6 @@ def mixed_shards(mixed_archives, tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_shards(tiny_archives, tmp_path_factory) -> Path:
     """Shards of ``tiny_archives``: streams rgb and flow × splits train and test, 2 samples per shard."""
-    from memdpc.pipeline.shard import shard_stream
-
     out = tmp_path_factory.mktemp("tiny_shards")
     for stream in ("rgb", "flow"):
         for split in ("train", "test"):
@@ -107,8 +104,6 @@ WINDOWED_CLIP = ClipSpec(num_blocks=4, block_len=2, stride=1)  # 8 frames: a 24-
 def windowed_shards(tmp_path_factory) -> Path:
     """RGB train shards (3 samples each) of 7 rendered videos (16×16, 3 classes; clip :data:`WINDOWED_CLIP`,
     window step 4): 6 of 24 frames with 4 windows each, one of 14 frames with 2: 26 samples in 9 shards."""
-    from memdpc.pipeline.shard import shard_stream
-
     root = tmp_path_factory.mktemp("windowed")
     records = []
     for ci, cls in enumerate(CLASSES[:3]):

@@ -14,8 +14,8 @@ import pytest
 
 from memdpc.errors import UserError
 from memdpc.preprocess.decode import DecodeError, DecodeSpec, PartialVideo, VideoStream
-from memdpc.preprocess.example_layout import write_video
-from memdpc.preprocess.synthetic import render_video
+from memdpc.preprocess.examples.layout import write_video
+from memdpc.preprocess.examples.synthetic import render_video
 
 N = 20
 

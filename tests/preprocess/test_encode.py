@@ -14,8 +14,8 @@ from memdpc.preprocess.encode import (
     decode_rgb,
     gpu_decodes_alike,
 )
-from memdpc.preprocess.flow import FlowStage, OpenCVTVL1
-from memdpc.preprocess.synthetic import render_video
+from memdpc.preprocess.examples.synthetic import render_video
+from memdpc.preprocess.flow.backends import FlowStage, OpenCVTVL1
 
 
 @pytest.fixture(scope="module")

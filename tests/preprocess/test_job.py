@@ -17,7 +17,9 @@ from memdpc.errors import UserError
 from memdpc.preprocess.archive import ArchiveWriter, archive_path, read_archive, write_archive
 from memdpc.preprocess.decode import DecodeSpec, StderrCapture, VideoStream
 from memdpc.preprocess.encode import FLOW_ENCODING, FLOW_ENCODING_RGB, JpegEncoding, code_error, decode_rgb
-from memdpc.preprocess.example_layout import write_video
+from memdpc.preprocess.examples.layout import write_video
+from memdpc.preprocess.examples.synthetic import texture
+from memdpc.preprocess.flow.tvl1_params import TVL1Params
 from memdpc.preprocess.job import (
     MAX_MESSAGES,
     TICK,
@@ -37,8 +39,6 @@ from memdpc.preprocess.job import (
     remove_temporaries,
     select_part,
 )
-from memdpc.preprocess.synthetic import texture
-from memdpc.preprocess.tvl1_params import TVL1Params
 from memdpc.preprocess.video_index import VideoRecord
 
 REC = VideoRecord("v_a", "/data/v_a.avi", 0, "A", "train")

@@ -14,9 +14,9 @@ import pytest
 from memdpc.preprocess.archive import read_archive
 from memdpc.preprocess.datasets import build_index
 from memdpc.preprocess.decode import DecodeSpec
+from memdpc.preprocess.flow.tvl1_params import TVL1Params
 from memdpc.preprocess.job import PreprocessConfig
 from memdpc.preprocess.pool import pool_results, spawn_context
-from memdpc.preprocess.tvl1_params import TVL1Params
 
 CHEAP = TVL1Params(scales=1, warps=1, outer_iterations=2, inner_iterations=5)
 

@@ -24,10 +24,10 @@ from memdpc.preprocess.archive import archive_path, read_archive
 from memdpc.preprocess.datasets import build_index
 from memdpc.preprocess.decode import DecodeSpec
 from memdpc.preprocess.encode import decode_rgb
-from memdpc.preprocess.example_layout import write_video
+from memdpc.preprocess.examples.layout import write_video
+from memdpc.preprocess.examples.synthetic import texture
+from memdpc.preprocess.flow.tvl1_params import TVL1Params
 from memdpc.preprocess.run import PreprocessConfig, preprocess, run_preprocess
-from memdpc.preprocess.synthetic import texture
-from memdpc.preprocess.tvl1_params import TVL1Params
 from memdpc.preprocess.video_index import VideoRecord, read_index, write_index
 
 MEMDPC = str(Path(sys.executable).parent / "memdpc")

@@ -15,7 +15,7 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from memdpc.pipeline.clip import ClipSpec
-from memdpc.preprocess.synthetic import CLASSES, render_video
+from memdpc.preprocess.examples.synthetic import CLASSES, render_video
 from memdpc.preprocess.video_index import VideoRecord
 
 from ..conftest import write_jpeg_archive

@@ -69,7 +69,7 @@ def test_the_command_prints_the_plan_and_leaves_no_run_folder(train_shards, tmp_
     assert not out.exists()
     text = res.stdout
     assert "an epoch takes 1 window per video, drawn anew every epoch: 9 clips" in text
-    assert "world: 2 × batch 4 = global batch 8; 1 steps per epoch (1 clip of each epoch left out" in text
+    assert "world: 2 × batch 4 = global batch 8; 1 step per epoch (1 clip of each epoch left out" in text
     assert "steps: 50 in all (50 epochs)" in text and "× 0.1 at epoch 30" in text
     assert "disk: 7 checkpoints at most" in text and "an estimate on cpu (1 thread)" in text
     assert "each of the 2 processes taken to be as fast" in text

@@ -7,7 +7,7 @@ import numpy as np
 import torch
 
 from memdpc.pipeline.augment import AugmentSpec, normalise
-from memdpc.preprocess.flow import flow_to_codes
+from memdpc.preprocess.flow.backends import flow_to_codes
 from memdpc.train import metrics
 from memdpc.train.metrics import CLIPS_SHOWN, Meter, MetricsLogger, truncate_jsonl
 

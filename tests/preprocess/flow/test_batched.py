@@ -5,6 +5,7 @@ several device processes, progress events, and SIGINT/SIGTERM stopping a real ru
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import subprocess
@@ -16,18 +17,19 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from memdpc.errors import UserError
 from memdpc.preprocess.archive import archive_path, read_archive
-from memdpc.preprocess.batched import DeviceStage, run_batched
 from memdpc.preprocess.datasets import build_index
 from memdpc.preprocess.decode import DecodeSpec
-from memdpc.preprocess.example_layout import write_video
-from memdpc.preprocess.flow import TorchTVL1
+from memdpc.preprocess.examples.layout import write_video
+from memdpc.preprocess.examples.synthetic import texture
+from memdpc.preprocess.flow.backends import TorchTVL1, TritonTVL1, resolve_backend
+from memdpc.preprocess.flow.batched import HOST_NICENESS, DeviceStage, run_batched
+from memdpc.preprocess.flow.tvl1_params import TVL1Params
 from memdpc.preprocess.job import PreprocessConfig, process_video
 from memdpc.preprocess.run import run_preprocess
-from memdpc.preprocess.synthetic import texture
-from memdpc.preprocess.tvl1_params import TVL1Params
 from memdpc.preprocess.video_index import VideoRecord, write_index
 
 MEMDPC = str(Path(sys.executable).parent / "memdpc")
@@ -84,10 +86,10 @@ class RecordingTVL1(TorchTVL1):
         self.batch_pixels, self.calls = batch_size * 32 * 32, []
         self.entered = threading.Event()
 
-    def codes(self, prev: np.ndarray, nxt: np.ndarray, third: int, checkpoint=lambda: None) -> np.ndarray:
-        self.calls.append(prev.shape)
+    def device_codes(self, prev: torch.Tensor, nxt: torch.Tensor, third: int, checkpoint=lambda: None):
+        self.calls.append(tuple(prev.shape))
         self.entered.set()
-        return super().codes(prev, nxt, third, checkpoint)
+        return super().device_codes(prev, nxt, third, checkpoint)
 
 
 class SmallCard(RecordingTVL1):
@@ -98,11 +100,11 @@ class SmallCard(RecordingTVL1):
         super().__init__(batch_size)
         self.fits, self.error, self.refused = fits, error, []
 
-    def codes(self, prev: np.ndarray, nxt: np.ndarray, third: int, checkpoint=lambda: None) -> np.ndarray:
+    def device_codes(self, prev: torch.Tensor, nxt: torch.Tensor, third: int, checkpoint=lambda: None):
         if len(prev) > self.fits:
-            self.refused.append(prev.shape)
+            self.refused.append(tuple(prev.shape))
             raise self.error("CUDA out of memory. Tried to allocate 2.00 GiB")
-        return super().codes(prev, nxt, third, checkpoint)
+        return super().device_codes(prev, nxt, third, checkpoint)
 
 
 def run_stage(
@@ -132,6 +134,55 @@ def test_cross_video_batches_equal_the_per_video_path(records, reference, tmp_pa
     assert set(entry["stages"]) == {"decode", "flow", "encode"} and entry["flow_code_error"]["max_abs"] >= 0
 
 
+def counting_loads(stage: DeviceStage) -> list[int]:
+    """Count the batches ``stage`` loads onto its device (its real :class:`Transfers`, observed)."""
+    loads, load = [0], stage.transfers.load
+
+    def counted(pairs):
+        batch = load(pairs)
+        loads[0] += 1
+        return batch
+
+    stage.transfers.load = counted
+    return loads
+
+
+class Slow(RecordingTVL1):
+    """The real torch backend, which also notes how many batches were loaded when each call ends; the
+    first call lasts at least half a second (the next batch has long been decoded by then)."""
+
+    def __init__(self, batch_size: int) -> None:
+        super().__init__(batch_size)
+        self.loads, self.loaded_by_the_end = [0], []
+
+    def device_codes(self, prev, nxt, third, checkpoint=lambda: None):
+        codes = super().device_codes(prev, nxt, third, checkpoint)
+        if len(self.calls) == 1:
+            time.sleep(0.5)
+        self.loaded_by_the_end.append(self.loads[0])
+        return codes
+
+
+@pytest.mark.parametrize("pipelined", [True, False], ids=["double-buffered", "sequential"])
+def test_the_double_buffered_stage_loads_the_next_batch_while_computing_and_writes_the_same_archives(
+    records, reference, tmp_path, pipelined
+):
+    backend = Slow(16)
+    stage = DeviceStage(backend, config(tmp_path), threads=2, pipelined=pipelined)
+    backend.loads = counting_loads(stage)
+    entries: list[dict] = []
+    stage.run(records, entries.append)
+    assert all(e["status"] == "done" for e in entries) and len(entries) == len(records)
+    assert tars(tmp_path) == tars(reference)  # byte for byte, either way
+    assert len(backend.calls) == backend.loads[0] > 2
+    if pipelined:  # the second batch was on the device before the first was done
+        assert backend.loaded_by_the_end[0] >= 2
+    else:  # one batch at a time
+        assert backend.loaded_by_the_end == list(range(1, len(backend.calls) + 1))
+    assert stage.stats["batches"] == len(backend.calls) and stage.stats["pairs"] == sum(PAIRS)
+    assert stage.stats["device_busy_seconds"] >= 0.5
+
+
 def test_waiting_frame_sizes_are_bounded(records, reference, tmp_path):
     """One decode thread: at most one frame size waits without a video of its own being decoded; the
     older one goes to the device as a partial batch instead of waiting for the end of the run."""
@@ -144,7 +195,10 @@ def test_waiting_frame_sizes_are_bounded(records, reference, tmp_path):
 
 def test_run_preprocess_takes_the_batched_path_for_torch(records, reference, tmp_path):
     report = run_preprocess(records, config(tmp_path), progress=False)
+    stage = report["flow"].pop("stage")
     assert report["flow"] == {"backend": "torch", "devices": ["cpu"], "note": None}
+    assert set(stage) == {"cpu"} and stage["cpu"]["pairs"] == sum(PAIRS) and stage["cpu"]["batches"] >= 2
+    assert 0 < stage["cpu"]["device_busy_seconds"] < report["summary"]["seconds"]
     assert report["summary"]["done"] == len(records) and not report["failures"]
     assert tars(tmp_path) == tars(reference)
     assert all(set(v) >= {"stages", "seconds", "cpu_seconds", "fps", "streams"} for v in report["videos"])
@@ -187,6 +241,71 @@ def test_a_video_failing_halfway_loses_no_pair_of_its_batch_mates(
     else:
         assert entries["cut"]["status"] == "failed" and entries["cut"]["reason"] == expected["reason"]
         assert entries["cut"]["streams"] == {} and got == {}  # nothing under a final or temporary name
+
+
+class Gated(RecordingTVL1):
+    """The real torch backend, holding its first batch on the device until ``gate`` opens and the next
+    batch is loaded onto the device (or 30 s)."""
+
+    def __init__(self, batch_size: int) -> None:
+        super().__init__(batch_size)
+        self.gate, self.loads, self.held = threading.Event(), [0], False
+
+    def device_codes(self, prev, nxt, third, checkpoint=lambda: None):
+        if not self.calls:
+            deadline = time.monotonic() + 30
+            while not (self.gate.is_set() and self.loads[0] >= 2) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            self.held = self.gate.is_set() and self.loads[0] >= 2
+        return super().device_codes(prev, nxt, third, checkpoint)
+
+
+def test_a_video_failing_while_its_pairs_are_in_flight_loses_no_other_videos_pair(
+    records, reference, cut, tmp_path
+):
+    """One decode thread, batches of 15: the second batch, the last 14 pairs of the first video and the
+    first pair of the cut one (which has 2), is handed on as the cut video's pair fills it, before its
+    decoding fails. The device holds the first batch until the video after the cut one opens, i.e. the cut
+    one has failed, and the second batch is on the device. Both good videos' archives are those of the
+    per-video path, and nothing of the cut one is left."""
+    good = [records[0], records[2]]
+    backend = Gated(15)
+
+    def progress(kind, video_id, n):
+        if kind == "start" and video_id == good[1].id:
+            backend.gate.set()
+
+    stage = DeviceStage(backend, config(tmp_path), threads=1, progress=progress)
+    backend.loads = counting_loads(stage)
+    entries: list[dict] = []
+    stage.run([good[0], cut, good[1]], entries.append)
+    assert backend.held and backend.calls[:2] == [(15, 32, 32)] * 2
+    status = {e["id"]: e["status"] for e in entries}
+    assert status == {good[0].id: "done", "cut": "failed", good[1].id: "done"}
+    assert tars(tmp_path) == {k: v for k, v in tars(reference).items() if any(r.id in k for r in good)}
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="threads have a CPU priority of their own on Linux")
+def test_the_host_threads_yield_the_cpu_to_the_device_thread(records, tmp_path):
+    """Decoding, loading and encoding run at a lower CPU priority than the device thread, whose launches
+    keep a GPU busy."""
+    nice = {}
+
+    def mine() -> int:
+        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+    class Noting(RecordingTVL1):
+        def device_codes(self, prev, nxt, third, checkpoint=lambda: None):
+            nice["device"] = mine()
+            return super().device_codes(prev, nxt, third, checkpoint)
+
+    def progress(kind, video_id, n):
+        nice["decode" if kind == "start" else "encode"] = mine()
+
+    stage = DeviceStage(Noting(16), config(tmp_path), threads=1, progress=progress)
+    stage.run(records[:2], lambda entry: None)
+    assert nice["device"] == os.getpriority(os.PRIO_PROCESS, 0)  # as this process
+    assert nice["decode"] == nice["encode"] == min(19, nice["device"] + HOST_NICENESS)
 
 
 def test_unreadable_and_one_frame_videos_are_reported(records, tmp_path):
@@ -295,7 +414,7 @@ def test_one_process_per_device_and_the_entries_merged(records, reference, tmp_p
 
 def test_an_unexpected_error_stops_the_run_cleanly(records, tmp_path):
     class Broken(RecordingTVL1):
-        def codes(self, prev, nxt, third, checkpoint=lambda: None):
+        def device_codes(self, prev, nxt, third, checkpoint=lambda: None):
             raise ValueError("kernel bug")
 
     with pytest.raises(ValueError, match="kernel bug"):
@@ -315,6 +434,24 @@ def test_on_the_gpu_cross_video_batches_equal_the_per_video_path(records, tmp_pa
         ref = config(tmp_path / "ref", device="cuda:0")
         assert all(process_video(rec, ref)["status"] == "done" for rec in records)
         assert tars(tmp_path / "batched") == tars(tmp_path / "ref")
+
+
+@pytest.mark.gpu
+def test_on_the_gpu_the_double_buffered_stage_writes_the_sequential_stages_archives(records, tmp_path):
+    """Pinned memory, copies on their own streams and two batches in flight (batches of 8 pairs): the same
+    bytes as one batch at a time, and the device's busy time measured by its events."""
+    name = resolve_backend("auto", "cuda:0")[0]
+    backend = (TritonTVL1 if name == "triton" else TorchTVL1)(CHEAP, "cuda:0")
+    backend.batch_pixels = 8 * 32 * 32
+    stats = {}
+    for pipelined in (True, False):
+        cfg = config(tmp_path / str(pipelined), streams=("flow",))
+        stage = DeviceStage(backend, cfg, 4, pipelined=pipelined)
+        stage.run(records, lambda entry: None)
+        stats[pipelined] = stage.stats
+    assert tars(tmp_path / "True") == tars(tmp_path / "False") != {}
+    assert stats[True]["pairs"] == stats[False]["pairs"] == sum(PAIRS) and stats[True]["batches"] > 4
+    assert all(0 < s["device_busy_seconds"] for s in stats.values())
 
 
 @pytest.mark.slow

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 import torch
 
-from memdpc.preprocess.flow import flow_to_codes
-from memdpc.preprocess.synthetic import render_video
-from memdpc.preprocess.tvl1_params import TVL1Params
-from memdpc.preprocess.tvl1_torch import (
+from memdpc.preprocess.examples.synthetic import render_video
+from memdpc.preprocess.flow.backends import flow_to_codes
+from memdpc.preprocess.flow.tvl1_params import TVL1Params
+from memdpc.preprocess.flow.tvl1_torch import (
     Schedule,
     level_sizes,
     median_blur,

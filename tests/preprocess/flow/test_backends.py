@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from memdpc.errors import UserError
-from memdpc.preprocess.flow import (
+from memdpc.preprocess.examples.synthetic import render_video, texture
+from memdpc.preprocess.flow.backends import (
     BatchedFlowBackend,
     FlowStage,
     OpenCVTVL1,
@@ -18,8 +19,7 @@ from memdpc.preprocess.flow import (
     parse_devices,
     resolve_backend,
 )
-from memdpc.preprocess.synthetic import render_video, texture
-from memdpc.preprocess.tvl1_params import TVL1Params
+from memdpc.preprocess.flow.tvl1_params import TVL1Params
 
 
 def expected_code(d: float) -> int:
@@ -168,11 +168,12 @@ def test_torch_code_mapping_equals_the_numpy_one():
 
 
 def test_torch_backend_codes_are_its_flow_mapped():
+    torch = pytest.importorskip("torch")
     frames = render_video("ZoomIn", 32, 4, np.random.default_rng(3))
     grey = np.stack([f[..., 1] for f in frames])
     backend = TorchTVL1(TVL1Params(scales=2, warps=1, outer_iterations=2), "cpu")
     assert isinstance(backend, BatchedFlowBackend) and not isinstance(OpenCVTVL1(), BatchedFlowBackend)
-    codes = backend.codes(grey[:-1], grey[1:], 0)
+    codes = backend.device_codes(torch.from_numpy(grey[:-1]), torch.from_numpy(grey[1:]), 0).numpy()
     assert codes.dtype == np.uint8 and codes.shape == (3, 32, 32, 3)
     assert np.array_equal(codes, flow_to_codes(backend(grey[:-1], grey[1:]), 0))
 

@@ -6,9 +6,9 @@ from click.testing import CliRunner
 
 from memdpc.cli import main
 from memdpc.preprocess.datasets import build_index
-from memdpc.preprocess.synthetic import CLASSES, SyntheticConfig, make_synthetic
+from memdpc.preprocess.examples.synthetic import CLASSES, SyntheticConfig, make_synthetic
 
-from ..conftest import decode_video
+from ...conftest import decode_video
 
 
 def test_videos_decode_to_stated_frames_and_size(tiny_dataset):
@@ -38,7 +38,7 @@ def test_same_seed_same_bytes_other_seed_differs(tmp_path):
 
 def test_appearance_does_not_give_class_but_motion_does():
     """Mean colour is no better than chance across classes, while frame differences show the motion."""
-    from memdpc.preprocess.synthetic import render_video
+    from memdpc.preprocess.examples.synthetic import render_video
 
     rng = np.random.default_rng(0)
     right = [render_video("MoveRight", 48, 12, rng) for _ in range(6)]
@@ -68,7 +68,7 @@ def test_bad_options_exit_2(tmp_path, args):
 
 def test_appearance_narrows_to_a_pair_of_opposite_motions():
     """The mean colour of a video finds its pair of classes (scene and object tints) far above chance (1/5)."""
-    from memdpc.preprocess.synthetic import CLASSES, render_video
+    from memdpc.preprocess.examples.synthetic import CLASSES, render_video
 
     rng = np.random.default_rng(5)
     colours = np.array([render_video(c, 48, 2, rng).mean((0, 1, 2)) for c in CLASSES for _ in range(6)])
@@ -82,7 +82,7 @@ def test_appearance_narrows_to_a_pair_of_opposite_motions():
 
 
 def test_each_pair_of_classes_has_its_own_object_shape():
-    from memdpc.preprocess.synthetic import PAIR_SHAPES, _shape_mask
+    from memdpc.preprocess.examples.synthetic import PAIR_SHAPES, _shape_mask
 
     masks = {s: _shape_mask(np.random.default_rng(0), 32, s) > 0.5 for s in PAIR_SHAPES}
     for a in PAIR_SHAPES:

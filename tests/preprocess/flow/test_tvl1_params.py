@@ -1,4 +1,4 @@
-"""preprocess/tvl1_params.py: the TV-L1 parameters every flow backend shares, OpenCV's defaults, the OpenCV
+"""preprocess/flow/tvl1_params.py: the TV-L1 parameters every flow backend shares, OpenCV's defaults, the OpenCV
 object they make and their validation."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import cv2
 import pytest
 
 from memdpc.errors import UserError
-from memdpc.preprocess.tvl1_params import TVL1Params
+from memdpc.preprocess.flow.tvl1_params import TVL1Params
 
 GETTERS = {  # field → OpenCV getter of DualTVL1OpticalFlow
     "tau": "getTau",

@@ -11,9 +11,9 @@ import pytest
 import torch
 import triton
 
-from memdpc.preprocess import tvl1_median
-from memdpc.preprocess.sorting_networks import selection_network
-from memdpc.preprocess.tvl1_triton import TILES, _median_kernel
+from memdpc.preprocess.flow import tvl1_median
+from memdpc.preprocess.flow.sorting_networks import selection_network
+from memdpc.preprocess.flow.tvl1_triton import TILES, _median_kernel
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 

@@ -10,9 +10,9 @@ import pytest
 
 from memdpc.errors import UserError
 from memdpc.preprocess.datasets import build_index
-from memdpc.preprocess.example_layout import CODECS, ExampleConfig, write_example, write_video
+from memdpc.preprocess.examples.layout import CODECS, ExampleConfig, write_example, write_video
 
-from ..conftest import decode_video
+from ...conftest import decode_video
 
 
 @dataclass(frozen=True)

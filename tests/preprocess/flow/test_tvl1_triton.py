@@ -8,16 +8,18 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 
 import cv2
 import numpy as np
 import pytest
 import torch
 
-from memdpc.preprocess import tvl1_torch, tvl1_triton
-from memdpc.preprocess.flow import flow_to_codes
-from memdpc.preprocess.synthetic import render_video
-from memdpc.preprocess.tvl1_params import TVL1Params
+from memdpc.preprocess.examples.synthetic import render_video
+from memdpc.preprocess.flow import tvl1_torch, tvl1_triton
+from memdpc.preprocess.flow.backends import flow_to_codes
+from memdpc.preprocess.flow.tvl1_params import TVL1Params
+from memdpc.preprocess.flow.tvl1_triton import Checks
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 CHEAP = TVL1Params(scales=2, warps=2, outer_iterations=3, inner_iterations=10)  # the interpreter is slow
@@ -63,16 +65,53 @@ def test_a_pairs_flow_does_not_depend_on_its_batch(pairs):
     assert together[3].abs().max() == 0  # identical frames: zero flow, the pair stopped at the first step
 
 
-def test_check_cadence_changes_nothing_and_iterations_are_counted(pairs):
-    prev, nxt = (a[:2] for a in pairs)
-    every, counts = tvl1_triton.tvl1_flow_with_iterations(prev, nxt, CHEAP, check_every=1)
-    rarely, counts_rarely = tvl1_triton.tvl1_flow_with_iterations(prev, nxt, CHEAP, check_every=7)
-    torch.testing.assert_close(every, rarely, atol=0, rtol=0)
-    assert counts.shape == (2, 2) and torch.equal(counts, counts_rarely)
-    # each level runs 1 to warps × outer × inner iterations per pair
-    assert counts.min() >= CHEAP.warps and counts.max() <= CHEAP.warps * 3 * 10
-    same, same_counts = tvl1_triton.tvl1_flow_with_iterations(nxt, nxt, CHEAP)
+STOPPING = replace(CHEAP, epsilon=0.05)  # the pairs stop at different iterations, before the last
+
+
+@pytest.fixture(scope="module")
+def checked_every_iteration(pairs) -> tuple[torch.Tensor, torch.Tensor]:
+    return tvl1_triton.tvl1_flow_with_iterations(*(a[:3] for a in pairs), STOPPING, Checks(every=1))
+
+
+HOST_CHECKS = {
+    "rarely": Checks(every=7),
+    "waited": Checks(every=1, lagged=False),
+    "no-compaction": Checks(every=3, compact=False),
+    "waited-no-compaction": Checks(every=2, lagged=False, compact=False),
+}
+
+
+@pytest.mark.parametrize("checks", HOST_CHECKS.values(), ids=HOST_CHECKS.keys())
+def test_how_the_host_checks_changes_nothing_and_iterations_are_counted(
+    pairs, checked_every_iteration, checks
+):
+    """Checking often or rarely, acting on the newest flags or on the check before, with or without
+    compaction: the same flows and iteration counts as checking after every iteration."""
+    every, counts = checked_every_iteration
+    other, other_counts = tvl1_triton.tvl1_flow_with_iterations(*(a[:3] for a in pairs), STOPPING, checks)
+    torch.testing.assert_close(every, other, atol=0, rtol=0)
+    assert counts.shape == (2, 3) and torch.equal(counts, other_counts)
+    # each level runs 1 to warps × outer × inner iterations per pair; here they stop at several counts
+    assert counts.min() >= CHEAP.warps and counts.max() < CHEAP.warps * 3 * 10
+    assert len(set(counts.flatten().tolist())) > 1
+    same, same_counts = tvl1_triton.tvl1_flow_with_iterations(pairs[1][:2], pairs[1][:2], CHEAP, checks)
     assert torch.equal(same_counts, torch.full_like(same_counts, CHEAP.warps))  # stops at once per warp
+
+
+@pytest.mark.gpu
+def test_on_cuda_the_lagged_checks_and_the_compaction_change_nothing():
+    """On the GPU the host's copies of the flags arrive while it launches (the path the interpreter never
+    takes): every way of checking gives the flows and iteration counts of waiting at every iteration."""
+    rng = np.random.default_rng(1)
+    grey = [np.stack([cv2.cvtColor(f, cv2.COLOR_BGR2GRAY) for f in render_video(c, 64, 5, rng)])
+            for c in ("MoveRight", "ZoomIn", "RotateClockwise")]  # fmt: skip
+    pairs = [np.concatenate([g[s] for g in grey]) for s in (np.s_[:-1], np.s_[1:])]
+    prev, nxt = (torch.from_numpy(a).cuda() for a in pairs)
+    ref, ref_counts = tvl1_triton.tvl1_flow_with_iterations(prev, nxt, checks=Checks(every=1, lagged=False))
+    assert len(set(ref_counts[0].tolist())) > 1  # the pairs stop at different iterations
+    for checks in (Checks(), *HOST_CHECKS.values()):
+        flow, counts = tvl1_triton.tvl1_flow_with_iterations(prev, nxt, checks=checks)
+        assert torch.equal(flow, ref) and torch.equal(counts, ref_counts), checks
 
 
 def test_available_on_this_device_and_not_on_a_missing_one():
@@ -91,7 +130,7 @@ import json, inspect, sys
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
-from memdpc.preprocess import tvl1_triton as T
+from memdpc.preprocess.flow import tvl1_triton as T
 
 INTS, FLOATS = {"H", "W", "tiles_x", "n_tiles"}, {"l_t", "theta", "scaled_eps", "taut"}
 CONSTS = {"_warp_kernel": {"BLOCK": 256}, "_median_kernel": {"K": 5, "BLOCK": 256},

@@ -19,7 +19,7 @@ from typing import ClassVar
 import cv2
 import numpy as np
 
-from memdpc.preprocess.example_layout import ExampleConfig, write_example
+from memdpc.preprocess.examples.layout import ExampleConfig, write_example
 
 CLASSES = (
     "MoveRight",

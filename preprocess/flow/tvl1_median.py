@@ -3,7 +3,7 @@
 Triton kernels cannot loop over Python lists of comparators, so the networks of the torch port
 (``sorting_networks.selection_network(9, (4,))`` and ``(25, (12,))``: Batcher's odd-even merge sort, pruned
 to the comparators the median depends on) are spelled out here, one window tap per ``v`` and four comparators
-per line; ``tests/preprocess/test_tvl1_median.py`` checks them against that generator and against OpenCV.
+per line; ``tests/preprocess/flow/test_tvl1_median.py`` checks them against that generator and against OpenCV.
 """
 
 # ruff: noqa: E702

@@ -17,15 +17,15 @@ import numpy as np
 import pytest
 
 from memdpc.errors import UserError
-from memdpc.preprocess import tvl1_native
 from memdpc.preprocess.archive import archive_path, read_archive
-from memdpc.preprocess.example_layout import write_video
-from memdpc.preprocess.flow import make_backend
+from memdpc.preprocess.examples.layout import write_video
+from memdpc.preprocess.examples.synthetic import render_video, texture
+from memdpc.preprocess.flow import tvl1_native
+from memdpc.preprocess.flow.backends import make_backend
+from memdpc.preprocess.flow.sorting_networks import selection_network
+from memdpc.preprocess.flow.tvl1_native import ENV_SWITCH, NativeTVL1, tvl1_flow
+from memdpc.preprocess.flow.tvl1_params import TVL1Params
 from memdpc.preprocess.run import preprocess
-from memdpc.preprocess.sorting_networks import selection_network
-from memdpc.preprocess.synthetic import render_video, texture
-from memdpc.preprocess.tvl1_native import ENV_SWITCH, NativeTVL1, tvl1_flow
-from memdpc.preprocess.tvl1_params import TVL1Params
 from memdpc.preprocess.video_index import VideoRecord, write_index
 
 MEMDPC = str(Path(sys.executable).parent / "memdpc")
@@ -189,9 +189,11 @@ def test_refuses_what_it_does_not_do():
 _RESOLVE = """
 import json, sys
 from memdpc.errors import UserError
-from memdpc.preprocess.flow import make_backend, resolve_backend
+from memdpc.preprocess.flow.backends import make_backend, resolve_backend
 if sys.argv[1] == "no-numba":
     sys.modules["numba"] = None  # this interpreter cannot import numba
+if sys.argv[1] == "broken-numba":  # a numba whose compiled part fails to load, as a broken install's does
+    sys.path.insert(0, sys.argv[2])
 result = {"auto": resolve_backend("auto", "auto", gpus=0)}
 try:
     make_backend("native")
@@ -201,18 +203,22 @@ print(json.dumps(result))
 """
 
 
-@pytest.mark.parametrize("how", ["switched-off", "no-numba"])
-def test_auto_falls_back_to_opencv_with_a_note_where_the_native_path_is_unavailable(how):
+@pytest.mark.parametrize("how", ["switched-off", "no-numba", "broken-numba"])
+def test_auto_falls_back_to_opencv_with_a_note_where_the_native_path_is_unavailable(how, tmp_path):
     env = {**os.environ, ENV_SWITCH: "0" if how == "switched-off" else "1"}
-    run = subprocess.run([sys.executable, "-c", _RESOLVE, how], env=env, capture_output=True, text=True)
+    (tmp_path / "numba").mkdir()
+    (tmp_path / "numba" / "__init__.py").write_text(
+        'raise OSError("libllvmlite.so: cannot open shared object file: No such file or directory")\n')
+    run = subprocess.run([sys.executable, "-c", _RESOLVE, how, str(tmp_path)], env=env, capture_output=True,
+                         text=True)
     assert run.returncode == 0, run.stderr[-2000:]
     result = json.loads(run.stdout)
     backend, devices, note = result["auto"]
     assert (backend, devices) == ("opencv", "cpu") and note.endswith("; using OpenCV")
-    assert "\n" not in note and ("MEMDPC_NATIVE_FLOW=0" in note if how == "switched-off" else "numba" in note)
-    assert result["explicit"].startswith(
-        "flow backend "
-    )  # asked for by name: an error, not a silent fallback
+    why = {"switched-off": "MEMDPC_NATIVE_FLOW=0", "no-numba": "numba", "broken-numba": "libllvmlite.so"}[how]
+    assert "\n" not in note and why in note
+    assert result["explicit"].startswith("flow backend 'native' is not available") or how == "switched-off"
+    assert "\n" not in result["explicit"]  # asked for by name: a one-line error, not a silent fallback
 
 
 @pytest.fixture(scope="module")

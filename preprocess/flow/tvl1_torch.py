@@ -29,8 +29,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from memdpc.preprocess.sorting_networks import selection_network
-from memdpc.preprocess.tvl1_params import TVL1Params, level_sizes
+from memdpc.preprocess.flow.sorting_networks import selection_network
+from memdpc.preprocess.flow.tvl1_params import TVL1Params, level_sizes
 
 FLT_EPSILON = float(np.finfo(np.float32).eps)
 

@@ -32,7 +32,7 @@ from numba import njit, types
 from numba.extending import intrinsic
 
 from memdpc.errors import UserError
-from memdpc.preprocess.tvl1_params import TVL1Params, level_sizes
+from memdpc.preprocess.flow.tvl1_params import TVL1Params, level_sizes
 
 ENV_SWITCH = "MEMDPC_NATIVE_FLOW"  # "0": the native backend is unavailable
 F32 = np.float32

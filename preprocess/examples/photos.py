@@ -22,7 +22,7 @@ import cv2
 import numpy as np
 
 from memdpc.errors import UserError
-from memdpc.preprocess.example_layout import ExampleConfig, write_example
+from memdpc.preprocess.examples.layout import ExampleConfig, write_example
 
 PHOTO_CLASSES = (
     "CameraPan",  # the view translates across the photograph in a random direction

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from memdpc.preprocess.datasets import build_index
-from memdpc.preprocess.example_families import EXAMPLE_FAMILIES
-from memdpc.preprocess.example_layout import ExampleConfig
+from memdpc.preprocess.examples.families import EXAMPLE_FAMILIES
+from memdpc.preprocess.examples.layout import ExampleConfig
 
 
 def test_the_built_in_family_comes_first():

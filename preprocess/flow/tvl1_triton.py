@@ -1,4 +1,4 @@
-"""Fused Triton kernels for the batched dual TV-L1 of :mod:`memdpc.preprocess.tvl1_torch`.
+"""Fused Triton kernels for the batched dual TV-L1 of :mod:`memdpc.preprocess.flow.tvl1_torch`.
 
 Same algorithm, pyramid, rounding choices and per-pair stopping rule as the torch port (which is the
 reference these kernels are tested against), but each step is one pass over memory:
@@ -14,10 +14,13 @@ reference these kernels are tested against), but each step is one pass over memo
 
 Stopping is decided on the device: ``_p_kernel`` sums a pair's tile sums in a fixed order and clears the
 pair's flag once the update is ≤ ε²·H·W (OpenCV's rule); every kernel skips pairs whose flag is clear, so a
-stopped pair is frozen and its flow does not depend on the other pairs of the batch. Every ``check_every``
-inner iterations the host drops the pairs that stopped from the iteration kernels' grid (they read the list
-of the pairs still running), so a batch's last stragglers do not pay for programs of pairs that are done, and
-it leaves the loops once none runs.
+stopped pair is frozen and its flow does not depend on the other pairs of the batch. The host follows the
+flags (:class:`Checks`): every ``every`` inner iterations it copies them to the host without waiting, drops
+the pairs that stopped from the iteration kernels' grid (they read the list of the pairs still running), so a
+batch's last stragglers do not pay for programs of pairs that are done, and leaves the loops once none runs.
+It acts on the copy of the check before (lagged), so it never waits for the device's latest iterations and
+the device never runs dry while the host decides; acting later launches a few more programs that return at
+once, and changes no result.
 
 Products and sums are not contracted into fused multiply-adds (``enable_fp_fusion=False``) except where
 OpenCV's remap uses them, and divisions and square roots round to nearest, as in the torch port. Tile sums
@@ -32,7 +35,9 @@ from __future__ import annotations
 
 import contextlib
 import functools
+from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -40,9 +45,9 @@ import triton
 import triton.language as tl
 from triton import knobs
 
-from memdpc.preprocess.tvl1_median import median9, median25
-from memdpc.preprocess.tvl1_params import TVL1Params
-from memdpc.preprocess.tvl1_torch import (
+from memdpc.preprocess.flow.tvl1_median import median9, median25
+from memdpc.preprocess.flow.tvl1_params import TVL1Params
+from memdpc.preprocess.flow.tvl1_torch import (
     FLT_EPSILON,
     centered_gradient,
     check_params,
@@ -54,7 +59,7 @@ from memdpc.preprocess.tvl1_torch import (
 # of the warp and median kernels' programs (bench/flow_e2e.py --tiles times other tiles). In the CPU
 # interpreter, where each program costs Python time, large ones.
 TILES = {"cuda": (16, 64, 4, 256), "cpu": (64, 64, 4, 4096)}
-CHECK_EVERY_CUDA = 10  # inner iterations between host checks on CUDA (each check is a synchronisation)
+CHECK_EVERY_CUDA = 10  # inner iterations between the host's checks of the flags on CUDA
 
 _EPS = tl.constexpr(FLT_EPSILON)
 _INF = tl.constexpr(float("inf"))
@@ -231,7 +236,54 @@ def _p_kernel(u1_ptr, u2_ptr, p11_ptr, p12_ptr, p21_ptr, p22_ptr, part_ptr, flag
 _NO_FMA = {"enable_fp_fusion": False}
 
 
-def _solve_level(i0, i1, u1, u2, params: TVL1Params, check_every: int, checkpoint):
+@dataclass(frozen=True)
+class Checks:
+    """How the host follows the pairs that stop (speed only: no setting changes a flow or an iteration count).
+
+    Attributes:
+        every: inner iterations between the host's checks of the pairs' flags (None: 10 on CUDA, 1 on the
+            CPU).
+        compact: drop the pairs that stopped from the iteration kernels' grid at each check; else the grid
+            keeps every pair of the batch until the warp ends (a stopped pair's programs return at once).
+        lagged: at each check, act on the flags of the check before (on CUDA also on this check's, where they
+            have arrived), so the host does not wait for the iterations it just launched; else wait for them.
+    """
+
+    every: int | None = None
+    compact: bool = True
+    lagged: bool = True
+
+
+class _Flags:
+    """The host's view of which pairs of a batch still run: each check's flags, copied to the host without
+    waiting (into pinned memory, with an event, on CUDA), read when the rule of :class:`Checks` needs them."""
+
+    def __init__(self, lagged: bool) -> None:
+        self.lagged = lagged
+        self._copies: deque[tuple[torch.Tensor, torch.cuda.Event | None]] = deque()
+
+    def check(self, flags: torch.Tensor) -> torch.Tensor | None:
+        """Note the flags of this check; return the newest flags to act on (None: none yet)."""
+        if flags.is_cuda:
+            host = torch.empty(flags.shape, dtype=flags.dtype, pin_memory=True)
+            host.copy_(flags, non_blocking=True)
+            arrived = torch.cuda.Event()
+            arrived.record()
+            self._copies.append((host, arrived))
+        else:
+            self._copies.append((flags.clone(), None))
+        newest = None
+        while self._copies and (
+            len(self._copies) > self.lagged or (self._copies[0][1] is not None and self._copies[0][1].query())
+        ):
+            host, arrived = self._copies.popleft()
+            if arrived is not None:
+                arrived.synchronize()
+            newest = host
+        return newest
+
+
+def _solve_level(i0, i1, u1, u2, params: TVL1Params, checks: Checks, checkpoint):
     """OpenCV's ``procOneScale`` for a batch: all warps at one pyramid level; returns (u1, u2) and each
     pair's number of inner iterations (B,)."""
     b, h, w = i0.shape
@@ -254,6 +306,7 @@ def _solve_level(i0, i1, u1, u2, params: TVL1Params, check_every: int, checkpoin
         _warp_kernel[pixels](i0, i1, i1x, i1y, u1, u2, wx, wy, rc, h, w, BLOCK=run, **_NO_FMA)
         flags[0].fill_(1)  # every pair runs again at each warp (OpenCV resets its error)
         active = torch.arange(b, dtype=torch.int32, device=i0.device)  # the pairs the iteration kernels visit
+        seen = _Flags(checks.lagged)  # this warp's checks
         n, running = 0, True
         for _ in range(params.outer_iterations):
             if ksize > 1:
@@ -273,13 +326,19 @@ def _solve_level(i0, i1, u1, u2, params: TVL1Params, check_every: int, checkpoin
                     **_NO_FMA,
                 )  # fmt: skip
                 n += 1
-                if n % check_every == 0:
-                    # Stopped pairs leave the grid; both flag buffers clear them, for the median kernel
+                if n % checks.every == 0:
+                    # Both flag buffers clear the stopped pairs (for the median kernel and once they leave
+                    # the grid); a pair stopped at a check stays stopped, so acting later changes nothing
                     flag_in.copy_(flag_out)
-                    active = active[flag_out[active] != 0]
-                    if not len(active):
+                    runs = seen.check(flag_out)
+                    if runs is None:
+                        continue
+                    if not runs.any():
                         running = False
                         break
+                    if checks.compact:
+                        ids = runs.nonzero().flatten().to(torch.int32)
+                        active = ids.pin_memory().to(i0.device, non_blocking=True) if i0.is_cuda else ids
             if not running:
                 break
     return u1, u2, count
@@ -290,7 +349,7 @@ def tvl1_flow(
     prev: torch.Tensor,
     next: torch.Tensor,
     params: TVL1Params | None = None,
-    check_every: int | None = None,
+    checks: Checks = Checks(),
     checkpoint: Callable[[], None] = lambda: None,
 ) -> torch.Tensor:
     """Dual TV-L1 flow from ``prev`` to ``next`` for a batch of pairs, with the fused kernels.
@@ -299,15 +358,14 @@ def tvl1_flow(
         prev, next: (B, H, W) greyscale frames, values in [0, 255] (uint8 or float), on a CUDA device (or
             the CPU under ``TRITON_INTERPRET=1``).
         params: the TV-L1 parameters (default: OpenCV's defaults).
-        check_every: inner iterations between the host's checks whether any pair still runs (speed only;
-            default 10 on CUDA, 1 on the CPU).
+        checks: how the host follows the pairs that stop (speed only).
         checkpoint: called before every inner iteration's launches; an exception it raises abandons the
             batch (a run being stopped does so within one iteration).
 
     Returns:
         (B, H, W, 2) float32 flow (x, y) in pixels, on the input's device.
     """
-    return tvl1_flow_with_iterations(prev, next, params, check_every, checkpoint)[0]
+    return tvl1_flow_with_iterations(prev, next, params, checks, checkpoint)[0]
 
 
 @torch.no_grad()
@@ -315,7 +373,7 @@ def tvl1_flow_with_iterations(
     prev: torch.Tensor,
     next: torch.Tensor,
     params: TVL1Params | None = None,
-    check_every: int | None = None,
+    checks: Checks = Checks(),
     checkpoint: Callable[[], None] = lambda: None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`tvl1_flow`, and the inner iterations each pair ran per pyramid level: (levels, B) int32,
@@ -326,14 +384,14 @@ def tvl1_flow_with_iterations(
         )
     params = params or TVL1Params()
     check_params(params)
-    if check_every is None:
-        check_every = CHECK_EVERY_CUDA if prev.is_cuda else 1
+    if checks.every is None:
+        checks = Checks(CHECK_EVERY_CUDA if prev.is_cuda else 1, checks.compact, checks.lagged)
     # Triton launches on the current CUDA device: make it the frames' one (cuda:1 in a second GPU's process)
     with torch.cuda.device(prev.device) if prev.is_cuda else contextlib.nullcontext():
-        return _flow(prev, next, params, check_every, checkpoint)
+        return _flow(prev, next, params, checks, checkpoint)
 
 
-def _flow(prev, next, params: TVL1Params, check_every: int, checkpoint) -> tuple[torch.Tensor, torch.Tensor]:
+def _flow(prev, next, params: TVL1Params, checks: Checks, checkpoint) -> tuple[torch.Tensor, torch.Tensor]:
     sizes = level_sizes(prev.shape[1], prev.shape[2], params)
     step = 1.0 / params.scale_step
     i0s, i1s = [prev.float().contiguous()], [next.float().contiguous()]
@@ -345,7 +403,7 @@ def _flow(prev, next, params: TVL1Params, check_every: int, checkpoint) -> tuple
     up = float(np.float32(step))
     counts = [None] * len(sizes)
     for s in range(len(sizes) - 1, -1, -1):
-        u1, u2, counts[s] = _solve_level(i0s[s], i1s[s], u1, u2, params, check_every, checkpoint)
+        u1, u2, counts[s] = _solve_level(i0s[s], i1s[s], u1, u2, params, checks, checkpoint)
         if s > 0:
             u1 = resize_linear(u1, sizes[s - 1]) * up
             u2 = resize_linear(u2, sizes[s - 1]) * up
@@ -372,4 +430,4 @@ def unavailable_reason(device: str) -> str | None:
     return None
 
 
-__all__ = ["tvl1_flow", "tvl1_flow_with_iterations", "unavailable_reason"]
+__all__ = ["Checks", "tvl1_flow", "tvl1_flow_with_iterations", "unavailable_reason"]

@@ -7,11 +7,17 @@ from click.testing import CliRunner
 
 from memdpc.cli import main
 from memdpc.errors import UserError
-from memdpc.preprocess import photos
 from memdpc.preprocess.datasets import build_index
-from memdpc.preprocess.photos import PHOTO_CLASSES, PHOTO_FILES, PhotoConfig, load_photos, make_photos
+from memdpc.preprocess.examples import photos
+from memdpc.preprocess.examples.photos import (
+    PHOTO_CLASSES,
+    PHOTO_FILES,
+    PhotoConfig,
+    load_photos,
+    make_photos,
+)
 
-from ..conftest import decode_video
+from ...conftest import decode_video
 
 SMALL = PhotoConfig(videos_per_class=3, frames=6, size=32)
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from memdpc.preprocess.example_layout import ExampleConfig
-from memdpc.preprocess.photos import PhotoConfig, make_photos
-from memdpc.preprocess.synthetic import SyntheticConfig, make_synthetic
+from memdpc.preprocess.examples.layout import ExampleConfig
+from memdpc.preprocess.examples.photos import PhotoConfig, make_photos
+from memdpc.preprocess.examples.synthetic import SyntheticConfig, make_synthetic
 
 EXAMPLE_FAMILIES: dict[str, tuple[type[ExampleConfig], Callable[..., Path]]] = {
     "synthetic": (SyntheticConfig, make_synthetic),

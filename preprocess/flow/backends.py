@@ -5,12 +5,13 @@ A flow *backend* turns a batch of greyscale frame pairs into float flow: ``backe
 ``backend.batch_size`` says how many pairs it wants per call. Backends are built by name from
 :data:`BACKENDS` (``"module:factory"``, imported on first use); a factory takes ``(params, device)``.
 ``opencv`` is OpenCV contrib's CPU ``DualTVL1OpticalFlow``; ``native`` the same algorithm compiled by numba
-(``memdpc.preprocess.tvl1_native``, bit for bit OpenCV's flow, faster per core); ``torch`` adapts the batched
-PyTorch port in ``memdpc.preprocess.tvl1_torch`` (GPU). A new backend is one more entry in :data:`BACKENDS`.
+(``memdpc.preprocess.flow.tvl1_native``, bit for bit OpenCV's flow, faster per core); ``torch`` adapts the batched
+PyTorch port in ``memdpc.preprocess.flow.tvl1_torch`` (GPU). A new backend is one more entry in :data:`BACKENDS`.
 
 A *batched* backend (:class:`BatchedFlowBackend`) also maps flow to codes on its device,
-``backend.codes(prev, nxt, third)``; the run feeds such a backend from many videos at once
-(``memdpc.preprocess.batched``). :func:`resolve_backend` turns ``auto`` into the backend and devices used.
+``backend.device_codes(prev, nxt, third)`` with tensors on ``backend.device``; the run feeds such a backend
+from many videos at once (``memdpc.preprocess.flow.batched``). :func:`resolve_backend` turns ``auto`` into
+the backend and devices used.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import cv2
 import numpy as np
 
 from memdpc.errors import UserError
-from memdpc.preprocess.tvl1_params import TVL1Params
+from memdpc.preprocess.flow.tvl1_params import TVL1Params
 
 if TYPE_CHECKING:
     import torch
@@ -45,19 +46,22 @@ class FlowBackend(Protocol):
 class BatchedFlowBackend(FlowBackend, Protocol):
     """A backend that runs large batches on a device and maps flow to codes there.
 
-    ``codes(prev, nxt, third)``: (B, H, W) uint8 ×2 → (B, H, W, 3) uint8, equal to
-    ``flow_to_codes(backend(prev, nxt), third)``, so only codes cross back to the host. A pair's result must
-    not depend on the other pairs of its batch. A batch too large for the device's memory raises
+    ``device_codes(prev, nxt, third)``: (B, H, W) uint8 tensors ×2 on ``device`` → (B, H, W, 3) uint8 on
+    ``device``, equal to ``flow_to_codes(backend(prev, nxt), third)``, so the caller moves frames in and
+    codes out when it suits it (its own streams, while the device computes another batch). It is called on
+    the caller's current CUDA stream and returns without waiting for the device. A pair's result must not
+    depend on the other pairs of its batch. A batch too large for the device's memory raises
     ``torch.cuda.OutOfMemoryError`` (or ``MemoryError``, or a ``RuntimeError`` saying "out of memory");
     the caller then splits it. ``checkpoint`` is called often during the batch (every solver iteration); an
     exception it raises abandons the batch, so a run can stop within a fraction of a second.
     """
 
     batch_pixels: int  # the batched path's batch: this many pixels, i.e. batch_pixels // (H·W) pairs
+    device: torch.device
 
-    def codes(
-        self, prev: np.ndarray, nxt: np.ndarray, third: int, checkpoint: Callable[[], None] = ...
-    ) -> np.ndarray: ...
+    def device_codes(
+        self, prev: torch.Tensor, nxt: torch.Tensor, third: int, checkpoint: Callable[[], None] = ...
+    ) -> torch.Tensor: ...
 
 
 def batch_pairs(backend: BatchedFlowBackend, height: int, width: int) -> int:
@@ -89,17 +93,17 @@ class OpenCVTVL1:
 
 
 class TorchTVL1:
-    """Adapter to the batched PyTorch port (``memdpc.preprocess.tvl1_torch``): NumPy batches in and out,
+    """Adapter to the batched PyTorch port (``memdpc.preprocess.flow.tvl1_torch``): NumPy batches in and out,
     ``batch_size`` pairs per call on ``device`` (a GPU, or the CPU for checks)."""
 
     batch_size = 32
     batch_pixels = 32 * 256 * 256
-    kernels = "memdpc.preprocess.tvl1_torch"  # the module whose ``tvl1_flow`` runs the batch
+    kernels = "memdpc.preprocess.flow.tvl1_torch"  # the module whose ``tvl1_flow`` runs the batch
 
     def __init__(self, params: TVL1Params = TVL1Params(), device: str = "cuda") -> None:
         import torch
 
-        from memdpc.preprocess import tvl1_torch
+        from memdpc.preprocess.flow import tvl1_torch
 
         if torch.device(device).type == "cuda" and not torch.cuda.is_available():
             raise UserError(f"--device {device}: no CUDA device is available for the torch flow backend")
@@ -113,29 +117,27 @@ class TorchTVL1:
 
     def __call__(self, prev: np.ndarray, nxt: np.ndarray) -> np.ndarray:
         # (B, H, W) uint8 ×2 -> (B, H, W, 2) float32
-        return self._device_flow(prev, nxt).cpu().numpy()
-
-    def codes(
-        self, prev: np.ndarray, nxt: np.ndarray, third: int, checkpoint: Callable[[], None] = lambda: None
-    ) -> np.ndarray:
-        # (B, H, W) uint8 ×2 -> (B, H, W, 3) uint8, mapped on the device
-        return flow_to_codes_torch(self._device_flow(prev, nxt, checkpoint), third).cpu().numpy()
-
-    def _device_flow(
-        self, prev: np.ndarray, nxt: np.ndarray, checkpoint: Callable[[], None] = lambda: None
-    ) -> torch.Tensor:
         to = self._torch.from_numpy
-        prev_t, nxt_t = to(prev).to(self.device), to(nxt).to(self.device)
-        return self._flow(prev_t, nxt_t, self._params, checkpoint=checkpoint)
+        return self._flow(to(prev).to(self.device), to(nxt).to(self.device), self._params).cpu().numpy()
+
+    def device_codes(
+        self,
+        prev: torch.Tensor,
+        nxt: torch.Tensor,
+        third: int,
+        checkpoint: Callable[[], None] = lambda: None,
+    ) -> torch.Tensor:
+        # (B, H, W) uint8 ×2 -> (B, H, W, 3) uint8, on the device
+        return flow_to_codes_torch(self._flow(prev, nxt, self._params, checkpoint=checkpoint), third)
 
 
 class TritonTVL1(TorchTVL1):
-    """The same batched TV-L1 with the fused Triton kernels (``memdpc.preprocess.tvl1_triton``): CUDA, or the
+    """The same batched TV-L1 with the fused Triton kernels (``memdpc.preprocess.flow.tvl1_triton``): CUDA, or the
     CPU under ``TRITON_INTERPRET=1`` for checks."""
 
     batch_size = 128
     batch_pixels = 512 * 256 * 256  # chosen from the kernel table of bench/flow_e2e.py (README, Triton kernels)
-    kernels = "memdpc.preprocess.tvl1_triton"
+    kernels = "memdpc.preprocess.flow.tvl1_triton"
 
     def __init__(self, params: TVL1Params = TVL1Params(), device: str = "cuda") -> None:
         reason = importlib.import_module(self.kernels).unavailable_reason(device)
@@ -145,10 +147,10 @@ class TritonTVL1(TorchTVL1):
 
 
 BACKENDS: dict[str, str] = {
-    "opencv": "memdpc.preprocess.flow:OpenCVTVL1",
-    "native": "memdpc.preprocess.tvl1_native:NativeTVL1",
-    "torch": "memdpc.preprocess.flow:TorchTVL1",
-    "triton": "memdpc.preprocess.flow:TritonTVL1",
+    "opencv": "memdpc.preprocess.flow.backends:OpenCVTVL1",
+    "native": "memdpc.preprocess.flow.tvl1_native:NativeTVL1",
+    "torch": "memdpc.preprocess.flow.backends:TorchTVL1",
+    "triton": "memdpc.preprocess.flow.backends:TritonTVL1",
 }
 CPU_BACKENDS = ("opencv", "native")  # --device auto means the CPU for these
 
@@ -161,8 +163,8 @@ def make_backend(name: str, params: TVL1Params = TVL1Params(), device: str = "cp
     module, factory = BACKENDS[name].split(":")
     try:
         make: Callable[[TVL1Params, str], FlowBackend] = getattr(importlib.import_module(module), factory)
-    except (ImportError, AttributeError) as e:
-        raise UserError(f"flow backend '{name}' is not available ({e})") from None
+    except (ImportError, AttributeError, OSError) as e:  # OSError: a compiled dependency that fails to load
+        raise UserError(f"flow backend '{name}' is not available ({str(e).strip().splitlines()[0]})") from None
     return make(params, device)
 
 
@@ -203,7 +205,7 @@ def _triton_unavailable(device: str) -> str | None:
     if "triton" not in BACKENDS:
         return "no triton flow backend in this installation"
     try:
-        from memdpc.preprocess.tvl1_triton import unavailable_reason
+        from memdpc.preprocess.flow.tvl1_triton import unavailable_reason
     except ImportError as e:
         return str(e)
     return unavailable_reason(device)
@@ -212,7 +214,7 @@ def _triton_unavailable(device: str) -> str | None:
 def _native_unavailable() -> str | None:
     """Why the native CPU TV-L1 cannot run here (None: it can)."""
     try:
-        from memdpc.preprocess.tvl1_native import unavailable_reason
+        from memdpc.preprocess.flow.tvl1_native import unavailable_reason
     except (ImportError, OSError) as e:  # numba missing, no build of it for this platform, or a broken one
         return str(e).strip().splitlines()[0]
     return unavailable_reason()
