@@ -347,6 +347,12 @@ def _preprocess_options(default_streams: str):
             default=None,
             help="Run report JSON (default: OUT/preprocess-report[-partIofN].json).",
         ),
+        click.option(
+            "--dry-run",
+            is_flag=True,
+            help="Print what the run will do (videos, frames, disk, and the time from a short timed warm-up) "
+            "and write nothing.",
+        ),
     ]
     opts += [
         click.option(o, f, type=t, default=getattr(defaults, f), show_default=True, help=h)
@@ -361,13 +367,18 @@ def _preprocess_options(default_streams: str):
     return wrap
 
 
-def _run_preprocess(index: Path, **kw) -> None:
+def _run_preprocess(index: Path, dry_run: bool, **kw) -> None:
     from memdpc.preprocess.run import preprocess as run
     from memdpc.report_tables import print_preprocess_report
 
     tvl1 = {f: kw.pop(f) for _, f, _, _ in _TVL1_OPTIONS}
     kw["third_channel"] = int(kw["third_channel"])
     kw["report"] = str(kw["report"]) if kw["report"] else None
+    if dry_run:
+        from memdpc.preprocess.plan import plan
+
+        Console().print("\n".join(plan(index, tvl1=tvl1, **kw).lines()), markup=False, soft_wrap=True)
+        return
     report = run(index, tvl1=tvl1, **kw)
     print_preprocess_report(report, index, Console(), console)
     if report["failures"] and kw["strict"]:

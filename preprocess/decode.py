@@ -84,7 +84,7 @@ class VideoStream:
     :class:`PartialVideo` when decoding stopped before the frame count in the header (a truncated or
     corrupt file) — after yielding what did decode, so a caller may keep it. ``seconds`` accumulates the
     time spent decoding and resizing, ``num_decoded`` counts source frames. ``file_size`` and
-    ``file_mtime_ns`` identify the file as it was opened.
+    ``file_mtime_ns`` identify the file as it was opened; ``source_size`` is the header's (width, height).
     """
 
     def __init__(self, path: str | os.PathLike, spec: DecodeSpec = DecodeSpec()) -> None:
@@ -98,7 +98,12 @@ class VideoStream:
             self._cap.release()
             raise DecodeError(f"frame rate is 0 or missing in the file (header says {self.source_fps:g})")
         self.expected_frames = int(self._cap.get(cv2.CAP_PROP_FRAME_COUNT) or 0)
+        self.source_size = int(self._cap.get(cv2.CAP_PROP_FRAME_WIDTH)), int(self._cap.get(cv2.CAP_PROP_FRAME_HEIGHT))
         self.fps = spec.fps or self.source_fps
+
+    def close(self) -> None:
+        """Release the file (iterating to the end releases it too)."""
+        self._cap.release()
 
     @property
     def expected_output(self) -> int:

@@ -109,7 +109,7 @@ def _batched(devices: list[str], stats: dict[str, dict]) -> Results:
 
 
 # ---------------------------------------------------------------------------------- existing archives
-def _check_existing(mine: list[VideoRecord], cfg: PreprocessConfig) -> tuple[list[VideoRecord], list[VideoRecord]]:
+def check_existing(mine: list[VideoRecord], cfg: PreprocessConfig) -> tuple[list[VideoRecord], list[VideoRecord]]:
     """Split this part's videos into finished ones (every archive there, made with these settings from this
     source file) and those to do. Archives made otherwise are refused with their count, an example and
     what differs (UserError), unless ``cfg.overwrite`` (their videos are then to do). Reads only the
@@ -291,7 +291,7 @@ def run_preprocess(
     mine = select_part(records, cfg.part)
     earlier = _earlier_entries(cfg.report_path)  # before any work: a damaged report stops nothing halfway
     with console.status(f"checking the archives in {cfg.out}") if progress else contextlib.nullcontext():
-        done, todo = _check_existing(mine, cfg)
+        done, todo = check_existing(mine, cfg)
     remove_temporaries(cfg.out, cfg.streams, {r.id for r in todo})  # of a killed run
     entries = {r.id: {"id": r.id, "path": r.path, "status": "skipped"} for r in done}
     started, t0 = datetime.now(timezone.utc), time.perf_counter()
@@ -343,8 +343,7 @@ def run_preprocess(
     return report
 
 
-def preprocess(
-    index: str | Path,
+def config_from_options(
     out: str | Path,
     streams: str = "rgb",
     *,
@@ -356,15 +355,13 @@ def preprocess(
     flow_quality: int | None = None,
     tvl1: dict[str, Any] | None = None,
     part: str = "0/1",
-    progress: bool = True,
     **kw: Any,
-) -> dict:
-    """The library entry of ``memdpc preprocess frames|flow``: options as the CLI gives them → run report.
+) -> PreprocessConfig:
+    """The run's config from the options as the CLI gives them, checked before any work.
 
     ``streams`` is a comma-separated list (``rgb``, ``flow``); ``flow_encoding`` is ``ycc`` (standard JPEG
     4:4:4, default quality 100) or ``rgb`` (JPEG without colour transform, default quality 90); ``tvl1``
-    holds :class:`TVL1Params` fields; the other keywords are :class:`PreprocessConfig` fields. Options are
-    checked before any work.
+    holds :class:`TVL1Params` fields; the other keywords are :class:`PreprocessConfig` fields.
     """
     if flow_encoding not in FLOW_ENCODINGS:
         raise UserError(f"--flow-encoding must be one of {', '.join(FLOW_ENCODINGS)}, not {flow_encoding}")
@@ -380,4 +377,12 @@ def preprocess(
         **kw,
     )
     cfg.validate()
+    return cfg
+
+
+def preprocess(index: str | Path, out: str | Path, streams: str = "rgb", *, progress: bool = True,
+               **options: Any) -> dict:
+    """The library entry of ``memdpc preprocess frames|flow``: options as the CLI gives them
+    (:func:`config_from_options`, checked before the index is read) → run report."""
+    cfg = config_from_options(out, streams, **options)
     return run_preprocess(read_index(index), cfg, progress=progress)

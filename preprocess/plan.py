@@ -1,0 +1,268 @@
+"""``memdpc preprocess frames|flow --dry-run``: what a run will do, before it starts, and nothing written.
+
+The counts come from the index, the videos' headers (frame count, frame rate and size; nothing decoded) and
+the archives already in ``--out``, checked as a rerun checks them (archives made with other settings are
+refused the same way). Time and disk come from a short warm-up on the first video to do: its first frames
+decoded, encoded as the run encodes them, and the flow of a few pairs computed by the backend the run would
+use (one batch untimed first: compiling, loading). They are scaled to every video by its pixels per frame:
+decoding by the source's, flow and encoding by the output's. The archives, the report and temporary files of
+a run are not touched.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from memdpc.preprocess.decode import DecodeError, StderrCapture, VideoStream
+from memdpc.preprocess.flow.backends import BatchedFlowBackend, FlowStage, make_backend, resolve_backend
+from memdpc.preprocess.job import PreprocessConfig, encode_flow, failure_reason, select_part
+from memdpc.preprocess.run import check_existing, config_from_options
+from memdpc.preprocess.video_index import VideoRecord, read_index
+from memdpc.wording import duration_text, name_list, plural, size_text
+
+WARMUP_PAIRS = 4  # timed flow pairs of a per-video backend (a batched one times one batch)
+PROBE_THREADS = 8  # threads reading the videos' headers (their latency, on network storage)
+TAR_BYTES_PER_MEMBER = 768  # a tar header (512 B) and, on average, half a 512-byte block of padding
+
+
+@dataclass(frozen=True)
+class Header:
+    """One video as its header describes it, and what the run makes of it."""
+
+    id: str
+    source_frames: int
+    source_pixels: int  # per frame
+    frames: int  # output frames (after --fps)
+    size: tuple[int, int]  # output (width, height)
+
+    @property
+    def pixels(self) -> int:
+        return self.size[0] * self.size[1]
+
+
+@dataclass(frozen=True)
+class Rates:
+    """What the warm-up measured, per pixel: seconds and bytes."""
+
+    video: str
+    pixels: int  # per output frame of that video
+    frames: int  # decoded
+    pairs: int  # timed flow pairs (0 without flow)
+    first_flow_s: float  # the untimed batch of pairs, compiling and loading included
+    decode_s: float  # per source pixel
+    rgb_s: float  # encoding, per output pixel
+    rgb_bytes: float
+    flow_s: float  # flow and its encoding, per output pixel of a pair
+    flow_bytes: float
+
+
+@dataclass(frozen=True)
+class PreprocessPlan:
+    """What ``memdpc preprocess`` will do with a config."""
+
+    out: str
+    streams: tuple[str, ...]
+    part: tuple[int, int]
+    videos: int  # in this part
+    finished: int  # archives already there, made with these settings
+    todo: list[Header]
+    unreadable: list[tuple[str, str]]  # (path, reason): the run records them as failed
+    backend: str  # "" without flow
+    devices: list[str]
+    note: str | None
+    parallel: int  # processes (per-video path) or CPU threads (batched path) the run uses; 0 on Dask
+    batched: bool
+    rates: Rates | None  # None: nothing to do
+    free_bytes: int | None  # on --out's file system
+
+    @property
+    def frames(self) -> int:
+        return sum(h.frames for h in self.todo)
+
+    @property
+    def pairs(self) -> int:
+        return sum(max(h.frames - 1, 0) for h in self.todo)
+
+    def stream_bytes(self, stream: str) -> float:
+        r = self.rates
+        if r is None or stream not in self.streams:
+            return 0.0
+        if stream == "rgb":
+            return sum(h.frames * (h.pixels * r.rgb_bytes + TAR_BYTES_PER_MEMBER) for h in self.todo)
+        return sum(max(h.frames - 1, 0) * (h.pixels * r.flow_bytes + TAR_BYTES_PER_MEMBER) for h in self.todo)
+
+    def _seconds(self, h: Header) -> tuple[float, float]:
+        """(CPU seconds, flow seconds) of one video: decoding and RGB encoding, then flow and its encoding."""
+        r = self.rates
+        cpu = h.source_frames * h.source_pixels * r.decode_s
+        if "rgb" in self.streams:
+            cpu += h.frames * h.pixels * r.rgb_s
+        flow = max(h.frames - 1, 0) * h.pixels * r.flow_s if "flow" in self.streams else 0.0
+        return cpu, flow
+
+    @property
+    def work_s(self) -> float:
+        """Seconds of work in all, as one process would spend them."""
+        return sum(sum(self._seconds(h)) for h in self.todo) if self.rates else 0.0
+
+    @property
+    def wall_s(self) -> float:
+        """Wall time: per video on ``parallel`` processes (no shorter than the longest video), or, batched, the
+        devices' flow and the CPU threads' decoding and encoding side by side."""
+        if not self.rates or not self.parallel:
+            return 0.0
+        seconds = [self._seconds(h) for h in self.todo]
+        if self.batched:
+            return max(sum(f for _, f in seconds) / len(self.devices), sum(c for c, _ in seconds) / self.parallel)
+        return max(self.work_s / self.parallel, max(c + f for c, f in seconds))
+
+    def lines(self) -> list[str]:
+        i, n = self.part
+        part = f" (part {i}/{n})" if n > 1 else ""
+        done = f", {self.finished:,} already done with these settings" if self.finished else ""
+        bad = (f", {len(self.unreadable):,} unreadable (the run records them as failed): "
+               + name_list([f"{Path(p).name}: {why}" for p, why in self.unreadable], 3)) if self.unreadable else ""
+        lines = [f"plan of preprocess {'+'.join(self.streams)} into {self.out} (a dry run: nothing written)",
+                 f"videos: {self.videos:,}{part}: {len(self.todo):,} to do{done}{bad}"]
+        if not self.todo:
+            return [*lines, "nothing to do: the same command without --dry-run only writes the report"]
+        sizes = Counter(h.size for h in self.todo)
+        common = ", ".join(f"{w}×{h} ({plural(c, 'video')})" for (w, h), c in sizes.most_common(3))
+        more = f" and {plural(len(sizes) - 3, 'other size')}" if len(sizes) > 3 else ""
+        pairs = f", {plural(self.pairs, 'flow pair')}" if "flow" in self.streams else ""
+        lines.append(f"frames: {self.frames:,} out by the headers{pairs}; frame sizes {common}{more}")
+        if self.backend:
+            where = ",".join(self.devices)
+            how = (f"batches of pairs from many videos on {where}, {plural(self.parallel, 'CPU thread')} decoding "
+                   f"and encoding" if self.batched else
+                   f"one video per process on {where}, {plural(self.parallel, 'process')}" if self.parallel else
+                   "one video per task on the Dask cluster")
+            lines.append(f"flow: TV-L1 {self.backend}, {how}" + (f" (note: {self.note})" if self.note else ""))
+        parts = [f"{s} {size_text(self.stream_bytes(s))}" for s in self.streams]
+        total = sum(self.stream_bytes(s) for s in self.streams)
+        free = ""
+        if self.free_bytes is not None:
+            free = (f"; only {size_text(self.free_bytes)} free there" if total > self.free_bytes else
+                    f"; {size_text(self.free_bytes)} free there")
+        lines.append(f"disk: about {size_text(total)} in {self.out} ({', '.join(parts)}){free}")
+        r = self.rates
+        timed = f"{plural(r.frames, 'frame')} of {r.video} decoded and encoded"
+        if r.pairs:
+            timed += (f", {plural(r.pairs, 'flow pair')} timed ({r.flow_s * r.pixels:.3g} s each) after "
+                      f"{r.first_flow_s:.3g} s for the first batch (compiling, loading)")
+        if self.parallel:
+            estimate = f"about {duration_text(self.wall_s)}"
+        else:
+            estimate = f"about {duration_text(self.work_s)} of work in all, spread over the cluster's workers"
+        scaled = "scaled to each video by its pixels per frame"
+        if self.batched:
+            scaled += "; the run's batches are larger than the warm-up's, so it is likely faster"
+        lines += [f"time: {estimate} — an estimate on this machine from {timed}, {scaled}",
+                  "next: the same command without --dry-run"]
+        return lines
+
+
+def _probe(rec: VideoRecord, cfg: PreprocessConfig) -> Header | tuple[str, str]:
+    try:
+        src = VideoStream(rec.path, cfg.decode)
+    except (DecodeError, OSError) as e:
+        return rec.path, failure_reason(e)
+    src.close()
+    w, h = src.source_size
+    if w <= 0 or h <= 0:
+        return rec.path, "no frame size in the file's header"
+    return Header(rec.id, src.expected_frames, w * h, src.expected_output, cfg.decode.out_size(w, h))
+
+
+def _warm_up(rec: VideoRecord, header: Header, cfg: PreprocessConfig, backend: str, device: str) -> Rates:
+    """Decode the first frames of ``rec``, encode them, and time the flow of a few pairs."""
+    flow = "flow" in cfg.streams
+    stage = FlowStage(make_backend(backend, cfg.tvl1, device), cfg.third_channel) if flow else None
+    untimed = stage.backend.batch_size if flow else 0
+    timed = max(stage.backend.batch_size, WARMUP_PAIRS) if flow else WARMUP_PAIRS
+    src = VideoStream(rec.path, cfg.decode)
+    frames = []
+    try:
+        for frame in src:
+            frames.append(frame)
+            if len(frames) == untimed + timed + 1:
+                break
+    except DecodeError:
+        pass  # a short or damaged video: the frames that did decode
+    finally:
+        src.close()
+    if not frames:
+        raise DecodeError("no frames could be decoded")
+    pixels = frames[0].shape[0] * frames[0].shape[1]
+    t = time.perf_counter()
+    rgb = [cfg.rgb_encoding.encode_bgr(f) for f in frames]
+    rgb_s = (time.perf_counter() - t) / (len(frames) * pixels)
+    decode_s = src.seconds / (src.num_decoded * header.source_pixels)
+    rates = Rates(rec.id, pixels, len(frames), 0, 0.0, decode_s, rgb_s, sum(map(len, rgb)) / (len(frames) * pixels),
+                  0.0, 0.0)
+    if not flow or len(frames) < 2:
+        return rates
+    split = min(untimed + 1, len(frames) - 1)  # frames of the untimed batch; the timed pairs follow on
+    for f in frames[:split]:
+        stage.push(f)
+    stage.flush()
+    first_s, stage.seconds = stage.seconds, 0.0
+    codes = [c for f in frames[split:] for c in stage.push(f)] + stage.flush()  # at least one pair
+    t = time.perf_counter()
+    data = [encode_flow(c, cfg.flow_encoding)[0] for c in codes]
+    encode_s = time.perf_counter() - t
+    return replace(rates, pairs=len(codes), first_flow_s=first_s,
+                   flow_s=(stage.seconds + encode_s) / (len(codes) * pixels),
+                   flow_bytes=sum(map(len, data)) / (len(data) * pixels))
+
+
+def _free_bytes(out: Path) -> int | None:
+    """Free bytes on the file system ``out`` is (or would be) on."""
+    for folder in (out, *out.parents):
+        if folder.exists():
+            return shutil.disk_usage(folder).free
+    return None
+
+
+def plan_preprocess(records: list[VideoRecord], cfg: PreprocessConfig) -> PreprocessPlan:
+    """The plan of ``cfg``'s run over this part of ``records``: the run's own checks (a backend or device that
+    cannot run, archives made otherwise), the videos' headers and a timed warm-up. Writes nothing."""
+    cfg.validate()
+    backend, devices, note, batched = "", ["cpu"], None, False
+    if "flow" in cfg.streams:
+        backend, device, note = resolve_backend(cfg.flow_backend, cfg.device)
+        devices = device.split(",")
+        batched = isinstance(make_backend(backend, cfg.tvl1, devices[0]), BatchedFlowBackend) and not cfg.dask
+    mine = select_part(records, cfg.part)
+    done, todo = check_existing(mine, cfg)
+    rates = None
+    with StderrCapture():  # FFmpeg's complaints about the files: the run's report keeps them
+        with ThreadPoolExecutor(PROBE_THREADS) as ex:
+            probed = list(ex.map(lambda r: _probe(r, cfg), todo))
+        headers = [(r, h) for r, h in zip(todo, probed, strict=True) if isinstance(h, Header)]
+        unreadable = [h for h in probed if not isinstance(h, Header)]
+        for rec, header in headers:  # the first video whose frames decode
+            try:
+                rates = _warm_up(rec, header, cfg, backend, devices[0])
+                break
+            except DecodeError as e:
+                unreadable.append((rec.path, failure_reason(e)))
+    cores = os.cpu_count() or 1
+    parallel = 0 if cfg.dask else (cfg.threads * len(devices) or cores) if batched else min(cfg.workers, cores)
+    return PreprocessPlan(out=cfg.out, streams=cfg.streams, part=cfg.part, videos=len(mine), finished=len(done),
+                          todo=[h for _, h in headers], unreadable=unreadable, backend=backend, devices=devices,
+                          note=note, parallel=parallel, batched=batched, rates=rates,
+                          free_bytes=_free_bytes(Path(cfg.out)))
+
+
+def plan(index: str | Path, out: str | Path, streams: str = "rgb", **options) -> PreprocessPlan:
+    """The library entry of ``memdpc preprocess frames|flow --dry-run``: options as :func:`memdpc.preprocess.run.
+    preprocess` takes them → the plan of that run."""
+    cfg = config_from_options(out, streams, **options)
+    return plan_preprocess(read_index(index), cfg)

@@ -1,0 +1,99 @@
+"""``memdpc preprocess --dry-run`` on a user's messy folder: nothing written, and what it counts is what the run
+then does (videos, frames, sizes, failures, the archives already there); its disk estimate is near what the
+run writes; archives made with other settings are refused as the run refuses them."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from memdpc.cli import main
+from memdpc.errors import UserError
+from memdpc.preprocess.datasets import build_index
+from memdpc.preprocess.decode import DecodeSpec
+from memdpc.preprocess.flow.tvl1_params import TVL1Params
+from memdpc.preprocess.plan import plan_preprocess
+from memdpc.preprocess.run import PreprocessConfig, run_preprocess
+from memdpc.preprocess.video_index import read_index, write_index
+
+FAST = TVL1Params(scales=2, warps=1, outer_iterations=2, inner_iterations=5)
+FAST_FLAGS = ["--scales", "2", "--warps", "1", "--outer-iterations", "2", "--inner-iterations", "5"]
+
+
+@pytest.fixture(scope="module")
+def messy_index(messy_folder, tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("plan") / "index.jsonl"
+    write_index(build_index(messy_folder, "folder"), path)
+    return path
+
+
+def tree(root: Path) -> dict[Path, int]:
+    return {p: p.stat().st_mtime_ns for p in root.rglob("*")} if root.exists() else {}
+
+
+def test_the_plan_writes_nothing_and_counts_what_the_run_then_does(messy_index, tmp_path):
+    out = tmp_path / "frames"
+    cfg = PreprocessConfig(out=str(out), streams=("rgb", "flow"), decode=DecodeSpec(size=32), tvl1=FAST,
+                           flow_backend="opencv", workers=2)
+    records = read_index(messy_index)
+    plan = plan_preprocess(records, cfg)
+    assert not out.exists()
+    assert plan.videos == len(records) == 15 and plan.finished == 0 and plan.backend == "opencv"
+    assert [Path(p).name for p, _ in plan.unreadable] == ["broken.avi"]  # cut.avi's header opens
+
+    report = run_preprocess(records, cfg, progress=False)
+    failed = {Path(f["path"]).name for f in report["failures"]}
+    assert failed == {"broken.avi", "cut.avi"}  # cut.avi fails when decoded, as the plan cannot know
+    headers = {h.id: h for h in plan.todo}
+    done = [v for v in report["videos"] if v["status"] == "done"]
+    assert len(done) == len(headers) - 1 == 13
+    for v in done:  # frames, pairs and sizes by the headers are those written
+        h = headers[v["id"]]
+        assert (h.frames, h.frames - 1, h.size) == (v["streams"]["rgb"], v["streams"]["flow"],
+                                                    (v["width"], v["height"]))
+    assert len({h.size for h in plan.todo}) > 2  # landscape, portrait and square
+    written = {s: sum(p.stat().st_size for p in (out / s).glob("*.tar")) for s in ("rgb", "flow")}
+    cut = headers[next(v["id"] for v in report["videos"] if v["path"].endswith("cut.avi"))]
+    for s in ("rgb", "flow"):  # JPEG sizes vary with the content: the first video stands for all
+        estimate = plan.stream_bytes(s) * (1 - cut.frames * cut.pixels / sum(h.frames * h.pixels
+                                                                             for h in plan.todo))
+        assert 0.5 < estimate / written[s] < 2, (s, estimate, written[s])
+    assert math.isfinite(plan.wall_s) and 0 < plan.wall_s <= plan.work_s and plan.parallel == min(2, plan.parallel)
+    lines = plan.lines()
+    assert lines[0].endswith("(a dry run: nothing written)") and lines[-1] == "next: the same command without --dry-run"
+    assert any(line.startswith("time: about ") and "an estimate on this machine" in line for line in lines)
+
+    before = tree(out)
+    again = plan_preprocess(records, cfg)  # a rerun would redo only the failed ones
+    assert again.finished == 13 and [h.id for h in again.todo] == [cut.id]
+    assert tree(out) == before
+    with pytest.raises(UserError, match="made with other settings") as refused:
+        plan_preprocess(records, replace(cfg, decode=DecodeSpec(size=24)))
+    with pytest.raises(UserError) as run_refused:
+        run_preprocess(records, replace(cfg, decode=DecodeSpec(size=24)), progress=False)
+    assert str(refused.value) == str(run_refused.value)
+    assert tree(out) == before
+
+
+def test_the_cli_prints_the_plan_and_writes_nothing(messy_index, tmp_path):
+    out = tmp_path / "frames"
+    res = CliRunner().invoke(main, ["preprocess", "flow", str(messy_index), "--out", str(out), "--size", "32",
+                                    "--flow-backend", "opencv", *FAST_FLAGS, "--dry-run"])
+    assert res.exit_code == 0, res.output
+    lines = res.output.splitlines()
+    assert lines[0] == f"plan of preprocess flow into {out} (a dry run: nothing written)"
+    assert lines[1].startswith("videos: 15: 14 to do, 1 unreadable (the run records them as failed): broken.avi: ")
+    assert lines[2].startswith("frames: ") and "flow pairs; frame sizes " in lines[2]
+    assert lines[3] == "flow: TV-L1 opencv, one video per process on cpu, 1 process"
+    assert lines[4].startswith("disk: about ") and "(flow " in lines[4]
+    assert not out.exists()
+    res = CliRunner().invoke(main, ["preprocess", "flow", str(tmp_path / "none.jsonl"), "--out", str(out),
+                                    "--dry-run"])
+    assert res.exit_code == 2 and len(res.output.strip().splitlines()) == 1 and "none.jsonl" in res.output
+    res = CliRunner().invoke(main, ["preprocess", "flow", str(messy_index), "--out", str(out), "--size", "-1",
+                                    "--dry-run"])
+    assert res.exit_code == 2 and "--size" in res.output and not out.exists()
