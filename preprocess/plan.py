@@ -21,7 +21,7 @@ from pathlib import Path
 
 from memdpc.preprocess.decode import DecodeError, StderrCapture, VideoStream
 from memdpc.preprocess.flow.backends import BatchedFlowBackend, FlowStage, make_backend, resolve_backend
-from memdpc.preprocess.job import PreprocessConfig, encode_flow, failure_reason, select_part
+from memdpc.preprocess.job import PreprocessConfig, encode_flow, failure_reason, missing_streams, select_part
 from memdpc.preprocess.run import check_existing, config_from_options
 from memdpc.preprocess.video_index import VideoRecord, read_index
 from memdpc.wording import duration_text, name_list, plural, size_text
@@ -40,6 +40,7 @@ class Header:
     source_pixels: int  # per frame
     frames: int  # output frames (after --fps)
     size: tuple[int, int]  # output (width, height)
+    streams: tuple[str, ...]  # the archives to write (those missing, or made otherwise with --overwrite)
 
     @property
     def pixels(self) -> int:
@@ -91,19 +92,21 @@ class PreprocessPlan:
 
     def stream_bytes(self, stream: str) -> float:
         r = self.rates
-        if r is None or stream not in self.streams:
+        if r is None:
             return 0.0
         if stream == "rgb":
-            return sum(h.frames * (h.pixels * r.rgb_bytes + TAR_BYTES_PER_MEMBER) for h in self.todo)
-        return sum(max(h.frames - 1, 0) * (h.pixels * r.flow_bytes + TAR_BYTES_PER_MEMBER) for h in self.todo)
+            return sum(h.frames * (h.pixels * r.rgb_bytes + TAR_BYTES_PER_MEMBER) for h in self.todo
+                       if "rgb" in h.streams)
+        return sum(max(h.frames - 1, 0) * (h.pixels * r.flow_bytes + TAR_BYTES_PER_MEMBER) for h in self.todo
+                   if "flow" in h.streams)
 
     def _seconds(self, h: Header) -> tuple[float, float]:
         """(CPU seconds, flow seconds) of one video: decoding and RGB encoding, then flow and its encoding."""
         r = self.rates
         cpu = h.source_frames * h.source_pixels * r.decode_s
-        if "rgb" in self.streams:
+        if "rgb" in h.streams:
             cpu += h.frames * h.pixels * r.rgb_s
-        flow = max(h.frames - 1, 0) * h.pixels * r.flow_s if "flow" in self.streams else 0.0
+        flow = max(h.frames - 1, 0) * h.pixels * r.flow_s if "flow" in h.streams else 0.0
         return cpu, flow
 
     @property
@@ -131,7 +134,7 @@ class PreprocessPlan:
         lines = [f"plan of preprocess {'+'.join(self.streams)} into {self.out} (a dry run: nothing written)",
                  f"videos: {self.videos:,}{part}: {len(self.todo):,} to do{done}{bad}"]
         if not self.todo:
-            return [*lines, "nothing to do: the same command without --dry-run only writes the report"]
+            return [*lines, "nothing to convert: the same command without --dry-run writes the report"]
         sizes = Counter(h.size for h in self.todo)
         common = ", ".join(f"{w}×{h} ({plural(c, 'video')})" for (w, h), c in sizes.most_common(3))
         more = f" and {plural(len(sizes) - 3, 'other size')}" if len(sizes) > 3 else ""
@@ -177,7 +180,8 @@ def _probe(rec: VideoRecord, cfg: PreprocessConfig) -> Header | tuple[str, str]:
     w, h = src.source_size
     if w <= 0 or h <= 0:
         return rec.path, "no frame size in the file's header"
-    return Header(rec.id, src.expected_frames, w * h, src.expected_output, cfg.decode.out_size(w, h))
+    return Header(rec.id, src.expected_frames, w * h, src.expected_output, cfg.decode.out_size(w, h),
+                  tuple(missing_streams(rec, cfg)))
 
 
 def _warm_up(rec: VideoRecord, header: Header, cfg: PreprocessConfig, backend: str, device: str) -> Rates:
@@ -247,12 +251,13 @@ def plan_preprocess(records: list[VideoRecord], cfg: PreprocessConfig) -> Prepro
             probed = list(ex.map(lambda r: _probe(r, cfg), todo))
         headers = [(r, h) for r, h in zip(todo, probed, strict=True) if isinstance(h, Header)]
         unreadable = [h for h in probed if not isinstance(h, Header)]
-        for rec, header in headers:  # the first video whose frames decode
+        for rec, header in list(headers):  # the first video whose frames decode
             try:
                 rates = _warm_up(rec, header, cfg, backend, devices[0])
                 break
             except DecodeError as e:
                 unreadable.append((rec.path, failure_reason(e)))
+                headers.remove((rec, header))
     cores = os.cpu_count() or 1
     parallel = 0 if cfg.dask else (cfg.threads * len(devices) or cores) if batched else min(cfg.workers, cores)
     return PreprocessPlan(out=cfg.out, streams=cfg.streams, part=cfg.part, videos=len(mine), finished=len(done),

@@ -97,3 +97,17 @@ def test_the_cli_prints_the_plan_and_writes_nothing(messy_index, tmp_path):
     res = CliRunner().invoke(main, ["preprocess", "flow", str(messy_index), "--out", str(out), "--size", "-1",
                                     "--dry-run"])
     assert res.exit_code == 2 and "--size" in res.output and not out.exists()
+
+
+def test_a_stream_added_later_is_the_only_one_planned(messy_index, tmp_path):
+    """As the run decodes once more only for the missing archives, the plan counts only those."""
+    cfg = PreprocessConfig(out=str(tmp_path), streams=("rgb",), decode=DecodeSpec(size=32), part=(0, 5))
+    records = read_index(messy_index)
+    run_preprocess(records, cfg, progress=False)
+    both = replace(cfg, streams=("rgb", "flow"), tvl1=FAST, flow_backend="opencv")
+    plan = plan_preprocess(records, both)
+    assert plan.finished == 0 and len(plan.todo) == 3 and all(h.streams == ("flow",) for h in plan.todo)
+    assert plan.stream_bytes("rgb") == 0 and plan.stream_bytes("flow") > 0
+    assert plan_preprocess(records, cfg).todo == []
+    assert plan_preprocess(records, cfg).lines()[-1] == ("nothing to convert: the same command without --dry-run "
+                                                         "writes the report")
