@@ -103,8 +103,18 @@ def cleanup(env: DistEnv, finished: bool = True) -> None:
     (SIGABRT). After an error there is no waiting, since the other ranks may never arrive."""
     if env.distributed and dist.is_initialized():
         if finished:
-            dist.barrier()
+            _meet(env, "leave")
         dist.destroy_process_group()
+
+
+def _meet(env: DistEnv, name: str) -> None:
+    """Wait until every rank has come here, through the rendezvous store rather than a collective: gloo frees
+    a collective's work in its own thread after the collective returns, and when that happens while the
+    interpreter shuts down (as after a last barrier it may) the process aborts ("terminate called without
+    an active exception")."""
+    store = dist.distributed_c10d._get_default_store()
+    store.set(f"memdpc/{name}/{env.rank}", "1")
+    store.wait([f"memdpc/{name}/{r}" for r in range(env.world_size)])
 
 
 def barrier(env: DistEnv) -> None:
