@@ -101,6 +101,11 @@ class VideoStream:
         self.source_size = int(self._cap.get(cv2.CAP_PROP_FRAME_WIDTH)), int(self._cap.get(cv2.CAP_PROP_FRAME_HEIGHT))
         self.fps = spec.fps or self.source_fps
 
+    def seek(self, index: int) -> None:
+        """Start reading at source frame ``index`` instead of the first (for sampling a video, not for a whole
+        pass: frame rate resampling and the completeness check count from the start)."""
+        self._cap.set(cv2.CAP_PROP_POS_FRAMES, index)
+
     def close(self) -> None:
         """Release the file (iterating to the end releases it too)."""
         self._cap.release()

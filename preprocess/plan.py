@@ -2,11 +2,11 @@
 
 The counts come from the index, the videos' headers (frame count, frame rate and size; nothing decoded) and
 the archives already in ``--out``, checked as a rerun checks them (archives made with other settings are
-refused the same way). Time and disk come from a short warm-up on the first video to do: its first frames
-decoded, encoded as the run encodes them, and the flow of a few pairs computed by the backend the run would
-use (one batch untimed first: compiling, loading). They are scaled to every video by its pixels per frame:
-decoding by the source's, flow and encoding by the output's. The archives, the report and temporary files of
-a run are not touched.
+refused the same way). Time and disk come from a short warm-up on the first video to do: a few frames from its
+middle decoded, encoded as the run encodes them, and the flow of a few pairs computed by the backend the run
+would use (one batch untimed first: compiling, loading). They are scaled to every video by its pixels per
+frame: decoding by the source's, flow and encoding by the output's. The archives, the report and temporary
+files of a run are not touched.
 """
 
 from __future__ import annotations
@@ -184,23 +184,36 @@ def _probe(rec: VideoRecord, cfg: PreprocessConfig) -> Header | tuple[str, str]:
                   tuple(missing_streams(rec, cfg)))
 
 
-def _warm_up(rec: VideoRecord, header: Header, cfg: PreprocessConfig, backend: str, device: str) -> Rates:
-    """Decode the first frames of ``rec``, encode them, and time the flow of a few pairs."""
-    flow = "flow" in cfg.streams
-    stage = FlowStage(make_backend(backend, cfg.tvl1, device), cfg.third_channel) if flow else None
-    untimed = stage.backend.batch_size if flow else 0
-    timed = max(stage.backend.batch_size, WARMUP_PAIRS) if flow else WARMUP_PAIRS
+def _frames(rec: VideoRecord, cfg: PreprocessConfig, start: int, count: int) -> tuple[VideoStream, list]:
+    """Up to ``count`` frames of ``rec`` from source frame ``start`` on (fewer where the file ends or breaks
+    first), and the stream that decoded them (its time and counts)."""
     src = VideoStream(rec.path, cfg.decode)
+    if start:
+        src.seek(start)
     frames = []
     try:
         for frame in src:
             frames.append(frame)
-            if len(frames) == untimed + timed + 1:
+            if len(frames) == count:
                 break
     except DecodeError:
         pass  # a short or damaged video: the frames that did decode
     finally:
         src.close()
+    return src, frames
+
+
+def _warm_up(rec: VideoRecord, header: Header, cfg: PreprocessConfig, backend: str, device: str) -> Rates:
+    """Decode a few frames of ``rec`` (from its middle, when it is long enough), encode them, and time the flow
+    of a few pairs."""
+    flow = "flow" in cfg.streams
+    stage = FlowStage(make_backend(backend, cfg.tvl1, device), cfg.third_channel) if flow else None
+    untimed = stage.backend.batch_size if flow else 0
+    timed = max(stage.backend.batch_size, WARMUP_PAIRS) if flow else WARMUP_PAIRS
+    middle = header.source_frames // 2 if header.source_frames > 3 * (untimed + timed + 1) else 0
+    src, frames = _frames(rec, cfg, middle, untimed + timed + 1)  # the middle stands for a video better
+    if not frames and middle:  # a file that does not seek, or is cut before its middle
+        src, frames = _frames(rec, cfg, 0, untimed + timed + 1)
     if not frames:
         raise DecodeError("no frames could be decoded")
     pixels = frames[0].shape[0] * frames[0].shape[1]

@@ -126,6 +126,18 @@ def test_the_file_opened_and_the_frames_its_header_promises(videos):
     src = VideoStream(videos["mjpg"], DecodeSpec(size=0))
     assert (src.file_size, src.file_mtime_ns, src.expected_output) == (stat.st_size, stat.st_mtime_ns, N)
     assert VideoStream(videos["mjpg"], DecodeSpec(size=0, fps=12.5)).expected_output == N // 2
+    assert src.source_size == (48, 32)
+    src.close()
+
+
+@pytest.mark.parametrize("codec", ["xvid", "mjpg", "mp4v", "vp8"])
+def test_seek_starts_reading_at_a_source_frame(videos, codec):
+    whole = list(VideoStream(videos[codec], DecodeSpec(size=0)))
+    src = VideoStream(videos[codec], DecodeSpec(size=0))
+    src.seek(12)
+    first = next(iter(src))
+    src.close()
+    assert np.array_equal(first, whole[12])
 
 
 def _capture(body: str) -> subprocess.CompletedProcess:
