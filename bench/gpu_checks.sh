@@ -4,8 +4,9 @@
 #   bash bench/gpu_checks.sh OUT_DIR [REFERENCE.npz]
 #
 # Each step has its own time limit, writes its JSON and log under OUT_DIR and does not stop the others.
-# CHECKS_ONLY=GLOB runs only the steps whose name matches (the limits add up past one 10-minute device call: run
-# CHECKS_ONLY='flow*' and CHECKS_ONLY='[tg]*' as two calls); CHECKS_DEVICE=cpu runs the training steps' very commands
+# CHECKS_ONLY=GLOB runs only the steps whose name matches. The limits add up to 700 s, past one 10-minute device
+# call and most of a session's 15 device minutes: run CHECKS_ONLY='flow*' (310 s) and CHECKS_ONLY='[tg]*' (390 s)
+# as two calls on one warm machine; CHECKS_DEVICE=cpu runs the training steps' very commands
 # on the CPU at tiny settings (tests/bench/test_gpu_checks.py), so that a first run on a GPU does not fail on a typo.
 # REFERENCE.npz: the fidelity rows' frames and OpenCV flows (`python bench/flow_e2e.py --make-reference
 # REFERENCE.npz --fidelity-pairs 16` on a machine with OpenCV contrib), for GPU machines without it.
@@ -37,13 +38,13 @@ ref=()
 # --- flow (issue 30): the kernels, their fidelity to OpenCV, then end to end at a steady state -------------
 flow=(${FLOW_EXTRA:-})
 # kernels per batch (16 rendered pairs tiled), roofline, fidelity: about a minute, compiling included
-step flow_kernels 120 python3 bench/flow_e2e.py --parts kernels,fidelity "${ref[@]}" --sizes 128,256 \
+step flow_kernels 100 python3 bench/flow_e2e.py --parts kernels,fidelity "${ref[@]}" --sizes 128,256 \
     --batches 256,512,1024,2048 --torch-batches "" --repeat 2 --out "$out/flow_kernels.json" "${flow[@]}"
 # 160 videos (128 to 384 frames, 40,800 pairs) at 256² then 128²: compaction on/off and lagged/waited stop
 # checks on the stage's batches of distinct pairs, the steady state end to end with the device's busy
 # fraction and CPU cores, the kernels alone on the same pairs, the projection; then one batch in flight
 # against two on 12 videos. Results are saved after each size (a step stopped at its limit keeps them).
-step flow_steady 270 python3 bench/flow_e2e.py --parts compaction,steady,projection --sizes 128,256 \
+step flow_steady 210 python3 bench/flow_e2e.py --parts compaction,steady,projection --sizes 128,256 \
     --videos 160 --frames 256 --sequential-videos 12 --out "$out/flow_steady.json" "${flow[@]}"
 # --- training at the card's pace (issue 29) ----------------------------------------------------------------------
 # Per variant (one process each): the 50-step loss curve against eager's two runs, the profile at batch 16 (before:
@@ -60,11 +61,11 @@ else
     loaders=(--backends torch,dali)
     compiled=()
 fi
-step train 240 "${train[@]}" --profile --variants eager,fast,bf16,graphs,graphs-bf16 "${loaders[@]}" \
+step train 180 "${train[@]}" --profile --variants eager,fast,bf16,graphs,graphs-bf16 "${loaders[@]}" \
     --out "$out/train.json"
-step train_compiled 240 "${train[@]}" --profile --variants compile-graphs-bf16,compile-graphs "${compiled[@]}" \
+step train_compiled 120 "${train[@]}" --profile --variants compile-graphs-bf16,compile-graphs "${compiled[@]}" \
     --backends '' --eager-curves "$out/train.json" --out "$out/train_compiled.json"
 # ------------------------------------------------------------------------------------------------------------------
-step gpu_tests 180 python3 -m pytest -m gpu -q -p no:cacheprovider tests/preprocess/flow/test_batched.py \
+step gpu_tests 90 python3 -m pytest -m gpu -q -p no:cacheprovider tests/preprocess/flow/test_batched.py \
     tests/preprocess/flow/test_tvl1_triton.py tests/preprocess/flow/test_tvl1_torch.py \
     tests/train/test_loop.py tests/train/test_step.py
