@@ -231,12 +231,18 @@ class TorchLoader:
             pin_memory=p.device.startswith("cuda"),
         )
         device = torch.device(p.device)
-        for i, out in enumerate(loader):
-            if i >= self._len:
-                break
-            yield Batch(
-                clips=normalise(out["video"].to(device, non_blocking=True), p.num_blocks, p.spec),
-                labels=out["label"].to(device),
-                keys=out["key"],
-                video_ids=out["video_id"],
-            )
+        try:
+            for i, out in enumerate(loader):
+                if i >= self._len:
+                    break
+                yield Batch(
+                    clips=normalise(out["video"].to(device, non_blocking=True), p.num_blocks, p.spec),
+                    labels=out["label"].to(device),
+                    keys=out["key"],
+                    video_ids=out["video_id"],
+                )
+        except RuntimeError:
+            # "DataLoader worker … is killed by signal": a SIGINT or SIGTERM sent to the whole process group can
+            # reach a worker that has not yet left it to this process (worker_init_fn); that is the interrupt
+            interrupts.check()
+            raise

@@ -1,6 +1,11 @@
-"""Torch-loader-specific behaviour: rank and DataLoader-worker splitting of shards."""
+"""Torch-loader-specific behaviour: rank and DataLoader-worker splitting of shards, a worker killed by a stop
+signal."""
 
 from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
 
 import webdataset as wds
 
@@ -32,3 +37,32 @@ def test_in_process_loading_matches_workers(tiny_shards):
     a = one_epoch(make_loader(tiny_shards, "rgb", "train", num_workers=0, **kw))
     b = one_epoch(make_loader(tiny_shards, "rgb", "train", num_workers=1, **kw))
     assert list(a) == list(b) and all((a[k][0] == b[k][0]).all() for k in a)
+
+
+def test_a_worker_killed_while_a_stop_signal_waits_is_the_interrupt(tiny_shards):
+    """A SIGTERM to the process group can kill a worker before its worker_init_fn leaves signals to the main
+    process; the loader's "worker is killed by signal" error is then the interrupt, not a traceback. A real
+    loader with a real worker, in a child process that signals itself (the stop remembered, as in a deferred
+    block) and kills its worker."""
+    code = textwrap.dedent(f"""
+        import multiprocessing, os, signal
+        from memdpc import interrupts
+        from memdpc.pipeline.loader import make_loader
+        interrupts.install()
+        loader = make_loader({str(tiny_shards)!r}, "rgb", "train", train=True, batch_size=1, size=24,
+                             backend="torch", num_workers=1)
+        it = iter(loader)
+        next(it)
+        with interrupts.deferred():
+            os.kill(os.getpid(), signal.SIGTERM)  # remembered only
+            for worker in multiprocessing.active_children():
+                os.kill(worker.pid, signal.SIGKILL)
+            try:
+                while True:
+                    next(it)
+            except interrupts.Interrupted as e:
+                print("interrupted", e)
+                os._exit(0)
+    """)
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert res.stdout.strip() == "interrupted SIGTERM", res.stderr[-2000:]
