@@ -12,6 +12,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
+import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from memdpc.pipeline.clip import ClipSpec
@@ -22,6 +23,15 @@ from ..conftest import write_jpeg_archive
 
 CLIP = ClipSpec(num_blocks=5, block_len=3, stride=1)
 FRAMES, SIZE = 24, 32
+
+
+@pytest.fixture
+def one_thread():
+    """Torch on one CPU thread during the test, its thread count restored after."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 def _record(ci: int, g: int, split: str) -> VideoRecord:

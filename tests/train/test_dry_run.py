@@ -10,7 +10,6 @@ import sys
 from dataclasses import replace
 
 import pytest
-import torch
 from click.testing import CliRunner
 
 from memdpc.cli import main
@@ -26,14 +25,6 @@ from .conftest import CLIP
 SMALL = dict(stream="rgb", arch="dpc_r18", widths=[4, 8, 16, 16], size=32, num_blocks=CLIP.num_blocks,
              block_len=CLIP.block_len, pred_steps=2, batch_size=4, backend="torch", num_workers=0, progress=False,
              epochs=1)
-
-
-@pytest.fixture
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.mark.parametrize(("clips_per_video", "clips", "steps"), [(0, 18, 4), (1, 9, 2)])

@@ -44,14 +44,6 @@ LEARNED = ["--arch", "memdpc_r18", "--widths", "8,16,32,32", "--mem-size", "32",
            "--log-every", "2"]
 
 
-@pytest.fixture
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def cli(*args: str):
     return CliRunner().invoke(main, ["train", *args])
 

@@ -41,14 +41,6 @@ def fresh_compiler():
     torch._dynamo.reset()
 
 
-@pytest.fixture
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def stepper(config: TrainConfig, device: torch.device = CPU, backend: str = "inductor", **model_kw):
     """A seeded model and its Stepper as ``memdpc train`` builds them; the warnings it gave."""
     model = place_model(create_model(**{**config.model_kwargs(), **model_kw}, seed=0), config, device).train()
