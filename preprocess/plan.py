@@ -20,7 +20,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from memdpc.preprocess.decode import DecodeError, StderrCapture, VideoStream
-from memdpc.preprocess.flow.backends import BatchedFlowBackend, FlowStage, make_backend, resolve_backend
+from memdpc.preprocess.flow.backends import (
+    BatchedFlowBackend,
+    FlowBackend,
+    FlowStage,
+    make_backend,
+    resolve_backend,
+)
 from memdpc.preprocess.job import PreprocessConfig, encode_flow, failure_reason, missing_streams, select_part
 from memdpc.preprocess.run import check_existing, config_from_options
 from memdpc.preprocess.video_index import VideoRecord, read_index
@@ -123,7 +129,8 @@ class PreprocessPlan:
         seconds = [self._seconds(h) for h in self.todo]
         if self.batched:
             return max(sum(f for _, f in seconds) / len(self.devices), sum(c for c, _ in seconds) / self.parallel)
-        return max(self.work_s / self.parallel, max(c + f for c, f in seconds))
+        per_video = [c + f for c, f in seconds]
+        return max(sum(per_video) / self.parallel, max(per_video))
 
     def lines(self) -> list[str]:
         i, n = self.part
@@ -203,11 +210,11 @@ def _frames(rec: VideoRecord, cfg: PreprocessConfig, start: int, count: int) -> 
     return src, frames
 
 
-def _warm_up(rec: VideoRecord, header: Header, cfg: PreprocessConfig, backend: str, device: str) -> Rates:
+def _warm_up(rec: VideoRecord, header: Header, cfg: PreprocessConfig, backend: FlowBackend | None) -> Rates:
     """Decode a few frames of ``rec`` (from its middle, when it is long enough), encode them, and time the flow
-    of a few pairs."""
-    flow = "flow" in cfg.streams
-    stage = FlowStage(make_backend(backend, cfg.tvl1, device), cfg.third_channel) if flow else None
+    of a few pairs with ``backend`` (None: no flow)."""
+    flow = backend is not None
+    stage = FlowStage(backend, cfg.third_channel) if flow else None
     untimed = stage.backend.batch_size if flow else 0
     timed = max(stage.backend.batch_size, WARMUP_PAIRS) if flow else WARMUP_PAIRS
     middle = header.source_frames // 2 if header.source_frames > 3 * (untimed + timed + 1) else 0
@@ -251,11 +258,12 @@ def plan_preprocess(records: list[VideoRecord], cfg: PreprocessConfig) -> Prepro
     """The plan of ``cfg``'s run over this part of ``records``: the run's own checks (a backend or device that
     cannot run, archives made otherwise), the videos' headers and a timed warm-up. Writes nothing."""
     cfg.validate()
-    backend, devices, note, batched = "", ["cpu"], None, False
+    name, devices, note, backend = "", ["cpu"], None, None
     if "flow" in cfg.streams:
-        backend, device, note = resolve_backend(cfg.flow_backend, cfg.device)
+        name, device, note = resolve_backend(cfg.flow_backend, cfg.device)
         devices = device.split(",")
-        batched = isinstance(make_backend(backend, cfg.tvl1, devices[0]), BatchedFlowBackend) and not cfg.dask
+        backend = make_backend(name, cfg.tvl1, devices[0])  # an unusable backend or device fails now
+    batched = isinstance(backend, BatchedFlowBackend) and not cfg.dask
     mine = select_part(records, cfg.part)
     done, todo = check_existing(mine, cfg)
     rates = None
@@ -266,7 +274,7 @@ def plan_preprocess(records: list[VideoRecord], cfg: PreprocessConfig) -> Prepro
         unreadable = [h for h in probed if not isinstance(h, Header)]
         for rec, header in list(headers):  # the first video whose frames decode
             try:
-                rates = _warm_up(rec, header, cfg, backend, devices[0])
+                rates = _warm_up(rec, header, cfg, backend)
                 break
             except DecodeError as e:
                 unreadable.append((rec.path, failure_reason(e)))
@@ -274,7 +282,7 @@ def plan_preprocess(records: list[VideoRecord], cfg: PreprocessConfig) -> Prepro
     cores = os.cpu_count() or 1
     parallel = 0 if cfg.dask else (cfg.threads * len(devices) or cores) if batched else min(cfg.workers, cores)
     return PreprocessPlan(out=cfg.out, streams=cfg.streams, part=cfg.part, videos=len(mine), finished=len(done),
-                          todo=[h for _, h in headers], unreadable=unreadable, backend=backend, devices=devices,
+                          todo=[h for _, h in headers], unreadable=unreadable, backend=name, devices=devices,
                           note=note, parallel=parallel, batched=batched, rates=rates,
                           free_bytes=_free_bytes(Path(cfg.out)))
 

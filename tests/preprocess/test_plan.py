@@ -20,8 +20,10 @@ from memdpc.preprocess.plan import plan_preprocess
 from memdpc.preprocess.run import PreprocessConfig, run_preprocess
 from memdpc.preprocess.video_index import read_index, write_index
 
-FAST = TVL1Params(scales=2, warps=1, outer_iterations=2, inner_iterations=5)
-FAST_FLAGS = ["--scales", "2", "--warps", "1", "--outer-iterations", "2", "--inner-iterations", "5"]
+from .test_run import FAST as FAST_TVL1
+from .test_run import FAST_FLAGS
+
+FAST = TVL1Params(**FAST_TVL1)
 
 
 @pytest.fixture(scope="module")
