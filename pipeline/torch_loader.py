@@ -241,8 +241,10 @@ class TorchLoader:
                     keys=out["key"],
                     video_ids=out["video_id"],
                 )
-        except RuntimeError:
-            # "DataLoader worker … is killed by signal": a SIGINT or SIGTERM sent to the whole process group can
-            # reach a worker that has not yet left it to this process (worker_init_fn); that is the interrupt
+        except Exception:
+            # A SIGINT or SIGTERM sent to the whole process group can reach a worker that has not yet left it to
+            # this process (worker_init_fn). The loader then fails in whatever it was doing with that worker:
+            # "worker … is killed by signal" (RuntimeError), or a batch in flight whose shared memory the dead
+            # worker held (ConnectionResetError, EOFError). With a stop signal waiting, that is the interrupt
             interrupts.check()
             raise

@@ -41,9 +41,10 @@ def test_in_process_loading_matches_workers(tiny_shards):
 
 def test_a_worker_killed_while_a_stop_signal_waits_is_the_interrupt(tiny_shards):
     """A SIGTERM to the process group can kill a worker before its worker_init_fn leaves signals to the main
-    process; the loader's "worker is killed by signal" error is then the interrupt, not a traceback. A real
-    loader with a real worker, in a child process that signals itself (the stop remembered, as in a deferred
-    block) and kills its worker."""
+    process; the loader's error is then the interrupt, not a traceback. Which error depends on what the worker
+    was doing: "worker is killed by signal", or a prefetched batch whose shared memory died with it (connection
+    reset, EOF). A real loader with a real worker, in a child process that signals itself (the stop remembered,
+    as in a deferred block) and kills its worker."""
     code = textwrap.dedent(f"""
         import multiprocessing, os, signal
         from memdpc import interrupts
