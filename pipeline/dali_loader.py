@@ -28,15 +28,18 @@ The pipeline returns uint8; normalisation to float runs on the target device.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import tempfile
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from memdpc.errors import UserError
 from memdpc.pipeline.augment import (
     CROP_TRIES,
     AugmentSpec,
@@ -222,23 +225,37 @@ class DaliLoader:
 
         pipe = self._build(self.epoch, shards)
         policy = LastBatchPolicy.DROP if self.plan.drop_last else LastBatchPolicy.PARTIAL
-        it = DALIGenericIterator(
-            [pipe],
-            self._outputs,
-            reader_name="reader",
-            last_batch_policy=policy,
-            auto_reset=False,
-        )
         pool = ThreadPoolExecutor(max(1, self.plan.num_workers)) if self._host_augment else None
+        it = None
         try:
-            for i, out in enumerate(it):
-                if i >= self._len:
-                    break
-                yield self._batch(out[0], pool)
+            with self._damaged_frames_are_user_errors():
+                it = DALIGenericIterator(  # runs the pipeline ahead: it can meet a damaged frame too
+                    [pipe],
+                    self._outputs,
+                    reader_name="reader",
+                    last_batch_policy=policy,
+                    auto_reset=False,
+                )
+                for i, out in enumerate(it):
+                    if i >= self._len:
+                        break
+                    yield self._batch(out[0], pool)
         finally:
             if pool is not None:
                 pool.shutdown()
             del it, pipe
+
+    @contextlib.contextmanager
+    def _damaged_frames_are_user_errors(self) -> Iterator[None]:
+        """DALI's decoder names no file when a frame is not an image; the shards' checksums find the shard."""
+        try:
+            yield
+        except RuntimeError as e:
+            if "decoders.image" not in str(e):
+                raise
+            folder = Path(self.plan.shards[0][0]).parent
+            raise UserError(f"{folder}: a frame of these shards is not a decodable JPEG (a damaged shard: "
+                            f"`memdpc shard --verify {folder.parent}` names it)") from None
 
     # ------------------------------------------------------------------------------------------ graph
     def _paths(self, epoch: int, shards: list[tuple]) -> list:

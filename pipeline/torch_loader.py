@@ -13,11 +13,12 @@ round-robin by worker; each worker reads its samples' byte ranges from the shard
 
 Workers must not call ``cv2.setNumThreads``: after the parent process has used OpenCV's thread pool, that
 call hangs in a forked child (seen with OpenCV 5.0). Workers leave SIGINT and SIGTERM to the main process
-(:func:`_leave_signals_to_main`).
+(:func:`_init_worker`).
 """
 
 from __future__ import annotations
 
+import gc
 import json
 import random
 from collections.abc import Iterator
@@ -32,6 +33,7 @@ import webdataset as wds
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from memdpc import interrupts
+from memdpc.errors import UserError
 from memdpc.pipeline.augment import (
     colour_frames,
     crop_box,
@@ -61,11 +63,11 @@ def _to_rgb(frames_bgr: np.ndarray, maps: np.ndarray | None) -> np.ndarray:
 
 
 def _decode(sample: dict, member: str) -> np.ndarray:
-    """One frame member of a sample, decoded to BGR; ValueError naming the shard, sample and member if its
+    """One frame member of a sample, decoded to BGR; UserError naming the shard, sample and member if its
     bytes are not an image."""
     frame = cv2.imdecode(np.frombuffer(sample[member], np.uint8), cv2.IMREAD_COLOR)
     if frame is None:
-        raise ValueError(f"{sample.get('__url__', 'a shard')}: sample {sample.get('__key__', '?')}: {member} is not "
+        raise UserError(f"{sample.get('__url__', 'a shard')}: sample {sample.get('__key__', '?')}: {member} is not "
                          "a decodable JPEG (a damaged shard: `memdpc shard --verify` checks them)")
     return frame
 
@@ -113,6 +115,9 @@ class ClipTransform:
         return _to_rgb(video, maps)
 
 
+ERROR = "error"  # the key of the item that ends a stream with a damaged sample's message
+
+
 def _collate(samples: list[dict]) -> dict:
     return {
         "video": torch.from_numpy(np.stack([s["video"] for s in samples])),
@@ -130,6 +135,14 @@ class ClipStream(IterableDataset):
         self.plan, self.epoch, self.drawn = plan, epoch, drawn
 
     def __iter__(self) -> Iterator[dict]:
+        """The batches; a damaged sample ends the stream with ``{ERROR: message}`` (DataLoader would turn its
+        UserError into a traceback of the worker)."""
+        try:
+            yield from self._batches()
+        except UserError as e:
+            yield {ERROR: str(e)}
+
+    def _batches(self) -> Iterator[dict]:
         p = self.plan
         info = get_worker_info()
         worker = info.id if info else 0
@@ -163,14 +176,18 @@ def _read_drawn(samples: list[tuple[str, tuple[int, int]]]) -> Iterator[dict]:
         for tar, span in samples:
             if tar not in files:
                 files[tar] = open(tar, "rb")  # noqa: SIM115 — closed below
-            yield read_sample(files[tar], span)
+            yield {**read_sample(files[tar], span), "__url__": tar}  # the shard, as webdataset names it
     finally:
         for f in files.values():
             f.close()
 
 
-def _leave_signals_to_main(worker_id: int) -> None:
-    """``worker_init_fn``: the main process stops its workers through the loader (interrupts.py)."""
+def _init_worker(worker_id: int) -> None:
+    """``worker_init_fn``. The objects a forked worker inherits are frozen out of its garbage collector: one may
+    be a DALI pipeline the parent no longer references (freed only by a collection, a reference cycle), whose
+    destructor aborts or hangs in a process without the pipeline's threads. The main process stops its workers
+    through the loader (interrupts.py)."""
+    gc.freeze()
     interrupts.leave_signals_to_parent()
 
 
@@ -227,7 +244,7 @@ class TorchLoader:
             ClipStream(p, self.epoch, self._drawn()),
             batch_size=None,
             num_workers=p.num_workers,
-            worker_init_fn=_leave_signals_to_main,
+            worker_init_fn=_init_worker,
             pin_memory=p.device.startswith("cuda"),
         )
         device = torch.device(p.device)
@@ -235,6 +252,8 @@ class TorchLoader:
             for i, out in enumerate(loader):
                 if i >= self._len:
                     break
+                if ERROR in out:
+                    raise UserError(out[ERROR])
                 yield Batch(
                     clips=normalise(out["video"].to(device, non_blocking=True), p.num_blocks, p.spec),
                     labels=out["label"].to(device),

@@ -1,5 +1,5 @@
 """Torch-loader-specific behaviour: rank and DataLoader-worker splitting of shards, a worker killed by a stop
-signal."""
+signal, a worker's inherited garbage."""
 
 from __future__ import annotations
 
@@ -67,3 +67,39 @@ def test_a_worker_killed_while_a_stop_signal_waits_is_the_interrupt(tiny_shards)
     """)
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert res.stdout.strip() == "interrupted SIGTERM", res.stderr[-2000:]
+
+
+def test_a_worker_never_collects_a_dali_pipeline_it_inherited():
+    """A DALI pipeline the main process left as garbage in a reference cycle (as a failed epoch's traceback can)
+    must not be destroyed in a forked worker, where its threads do not exist: that aborts or hangs the worker.
+    A real DALI pipeline and a real fork; the child runs the workers' init and a full collection."""
+    code = textwrap.dedent("""
+        import gc, multiprocessing
+        from nvidia.dali import fn, pipeline_def
+        from memdpc.pipeline.torch_loader import _init_worker
+
+        @pipeline_def(batch_size=1, num_threads=2, device_id=None)
+        def noise():
+            return fn.random.uniform(range=[0.0, 1.0])
+
+        gc.disable()  # the cycle stays until a collection, which only the child runs
+        pipe = noise()
+        pipe.build()
+        pipe.run()
+        cycle = [pipe]
+        cycle.append(cycle)
+        del pipe, cycle
+
+        def worker():
+            _init_worker(0)
+            gc.collect()
+
+        p = multiprocessing.get_context("fork").Process(target=worker)
+        p.start()
+        p.join(30)
+        print("hung" if p.is_alive() else f"exit {p.exitcode}")
+        if p.is_alive():
+            p.kill()
+    """)
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert res.stdout.strip() == "exit 0", res.stderr[-2000:]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import resource
 import shutil
 import signal
@@ -503,6 +504,23 @@ def test_wrong_stream_shards_are_refused(train_shards, tmp_path):
     res = cli(*TINY, "--shards", str(fake), "--out", str(tmp_path / "r"), "--stream", "flow")
     assert res.exit_code == 2 and "manifest-train.json: not a flow/train shard manifest" in res.output
     assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("backend", ["torch", "dali"])
+def test_a_damaged_shard_is_a_one_line_error(train_shards, tmp_path, backend):
+    """Frames that no longer decode (shards damaged after sharding): a real run with a loader worker stops with
+    one line naming the shard (torch) or its folder and the command that finds it (DALI), exit 2."""
+    shards = tmp_path / "shards"
+    shutil.copytree(train_shards, shards)
+    for tar in (shards / "rgb").glob("train-*.tar"):
+        tar.write_bytes(tar.read_bytes().replace(b"\xff\xd8\xff", b"\0\0\0"))  # no JPEG starts any more
+    res = subprocess.run(train_cmd(*TINY, "--backend", backend, "--num-workers", "1", "--shards", str(shards),
+                                   "--out", str(tmp_path / "r")), capture_output=True, text=True,
+                         env=subprocess_env(), timeout=300)
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr[-2000:]
+    expected = {"torch": rf"Error: {shards / 'rgb'}/train-\d+\.tar: sample \w+: f\d\d\.jpg is not a decodable JPEG",
+                "dali": rf"Error: {shards / 'rgb'}: a frame of these shards is not a decodable JPEG .*--verify {shards}`"}
+    assert re.search(expected[backend], res.stderr.splitlines()[-1]), res.stderr[-2000:]
 
 
 @pytest.mark.slow
