@@ -68,7 +68,7 @@ def _decode(sample: dict, member: str) -> np.ndarray:
     frame = cv2.imdecode(np.frombuffer(sample[member], np.uint8), cv2.IMREAD_COLOR)
     if frame is None:
         raise UserError(f"{sample.get('__url__', 'a shard')}: sample {sample.get('__key__', '?')}: {member} is not "
-                         "a decodable JPEG (a damaged shard: `memdpc shard --verify` checks them)")
+                        "a decodable JPEG (a damaged shard: `memdpc shard --verify` checks them)")
     return frame
 
 
