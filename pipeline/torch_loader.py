@@ -24,6 +24,7 @@ import random
 from collections.abc import Iterator
 from functools import partial
 from itertools import islice
+from pathlib import Path
 from typing import BinaryIO
 
 import cv2
@@ -67,8 +68,10 @@ def _decode(sample: dict, member: str) -> np.ndarray:
     bytes are not an image."""
     frame = cv2.imdecode(np.frombuffer(sample[member], np.uint8), cv2.IMREAD_COLOR)
     if frame is None:
-        raise UserError(f"{sample.get('__url__', 'a shard')}: sample {sample.get('__key__', '?')}: {member} is not "
-                        "a decodable JPEG (a damaged shard: `memdpc shard --verify` checks them)")
+        url = sample.get("__url__")
+        verify = f"memdpc shard --verify {Path(url).parent.parent}" if url else "memdpc shard --verify"
+        raise UserError(f"{url or 'a shard'}: sample {sample.get('__key__', '?')}: {member} is not a decodable JPEG "
+                        f"(a damaged shard: `{verify}` checks them)")
     return frame
 
 

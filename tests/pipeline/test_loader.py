@@ -206,7 +206,7 @@ def test_one_clip_per_video_never_decodes_the_windows_not_drawn(windowed_shards,
                     f.seek(offset)
                     f.write(b"\xff" * size)
     assert len(drawn_epoch(root, backend, 0)) == 7
-    damaged = {"torch": r"rgb/train-\d+\.tar: sample \w+: f\d\d\.jpg is not a decodable JPEG",
+    damaged = {"torch": rf"{root / 'rgb'}/train-\d+\.tar: sample \w+: f\d\d\.jpg is not a decodable JPEG .*--verify {root}`",
                "dali": rf"{root / 'rgb'}: a frame of these shards is not a decodable JPEG .*--verify {root}`"}
     with pytest.raises(UserError, match=damaged[backend]) as e:  # the other epoch draws a damaged window
         drawn_epoch(root, backend, 1)
