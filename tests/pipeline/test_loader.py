@@ -4,6 +4,7 @@ epochs across ranks, eval windows, and the checks that run before the first batc
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import tarfile
 from pathlib import Path
@@ -206,8 +207,10 @@ def test_one_clip_per_video_never_decodes_the_windows_not_drawn(windowed_shards,
                     f.seek(offset)
                     f.write(b"\xff" * size)
     assert len(drawn_epoch(root, backend, 0)) == 7
-    damaged = {"torch": rf"{root / 'rgb'}/train-\d+\.tar: sample \w+: f\d\d\.jpg is not a decodable JPEG .*--verify {root}`",
-               "dali": rf"{root / 'rgb'}: a frame of these shards is not a decodable JPEG .*--verify {root}`"}
+    rgb, folder = re.escape(str(root / "rgb")), re.escape(str(root))
+    damaged = {"torch": rf"{rgb}/train-\d+\.tar: sample \w+: f\d\d\.jpg is not a decodable JPEG "
+                        rf".*--verify {folder}`",
+               "dali": rf"{rgb}: a frame of these shards is not a decodable JPEG .*--verify {folder}`"}
     with pytest.raises(UserError, match=damaged[backend]) as e:  # the other epoch draws a damaged window
         drawn_epoch(root, backend, 1)
     assert "\n" not in str(e.value)  # the torch loader's worker sends the message, not its traceback
