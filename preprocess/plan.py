@@ -20,15 +20,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from memdpc.preprocess.decode import DecodeError, StderrCapture, VideoStream
-from memdpc.preprocess.flow.backends import (
-    BatchedFlowBackend,
-    FlowBackend,
-    FlowStage,
-    make_backend,
-    resolve_backend,
-)
+from memdpc.preprocess.flow.backends import FlowBackend, FlowStage
 from memdpc.preprocess.job import PreprocessConfig, encode_flow, failure_reason, missing_streams, select_part
-from memdpc.preprocess.run import check_existing, config_from_options
+from memdpc.preprocess.run import check_existing, choose_flow, config_from_options
 from memdpc.preprocess.video_index import VideoRecord, read_index
 from memdpc.wording import duration_text, name_list, plural, size_text
 
@@ -258,12 +252,9 @@ def plan_preprocess(records: list[VideoRecord], cfg: PreprocessConfig) -> Prepro
     """The plan of ``cfg``'s run over this part of ``records``: the run's own checks (a backend or device that
     cannot run, archives made otherwise), the videos' headers and a timed warm-up. Writes nothing."""
     cfg.validate()
-    name, devices, note, backend = "", ["cpu"], None, None
-    if "flow" in cfg.streams:
-        name, device, note = resolve_backend(cfg.flow_backend, cfg.device)
-        devices = device.split(",")
-        backend = make_backend(name, cfg.tvl1, devices[0])  # an unusable backend or device fails now
-    batched = isinstance(backend, BatchedFlowBackend) and not cfg.dask
+    choice = choose_flow(cfg) if "flow" in cfg.streams else None
+    name, devices, note = (choice.name, choice.devices, choice.note) if choice else ("", ["cpu"], None)
+    backend, batched = (choice.backend, choice.batched) if choice else (None, False)
     mine = select_part(records, cfg.part)
     done, todo = check_existing(mine, cfg)
     rates = None

@@ -22,7 +22,7 @@ import contextlib
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, ThreadPoolExecutor, as_completed
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -36,7 +36,7 @@ from memdpc.errors import UserError
 from memdpc.preprocess.archive import archive_path
 from memdpc.preprocess.decode import DecodeSpec, StderrCapture
 from memdpc.preprocess.encode import DEFAULT_FLOW_ENCODING, FLOW_ENCODINGS, RGB_ENCODING, JpegEncoding
-from memdpc.preprocess.flow.backends import BatchedFlowBackend, make_backend, resolve_backend
+from memdpc.preprocess.flow.backends import BatchedFlowBackend, FlowBackend, make_backend, resolve_backend
 from memdpc.preprocess.flow.batched import run_batched
 from memdpc.preprocess.flow.tvl1_params import TVL1Params
 from memdpc.preprocess.job import (
@@ -199,6 +199,30 @@ def _units(entry: dict) -> int:
     return streams.get("flow", streams.get("rgb", 0))
 
 
+# ------------------------------------------------------------------------------------------------ flow
+@dataclass(frozen=True)
+class FlowChoice:
+    """The flow backend a run uses: ``auto`` resolved, built, and the stage that runs it."""
+
+    name: str
+    devices: list[str]
+    note: str | None  # why ``auto`` took what it took, where that needs saying
+    backend: FlowBackend
+    batched: bool  # the batched stage (a batched backend, not on Dask); else per-video jobs
+
+
+def choose_flow(cfg: PreprocessConfig) -> FlowChoice:
+    """Resolve and build ``cfg``'s flow backend; UserError where it or its device cannot run, or where several
+    devices are given to a path that uses one."""
+    name, device, note = resolve_backend(cfg.flow_backend, cfg.device)
+    devices = device.split(",")
+    backend = make_backend(name, cfg.tvl1, devices[0])  # an unusable backend or device fails now
+    batched = isinstance(backend, BatchedFlowBackend) and not cfg.dask
+    if len(devices) > 1 and not batched:
+        raise UserError(f"--device {cfg.device}: several devices need the batched flow stage (not --dask)")
+    return FlowChoice(name, devices, note, backend, batched)
+
+
 # --------------------------------------------------------------------------------------------- report
 def _summary(videos: list[dict], seconds: float, pending: int) -> dict:
     counts = {s: sum(v["status"] == s for v in videos) for s in ("done", "partial", "skipped", "failed")}
@@ -275,19 +299,13 @@ def run_preprocess(
     console = Console(stderr=True)
     used, flow, results, stage_stats = cfg, None, _results, {}
     if "flow" in cfg.streams:
-        name, device, note = resolve_backend(cfg.flow_backend, cfg.device)
-        devices = device.split(",")
-        used = replace(cfg, flow_backend=name, device=device)
-        backend = make_backend(name, cfg.tvl1, devices[0])  # an unusable backend or device fails now
-        if isinstance(backend, BatchedFlowBackend) and not cfg.dask:
-            results = _batched(devices, stage_stats)
-        elif len(devices) > 1:
-            raise UserError(
-                f"--device {cfg.device}: several devices need the batched flow stage (not --dask)"
-            )
-        flow = {"backend": name, "devices": devices, "note": note}
-        if note:
-            console.print(f"[yellow]note:[/yellow] {note}")
+        choice = choose_flow(cfg)
+        used = replace(cfg, flow_backend=choice.name, device=",".join(choice.devices))
+        if choice.batched:
+            results = _batched(choice.devices, stage_stats)
+        flow = {"backend": choice.name, "devices": choice.devices, "note": choice.note}
+        if choice.note:
+            console.print(f"[yellow]note:[/yellow] {choice.note}")
     mine = select_part(records, cfg.part)
     earlier = _earlier_entries(cfg.report_path)  # before any work: a damaged report stops nothing halfway
     with console.status(f"checking the archives in {cfg.out}") if progress else contextlib.nullcontext():

@@ -99,6 +99,9 @@ def test_the_cli_prints_the_plan_and_writes_nothing(messy_index, tmp_path):
     res = CliRunner().invoke(main, ["preprocess", "flow", str(messy_index), "--out", str(out), "--size", "-1",
                                     "--dry-run"])
     assert res.exit_code == 2 and "--size" in res.output and not out.exists()
+    res = CliRunner().invoke(main, ["preprocess", "flow", str(messy_index), "--out", str(out), "--flow-backend",
+                                    "opencv", "--device", "cpu,cpu", "--dry-run"])  # refused as the run refuses it
+    assert res.exit_code == 2 and "several devices need the batched flow stage" in res.output and not out.exists()
 
 
 def test_a_stream_added_later_is_the_only_one_planned(messy_index, tmp_path):
