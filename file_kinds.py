@@ -21,6 +21,7 @@ QUICKSTART = "a quickstart folder"
 # what `memdpc quickstart` writes in its folder: its options, its table (JSON and Markdown), the pretext table
 QUICKSTART_RECORD = "quickstart-run.json"
 QUICKSTART_TABLE, QUICKSTART_MARKDOWN, QUICKSTART_PRETEXT = "quickstart.json", "quickstart.md", "quickstart-pretext.json"
+QUICKSTART_PRETEXT_TITLE = "The pretext task (dense prediction) on the val videos, before and after training"
 _ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")
 _TORCH_LEGACY = b"\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19"  # torch.save's pre-zip magic number
 _VIDEO = ((4, b"ftyp"), (0, b"\x1a\x45\xdf\xa3"), (0, b"FLV"), (0, b"\x00\x00\x01\xba"), (0, b"\x00\x00\x01\xb3"))

@@ -234,7 +234,7 @@ def knn_monitor(run: Path) -> dict[str, Any]:
     as training chooses best.pt), from the run's ``metrics.jsonl``; empty where it holds no trained epoch's."""
     knn = [r for r in read_metrics(run) if r["kind"] == "knn"]
     trained = [r for r in knn if r["step"] > 0]
-    if not knn or not trained:  # no monitor, or a run stopped before its first epoch's
+    if not trained:  # no monitor, or a run stopped before its first epoch's
         return {}
     best = max(trained, key=lambda r: r["r1"])  # max keeps the first of equals
     return {"initial": knn[0]["r1"], "best": best["r1"], "epoch": best["epoch"], "beat_init": best["r1"] > knn[0]["r1"]}
@@ -289,9 +289,6 @@ def sample_note(results: dict) -> str:
             "train videos; the probes are scored on the same test videos.")
 
 
-PRETEXT_TITLE = "The pretext task (dense prediction) on the val videos, before and after training"
-
-
 def _markdown_table(rows: list[dict[str, Any]]) -> list[str]:
     cols = list(rows[0])
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
@@ -299,7 +296,8 @@ def _markdown_table(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def _markdown(rows: list[dict[str, Any]], note: str, pretext: list[dict[str, Any]]) -> str:
-    return "\n".join([*_markdown_table(rows), "", note, "", f"{PRETEXT_TITLE}:", "", *_markdown_table(pretext)]) + "\n"
+    title = f"{file_kinds.QUICKSTART_PRETEXT_TITLE}:"
+    return "\n".join([*_markdown_table(rows), "", note, "", title, "", *_markdown_table(pretext)]) + "\n"
 
 
 def _rich_table(rows: list[dict[str, Any]], title: str, caption: str | None = None) -> Table:
@@ -320,7 +318,7 @@ def _write(out: Path, rows: list[dict[str, Any]], note: str, pretext: list[dict[
     with atomic_path(markdown) as tmp:
         tmp.write_text(_markdown(rows, note, pretext))
     Console().print(_rich_table(rows, "memdpc quickstart (percent)", note))
-    Console().print(_rich_table(pretext, PRETEXT_TITLE + " (top-1 in percent)"))
+    Console().print(_rich_table(pretext, file_kinds.QUICKSTART_PRETEXT_TITLE + " (top-1 in percent)"))
     console.print(f"wrote {table}, {pretext_path} and {markdown}")
 
 

@@ -288,7 +288,7 @@ def _quickstart_tables(folder: Path) -> str:
     html = f"<h3>The quickstart's table (percent)</h3>{_html_table(rows)}<p class=\"note\">{_e(note)}</p>"
     pretext = folder / file_kinds.QUICKSTART_PRETEXT
     if pretext.is_file():
-        html += ("<h3>The pretext task on the val videos, before and after training (top-1 in percent)</h3>"
+        html += (f"<h3>{_e(file_kinds.QUICKSTART_PRETEXT_TITLE)} (top-1 in percent)</h3>"
                  + _html_table(json.loads(pretext.read_text())))
     return html
 
