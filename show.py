@@ -170,8 +170,8 @@ def _archive_frames(archive: Path, wanted: set[int]) -> dict[int, np.ndarray]:
     try:
         with tarfile.open(archive, "r:") as tar:
             for m in tar:
-                if frame_index(m.name) in wanted:
-                    frames[frame_index(m.name)] = decode_frames([tar.extractfile(m).read()])[0]
+                if (k := frame_index(m.name)) in wanted:
+                    frames[k] = decode_frames([tar.extractfile(m).read()])[0]
     except (tarfile.TarError, OSError, EOFError) as e:
         raise UserError(f"{archive}: unreadable frame archive ({e})") from None
     return frames
