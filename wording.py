@@ -1,5 +1,5 @@
-"""How counts, lists of names, sizes and durations read in messages: ``1 video``, ``3 classes``, ``a, b, c and 2
-more``, ``1.2 GB``, ``5 h 12 min``."""
+"""How counts, lists of names, sizes, durations and errors read in messages: ``1 video``, ``3 classes``, ``a, b, c
+and 2 more``, ``1.2 GB``, ``5 h 12 min``, ``OSError: first line``."""
 
 from __future__ import annotations
 
@@ -36,3 +36,9 @@ def duration_text(seconds: float) -> str:
         return f"{hours} h {minutes} min"
     days, hours = divmod(hours, 24)
     return f"{days} d {hours} h"
+
+
+def error_line(error: BaseException, most: int = 200) -> str:
+    """``OSError: the first line of its message`` (at most ``most`` characters of it), for a one-line report."""
+    first = (str(error).strip().splitlines() or [""])[0]
+    return f"{type(error).__name__}: {first[:most]}"

@@ -68,6 +68,7 @@ from memdpc.train.step import (
     place_clips,
     place_model,
 )
+from memdpc.wording import error_line
 
 WINDOW = 5  # steps per record of a loader run (the loop reads its metrics once per window); the first is warm-up
 PAPER = {"size": 128, "widths": [64, 128, 256, 256], "mem_size": 1024, "batch_sizes": [16], "frame_size": 256,
@@ -220,7 +221,7 @@ def run_variant(args: argparse.Namespace, name: str, curve: bool, measure: bool)
                 out["profile"] = v.profiled()
             except Exception as e:  # noqa: BLE001 — a profile that fails leaves the throughput to measure
                 traceback.print_exc()
-                out["profile_error"] = f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:300]}"
+                out["profile_error"] = error_line(e, 300)
         if measure:
             out["batches"] = {}
             for batch in args.batch_sizes:
@@ -234,7 +235,7 @@ def run_variant(args: argparse.Namespace, name: str, curve: bool, measure: bool)
                     break
     except Exception as e:  # noqa: BLE001 — a variant that cannot run here is reported, not fatal
         traceback.print_exc()
-        out["error"] = f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:300]}"
+        out["error"] = error_line(e, 300)
     return out
 
 

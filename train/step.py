@@ -29,7 +29,7 @@ from torch import nn
 from memdpc.errors import UserError
 from memdpc.train.checkpoint import rng_state, set_rng_state
 from memdpc.train.config import TrainConfig
-from memdpc.wording import size_text
+from memdpc.wording import error_line, size_text
 
 GRAPH_WARMUP = 3  # eager steps at a new shape before the CUDA graph is captured (the documented minimum)
 COMPILE_BACKEND = "inductor"
@@ -163,8 +163,7 @@ class Stepper:
 
     def _fall_back(self, error: Exception) -> None:
         self.run, self.compiled, self._trial = self.model, False, False
-        first = (str(error).strip().splitlines() or [""])[0]
-        self.warn(f"torch.compile failed ({type(error).__name__}: {first[:200]}); training eagerly")
+        self.warn(f"torch.compile failed ({error_line(error)}); training eagerly")
 
     # ------------------------------------------------------------------------------------------- CUDA graphs
     def _lrs(self) -> list[float]:
