@@ -21,9 +21,10 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from memdpc import file_kinds
-from memdpc.atomic import atomic_path, write_json_atomic
-from memdpc.errors import UserError
+from memdpc.common import file_kinds
+from memdpc.common.atomic import atomic_path, write_json_atomic
+from memdpc.common.errors import UserError
+from memdpc.common.streams import STREAMS
 from memdpc.eval.run import evaluate, fuse
 from memdpc.pipeline.clip import ClipSpec
 from memdpc.pipeline.shard import run_shard
@@ -31,19 +32,22 @@ from memdpc.preprocess.datasets import build_index
 from memdpc.preprocess.examples.families import EXAMPLE_FAMILIES
 from memdpc.preprocess.run import preprocess
 from memdpc.preprocess.video_index import hold_out, write_index
-from memdpc.report_page import write_report
-from memdpc.report_tables import print_result, print_shard_report
-from memdpc.streams import STREAMS
+from memdpc.report.page import write_report
+from memdpc.report.tables import print_result, print_shard_report
 from memdpc.train.checkpoint import write_initial_checkpoint
 from memdpc.train.config import TrainConfig
 from memdpc.train.loop import train
 from memdpc.train.metrics import read_metrics
 from memdpc.train.pretext import pretext_scores
 
+__all__ = ["COLUMNS", "MODEL_NAMES", "PROFILES", "quickstart"]
+
 MODELS = ("random", "random_bn", "memdpc")
 MODEL_NAMES = {"random": "random init", "random_bn": "random init, data BN", "memdpc": "MemDPC"}
 COLUMNS = (("retrieval", "R@1"), ("retrieval", "R@5"), ("probe-linear", "top1"))
-BELOW_INIT = "no epoch beat the untrained encoder"  # a MemDPC row's note: the kNN monitor's best ≤ its step-0 value
+BELOW_INIT = (
+    "no epoch beat the untrained encoder"  # a MemDPC row's note: the kNN monitor's best ≤ its step-0 value
+)
 
 
 # validation on held-out training videos: the kNN monitor every epoch chooses best.pt, which the evaluation reads,
@@ -73,13 +77,17 @@ class Profile:
     loader gives each worker whole shards).
     """
 
-    data: dict[str, Any]  # the example family's sizes (ExampleConfig fields); each family keeps its other defaults
+    data: dict[
+        str, Any
+    ]  # the example family's sizes (ExampleConfig fields); each family keeps its other defaults
     clip: ClipSpec
     window_step: int
     max_count: int
     train: dict[str, Any] = field(default_factory=dict)
     stream_train: dict[str, dict[str, Any]] = field(default_factory=dict)  # per stream, over ``train``
-    val_per_class: int = 1  # training videos per class held out for the kNN monitor (memdpc index --val-per-class)
+    val_per_class: int = (
+        1  # training videos per class held out for the kNN monitor (memdpc index --val-per-class)
+    )
     tvl1: dict[str, Any] = field(default_factory=lambda: {"scales": 3, "warps": 3})
     # the probe sees ~100 windows: full-batch steps at lr 1e-3 would leave it untrained (lr_min: FitConfig's lr/10,
     # written out as the exact 3e-4)
@@ -93,7 +101,13 @@ PROFILES = {
         window_step=4,
         max_count=4,
         train=dict(
-            size=96, crop_size=0, widths=[16, 32, 64, 64], batch_size=16, epochs=10, patience=4, val_max_batches=1,
+            size=96,
+            crop_size=0,
+            widths=[16, 32, 64, 64],
+            batch_size=16,
+            epochs=10,
+            patience=4,
+            val_max_batches=1,
             **CHOOSE_BY_KNN,
         ),
         stream_train={"rgb": dict(size=32, epochs=40, patience=8), "flow": dict(jitter_flow=False)},
@@ -103,8 +117,16 @@ PROFILES = {
         clip=ClipSpec(num_blocks=4, block_len=4, stride=1),
         window_step=4,
         max_count=1,
-        train=dict(size=32, crop_size=0, widths=[8, 16, 16, 16], batch_size=4, epochs=2, pred_steps=1, mem_size=64,
-                   **CHOOSE_BY_KNN),
+        train=dict(
+            size=32,
+            crop_size=0,
+            widths=[8, 16, 16, 16],
+            batch_size=4,
+            epochs=2,
+            pred_steps=1,
+            mem_size=64,
+            **CHOOSE_BY_KNN,
+        ),
         stream_train={"rgb": dict(epochs=3), "flow": dict(jitter_flow=False)},  # RGB longer, like the default
         probe={"epochs": 30, "lr": 3e-3, "lr_min": 3e-4},
     ),
@@ -121,8 +143,10 @@ def _check_same_run(out: Path, settings: dict[str, Any]) -> None:
     if path.exists():
         before = json.loads(path.read_text())
         if before != settings:
-            raise UserError(f"{out}: holds a quickstart run of {_options(before)}, not {_options(settings)}; resume "
-                            "it with the same options or choose another --out")
+            raise UserError(
+                f"{out}: holds a quickstart run of {_options(before)}, not {_options(settings)}; resume "
+                "it with the same options or choose another --out"
+            )
     else:
         write_json_atomic(path, settings)
 
@@ -237,7 +261,12 @@ def knn_monitor(run: Path) -> dict[str, Any]:
     if not trained:  # no monitor, or a run stopped before its first epoch's
         return {}
     best = max(trained, key=lambda r: r["r1"])  # max keeps the first of equals
-    return {"initial": knn[0]["r1"], "best": best["r1"], "epoch": best["epoch"], "beat_init": best["r1"] > knn[0]["r1"]}
+    return {
+        "initial": knn[0]["r1"],
+        "best": best["r1"],
+        "epoch": best["epoch"],
+        "beat_init": best["r1"] > knn[0]["r1"],
+    }
 
 
 def _notes(monitors: dict[str, dict[str, Any]]) -> dict[tuple[str, str], str]:
@@ -245,8 +274,10 @@ def _notes(monitors: dict[str, dict[str, Any]]) -> dict[tuple[str, str], str]:
     notes = {}
     for stream, m in monitors.items():
         if m and not m["beat_init"]:
-            notes["memdpc", stream] = (f"{BELOW_INIT} (kNN R@1 {m['initial']:.3f} untrained, {m['best']:.3f} at "
-                                       f"the best epoch, {m['epoch']}: the row's)")
+            notes["memdpc", stream] = (
+                f"{BELOW_INIT} (kNN R@1 {m['initial']:.3f} untrained, {m['best']:.3f} at "
+                f"the best epoch, {m['epoch']}: the row's)"
+            )
     below = [s for s in STREAMS if ("memdpc", s) in notes]
     if below:
         notes["memdpc", "fused"] = f"its {' and '.join(below)} part: {BELOW_INIT}"
@@ -274,10 +305,19 @@ def pretext_table(ckpts: dict, configs: dict[str, TrainConfig]) -> list[dict[str
     (those training started from) and from the MemDPC checkpoint the table evaluates."""
     rows = []
     for stream, config in configs.items():
-        before, after = (pretext_scores(ckpts[m, stream], config, config.val_split) for m in ("random", "memdpc"))
-        rows.append({"stream": stream, "split": config.val_split,
-                     "top-1 before": round(100 * before["top1"], 1), "top-1 after": round(100 * after["top1"], 1),
-                     "loss before": round(before["loss"], 3), "loss after": round(after["loss"], 3)})
+        before, after = (
+            pretext_scores(ckpts[m, stream], config, config.val_split) for m in ("random", "memdpc")
+        )
+        rows.append(
+            {
+                "stream": stream,
+                "split": config.val_split,
+                "top-1 before": round(100 * before["top1"], 1),
+                "top-1 after": round(100 * after["top1"], 1),
+                "loss before": round(before["loss"], 3),
+                "loss after": round(after["loss"], 3),
+            }
+        )
     return rows
 
 
@@ -285,8 +325,10 @@ def sample_note(results: dict) -> str:
     """How many videos the percentages count, so that a reader can tell a difference from noise."""
     metrics = _metrics(results["random", "rgb", "retrieval"])
     queries, gallery = metrics["queries"], metrics["gallery"]
-    return (f"{queries} test videos (one video = {100 / queries:.1f} points), each retrieving among {gallery} "
-            "train videos; the probes are scored on the same test videos.")
+    return (
+        f"{queries} test videos (one video = {100 / queries:.1f} points), each retrieving among {gallery} "
+        "train videos; the probes are scored on the same test videos."
+    )
 
 
 def _markdown_table(rows: list[dict[str, Any]]) -> list[str]:
@@ -309,10 +351,14 @@ def _rich_table(rows: list[dict[str, Any]], title: str, caption: str | None = No
     return table
 
 
-def _write(out: Path, rows: list[dict[str, Any]], note: str, pretext: list[dict[str, Any]], console: Console) -> None:
+def _write(
+    out: Path, rows: list[dict[str, Any]], note: str, pretext: list[dict[str, Any]], console: Console
+) -> None:
     _step(console, "6/6 summary")
-    table, pretext_path, markdown = (out / n for n in (file_kinds.QUICKSTART_TABLE, file_kinds.QUICKSTART_PRETEXT,
-                                                         file_kinds.QUICKSTART_MARKDOWN))
+    table, pretext_path, markdown = (
+        out / n
+        for n in (file_kinds.QUICKSTART_TABLE, file_kinds.QUICKSTART_PRETEXT, file_kinds.QUICKSTART_MARKDOWN)
+    )
     write_json_atomic(table, rows)
     write_json_atomic(pretext_path, pretext)
     with atomic_path(markdown) as tmp:
@@ -353,6 +399,9 @@ def quickstart(
 def _report(out: Path, console: Console) -> Path:
     """The page of the whole run (``memdpc report``): the table, curves, sample clips, retrieval strips."""
     page = write_report(out)
-    console.print(f"report: {page} (open it in a browser; `memdpc report {out}` writes it again)", markup=False,
-                  soft_wrap=True)
+    console.print(
+        f"report: {page} (open it in a browser; `memdpc report {out}` writes it again)",
+        markup=False,
+        soft_wrap=True,
+    )
     return page

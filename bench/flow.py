@@ -13,7 +13,7 @@ xvid .avi), then in one run:
 3. peak memory of one worker on a long video vs a short one (default 3000 vs 300 frames, small frames
    and cheap TV-L1 settings, since memory does not depend on them): it must not grow with length.
 
-    python bench/flow.py [--videos 4 --frames 4 --size 256 --workers 2 --out bench/results/flow.json]
+    python -m bench.flow [--videos 4 --frames 4 --size 256 --workers 2 --out bench/results/flow.json]
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from memdpc.atomic import write_json_atomic
+from memdpc.common.atomic import write_json_atomic
+from memdpc.common.streams import STREAMS
 from memdpc.preprocess.decode import DecodeSpec
 from memdpc.preprocess.encode import FLOW_ENCODING, JpegEncoding, code_error
 from memdpc.preprocess.examples.layout import write_video
@@ -40,7 +41,6 @@ from memdpc.preprocess.flow.tvl1_params import TVL1Params
 from memdpc.preprocess.job import PreprocessConfig, process_video
 from memdpc.preprocess.run import run_preprocess
 from memdpc.preprocess.video_index import VideoRecord
-from memdpc.streams import STREAMS
 
 console = Console(width=150)
 CHEAP = TVL1Params(scales=1, warps=1, inner_iterations=2, outer_iterations=1, median_filtering=1)
@@ -59,8 +59,13 @@ def make_videos(root: Path, n: int, frames: int, size: int) -> list[VideoRecord]
 def throughput(recs: list[VideoRecord], root: Path, workers: list[int]) -> list[dict]:
     rows = []
     for w in workers:
-        cfg = PreprocessConfig(out=str(root / f"out-w{w}"), streams=STREAMS, decode=DecodeSpec(size=0),
-                               flow_backend="opencv", workers=w)  # fmt: skip
+        cfg = PreprocessConfig(
+            out=str(root / f"out-w{w}"),
+            streams=STREAMS,
+            decode=DecodeSpec(size=0),
+            flow_backend="opencv",
+            workers=w,
+        )
         load = os.getloadavg()[0]
         t = time.perf_counter()
         rep = run_preprocess(recs, cfg, progress=False)
@@ -70,9 +75,18 @@ def throughput(recs: list[VideoRecord], root: Path, workers: list[int]) -> list[
         pairs = sum(v["streams"]["flow"] for v in rep["videos"])
         cpu = sum(v["cpu_seconds"] for v in rep["videos"])
         st = s["stage_seconds"]
-        rows.append({"workers": w, "pairs": pairs, "seconds": round(wall, 2), "pairs_per_s": round(pairs / wall, 3),
-                     "cpu_s_per_pair": round(cpu / pairs, 3), "load_before": round(load, 2), "stage_seconds": st,
-                     "overhead_vs_flow": round((st["decode"] + st["encode"]) / st["flow"], 4)})  # fmt: skip
+        rows.append(
+            {
+                "workers": w,
+                "pairs": pairs,
+                "seconds": round(wall, 2),
+                "pairs_per_s": round(pairs / wall, 3),
+                "cpu_s_per_pair": round(cpu / pairs, 3),
+                "load_before": round(load, 2),
+                "stage_seconds": st,
+                "overhead_vs_flow": round((st["decode"] + st["encode"]) / st["flow"], 4),
+            }
+        )
     for r in rows:
         r["speedup"] = round(r["pairs_per_s"] / rows[0]["pairs_per_s"], 3)
     return rows
@@ -95,16 +109,35 @@ def storage_table(codes: list[np.ndarray]) -> list[dict]:
     for enc in candidates:
         data = [enc.encode_rgb(c) for c in codes]
         errs = [code_error(c, d) for c, d in zip(codes, data, strict=True)]
-        xy = [np.abs(cv2.imdecode(np.frombuffer(d, np.uint8), 1)[..., ::-1][..., :2].astype(int) - c[..., :2]).mean()
-              for c, d in zip(codes, data, strict=True)]  # fmt: skip
-        rows.append({"encoding": enc.name, "mean_abs": round(float(np.mean([e[0] for e in errs])), 4),
-                     "mean_abs_xy": round(float(np.mean(xy)), 4), "max_abs": max(e[1] for e in errs),
-                     "kb_per_image": round(float(np.mean([len(d) for d in data])) / 1024, 2),
-                     "default": enc == FLOW_ENCODING, "gpu_decodable": enc.sampling != "rgb"})  # fmt: skip
+        xy = [
+            np.abs(
+                cv2.imdecode(np.frombuffer(d, np.uint8), 1)[..., ::-1][..., :2].astype(int) - c[..., :2]
+            ).mean()
+            for c, d in zip(codes, data, strict=True)
+        ]
+        rows.append(
+            {
+                "encoding": enc.name,
+                "mean_abs": round(float(np.mean([e[0] for e in errs])), 4),
+                "mean_abs_xy": round(float(np.mean(xy)), 4),
+                "max_abs": max(e[1] for e in errs),
+                "kb_per_image": round(float(np.mean([len(d) for d in data])) / 1024, 2),
+                "default": enc == FLOW_ENCODING,
+                "gpu_decodable": enc.sampling != "rgb",
+            }
+        )
     png = [cv2.imencode(".png", np.ascontiguousarray(c[..., ::-1]))[1].tobytes() for c in codes]
-    rows.append({"encoding": "png (lossless, not JPEG)", "mean_abs": 0.0, "mean_abs_xy": 0.0, "max_abs": 0,
-                 "kb_per_image": round(float(np.mean([len(d) for d in png])) / 1024, 2), "default": False,
-                 "gpu_decodable": False})  # fmt: skip
+    rows.append(
+        {
+            "encoding": "png (lossless, not JPEG)",
+            "mean_abs": 0.0,
+            "mean_abs_xy": 0.0,
+            "max_abs": 0,
+            "kb_per_image": round(float(np.mean([len(d) for d in png])) / 1024, 2),
+            "default": False,
+            "gpu_decodable": False,
+        }
+    )
     return rows
 
 
@@ -120,8 +153,15 @@ def _memory_job(rec: VideoRecord, cfg: PreprocessConfig, queue) -> None:
     base = _status_kb("VmRSS")
     t = time.perf_counter()
     res = process_video(rec, cfg)
-    queue.put({"base_mb": base / 1024, "peak_mb": _status_kb("VmHWM") / 1024, "seconds": time.perf_counter() - t,
-               "status": res["status"], "frames": res.get("num_frames")})  # fmt: skip
+    queue.put(
+        {
+            "base_mb": base / 1024,
+            "peak_mb": _status_kb("VmHWM") / 1024,
+            "seconds": time.perf_counter() - t,
+            "status": res["status"],
+            "frames": res.get("num_frames"),
+        }
+    )
 
 
 def memory(root: Path, lengths: list[int], size: int) -> list[dict]:
@@ -144,9 +184,14 @@ def memory(root: Path, lengths: list[int], size: int) -> list[dict]:
         r = queue.get()
         proc.join()
         assert r["status"] == "done" and r["frames"] == n, r
-        rows.append({"frames": n, **{k: round(v, 2) for k, v in r.items() if k in ("base_mb", "peak_mb", "seconds")},
-                     "growth_mb": round(r["peak_mb"] - r["base_mb"], 2),
-                     "whole_video_mb": round(n * size * size * (3 + 2 * 4) / 2**20, 2)})  # fmt: skip
+        rows.append(
+            {
+                "frames": n,
+                **{k: round(v, 2) for k, v in r.items() if k in ("base_mb", "peak_mb", "seconds")},
+                "growth_mb": round(r["peak_mb"] - r["base_mb"], 2),
+                "whole_video_mb": round(n * size * size * (3 + 2 * 4) / 2**20, 2),
+            }
+        )
     return rows
 
 
@@ -175,18 +220,41 @@ def main() -> None:
     t = Table(
         title=f"flow throughput, rgb+flow, {args.videos} videos × {args.frames} frames of {args.size}² (xvid)"
     )
-    cols = ("workers", "load", "pairs", "s", "pairs/s", "speedup", "CPU s/pair", "decode s", "flow s", "encode+write s",
-            "(dec+enc)/flow")  # fmt: skip
+    cols = (
+        "workers",
+        "load",
+        "pairs",
+        "s",
+        "pairs/s",
+        "speedup",
+        "CPU s/pair",
+        "decode s",
+        "flow s",
+        "encode+write s",
+        "(dec+enc)/flow",
+    )
     for c in cols:
         t.add_column(c, justify="right")
     for r in thr:
         st = r["stage_seconds"]
-        t.add_row(str(r["workers"]), f"{r['load_before']:.1f}", str(r["pairs"]), f"{r['seconds']:.1f}",
-                  f"{r['pairs_per_s']:.2f}", f"{r['speedup']:.2f}×", f"{r['cpu_s_per_pair']:.2f}", f"{st['decode']:.2f}",
-                  f"{st['flow']:.2f}", f"{st['encode']:.2f}", f"{100 * r['overhead_vs_flow']:.1f} %")  # fmt: skip
+        t.add_row(
+            str(r["workers"]),
+            f"{r['load_before']:.1f}",
+            str(r["pairs"]),
+            f"{r['seconds']:.1f}",
+            f"{r['pairs_per_s']:.2f}",
+            f"{r['speedup']:.2f}×",
+            f"{r['cpu_s_per_pair']:.2f}",
+            f"{st['decode']:.2f}",
+            f"{st['flow']:.2f}",
+            f"{st['encode']:.2f}",
+            f"{100 * r['overhead_vs_flow']:.1f} %",
+        )
     console.print(t)
-    t = Table(title=f"flow storage error: uint8 codes after decode vs before ({args.storage_pairs} "
-                    f"TV-L1 fields of {args.size}², target mean ≤ 0.5)")  # fmt: skip
+    t = Table(
+        title=f"flow storage error: uint8 codes after decode vs before ({args.storage_pairs} "
+        f"TV-L1 fields of {args.size}², target mean ≤ 0.5)"
+    )
     for c in (
         "encoding",
         "mean |err|",
@@ -199,20 +267,41 @@ def main() -> None:
     ):
         t.add_column(c, justify="right")
     for r in store:
-        t.add_row(r["encoding"], f"{r['mean_abs']:.3f}", f"{r['mean_abs_xy']:.3f}", str(r["max_abs"]),
-                  f"{r['kb_per_image']:.1f}", "yes" if r["mean_abs"] <= 0.5 else "no",
-                  "yes" if r["gpu_decodable"] else "no", "◀" if r["default"] else "")  # fmt: skip
+        t.add_row(
+            r["encoding"],
+            f"{r['mean_abs']:.3f}",
+            f"{r['mean_abs_xy']:.3f}",
+            str(r["max_abs"]),
+            f"{r['kb_per_image']:.1f}",
+            "yes" if r["mean_abs"] <= 0.5 else "no",
+            "yes" if r["gpu_decodable"] else "no",
+            "◀" if r["default"] else "",
+        )
     console.print(t)
     t = Table(title=f"peak memory of one worker, rgb+flow, {args.mem_size}² frames, cheap TV-L1 settings")
     for c in ("frames", "RSS before MB", "peak RSS MB", "growth MB", "whole video would be MB", "s"):
         t.add_column(c, justify="right")
     for r in mem:
-        t.add_row(str(r["frames"]), f"{r['base_mb']:.1f}", f"{r['peak_mb']:.1f}", f"{r['growth_mb']:.1f}",
-                  f"{r['whole_video_mb']:.1f}", f"{r['seconds']:.1f}")  # fmt: skip
+        t.add_row(
+            str(r["frames"]),
+            f"{r['base_mb']:.1f}",
+            f"{r['peak_mb']:.1f}",
+            f"{r['growth_mb']:.1f}",
+            f"{r['whole_video_mb']:.1f}",
+            f"{r['seconds']:.1f}",
+        )
     console.print(t)
-    write_json_atomic(args.out, {"bench": "flow", "args": {k: str(v) for k, v in vars(args).items()},
-                                 "throughput": thr, "storage": store, "memory": mem,
-                                 "cheap_tvl1": CHEAP.to_dict()})  # fmt: skip
+    write_json_atomic(
+        args.out,
+        {
+            "bench": "flow",
+            "args": {k: str(v) for k, v in vars(args).items()},
+            "throughput": thr,
+            "storage": store,
+            "memory": mem,
+            "cheap_tvl1": CHEAP.to_dict(),
+        },
+    )
     console.print(f"wrote {args.out}")
 
 

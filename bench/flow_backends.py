@@ -14,7 +14,7 @@ empty numba cache and its load time from the cache (fresh processes); and the qu
 (its synthetic videos, RGB + flow, 2 workers) with ``--flow-backend opencv`` and ``native``: wall time and the
 flow stage's seconds. Targets: ≥ 4× OpenCV per core at 128² and 256², ≥ 2× at 64²; 2 workers ≥ 1.8× one.
 
-    python bench/flow_backends.py --native [--sizes 64,128,256 --pairs 8 --rounds 3 \
+    python -m bench.flow_backends --native [--sizes 64,128,256 --pairs 8 --rounds 3 \
         --out bench/results/flow_native.json]
 
 Otherwise, the batched PyTorch TV-L1: for each frame size and torch batch size it times both backends on one
@@ -24,7 +24,7 @@ end-point difference between the two flows (target mean ≤ 0.02 px) and the sha
 uint8 codes after the ±20 px clip and mapping (target ≥ 90 %). With ``--device cuda`` it also times the
 GPU (target ≥ 500 pairs/s at 256² on one H100), after a warm-up call.
 
-    python bench/flow_backends.py [--sizes 128,256 --pairs 8 --batches 1,8 --threads 1 --device cpu \
+    python -m bench.flow_backends [--sizes 128,256 --pairs 8 --batches 1,8 --threads 1 --device cpu \
         --compile --out bench/results/flow_backends.json]
 """
 
@@ -47,7 +47,7 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from memdpc.atomic import write_json_atomic
+from memdpc.common.atomic import write_json_atomic
 from memdpc.preprocess.archive import archive_path, read_archive
 from memdpc.preprocess.datasets import build_index
 from memdpc.preprocess.examples.families import EXAMPLE_FAMILIES
@@ -246,14 +246,30 @@ def quickstart_flow_stage(root: Path, workers: int) -> list[dict]:
         out = root / f"frames-{backend}"
         load = os.getloadavg()[0]
         t = time.perf_counter()
-        rep = preprocess(index, out, "rgb,flow", size=p.data["size"], tvl1=p.tvl1, workers=workers,
-                         flow_backend=backend, progress=False)  # fmt: skip
+        rep = preprocess(
+            index,
+            out,
+            "rgb,flow",
+            size=p.data["size"],
+            tvl1=p.tvl1,
+            workers=workers,
+            flow_backend=backend,
+            progress=False,
+        )
         wall = time.perf_counter() - t
         images[backend] = [read_archive(archive_path(out, "flow", r.id))[1] for r in read_index(index)]
-        rows.append({"requested": backend, "backend": rep["flow"]["backend"], "workers": workers,
-                     "videos": rep["summary"]["done"], "pairs": sum(v["streams"]["flow"] for v in rep["videos"]),
-                     "seconds": wall, "flow_stage_s": rep["summary"]["stage_seconds"]["flow"],
-                     "load_before": load})  # fmt: skip
+        rows.append(
+            {
+                "requested": backend,
+                "backend": rep["flow"]["backend"],
+                "workers": workers,
+                "videos": rep["summary"]["done"],
+                "pairs": sum(v["streams"]["flow"] for v in rep["videos"]),
+                "seconds": wall,
+                "flow_stage_s": rep["summary"]["stage_seconds"]["flow"],
+                "load_before": load,
+            }
+        )
     rows[1]["same_flow_images"] = images["auto"] == images["opencv"]
     return rows
 
@@ -283,25 +299,46 @@ def main_native(args: argparse.Namespace) -> None:
         compiled = compile_times()
         quick = [] if args.no_quickstart else quickstart_flow_stage(Path(tmp) / "quickstart", workers=2)
 
-    t = Table(title="TV-L1 on the CPU: native (numba) vs OpenCV, same frames (pairs/s; per core by CPU time; "
-                    "1 and 2 workers by the wall clock, 2w/1w also by CPU time)")  # fmt: skip
-    for col in ("size", "OpenCV /core", "native /core", "× OpenCV", "OpenCV 1w", "OpenCV 2w", "2w/1w (CPU)",
-                "native 1w", "native 2w", "2w/1w (CPU)", "load", "bit-identical pairs", "EPD max px",
-                "identical codes"):  # fmt: skip
+    t = Table(
+        title="TV-L1 on the CPU: native (numba) vs OpenCV, same frames (pairs/s; per core by CPU time; "
+        "1 and 2 workers by the wall clock, 2w/1w also by CPU time)"
+    )
+    for col in (
+        "size",
+        "OpenCV /core",
+        "native /core",
+        "× OpenCV",
+        "OpenCV 1w",
+        "OpenCV 2w",
+        "2w/1w (CPU)",
+        "native 1w",
+        "native 2w",
+        "2w/1w (CPU)",
+        "load",
+        "bit-identical pairs",
+        "EPD max px",
+        "identical codes",
+    ):
         t.add_column(col, justify="right")
     for r in rows:
         fr, fd = r["fidelity_rendered"], r["fidelity_decoded"]
         loads = [r[f"{n}_{w}w"]["load_before"] for n in CPU_BACKENDS for w in (1, 2)]
         scaling = {n: f"{r[f'{n}_2w_over_1w']:.2f} ({r[f'{n}_2w_over_1w_cpu']:.2f})" for n in CPU_BACKENDS}
         t.add_row(
-            f"{r['size']}²", f"{r['opencv_pairs_per_s_core']:.2f}", f"{r['native_pairs_per_s_core']:.2f}",
-            f"{r['ratio_core']:.2f}", *(f"{r[f'{n}_{w}w']['pairs_per_s']:.2f}" if w else scaling[n]
-                                        for n in CPU_BACKENDS for w in (1, 2, 0)),
+            f"{r['size']}²",
+            f"{r['opencv_pairs_per_s_core']:.2f}",
+            f"{r['native_pairs_per_s_core']:.2f}",
+            f"{r['ratio_core']:.2f}",
+            *(
+                f"{r[f'{n}_{w}w']['pairs_per_s']:.2f}" if w else scaling[n]
+                for n in CPU_BACKENDS
+                for w in (1, 2, 0)
+            ),
             f"{min(loads):.1f}–{max(loads):.1f}",
             f"{fr['identical_pairs'] + fd['identical_pairs']}/{fr['pairs'] + fd['pairs']}",
             f"{max(fr['epd_max'], fd['epd_max']):.4f}",
             f"{100 * min(fr['identical_codes'], fd['identical_codes']):.2f} %",
-        )  # fmt: skip
+        )
     console.print(t)
     c = compiled
     console.print(
@@ -312,17 +349,42 @@ def main_native(args: argparse.Namespace) -> None:
         t = Table(
             title="the quickstart's preprocessing (RGB + flow, its synthetic videos and TV-L1 settings)"
         )
-        for col in ("--flow-backend", "ran", "workers", "videos", "flow pairs", "seconds", "flow stage s", "load",
-                    "same flow images"):  # fmt: skip
+        for col in (
+            "--flow-backend",
+            "ran",
+            "workers",
+            "videos",
+            "flow pairs",
+            "seconds",
+            "flow stage s",
+            "load",
+            "same flow images",
+        ):
             t.add_column(col, justify="right")
         for q in quick:
-            t.add_row(q["requested"], q["backend"], str(q["workers"]), str(q["videos"]), str(q["pairs"]),
-                      f"{q['seconds']:.1f}", f"{q['flow_stage_s']:.1f}", f"{q['load_before']:.1f}",
-                      {True: "yes", False: "NO"}.get(q.get("same_flow_images"), "–"))  # fmt: skip
+            t.add_row(
+                q["requested"],
+                q["backend"],
+                str(q["workers"]),
+                str(q["videos"]),
+                str(q["pairs"]),
+                f"{q['seconds']:.1f}",
+                f"{q['flow_stage_s']:.1f}",
+                f"{q['load_before']:.1f}",
+                {True: "yes", False: "NO"}.get(q.get("same_flow_images"), "–"),
+            )
         console.print(t)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(args.out, {"args": {k: str(v) for k, v in vars(args).items()}, "cpu": os.cpu_count(),
-                                 "rows": rows, "compile": compiled, "quickstart": quick})  # fmt: skip
+    write_json_atomic(
+        args.out,
+        {
+            "args": {k: str(v) for k, v in vars(args).items()},
+            "cpu": os.cpu_count(),
+            "rows": rows,
+            "compile": compiled,
+            "quickstart": quick,
+        },
+    )
     console.print(f"wrote {args.out}")
 
 
@@ -375,8 +437,10 @@ def main() -> None:
         if args.device.startswith("cuda"):
             dev_name = torch.cuda.get_device_name(args.device)
             for batch in map(int, args.gpu_batches.split(",")):
-                for name, schedule in {"eager": Schedule.for_device("cuda"),
-                                       "compiled": Schedule(10, 0.5, True)}.items():  # fmt: skip
+                for name, schedule in {
+                    "eager": Schedule.for_device("cuda"),
+                    "compiled": Schedule(10, 0.5, True),
+                }.items():
                     r = {
                         "size": size,
                         "device": dev_name,
@@ -388,8 +452,18 @@ def main() -> None:
                     console.log(f"{r['size']} px {r['mode']} batch {r['batch']}: done")
 
     table = Table(title=f"TV-L1: torch vs OpenCV, same frames ({args.threads} thread(s) each)")
-    for col in ("size", "device", "mode", "batch", "OpenCV pairs/s", "torch pairs/s", "torch / OpenCV",
-                "EPD mean px", "EPD max px", "identical codes"):  # fmt: skip
+    for col in (
+        "size",
+        "device",
+        "mode",
+        "batch",
+        "OpenCV pairs/s",
+        "torch pairs/s",
+        "torch / OpenCV",
+        "EPD mean px",
+        "EPD max px",
+        "identical codes",
+    ):
         table.add_column(col, justify="right")
 
     def fmt(r: dict, key: str, spec: str) -> str:
@@ -397,10 +471,17 @@ def main() -> None:
 
     for r in rows:
         table.add_row(
-            str(r["size"]), r["device"], r["mode"], str(r["batch"]), fmt(r, "opencv_pairs_per_s", ".2f"),
-            fmt(r, "torch_pairs_per_s", ".2f"), fmt(r, "ratio", ".2f"), fmt(r, "epd_mean", ".4f"),
-            fmt(r, "epd_max", ".3f"), f"{100 * r['identical_codes']:.2f} %" if "identical_codes" in r else "–",
-        )  # fmt: skip
+            str(r["size"]),
+            r["device"],
+            r["mode"],
+            str(r["batch"]),
+            fmt(r, "opencv_pairs_per_s", ".2f"),
+            fmt(r, "torch_pairs_per_s", ".2f"),
+            fmt(r, "ratio", ".2f"),
+            fmt(r, "epd_mean", ".4f"),
+            fmt(r, "epd_max", ".3f"),
+            f"{100 * r['identical_codes']:.2f} %" if "identical_codes" in r else "–",
+        )
     console.print(table)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     write_json_atomic(args.out, {"args": {k: str(v) for k, v in vars(args).items()}, "rows": rows})

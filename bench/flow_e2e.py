@@ -31,12 +31,12 @@ scenes with moving objects, ``preprocess.examples.synthetic``, written as real v
    UCF101's and Kinetics-400's flow on one card and on eight (assumptions in :data:`DATASETS` and the
    table's notes).
 
-    python bench/flow_e2e.py [--sizes 128,256 --batches 64,256,512 --device cuda --videos 160 --frames 256 \
+    python -m bench.flow_e2e [--sizes 128,256 --batches 64,256,512 --device cuda --videos 160 --frames 256 \
         --out bench/results/flow_e2e.json]
-    TRITON_INTERPRET=1 python bench/flow_e2e.py --quick --device cpu --backend torch   # checks the script
+    TRITON_INTERPRET=1 python -m bench.flow_e2e --quick --device cpu --backend torch   # checks the script
 
 Where the GPU machine has no OpenCV contrib, make the fidelity rows' frames and OpenCV flows first on a
-machine that has it (``python bench/flow_e2e.py --make-reference ref.npz``, same ``--sizes`` and
+machine that has it (``python -m bench.flow_e2e --make-reference ref.npz``, same ``--sizes`` and
 ``--fidelity-pairs``), then pass ``--reference ref.npz`` on the GPU.
 """
 
@@ -56,8 +56,8 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from memdpc.atomic import write_json_atomic
-from memdpc.bench.flow_backends import make_pairs
+from bench.flow_backends import make_pairs
+from memdpc.common.atomic import write_json_atomic
 from memdpc.preprocess.decode import DecodeSpec, VideoStream
 from memdpc.preprocess.examples.layout import write_video
 from memdpc.preprocess.examples.synthetic import CLASSES, render_video

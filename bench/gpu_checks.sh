@@ -8,7 +8,7 @@
 # call and most of a session's 15 device minutes: run CHECKS_ONLY='flow*' (310 s) and CHECKS_ONLY='[tg]*' (390 s)
 # as two calls on one warm machine; CHECKS_DEVICE=cpu runs the training steps' very commands
 # on the CPU at tiny settings (tests/bench/test_gpu_checks.py), so that a first run on a GPU does not fail on a typo.
-# REFERENCE.npz: the fidelity rows' frames and OpenCV flows (`python bench/flow_e2e.py --make-reference
+# REFERENCE.npz: the fidelity rows' frames and OpenCV flows (`python3 -m bench.flow_e2e --make-reference
 # REFERENCE.npz --fidelity-pairs 16` on a machine with OpenCV contrib), for GPU machines without it.
 # Where memdpc is not installed, the checkout itself is put on the path as the package.
 # FLOW_EXTRA: options added to the flow steps, e.g. FLOW_EXTRA="--quick --device cpu --backend torch" (with
@@ -38,13 +38,13 @@ ref=()
 # --- flow (issue 30): the kernels, their fidelity to OpenCV, then end to end at a steady state -------------
 flow=(${FLOW_EXTRA:-})
 # kernels per batch (16 rendered pairs tiled), roofline, fidelity: about a minute, compiling included
-step flow_kernels 100 python3 bench/flow_e2e.py --parts kernels,fidelity "${ref[@]}" --sizes 128,256 \
+step flow_kernels 100 python3 -m bench.flow_e2e --parts kernels,fidelity "${ref[@]}" --sizes 128,256 \
     --batches 256,512,1024,2048 --torch-batches "" --repeat 2 --out "$out/flow_kernels.json" "${flow[@]}"
 # 160 videos (128 to 384 frames, 40,800 pairs) at 256² then 128²: compaction on/off and lagged/waited stop
 # checks on the stage's batches of distinct pairs, the steady state end to end with the device's busy
 # fraction and CPU cores, the kernels alone on the same pairs, the projection; then one batch in flight
 # against two on 12 videos. Results are saved after each size (a step stopped at its limit keeps them).
-step flow_steady 210 python3 bench/flow_e2e.py --parts compaction,steady,projection --sizes 128,256 \
+step flow_steady 210 python3 -m bench.flow_e2e --parts compaction,steady,projection --sizes 128,256 \
     --videos 160 --frames 256 --sequential-videos 12 --out "$out/flow_steady.json" "${flow[@]}"
 # --- training at the card's pace (issue 29) ----------------------------------------------------------------------
 # Per variant (one process each): the 50-step loss curve against eager's two runs, the profile at batch 16 (before:
@@ -52,12 +52,12 @@ step flow_steady 210 python3 bench/flow_e2e.py --parts compaction,steady,project
 # memory); the loop with the torch loader. bench/train.py writes its JSON after every variant: a step stopped by
 # its limit keeps what it measured. The compiled variants compare their curves with train.json's eager runs.
 if [ "${CHECKS_DEVICE:-cuda}" = cpu ]; then
-    train=(python3 bench/train.py --device cpu --size 32 --widths 4,8,16,16 --mem-size 16 --batch-sizes 2,3
+    train=(python3 -m bench.train --device cpu --size 32 --widths 4,8,16,16 --mem-size 16 --batch-sizes 2,3
            --steps 10 --curve-steps 3 --profile-steps 1)
     loaders=(--backends '')
     compiled=(--compile-backend aot_eager)  # the compiler's tracing and autograd, no code generation
 else
-    train=(python3 bench/train.py --device cuda --batch-sizes 16,32,64 --steps 15 --curve-steps 50 --profile-steps 3)
+    train=(python3 -m bench.train --device cuda --batch-sizes 16,32,64 --steps 15 --curve-steps 50 --profile-steps 3)
     loaders=(--backends torch,dali)
     compiled=()
 fi

@@ -5,7 +5,7 @@ Default: bidirectional MemDPC R18 at 128², batch 8, 8 blocks × 5 frames (40 fr
 exists, on a CUDA device. Each variant runs in a fresh process, so peak memory (CPU: the process's maximum
 resident set; CUDA: ``max_memory_allocated``) belongs to that variant alone.
 
-    python bench/model.py [--quick] [--device cpu|cuda|all] [--steps 2] [--out bench/results/model.json]
+    python -m bench.model [--quick] [--device cpu|cuda|all] [--steps 2] [--out bench/results/model.json]
 
 On a 2-core CPU the full setting takes minutes per step and torch.compile minutes to compile: use --quick
 (batch 2 at 64²) or --variants to pick a subset.
@@ -24,7 +24,7 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from memdpc.atomic import write_json_atomic
+from memdpc.common.atomic import write_json_atomic
 from memdpc.model import create_model
 
 VARIANTS = ("eager", "channels_last_3d", "compile", "bf16_autocast")

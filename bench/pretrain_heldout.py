@@ -13,7 +13,7 @@ linear-probe top-1 for random init and MemDPC, RGB, flow and fused, and the chec
 - the kNN monitor (train → val R@1, on held-out training videos) never below its value at initialisation,
   per stream and run.
 
-    python bench/pretrain_heldout.py [--work runs/heldout] [--seeds 0 1 2] [--families synthetic photos]
+    python -m bench.pretrain_heldout [--work runs/heldout] [--seeds 0 1 2] [--families synthetic photos]
         [--kernels default avx2] [--out bench/results/pretrain_heldout.json]
 """
 
@@ -30,10 +30,10 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from memdpc.atomic import atomic_path, write_json_atomic
+from memdpc.common.atomic import atomic_path, write_json_atomic
+from memdpc.common.streams import STREAMS
 from memdpc.preprocess.examples.families import EXAMPLE_FAMILIES
 from memdpc.quickstart import COLUMNS, MODEL_NAMES
-from memdpc.streams import STREAMS
 
 KERNELS = {"default": None, "avx2": "avx2"}  # name -> ATEN_CPU_CAPABILITY
 METRICS = tuple("probe top-1" if kind.startswith("probe") else metric for kind, metric in COLUMNS)
@@ -46,8 +46,18 @@ def run_quickstart(work: Path, family: str, seed: int, kernel: str) -> list[dict
         env = dict(os.environ)
         if KERNELS[kernel]:
             env["ATEN_CPU_CAPABILITY"] = KERNELS[kernel]
-        cmd = [sys.executable, "-m", "memdpc.cli", "quickstart", "--out", str(out), "--seed", str(seed),
-               "--data", family]
+        cmd = [
+            sys.executable,
+            "-m",
+            "memdpc.cli",
+            "quickstart",
+            "--out",
+            str(out),
+            "--seed",
+            str(seed),
+            "--data",
+            family,
+        ]
         subprocess.run(cmd, env=env, check=True)
     return json.loads((out / "quickstart.json").read_text())
 
@@ -66,7 +76,11 @@ def summarise(rows_per_run: list[list[dict]]) -> dict[str, dict[str, dict[str, f
         out[name] = {}
         for metric in METRICS:
             values = [rows[i][metric] for rows in rows_per_run]
-            out[name][metric] = {"mean": round(statistics.fmean(values), 1), "min": min(values), "max": max(values)}
+            out[name][metric] = {
+                "mean": round(statistics.fmean(values), 1),
+                "min": min(values),
+                "max": max(values),
+            }
     return out
 
 
@@ -78,11 +92,15 @@ def checks(summary: dict, knn: dict[str, list[float]]) -> dict[str, bool]:
     out = {}
     for baseline in ("random", "random_bn"):
         for metric in ("R@1", probe):
-            out[f"flow {metric}: MemDPC ≥ {MODEL_NAMES[baseline]}"] = (
-                mean("memdpc", "flow", metric) >= mean(baseline, "flow", metric))
-    out["MemDPC fused probe ≥ better stream"] = (
-        mean("memdpc", "fused", probe) >= max(mean("memdpc", s, probe) for s in STREAMS))
-    out["kNN monitor never below its initial value"] = all(min(r[1:], default=r[0]) >= r[0] for r in knn.values())
+            out[f"flow {metric}: MemDPC ≥ {MODEL_NAMES[baseline]}"] = mean("memdpc", "flow", metric) >= mean(
+                baseline, "flow", metric
+            )
+    out["MemDPC fused probe ≥ better stream"] = mean("memdpc", "fused", probe) >= max(
+        mean("memdpc", s, probe) for s in STREAMS
+    )
+    out["kNN monitor never below its initial value"] = all(
+        min(r[1:], default=r[0]) >= r[0] for r in knn.values()
+    )
     return out
 
 
@@ -90,8 +108,12 @@ def markdown(results: dict) -> str:
     lines = []
     for family, res in results.items():
         runs = res["runs"]
-        lines += [f"**{family}** ({len(runs)} runs: seeds × kernel sets; mean, range in brackets)", "",
-                  "| model | stream | " + " | ".join(METRICS) + " |", "|---|---|" + "---|" * len(METRICS)]
+        lines += [
+            f"**{family}** ({len(runs)} runs: seeds × kernel sets; mean, range in brackets)",
+            "",
+            "| model | stream | " + " | ".join(METRICS) + " |",
+            "|---|---|" + "---|" * len(METRICS),
+        ]
         for name, metrics in res["summary"].items():
             model, stream = name.split(" / ")
             cells = [f"{m['mean']} [{m['min']}–{m['max']}]" for m in metrics.values()]
@@ -128,7 +150,9 @@ def main() -> None:
         for col in ("model", "stream", *METRICS):
             table.add_column(col, justify="left" if col in ("model", "stream") else "right")
         for name, metrics in res["summary"].items():
-            table.add_row(*name.split(" / "), *(f"{m['mean']} [{m['min']}–{m['max']}]" for m in metrics.values()))
+            table.add_row(
+                *name.split(" / "), *(f"{m['mean']} [{m['min']}–{m['max']}]" for m in metrics.values())
+            )
         console.print(table)
         for what, ok in res["checks"].items():
             console.print(f"{'[green]✓' if ok else '[red]✗'}[/] {what}")

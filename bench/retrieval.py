@@ -7,7 +7,7 @@ Features are random (D = 512, the bidirectional context feature); Q and G defaul
 (3783 test, 9537 train videos); ``--kinetics`` adds a gallery of 240k videos (Kinetics-400 train) for
 the chunked variant only, where the full matrix would need Q·G·4 bytes.
 
-    python bench/retrieval.py [--queries 3783] [--gallery 9537] [--kinetics] [--out bench/results/retrieval.json]
+    python -m bench.retrieval [--queries 3783] [--gallery 9537] [--kinetics] [--out bench/results/retrieval.json]
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from memdpc.atomic import write_json_atomic
+from memdpc.common.atomic import write_json_atomic
 from memdpc.model.retrieval import topk_neighbours
 
 
@@ -44,8 +44,16 @@ def _run(variant: str, q: int, g: int, dim: int, k: int, threads: int, queue) ->
         idx, _ = topk_neighbours([(query, gallery)], k, chunk=int(variant.split("-")[1]))
     seconds = time.perf_counter() - t
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    queue.put({"variant": variant, "queries": q, "gallery": g, "seconds": seconds,
-               "extra_peak_mib": (peak - base) / 1024, "checksum": int(idx[:, 0].sum())})
+    queue.put(
+        {
+            "variant": variant,
+            "queries": q,
+            "gallery": g,
+            "seconds": seconds,
+            "extra_peak_mib": (peak - base) / 1024,
+            "checksum": int(idx[:, 0].sum()),
+        }
+    )
 
 
 def measure(variant: str, q: int, g: int, dim: int, k: int, threads: int) -> dict:
@@ -65,28 +73,39 @@ def main() -> None:
     ap.add_argument("--dim", type=int, default=512)
     ap.add_argument("--k", type=int, default=50)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--kinetics", action="store_true", help="Also a 240k gallery (1000 queries), chunked only.")
+    ap.add_argument(
+        "--kinetics", action="store_true", help="Also a 240k gallery (1000 queries), chunked only."
+    )
     ap.add_argument("--out", type=Path, default=Path("bench/results/retrieval.json"))
     args = ap.parse_args()
-    runs = [measure(v, args.queries, args.gallery, args.dim, args.k, args.threads)
-            for v in ("full", "chunk-256", "chunk-1024", "chunk-4096")]
+    runs = [
+        measure(v, args.queries, args.gallery, args.dim, args.k, args.threads)
+        for v in ("full", "chunk-256", "chunk-1024", "chunk-4096")
+    ]
     if args.kinetics:
         runs.append(measure("chunk-256", 1000, 240_000, args.dim, args.k, args.threads))
     same = len({r["checksum"] for r in runs[:4]}) == 1
     full = runs[0]
-    table = Table(title=f"retrieval top-{args.k}, D={args.dim}, {args.threads} threads "
-                        f"(top-1 identical across variants: {same})")
+    table = Table(
+        title=f"retrieval top-{args.k}, D={args.dim}, {args.threads} threads "
+        f"(top-1 identical across variants: {same})"
+    )
     for col in ("variant", "queries × gallery", "seconds", "vs full", "extra peak MiB", "vs full "):
         table.add_column(col, justify="right")
     for r in runs:
         comparable = r["queries"] == full["queries"] and r["gallery"] == full["gallery"]
-        table.add_row(r["variant"], f"{r['queries']} × {r['gallery']}", f"{r['seconds']:.2f}",
-                      f"{r['seconds'] / full['seconds']:.2f}×" if comparable else "-",
-                      f"{r['extra_peak_mib']:.0f}",
-                      f"{r['extra_peak_mib'] / max(full['extra_peak_mib'], 1):.2f}×" if comparable else "-")
+        table.add_row(
+            r["variant"],
+            f"{r['queries']} × {r['gallery']}",
+            f"{r['seconds']:.2f}",
+            f"{r['seconds'] / full['seconds']:.2f}×" if comparable else "-",
+            f"{r['extra_peak_mib']:.0f}",
+            f"{r['extra_peak_mib'] / max(full['extra_peak_mib'], 1):.2f}×" if comparable else "-",
+        )
     Console().print(table)
-    write_json_atomic(args.out, {"args": {k: str(v) for k, v in vars(args).items()}, "runs": runs,
-                                 "same_top1": same})
+    write_json_atomic(
+        args.out, {"args": {k: str(v) for k, v in vars(args).items()}, "runs": runs, "same_top1": same}
+    )
 
 
 if __name__ == "__main__":

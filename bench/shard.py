@@ -6,7 +6,7 @@ Builds rendered RGB frame archives (JPEG), then, in one run and alternating, tim
   windows to one tar (no shuffle, no index, no checksum, no fsync),
 and reports samples/s and MB/s (output bytes) of both and their ratio (target: sharding ≥ 0.8 × baseline).
 
-    python bench/shard.py [--videos 16 --frames 200 --size 160 --repeat 3 --out bench/results/shard.json]
+    python -m bench.shard [--videos 16 --frames 200 --size 160 --repeat 3 --out bench/results/shard.json]
 """
 
 from __future__ import annotations
@@ -25,11 +25,11 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from memdpc.atomic import write_json_atomic
+from memdpc.common.atomic import write_json_atomic
 from memdpc.pipeline.clip import ClipSpec
 from memdpc.pipeline.sample import frame_member, member_name, sample_key
 from memdpc.pipeline.shard import shard_stream
-from memdpc.pipeline.shard_plan import DEFAULT_WINDOW_STEP, usable_frames
+from memdpc.pipeline.shard_plan import ShardSettings, usable_frames
 from memdpc.preprocess.archive import archive_path, read_archive, write_archive
 from memdpc.preprocess.examples.synthetic import CLASSES, render_video
 from memdpc.preprocess.video_index import VideoRecord
@@ -55,7 +55,7 @@ def baseline(root: Path, records: list[VideoRecord], out: Path, clip: ClipSpec) 
         for r in records:
             _, frames = read_archive(archive_path(root, "rgb", r.id))
             usable = usable_frames("rgb", len(frames))
-            for start in clip.train_starts(usable, DEFAULT_WINDOW_STEP):
+            for start in clip.train_starts(usable, ShardSettings.window_step):
                 for j, i in enumerate(clip.frame_indices(start, usable)):
                     info = tarfile.TarInfo(member_name(sample_key(r.id, start), frame_member(j)))
                     info.size = len(frames[i])

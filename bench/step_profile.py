@@ -50,13 +50,28 @@ class Rule:
     op: str | None = None
 
 
-KINDS = ("conv forward", "conv data-grad", "conv weight-grad", "conv backward (data + weight, one op)",
-         "BatchNorm", "elementwise", "layout copies", "GEMM", "loss", "optimizer", "memcpy", "other")
+KINDS = (
+    "conv forward",
+    "conv data-grad",
+    "conv weight-grad",
+    "conv backward (data + weight, one op)",
+    "BatchNorm",
+    "elementwise",
+    "layout copies",
+    "GEMM",
+    "loss",
+    "optimizer",
+    "memcpy",
+    "other",
+)
 _CONV_BACKWARD = r"aten::convolution_backward|ConvolutionBackward|cudnn_convolution_backward"
 RULES = (
     Rule("memcpy", kernel=r"^(Memcpy|Memset|\[memcpy\]|\[memset\])"),
     # cuDNN's and torch's own layout changes, compiled code's lone copies, then every copy for a clone or contiguous
-    Rule("layout copies", kernel=r"nchwToNhwc|nhwcToNchw|ncdhwToNdhwc|ndhwcToNcdhw|[Tt]ranspose|convert.*[Ff]ormat"),
+    Rule(
+        "layout copies",
+        kernel=r"nchwToNhwc|nhwcToNchw|ncdhwToNdhwc|ndhwcToNcdhw|[Tt]ranspose|convert.*[Ff]ormat",
+    ),
     Rule("layout copies", kernel=r"^triton_\w+_fused_clone_\d+$"),
     Rule("layout copies", op=r"^aten::(clone|contiguous)$"),
     Rule("conv data-grad", kernel=r"dgrad"),
@@ -144,8 +159,9 @@ def _host_events(trace: dict[str, Any]) -> list[_Event]:
     threads: dict[tuple[Any, Any], list[_Event]] = defaultdict(list)
     for e in trace["traceEvents"]:
         if e.get("ph") == "X" and e.get("cat") in _HOST_CATS:
-            threads[(e["pid"], e["tid"])].append(_Event(e["name"], e["cat"], float(e["ts"]), float(e.get("dur", 0)),
-                                                        e.get("args", {})))
+            threads[(e["pid"], e["tid"])].append(
+                _Event(e["name"], e["cat"], float(e["ts"]), float(e.get("dur", 0)), e.get("args", {}))
+            )
     out = []
     for events in threads.values():
         events.sort(key=lambda ev: (ev.ts, -ev.dur))
@@ -180,8 +196,8 @@ def _assign_parts(events: list[_Event]) -> None:
 
 def _own_part(ev: _Event) -> str | None:
     for e in ev.chain():
-        if e.name.startswith(PREFIX) and e.name[len(PREFIX):] in PARTS:
-            return e.name[len(PREFIX):]
+        if e.name.startswith(PREFIX) and e.name[len(PREFIX) :] in PARTS:
+            return e.name[len(PREFIX) :]
         if OPTIMIZER.match(e.name):
             return "optimizer"
     return None
@@ -255,11 +271,20 @@ def analyse(trace: dict[str, Any], device: str) -> dict[str, Any]:
     total = sum(by_kind.values()) or 1.0
     parts = (*PARTS, "optimizer", "rest")
     return {
-        "device": device, "steps": n, "host_issue_ms": issue / 1e3, **summary,
+        "device": device,
+        "steps": n,
+        "host_issue_ms": issue / 1e3,
+        **summary,
         "layout_copies_per_step": counts["layout copies"] / n,
         "layout_copies_by_part": {p: copies[p] / n for p in parts if copies[p]},
-        "by_kind": {k: {"ms_per_step": by_kind[k] / n / 1e3, "share": by_kind[k] / total, "count_per_step":
-                        counts[k] / n} for k in KINDS},
+        "by_kind": {
+            k: {
+                "ms_per_step": by_kind[k] / n / 1e3,
+                "share": by_kind[k] / total,
+                "count_per_step": counts[k] / n,
+            }
+            for k in KINDS
+        },
         "by_part": {p: {"ms_per_step": by_part[p] / n / 1e3, "share": by_part[p] / total} for p in parts},
         "other_names": {name: us / n / 1e3 for name, us in other.most_common(OTHER_SHOWN)},
     }
@@ -281,8 +306,13 @@ def _cpu_work(events: list[_Event], n: int) -> tuple[list[_Work], dict[str, floa
             in_ops += own
             ops += ev.parent is None or ev.parent.cat != "cpu_op"  # ops called from Python or the engine
     span = sum(ev.dur for ev in events if ev.name == STEP) / n
-    return work, {"span_ms": span / 1e3, "busy_ms": in_ops / n / 1e3, "idle_ms": span / 1e3 - in_ops / n / 1e3,
-                  "idle_share": 1 - in_ops / n / span, "ops_per_step": ops / n}
+    return work, {
+        "span_ms": span / 1e3,
+        "busy_ms": in_ops / n / 1e3,
+        "idle_ms": span / 1e3 - in_ops / n / 1e3,
+        "idle_share": 1 - in_ops / n / span,
+        "ops_per_step": ops / n,
+    }
 
 
 def _device_work(trace: dict[str, Any], events: list[_Event], n: int) -> tuple[list[_Work], dict[str, float]]:
@@ -290,8 +320,11 @@ def _device_work(trace: dict[str, Any], events: list[_Event], n: int) -> tuple[l
     not in the trace (a CUDA graph's kernels may carry none) counts where it starts after the first step did."""
     start = min(ev.ts for ev in events if ev.name == STEP)
     launches = {ev.args.get("correlation"): ev for ev in events if ev.cat in ("cuda_runtime", "cuda_driver")}
-    host_calls = {e["args"].get("correlation") for e in trace["traceEvents"]
-                  if e.get("ph") == "X" and e.get("cat") in ("cuda_runtime", "cuda_driver") and "args" in e}
+    host_calls = {
+        e["args"].get("correlation")
+        for e in trace["traceEvents"]
+        if e.get("ph") == "X" and e.get("cat") in ("cuda_runtime", "cuda_driver") and "args" in e
+    }
     work, spans = [], []
     for e in trace["traceEvents"]:
         if e.get("ph") != "X" or e.get("cat") not in _DEVICE_CATS:
@@ -300,7 +333,9 @@ def _device_work(trace: dict[str, Any], events: list[_Event], n: int) -> tuple[l
         launch = launches.get(correlation)
         if launch is None and (correlation in host_calls or float(e["ts"]) < start):
             continue  # launched outside the steps
-        names = [x.name for x in launch.chain()[1:]] if launch is not None else []  # the ops around the launch
+        names = (
+            [x.name for x in launch.chain()[1:]] if launch is not None else []
+        )  # the ops around the launch
         kind = "memcpy" if e["cat"] != "kernel" else kind_of(e["name"], names)
         part = launch.part if launch is not None and launch.part else "rest"
         work.append(_Work(e["name"], float(e["dur"]), kind, part, True))
@@ -310,9 +345,14 @@ def _device_work(trace: dict[str, Any], events: list[_Event], n: int) -> tuple[l
     busy = _union(spans)
     span = max(b for _, b in spans) - min(a for a, _ in spans)
     calls = sum(1 for ev in launches.values() if LAUNCHES.match(ev.name))
-    return work, {"span_ms": span / n / 1e3, "busy_ms": busy / n / 1e3, "idle_ms": (span - busy) / n / 1e3,
-                  "idle_share": 1 - busy / span if span else 0.0, "kernels_per_step": len(spans) / n,
-                  "launches_per_step": calls / n}
+    return work, {
+        "span_ms": span / n / 1e3,
+        "busy_ms": busy / n / 1e3,
+        "idle_ms": (span - busy) / n / 1e3,
+        "idle_share": 1 - busy / span if span else 0.0,
+        "kernels_per_step": len(spans) / n,
+        "launches_per_step": calls / n,
+    }
 
 
 # ------------------------------------------------------------------------------------------------ tables
@@ -327,20 +367,31 @@ def tables(result: dict[str, Any], title: str) -> list[Table]:
     step.add_column("what", justify="left")
     step.add_column("per step", justify="right")
     if cuda:
-        rows = [("host time to issue the step", f"{result['host_issue_ms']:.2f} ms"),
-                ("GPU span (first kernel to last, per step)", f"{result['span_ms']:.2f} ms"),
-                ("GPU busy", f"{result['busy_ms']:.2f} ms"),
-                ("GPU idle within the span", f"{result['idle_ms']:.2f} ms ({result['idle_share']:.1%})"),
-                ("kernels", f"{result['kernels_per_step']:.0f}"),
-                ("launch calls", f"{result['launches_per_step']:.0f}")]
+        rows = [
+            ("host time to issue the step", f"{result['host_issue_ms']:.2f} ms"),
+            ("GPU span (first kernel to last, per step)", f"{result['span_ms']:.2f} ms"),
+            ("GPU busy", f"{result['busy_ms']:.2f} ms"),
+            ("GPU idle within the span", f"{result['idle_ms']:.2f} ms ({result['idle_share']:.1%})"),
+            ("kernels", f"{result['kernels_per_step']:.0f}"),
+            ("launch calls", f"{result['launches_per_step']:.0f}"),
+        ]
     else:
-        rows = [("host time per step (the CPU is the device)", f"{result['host_issue_ms']:.2f} ms"),
-                ("inside torch ops (busy)", f"{result['busy_ms']:.2f} ms"),
-                ("outside them: Python, framework (idle)", f"{result['idle_ms']:.2f} ms ({result['idle_share']:.1%})"),
-                ("ops called", f"{result['ops_per_step']:.0f}")]
+        rows = [
+            ("host time per step (the CPU is the device)", f"{result['host_issue_ms']:.2f} ms"),
+            ("inside torch ops (busy)", f"{result['busy_ms']:.2f} ms"),
+            (
+                "outside them: Python, framework (idle)",
+                f"{result['idle_ms']:.2f} ms ({result['idle_share']:.1%})",
+            ),
+            ("ops called", f"{result['ops_per_step']:.0f}"),
+        ]
     where_copied = ", ".join(f"{p} {c:g}" for p, c in result["layout_copies_by_part"].items())
-    rows.append(("layout copies", f"{result['layout_copies_per_step']:g}" + (f" ({where_copied})" if where_copied
-                                                                                else "")))
+    rows.append(
+        (
+            "layout copies",
+            f"{result['layout_copies_per_step']:g}" + (f" ({where_copied})" if where_copied else ""),
+        )
+    )
     for row in rows:
         step.add_row(*row)
     where = "GPU time" if cuda else "CPU time"

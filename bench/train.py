@@ -9,7 +9,7 @@ its algorithms afresh, peak memory is the variant's own), which in turn
 1. trains ``--curve-steps`` steps from seed 0 on fresh seeded batches: the loss curve, compared with eager's
    (eager runs twice, in two processes: its run-to-run spread);
 2. with ``--profile``, profiles ``--profile-steps`` steps at the first batch size after warm-up
-   (:mod:`memdpc.bench.step_profile`: device busy and idle time, kernel launches, host issue time, time by kind
+   (:mod:`bench.step_profile`: device busy and idle time, kernel launches, host issue time, time by kind
    of work and by model part, layout copies);
 3. measures the in-memory ceiling at each of ``--batch-sizes`` (one batch on the device, no loader): ``WINDOW``
    untimed steps, then the rest of ``--steps`` timed with one wait for the device at the end; clips/s, model
@@ -24,8 +24,8 @@ stopped by a time limit keeps what it measured.
 Defaults: on CUDA the paper's setting (bidirectional MemDPC R18, 128², batch 16, k = 1024, 256² frames); on CPU a
 small one that finishes in minutes (the CUDA graphs variants then run without, with the step's warning).
 
-    python bench/train.py --device cuda --variants eager,fast,bf16,graphs-bf16 --batch-sizes 16,32,64 --profile
-    python bench/train.py --device cpu [--steps 10 --curve-steps 50 --backends torch]
+    python -m bench.train --device cuda --variants eager,fast,bf16,graphs-bf16 --batch-sizes 16,32,64 --profile
+    python -m bench.train --device cpu [--steps 10 --curve-steps 50 --backends torch]
 """
 
 from __future__ import annotations
@@ -50,16 +50,17 @@ from rich.table import Table
 from torch.profiler import profile
 from torch.utils.flop_counter import FlopCounterMode
 
-from memdpc.atomic import write_json_atomic
-from memdpc.bench import step_profile
-from memdpc.bench.shard import make_archives
+from bench import step_profile
+from bench.shard import make_archives
+from memdpc.common.atomic import write_json_atomic
+from memdpc.common.wording import error_line
 from memdpc.model import create_model
 from memdpc.pipeline.clip import ClipSpec
 from memdpc.pipeline.loader import dali_available
 from memdpc.pipeline.shard import shard_stream
-from memdpc.train.checkpoint import seed_everything
 from memdpc.train.config import TrainConfig
-from memdpc.train.loop import set_determinism, train
+from memdpc.train.loop import train
+from memdpc.train.seeding import seed_everything, set_determinism
 from memdpc.train.step import (
     COMPILE_BACKEND,
     Stepper,
@@ -68,13 +69,32 @@ from memdpc.train.step import (
     place_clips,
     place_model,
 )
-from memdpc.wording import error_line
 
-WINDOW = 5  # steps per record of a loader run (the loop reads its metrics once per window); the first is warm-up
-PAPER = {"size": 128, "widths": [64, 128, 256, 256], "mem_size": 1024, "batch_sizes": [16], "frame_size": 256,
-         "steps": 30, "videos": 64, "frames": 200, "num_workers": 12}
-SMALL = {"size": 64, "widths": [8, 16, 32, 32], "mem_size": 64, "batch_sizes": [4], "frame_size": 80, "steps": 10,
-         "videos": 8, "frames": 130, "num_workers": 2}
+WINDOW = (
+    5  # steps per record of a loader run (the loop reads its metrics once per window); the first is warm-up
+)
+PAPER = {
+    "size": 128,
+    "widths": [64, 128, 256, 256],
+    "mem_size": 1024,
+    "batch_sizes": [16],
+    "frame_size": 256,
+    "steps": 30,
+    "videos": 64,
+    "frames": 200,
+    "num_workers": 12,
+}
+SMALL = {
+    "size": 64,
+    "widths": [8, 16, 32, 32],
+    "mem_size": 64,
+    "batch_sizes": [4],
+    "frame_size": 80,
+    "steps": 10,
+    "videos": 8,
+    "frames": 130,
+    "num_workers": 2,
+}
 # name: the config settings of the variant; the name says them ("eager" is --no-fast; the others are --fast)
 VARIANTS = {
     "eager": {"fast": False},
@@ -121,18 +141,48 @@ def card_peak(card: str) -> tuple[str, dict[str, float]] | None:
 # ------------------------------------------------------------------------------------------------ set-up
 def make_shards(root: Path, videos: int, frames: int, frame_size: int) -> Path:
     records = make_archives(root / "archives", videos, frames, frame_size)
-    shard_stream(root / "archives", records, "rgb", root / "shards", "train", clip=ClipSpec(), window_step=5,
-                 max_count=4, seed=0)  # small shards: every loader worker gets some
+    shard_stream(
+        root / "archives",
+        records,
+        "rgb",
+        root / "shards",
+        "train",
+        clip=ClipSpec(),
+        window_step=5,
+        max_count=4,
+        seed=0,
+    )  # small shards: every loader worker gets some
     return root / "shards"
 
 
-def config(args: argparse.Namespace, batch: int, shards: Path = Path("."), out: Path = Path("."),
-           backend: str = "torch", **over) -> TrainConfig:
-    return TrainConfig(stream="rgb", shards=str(shards), out=str(out), val_split="none", backend=backend,
-                       num_workers=args.num_workers, arch=args.arch, widths=args.widths, size=args.size,
-                       mem_size=args.mem_size, bidirectional=args.bidirectional, batch_size=batch,
-                       epochs=10_000, max_steps=args.steps, log_every=WINDOW, progress=False,
-                       device=args.device.type, **over)
+def config(
+    args: argparse.Namespace,
+    batch: int,
+    shards: Path = Path("."),
+    out: Path = Path("."),
+    backend: str = "torch",
+    **over,
+) -> TrainConfig:
+    return TrainConfig(
+        stream="rgb",
+        shards=str(shards),
+        out=str(out),
+        val_split="none",
+        backend=backend,
+        num_workers=args.num_workers,
+        arch=args.arch,
+        widths=args.widths,
+        size=args.size,
+        mem_size=args.mem_size,
+        bidirectional=args.bidirectional,
+        batch_size=batch,
+        epochs=10_000,
+        max_steps=args.steps,
+        log_every=WINDOW,
+        progress=False,
+        device=args.device.type,
+        **over,
+    )
 
 
 def _sync(device: torch.device) -> None:
@@ -159,13 +209,19 @@ class _Variant:
     def __init__(self, args: argparse.Namespace, name: str) -> None:
         self.args, self.device = args, args.device
         self.cfg = config(args, args.batch_sizes[0], **VARIANTS[name])
-        set_determinism(self.cfg)
+        set_determinism(self.cfg.deterministic)
         seed_everything(self.cfg.seed)
         model = place_model(create_model(**self.cfg.model_kwargs(), seed=0), self.cfg, self.device).train()
         self.warnings: list[str] = []
-        self.step = Stepper(model, make_optimizer(model, self.cfg, self.device),
-                            torch.amp.GradScaler(self.device.type, enabled=False), self.cfg, self.device,
-                            self.warnings.append, backend=args.compile_backend)
+        self.step = Stepper(
+            model,
+            make_optimizer(model, self.cfg, self.device),
+            torch.amp.GradScaler(self.device.type, enabled=False),
+            self.cfg,
+            self.device,
+            self.warnings.append,
+            backend=args.compile_backend,
+        )
 
     def placed(self, clips: torch.Tensor) -> torch.Tensor:
         return place_clips(clips, self.cfg, self.device)
@@ -174,8 +230,10 @@ class _Variant:
         """The losses of ``--curve-steps`` steps from seed 0, on fresh seeded batches; read once at the end."""
         g = torch.Generator(device=self.device).manual_seed(0)
         batch = self.args.batch_sizes[0]
-        losses = [self.step(self.placed(_clips(self.args, batch, g)))["loss"].detach().clone()
-                  for _ in range(self.args.curve_steps)]
+        losses = [
+            self.step(self.placed(_clips(self.args, batch, g)))["loss"].detach().clone()
+            for _ in range(self.args.curve_steps)
+        ]
         return torch.stack(losses).tolist()
 
     def ceiling(self, batch: int) -> dict[str, Any]:
@@ -193,7 +251,11 @@ class _Variant:
             self.step(clips)
         _sync(self.device)
         seconds = time.perf_counter() - t0
-        return {"steps": timed, "clips_per_s": batch * timed / seconds, "peak_memory": _peak_memory(self.device)}
+        return {
+            "steps": timed,
+            "clips_per_s": batch * timed / seconds,
+            "peak_memory": _peak_memory(self.device),
+        }
 
     def profiled(self) -> dict[str, Any]:
         """The profile of ``--profile-steps`` steps at the first batch size. The warm-up runs under a profiler
@@ -255,8 +317,11 @@ def summarise(records: list[dict], batch: int) -> dict:
     windows = [r for r in records if r["kind"] == "train"][1:]
     seconds = [batch * WINDOW / r["clips_per_s"] for r in windows]
     waits = [r["data_wait"] * s for r, s in zip(windows, seconds, strict=True)]
-    return {"steps": WINDOW * len(windows), "clips_per_s": batch * WINDOW * len(windows) / sum(seconds),
-            "data_wait": sum(waits) / sum(seconds)}
+    return {
+        "steps": WINDOW * len(windows),
+        "clips_per_s": batch * WINDOW * len(windows) / sum(seconds),
+        "data_wait": sum(waits) / sum(seconds),
+    }
 
 
 def run_loader(args: argparse.Namespace, shards: Path, work: Path, backend: str) -> dict:
@@ -278,8 +343,9 @@ def flops_per_clip(args: argparse.Namespace, batch: int) -> float:
     return counter.get_total_flops() / batch
 
 
-def add_rates(results: dict[str, dict], flops: dict[int, float], peak: dict[str, float] | None,
-              eager_batch: int) -> None:
+def add_rates(
+    results: dict[str, dict], flops: dict[int, float], peak: dict[str, float] | None, eager_batch: int
+) -> None:
     """Per variant and batch: the ratio to eager fp32 at the first batch size (per clip), model FLOP/s and their
     share of the card's peak."""
     eager = results.get("eager", {}).get("batches", {}).get(eager_batch, {}).get("clips_per_s")
@@ -298,8 +364,10 @@ def earlier_eager(path: Path, steps: int, console: Console) -> dict[str, list[fl
     earlier = json.loads(path.read_text()).get("loss_curves", {}) if path.is_file() else {}
     found = {n: earlier[n] for n in ("eager", "eager 2") if len(earlier.get(n, ())) == steps}
     if "eager" not in found:
-        console.print(f"[yellow]warning:[/] {escape(str(path))} holds no eager loss curve of {steps} steps; the "
-                      "curves are not compared")
+        console.print(
+            f"[yellow]warning:[/] {escape(str(path))} holds no eager loss curve of {steps} steps; the "
+            "curves are not compared"
+        )
         return {}
     return found
 
@@ -308,8 +376,11 @@ def curve_spread(curves: dict[str, list[float]]) -> dict[str, float]:
     """Largest absolute loss difference from eager's first run, of every other curve (eager's second run is the
     run-to-run spread)."""
     base = curves["eager"]
-    return {name: max(abs(a - b) for a, b in zip(c, base, strict=True)) for name, c in curves.items()
-            if name != "eager"}
+    return {
+        name: max(abs(a - b) for a, b in zip(c, base, strict=True))
+        for name, c in curves.items()
+        if name != "eager"
+    }
 
 
 # ------------------------------------------------------------------------------------------------ tables
@@ -320,7 +391,15 @@ def _gib(n: float) -> str:
 def throughput_table(results: dict[str, dict], title: str, eager_batch: int, cpu: bool) -> Table:
     table = Table(title=title)
     memory = "peak RSS GiB (process)" if cpu else "peak memory GiB"
-    for col in ("variant", "batch", "clips/s", f"× eager (batch {eager_batch})", "TFLOP/s", "of peak", memory):
+    for col in (
+        "variant",
+        "batch",
+        "clips/s",
+        f"× eager (batch {eager_batch})",
+        "TFLOP/s",
+        "of peak",
+        memory,
+    ):
         table.add_column(col, justify="left" if col == "variant" else "right")
     for name, r in results.items():
         if "batches" not in r:
@@ -332,8 +411,15 @@ def throughput_table(results: dict[str, dict], title: str, eager_batch: int, cpu
                 continue
             ratio = "—" if row["ratio_to_eager"] is None else f"{row['ratio_to_eager']:.2f}"
             share = "—" if row["share_of_peak"] is None else f"{row['share_of_peak']:.1%}"
-            table.add_row(label(name), str(batch), f"{row['clips_per_s']:.2f}", ratio, f"{row['tflop_per_s']:.3g}",
-                          share, _gib(row["peak_memory"]))
+            table.add_row(
+                label(name),
+                str(batch),
+                f"{row['clips_per_s']:.2f}",
+                ratio,
+                f"{row['tflop_per_s']:.3g}",
+                share,
+                _gib(row["peak_memory"]),
+            )
     return table
 
 
@@ -342,8 +428,12 @@ def loader_table(loaders: dict[str, dict], fast: float | None) -> Table:
     for col in ("loader", "clips/s", "data wait", "× fast ceiling"):
         table.add_column(col, justify="left" if col == "loader" else "right")
     for backend, r in loaders.items():
-        table.add_row(backend, f"{r['clips_per_s']:.2f}", f"{r['data_wait']:.0%}",
-                      f"{r['clips_per_s'] / fast:.2f}" if fast else "—")
+        table.add_row(
+            backend,
+            f"{r['clips_per_s']:.2f}",
+            f"{r['data_wait']:.0%}",
+            f"{r['clips_per_s'] / fast:.2f}" if fast else "—",
+        )
     return table
 
 
@@ -363,16 +453,35 @@ def spread_table(diffs: dict[str, float], steps: int) -> Table:
 
 def profile_summary(profiles: dict[str, dict], cuda: bool) -> Table:
     table = Table(title="profile, one step at the first batch size (before: eager; after: the others)")
-    cols = (["variant", "host issue ms", "GPU busy ms", "GPU idle", "kernels", "launches", "layout copies"] if cuda
-            else ["variant", "host ms (the CPU is the device)", "in ops ms", "outside ops", "ops", "layout copies"])
+    cols = (
+        ["variant", "host issue ms", "GPU busy ms", "GPU idle", "kernels", "launches", "layout copies"]
+        if cuda
+        else [
+            "variant",
+            "host ms (the CPU is the device)",
+            "in ops ms",
+            "outside ops",
+            "ops",
+            "layout copies",
+        ]
+    )
     for col in cols:
         table.add_column(col, justify="left" if col == "variant" else "right")
     for name, p in profiles.items():
         idle = f"{p['idle_ms']:.2f} ({p['idle_share']:.1%})"
-        counts = ([f"{p['kernels_per_step']:.0f}", f"{p['launches_per_step']:.0f}"] if cuda
-                  else [f"{p['ops_per_step']:.0f}"])
-        table.add_row(label(name), f"{p['host_issue_ms']:.2f}", f"{p['busy_ms']:.2f}", idle, *counts,
-                      f"{p['layout_copies_per_step']:g}")
+        counts = (
+            [f"{p['kernels_per_step']:.0f}", f"{p['launches_per_step']:.0f}"]
+            if cuda
+            else [f"{p['ops_per_step']:.0f}"]
+        )
+        table.add_row(
+            label(name),
+            f"{p['host_issue_ms']:.2f}",
+            f"{p['busy_ms']:.2f}",
+            idle,
+            *counts,
+            f"{p['layout_copies_per_step']:g}",
+        )
     return table
 
 
@@ -381,7 +490,9 @@ def _names(text: str) -> list[str]:
     names = [n for n in text.split(",") if n]
     unknown = [n for n in names if n not in VARIANTS]
     if unknown:
-        raise argparse.ArgumentTypeError(f"unknown variant(s) {', '.join(unknown)}; choose from {', '.join(VARIANTS)}")
+        raise argparse.ArgumentTypeError(
+            f"unknown variant(s) {', '.join(unknown)}; choose from {', '.join(VARIANTS)}"
+        )
     return names
 
 
@@ -392,29 +503,49 @@ def _ints(text: str) -> list[int]:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
-    ap.add_argument("--variants", type=_names, default=["eager", "fast", "bf16"],
-                    help=f"Comma-separated, of: {', '.join(VARIANTS)} (default eager,fast,bf16).")
-    ap.add_argument("--batch-sizes", type=_ints, help="Comma-separated; the first is the curves', the profile's and "
-                                                      "the loaders'. CUDA 16, CPU 4.")
+    ap.add_argument(
+        "--variants",
+        type=_names,
+        default=["eager", "fast", "bf16"],
+        help=f"Comma-separated, of: {', '.join(VARIANTS)} (default eager,fast,bf16).",
+    )
+    ap.add_argument(
+        "--batch-sizes",
+        type=_ints,
+        help="Comma-separated; the first is the curves', the profile's and the loaders'. CUDA 16, CPU 4.",
+    )
     ap.add_argument("--profile", action="store_true", help="Also profile each variant (module docstring).")
     ap.add_argument("--profile-steps", type=int, default=3)
-    ap.add_argument("--compile-backend", default=COMPILE_BACKEND, help="torch.compile's backend for the compile "
-                                                                       "variants (aot_eager: no code generation).")
+    ap.add_argument(
+        "--compile-backend",
+        default=COMPILE_BACKEND,
+        help="torch.compile's backend for the compile variants (aot_eager: no code generation).",
+    )
     ap.add_argument("--videos", type=int, help="Videos rendered; CUDA 64, CPU 8.")
     ap.add_argument("--frames", type=int, help="Frames per video; CUDA 200 (16 clips each), CPU 130 (2).")
-    ap.add_argument("--frame-size", type=int, help="Rendered frame size (the shards' frames); CUDA 256, CPU 80.")
+    ap.add_argument(
+        "--frame-size", type=int, help="Rendered frame size (the shards' frames); CUDA 256, CPU 80."
+    )
     ap.add_argument("--size", type=int, help="Training input size; CUDA 128, CPU 64.")
     ap.add_argument("--arch", default="memdpc_r18")
     ap.add_argument("--widths", type=_ints, help="CUDA 64,128,256,256; CPU 8,16,32,32.")
     ap.add_argument("--mem-size", type=int, help="CUDA 1024, CPU 64.")
     ap.add_argument("--bidirectional", action=argparse.BooleanOptionalAction, default=True)
-    ap.add_argument("--steps", type=int, help=f"Steps per throughput run, the first {WINDOW} untimed; CUDA 30, CPU 10.")
+    ap.add_argument(
+        "--steps", type=int, help=f"Steps per throughput run, the first {WINDOW} untimed; CUDA 30, CPU 10."
+    )
     ap.add_argument("--curve-steps", type=int, default=50, help="0: no loss curves.")
-    ap.add_argument("--eager-curves", type=Path, help="A JSON of an earlier run (same settings) whose eager loss "
-                                                      "curves the variants are compared with, instead of running "
-                                                      "eager again.")
+    ap.add_argument(
+        "--eager-curves",
+        type=Path,
+        help="A JSON of an earlier run (same settings) whose eager loss "
+        "curves the variants are compared with, instead of running "
+        "eager again.",
+    )
     ap.add_argument("--num-workers", type=int, help="Loader workers; CUDA 12, CPU 2.")
-    ap.add_argument("--backends", default="torch,dali", help="Loaders to run the training loop with ('': none).")
+    ap.add_argument(
+        "--backends", default="torch,dali", help="Loaders to run the training loop with ('': none)."
+    )
     ap.add_argument("--out", type=Path, default=Path("bench/results/train.json"))
     args = ap.parse_args(argv)
     args.device = torch.device("cuda" if args.device != "cpu" and torch.cuda.is_available() else "cpu")
@@ -437,10 +568,14 @@ def main(argv: list[str] | None = None) -> None:
     first = args.batch_sizes[0]
     record: dict[str, Any] = {
         "args": {k: str(v) if isinstance(v, Path | torch.device) else v for k, v in vars(args).items()},
-        "card": card, "peak": {"card": peak[0], **peak[1]} if peak else None, "torch": torch.__version__,
+        "card": card,
+        "peak": {"card": peak[0], **peak[1]} if peak else None,
+        "torch": torch.__version__,
         "threads": torch.get_num_threads(),
-        "flops_per_clip": {b: flops_per_clip(args, b) for b in args.batch_sizes}, "variants": {},
-        "loss_curves": {}}
+        "flops_per_clip": {b: flops_per_clip(args, b) for b in args.batch_sizes},
+        "variants": {},
+        "loss_curves": {},
+    }
     results = record["variants"]
     curves: dict[str, list[float]] = record["loss_curves"]
     if args.eager_curves and "eager" not in args.variants and args.curve_steps:
@@ -458,7 +593,9 @@ def main(argv: list[str] | None = None) -> None:
             console.print(f"[yellow]warning:[/] {escape(warning)}")
         for what in ("error", "profile_error"):
             if what in results[name]:
-                console.print(f"[red]{label(name)}: {what.replace('_', ' ')}:[/] {escape(results[name][what])}")
+                console.print(
+                    f"[red]{label(name)}: {what.replace('_', ' ')}:[/] {escape(results[name][what])}"
+                )
         write_json_atomic(args.out, record)
     add_rates(results, record["flops_per_clip"], peak[1] if peak else None, first)
     backends = [b for b in args.backends.split(",") if b and (b != "dali" or dali_available())]
@@ -470,14 +607,23 @@ def main(argv: list[str] | None = None) -> None:
     record["loss_curve_max_abs_diff"] = curve_spread(curves) if "eager" in curves else {}
     write_json_atomic(args.out, record)
 
-    where = (f"{card}{f' ({peak[0]})' if peak else ''}" if args.device.type == "cuda"
-             else f"CPU, {torch.get_num_threads()} threads")
+    where = (
+        f"{card}{f' ({peak[0]})' if peak else ''}"
+        if args.device.type == "cuda"
+        else f"CPU, {torch.get_num_threads()} threads"
+    )
     flops = ", ".join(f"{record['flops_per_clip'][b] / 1e9:.3g}" for b in args.batch_sizes)
-    console.print(throughput_table(results, f"training throughput on {where} — {args.arch} widths {args.widths}"
-                                            f"{' bidirectional' if args.bidirectional else ''}, {args.size}², one "
-                                            f"batch in memory; GFLOP per clip (fwd + bwd) at batch "
-                                            f"{','.join(map(str, args.batch_sizes))}: {flops}", first,
-                                   args.device.type == "cpu"))
+    console.print(
+        throughput_table(
+            results,
+            f"training throughput on {where} — {args.arch} widths {args.widths}"
+            f"{' bidirectional' if args.bidirectional else ''}, {args.size}², one "
+            f"batch in memory; GFLOP per clip (fwd + bwd) at batch "
+            f"{','.join(map(str, args.batch_sizes))}: {flops}",
+            first,
+            args.device.type == "cpu",
+        )
+    )
     if "loaders" in record:
         fast = results.get("fast", {}).get("batches", {}).get(first, {}).get("clips_per_s")
         console.print(loader_table(record["loaders"], fast))
@@ -491,8 +637,10 @@ def main(argv: list[str] | None = None) -> None:
             for table in step_profile.tables(p, label(name)):
                 console.print(table)
             if p["other_names"]:
-                console.print(f"{label(name)}: largest work no rule names: "
-                              + "; ".join(f"{escape(n[:90])} {ms:.3f} ms" for n, ms in p["other_names"].items()))
+                console.print(
+                    f"{label(name)}: largest work no rule names: "
+                    + "; ".join(f"{escape(n[:90])} {ms:.3f} ms" for n, ms in p["other_names"].items())
+                )
     console.print(f"wrote {args.out}")
 
 

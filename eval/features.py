@@ -22,17 +22,27 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from memdpc import interrupts
-from memdpc.atomic import atomic_path
-from memdpc.distenv import DistEnv
-from memdpc.errors import UserError
+from memdpc.common import interrupts
+from memdpc.common.atomic import atomic_path
+from memdpc.common.distenv import DistEnv
+from memdpc.common.errors import UserError
+from memdpc.common.progress import progress_bar
 from memdpc.eval.data import EvalData
 from memdpc.eval.outputs import Outputs
 from memdpc.pipeline.clip import ClipSpec
 from memdpc.pipeline.loader import make_loader
 from memdpc.pipeline.manifest import load_manifest, manifest_path
 from memdpc.pipeline.sample import parse_key
-from memdpc.progress import progress_bar
+
+__all__ = [
+    "Windows",
+    "loader_batches",
+    "run_windows",
+    "same_classes",
+    "split_classes",
+    "task_features",
+    "video_mean",
+]
 
 T = TypeVar("T")
 _END = object()
@@ -65,9 +75,11 @@ def same_classes(data: EvalData) -> list[str]:
     train, _ = split_classes(data, data.train_split)
     test, _ = split_classes(data, data.test_split)
     if train != test:
-        raise UserError(f"{manifest_path(data.shards, data.stream, data.test_split)}: its classes differ from "
-                        f"those of the {data.train_split} split ({len(test)} vs {len(train)} classes, first "
-                        f"difference: {_first_difference(train, test)})")
+        raise UserError(
+            f"{manifest_path(data.shards, data.stream, data.test_split)}: its classes differ from "
+            f"those of the {data.train_split} split ({len(test)} vs {len(train)} classes, first "
+            f"difference: {_first_difference(train, test)})"
+        )
     return train
 
 
@@ -91,17 +103,35 @@ def loader_batches(loader: Iterable[T]) -> Iterator[T]:
         yield batch
 
 
-def run_windows(fn: Callable[[torch.Tensor], torch.Tensor], data: EvalData, split: str, env: DistEnv, *,
-                crops: int = 1, desc: str = "windows") -> Windows | None:
+def run_windows(
+    fn: Callable[[torch.Tensor], torch.Tensor],
+    data: EvalData,
+    split: str,
+    env: DistEnv,
+    *,
+    crops: int = 1,
+    desc: str = "windows",
+) -> Windows | None:
     """Apply ``fn`` (clips (B, N, 3, SL, H, W) -> (B, ...)) to every window of ``split``, each crop.
 
     Returns the gathered :class:`Windows` on rank 0, None on the other ranks.
     """
     manifest = load_manifest(data.shards, data.stream, split)
-    loader = make_loader(data.shards, data.stream, split, train=False, batch_size=data.batch_size,
-                         backend=data.backend, size=data.size, crops=crops, rank=env.rank,
-                         world_size=env.world_size, num_workers=data.num_workers, device=str(env.device),
-                         clip=ClipSpec(**manifest["clip"]))
+    loader = make_loader(
+        data.shards,
+        data.stream,
+        split,
+        train=False,
+        batch_size=data.batch_size,
+        backend=data.backend,
+        size=data.size,
+        crops=crops,
+        rank=env.rank,
+        world_size=env.world_size,
+        num_workers=data.num_workers,
+        device=str(env.device),
+        clip=ClipSpec(**manifest["clip"]),
+    )
     found: dict[str, tuple[str, int, np.ndarray]] = {}
     with progress_bar(elapsed=False, transient=True) as bar, torch.inference_mode():
         task = bar.add_task(f"{desc} ({split})", total=len(loader), visible=env.is_main)
@@ -112,7 +142,9 @@ def run_windows(fn: Callable[[torch.Tensor], torch.Tensor], data: EvalData, spli
             b, k = clips.shape[:2]
             out = fn(clips.flatten(0, 1)).float().cpu().numpy()  # (B*K, ...)
             out = out.reshape(b, k, *out.shape[1:])
-            for key, vid, label, value in zip(batch.keys, batch.video_ids, batch.labels.tolist(), out, strict=True):
+            for key, vid, label, value in zip(
+                batch.keys, batch.video_ids, batch.labels.tolist(), out, strict=True
+            ):
                 found.setdefault(key, (vid, int(label), value))
             bar.advance(task)
     found = _gather(found, env)
@@ -120,11 +152,17 @@ def run_windows(fn: Callable[[torch.Tensor], torch.Tensor], data: EvalData, spli
         return None
     expected = int(manifest["num_samples"])
     if len(found) != expected:
-        raise UserError(f"{manifest_path(data.shards, data.stream, split)}: evaluated {len(found)} distinct "
-                        f"windows, but the shards hold {expected}")
+        raise UserError(
+            f"{manifest_path(data.shards, data.stream, split)}: evaluated {len(found)} distinct "
+            f"windows, but the shards hold {expected}"
+        )
     keys = sorted(found)
-    return Windows(keys, [found[k][0] for k in keys], np.array([found[k][1] for k in keys], dtype=np.int64),
-                   np.stack([found[k][2] for k in keys]))
+    return Windows(
+        keys,
+        [found[k][0] for k in keys],
+        np.array([found[k][1] for k in keys], dtype=np.int64),
+        np.stack([found[k][2] for k in keys]),
+    )
 
 
 def _gather(found: dict, env: DistEnv) -> dict | None:
@@ -159,15 +197,31 @@ def fingerprint(source: dict[str, str], data: EvalData, split: str, **settings: 
     :func:`~memdpc.eval.outputs.checkpoint_source`: never another checkpoint's features), the split's manifest
     (which lists its shards' checksums), the input size, the loader backend and ``settings``."""
     manifest = manifest_path(data.shards, data.stream, split).read_bytes()
-    return json.dumps({"checkpoint_sha256": source["sha256"], "manifest_sha256": hashlib.sha256(manifest).hexdigest(),
-                       "stream": data.stream, "split": split, "size": data.size, "backend": data.backend,
-                       **settings}, sort_keys=True, default=str)
+    return json.dumps(
+        {
+            "checkpoint_sha256": source["sha256"],
+            "manifest_sha256": hashlib.sha256(manifest).hexdigest(),
+            "stream": data.stream,
+            "split": split,
+            "size": data.size,
+            "backend": data.backend,
+            **settings,
+        },
+        sort_keys=True,
+        default=str,
+    )
 
 
 def save_windows(path: str | os.PathLike, windows: Windows, stamp: str) -> None:
     with atomic_path(path) as tmp, open(tmp, "wb") as f:
-        np.savez(f, keys=np.array(windows.keys), video_ids=np.array(windows.video_ids), labels=windows.labels,
-                 values=windows.values, fingerprint=np.array(stamp))
+        np.savez(
+            f,
+            keys=np.array(windows.keys),
+            video_ids=np.array(windows.video_ids),
+            labels=windows.labels,
+            values=windows.values,
+            fingerprint=np.array(stamp),
+        )
 
 
 def load_windows(path: str | os.PathLike, stamp: str) -> Windows | None:
@@ -179,13 +233,24 @@ def load_windows(path: str | os.PathLike, stamp: str) -> Windows | None:
         with np.load(path, allow_pickle=False) as z:
             if str(z["fingerprint"]) != stamp:
                 return None
-            return Windows([str(k) for k in z["keys"]], [str(v) for v in z["video_ids"]], z["labels"], z["values"])
+            return Windows(
+                [str(k) for k in z["keys"]], [str(v) for v in z["video_ids"]], z["labels"], z["values"]
+            )
     except (OSError, ValueError, KeyError):
         return None  # an unreadable cache is recomputed
 
 
-def cached_windows(fn: Callable[[torch.Tensor], torch.Tensor], data: EvalData, split: str, env: DistEnv, *,
-                   cache: Path | None, stamp: str, crops: int = 1, desc: str = "features") -> Windows | None:
+def cached_windows(
+    fn: Callable[[torch.Tensor], torch.Tensor],
+    data: EvalData,
+    split: str,
+    env: DistEnv,
+    *,
+    cache: Path | None,
+    stamp: str,
+    crops: int = 1,
+    desc: str = "features",
+) -> Windows | None:
     """:func:`run_windows`, reusing ``cache`` when its fingerprint matches (all ranks agree on the reuse)."""
     hit = load_windows(cache, stamp) if cache is not None and env.is_main else None
     if env.distributed:
@@ -201,9 +266,18 @@ def cached_windows(fn: Callable[[torch.Tensor], torch.Tensor], data: EvalData, s
     return windows
 
 
-def task_features(fn: Callable[[torch.Tensor], torch.Tensor], data: EvalData, split: str, env: DistEnv,
-                  out: Outputs, name: str, *, crops: int = 1, desc: str = "features", **settings: Any
-                  ) -> Windows | None:
+def task_features(
+    fn: Callable[[torch.Tensor], torch.Tensor],
+    data: EvalData,
+    split: str,
+    env: DistEnv,
+    out: Outputs,
+    name: str,
+    *,
+    crops: int = 1,
+    desc: str = "features",
+    **settings: Any,
+) -> Windows | None:
     """:func:`cached_windows` of a task, cached as ``name`` in its ``--out`` folder and keyed by
     :func:`fingerprint`; the cache is added to the task's outputs."""
     cache = out.folder / name

@@ -23,10 +23,10 @@ import torch
 from rich.console import Console
 from torch import nn
 
-from memdpc import distenv as dd
-from memdpc import interrupts
-from memdpc.atomic import write_bytes_atomic
-from memdpc.errors import UserError
+from memdpc.common import distenv as dd
+from memdpc.common import interrupts
+from memdpc.common.atomic import write_bytes_atomic
+from memdpc.common.errors import UserError
 from memdpc.eval.classify import score_videos
 from memdpc.eval.data import EvalData
 from memdpc.eval.features import loader_batches, same_classes
@@ -46,20 +46,38 @@ from memdpc.pipeline.clip import ClipSpec
 from memdpc.pipeline.loader import make_loader
 from memdpc.pipeline.manifest import load_manifest
 
-RESUMABLE = ("epochs", "checkpoint")  # a resumed finetuning may grow, or read its checkpoint (same bytes) elsewhere
+__all__ = ["kept_batches", "run_finetune", "train_epochs", "train_loader"]
+
+RESUMABLE = (
+    "epochs",
+    "checkpoint",
+)  # a resumed finetuning may grow, or read its checkpoint (same bytes) elsewhere
 Batches = Callable[[int], Iterator[tuple[torch.Tensor, list[str], torch.Tensor]]]
 
 
 def train_loader(data: EvalData, env: dd.DistEnv, seed: int):
     manifest = load_manifest(data.shards, data.stream, data.train_split)
-    return make_loader(data.shards, data.stream, data.train_split, train=True, batch_size=data.batch_size,
-                       backend=data.backend, size=data.size, rank=env.rank, world_size=env.world_size,
-                       seed=seed, num_workers=data.num_workers, device=str(env.device),
-                       clip=ClipSpec(**manifest["clip"]), drop_last=env.distributed)
+    return make_loader(
+        data.shards,
+        data.stream,
+        data.train_split,
+        train=True,
+        batch_size=data.batch_size,
+        backend=data.backend,
+        size=data.size,
+        rank=env.rank,
+        world_size=env.world_size,
+        seed=seed,
+        num_workers=data.num_workers,
+        device=str(env.device),
+        clip=ClipSpec(**manifest["clip"]),
+        drop_last=env.distributed,
+    )
 
 
-def kept_batches(loader, keep: set[str] | None, batch_size: int, epoch: int
-                 ) -> Iterator[tuple[torch.Tensor, list[str], torch.Tensor]]:
+def kept_batches(
+    loader, keep: set[str] | None, batch_size: int, epoch: int
+) -> Iterator[tuple[torch.Tensor, list[str], torch.Tensor]]:
     """(clips, keys, labels) of one epoch, only windows of videos in ``keep`` (all when None), regrouped
     into batches of ``batch_size`` (the last one may be smaller)."""
     loader.set_epoch(epoch)
@@ -80,8 +98,17 @@ def kept_batches(loader, keep: set[str] | None, batch_size: int, epoch: int
         yield torch.cat(clips), keys, torch.cat(labels)
 
 
-def train_epochs(model: nn.Module, batch_loss: Callable, batches: Batches, env: dd.DistEnv, fit: FitConfig,
-                 state_path: Path, settings: dict[str, Any], out: Outputs, what: str = "finetune") -> list[float]:
+def train_epochs(
+    model: nn.Module,
+    batch_loss: Callable,
+    batches: Batches,
+    env: dd.DistEnv,
+    fit: FitConfig,
+    state_path: Path,
+    settings: dict[str, Any],
+    out: Outputs,
+    what: str = "finetune",
+) -> list[float]:
     """Adam + plateau decay over ``fit.epochs`` epochs, resuming from ``state_path`` when it holds the same
     ``settings`` (``--epochs`` may grow). ``batch_loss(module, clips, keys, labels)`` returns the mean loss of a
     batch. Every rank takes the same number of steps (an epoch ends when any rank runs out). The state is
@@ -94,11 +121,18 @@ def train_epochs(model: nn.Module, batch_loss: Callable, batches: Batches, env: 
         opt.load_state_dict(state["optimizer"])
         sched.load_state_dict(state["scheduler"])
         losses = list(state["losses"])
-        out.add("state", state_path, f"{what} state kept at {state_path}, epoch {len(losses)} of {fit.epochs}")
+        out.add(
+            "state", state_path, f"{what} state kept at {state_path}, epoch {len(losses)} of {fit.epochs}"
+        )
         if env.is_main and len(losses) < fit.epochs:
-            Console(stderr=True).print(f"resuming {state_path}: epoch {len(losses)} of {fit.epochs} done",
-                                       markup=False, soft_wrap=True)
-    module = nn.parallel.DistributedDataParallel(model, find_unused_parameters=True) if env.distributed else model
+            Console(stderr=True).print(
+                f"resuming {state_path}: epoch {len(losses)} of {fit.epochs} done",
+                markup=False,
+                soft_wrap=True,
+            )
+    module = (
+        nn.parallel.DistributedDataParallel(model, find_unused_parameters=True) if env.distributed else model
+    )
     for epoch in range(len(losses), fit.epochs):
         torch.manual_seed(fit.seed + 1000 * epoch + env.rank)
         model.train()
@@ -122,33 +156,51 @@ def train_epochs(model: nn.Module, batch_loss: Callable, batches: Batches, env: 
         with interrupts.deferred():  # the state on disk and the epoch an interrupt reports agree
             if env.is_main:
                 _save_state(state_path, model, opt, sched, losses, settings)
-            out.add("state", state_path, f"{what} state kept at {state_path}, epoch {len(losses)} of {fit.epochs}")
+            out.add(
+                "state", state_path, f"{what} state kept at {state_path}, epoch {len(losses)} of {fit.epochs}"
+            )
     return losses
 
 
-def _read_state(path: Path, settings: dict[str, Any], fit: FitConfig, overwrite: bool, what: str
-                ) -> dict[str, Any] | None:
+def _read_state(
+    path: Path, settings: dict[str, Any], fit: FitConfig, overwrite: bool, what: str
+) -> dict[str, Any] | None:
     """The state to resume from: None without one (or with ``overwrite``, which starts over); refuses a state
     of other settings (all but ``--epochs``) or of more epochs than asked for."""
     if overwrite or not path.is_file():
         return None
     state = mc.load_torch_file(path, remedy="give --overwrite to start over")
     before, now = json.loads(state["settings"]), json.loads(json.dumps(settings, default=str))
-    diff = [f"{k} {_short(before.get(k))} → {_short(now.get(k))}" for k in sorted(set(before) | set(now))
-            if k not in RESUMABLE and before.get(k) != now.get(k)]
+    diff = [
+        f"{k} {_short(before.get(k))} → {_short(now.get(k))}"
+        for k in sorted(set(before) | set(now))
+        if k not in RESUMABLE and before.get(k) != now.get(k)
+    ]
     if diff:
-        raise UserError(f"{path}: a {what} with other settings is there ({'; '.join(diff)}); the same command "
-                        "as before resumes it, --overwrite starts over, or give another --out")
+        raise UserError(
+            f"{path}: a {what} with other settings is there ({'; '.join(diff)}); the same command "
+            "as before resumes it, --overwrite starts over, or give another --out"
+        )
     if len(state["losses"]) > fit.epochs:
-        raise UserError(f"{path}: a {what} of {len(state['losses'])} epochs is there, more than --epochs "
-                        f"{fit.epochs}; give --epochs {len(state['losses'])} or more, or --overwrite to start over")
+        raise UserError(
+            f"{path}: a {what} of {len(state['losses'])} epochs is there, more than --epochs "
+            f"{fit.epochs}; give --epochs {len(state['losses'])} or more, or --overwrite to start over"
+        )
     return state
 
 
 def _save_state(path: Path, model: nn.Module, opt, sched, losses: list[float], settings: dict) -> None:
     buf = io.BytesIO()
-    torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
-                "losses": losses, "settings": json.dumps(settings, default=str)}, buf)
+    torch.save(
+        {
+            "model": model.state_dict(),
+            "optimizer": opt.state_dict(),
+            "scheduler": sched.state_dict(),
+            "losses": losses,
+            "settings": json.dumps(settings, default=str),
+        },
+        buf,
+    )
     write_bytes_atomic(path, buf.getvalue())
 
 
@@ -170,37 +222,73 @@ def _ce(module: nn.Module, clips: torch.Tensor, keys: list[str], labels: torch.T
     return nn.functional.cross_entropy(module(clips), labels)
 
 
-def run_finetune(checkpoint: str | os.PathLike, data: EvalData, out: Outputs, env: dd.DistEnv, *,
-                 crops: int = 1, dropout: float = FINETUNE_DROPOUT, label_fraction: float = 1.0, random_init: bool = False,
-                 fit: FitConfig = FINETUNE_FIT, plot: bool = False) -> Path | None:
+def run_finetune(
+    checkpoint: str | os.PathLike,
+    data: EvalData,
+    out: Outputs,
+    env: dd.DistEnv,
+    *,
+    crops: int = 1,
+    dropout: float = FINETUNE_DROPOUT,
+    label_fraction: float = 1.0,
+    random_init: bool = False,
+    fit: FitConfig = FINETUNE_FIT,
+    plot: bool = False,
+) -> Path | None:
     """``memdpc eval finetune``: writes ``finetune-<stream>[-frac<F>].json`` (+ npz with probabilities) and the
     finetuned classifier's checkpoint ``….pt``; ``….state.pt`` resumes an interrupted run."""
     pretrained, _, stream = load_encoder(checkpoint, data, env)
     data = replace(data, stream=stream, batch_size=fit.batch_size)
     classes = same_classes(data)
-    tag = f"finetune-{stream}" + ("-scratch" if random_init else "") + (
-        f"-frac{label_fraction:g}" if label_fraction < 1 else "")
+    tag = (
+        f"finetune-{stream}"
+        + ("-scratch" if random_init else "")
+        + (f"-frac{label_fraction:g}" if label_fraction < 1 else "")
+    )
     path = out.claim(f"{tag}.json")
     keep = label_subset(data, label_fraction, fit.seed)
     torch.manual_seed(fit.seed)
     clf = Classifier.from_pretrained(pretrained, len(classes), dropout)
     if random_init:
         name = clf.config["name"]
-        clf = finish_config(Classifier(len(classes), **{k: v for k, v in clf.hparams.items() if k != "num_classes"}),
-                            name, None)  # fmt: skip
+        clf = finish_config(
+            Classifier(len(classes), **{k: v for k, v in clf.hparams.items() if k != "num_classes"}),
+            name,
+            None,
+        )
     clf = clf.to(env.device)
-    settings = {"checkpoint": out.source["checkpoint"], "checkpoint_sha256": out.source["sha256"],
-                "label_fraction": label_fraction, "random_init": random_init, "dropout": dropout, "size": data.size,
-                **asdict(fit)}
+    settings = {
+        "checkpoint": out.source["checkpoint"],
+        "checkpoint_sha256": out.source["sha256"],
+        "label_fraction": label_fraction,
+        "random_init": random_init,
+        "dropout": dropout,
+        "size": data.size,
+        **asdict(fit),
+    }
     loader = train_loader(data, env, fit.seed)
-    losses = train_epochs(clf, _ce, lambda e: kept_batches(loader, keep, fit.batch_size, e), env, fit,
-                          out.folder / f"{tag}.state.pt", settings, out)
+    losses = train_epochs(
+        clf,
+        _ce,
+        lambda e: kept_batches(loader, keep, fit.batch_size, e),
+        env,
+        fit,
+        out.folder / f"{tag}.state.pt",
+        settings,
+        out,
+    )
     clf.eval()
     classifier = out.folder / f"{tag}.pt"
     with interrupts.deferred():
         if env.is_main:  # the classifier, for `memdpc eval classify` (the state file holds it only to resume)
-            mc.write_checkpoint(mc.serialize(mc.build_checkpoint(clf, stream, "finetune", input_size=data.size,
-                                                                 source=settings["checkpoint"])), classifier)
+            mc.write_checkpoint(
+                mc.serialize(
+                    mc.build_checkpoint(
+                        clf, stream, "finetune", input_size=data.size, source=settings["checkpoint"]
+                    )
+                ),
+                classifier,
+            )
         out.add("classifier", classifier, f"finetuned classifier kept at {classifier}")
     scored = score_videos(clf, data, env, crops)
     if scored is None:
@@ -208,8 +296,17 @@ def run_finetune(checkpoint: str | os.PathLike, data: EvalData, out: Outputs, en
     _, ids, labels, probs = scored
     if plot:
         out.add("plots", confusion_matrix(out.folder / f"{tag}-confusion.png", probs, labels, classes))
-    result = {"kind": "finetune", "stream": stream, "dataset": data.dataset_name, "split": data.test_split,
-              "classes": classes, "metrics": classification_metrics(probs, labels), "train_loss": losses,
-              "config": {**settings, "crops": crops, "train_videos": None if keep is None else len(keep)},
-              **out.record()}
-    return save_result(path, result, {"video_ids": np.array(ids), "labels": labels, "probs": probs.astype(np.float32)})
+    result = {
+        "kind": "finetune",
+        "stream": stream,
+        "dataset": data.dataset_name,
+        "split": data.test_split,
+        "classes": classes,
+        "metrics": classification_metrics(probs, labels),
+        "train_loss": losses,
+        "config": {**settings, "crops": crops, "train_videos": None if keep is None else len(keep)},
+        **out.record(),
+    }
+    return save_result(
+        path, result, {"video_ids": np.array(ids), "labels": labels, "probs": probs.astype(np.float32)}
+    )

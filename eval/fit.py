@@ -8,19 +8,37 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from memdpc.common.settings import setting
+
+__all__ = [
+    "FINETUNE_DROPOUT",
+    "FINETUNE_FIT",
+    "FitConfig",
+    "OOPS_FIT",
+    "OOPS_MODES",
+    "PROBE_DROPOUT",
+    "PROBE_FIT",
+    "RETRIEVAL_CHUNK",
+    "fit_config",
+]
+
 
 @dataclass(frozen=True)
 class FitConfig:
     """Adam with one plateau decay: after ``patience`` epochs without a lower training loss the learning rate
     drops from ``lr`` to ``lr_min`` (``None``: ``lr / 10``)."""
 
-    epochs: int = 100
-    batch_size: int = 256
-    lr: float = 1e-3
-    weight_decay: float = 1e-3
-    lr_min: float | None = None
-    patience: int = 10
-    seed: int = 0
+    epochs: int = setting(100, "Epochs.", min=1)
+    batch_size: int = 256  # not an option of its own: the eval verbs' --batch-size
+    lr: float = setting(1e-3, "Adam learning rate.")
+    weight_decay: float = setting(1e-3, "Adam weight decay.")
+    lr_min: float | None = setting(
+        None, "Learning rate after the plateau decay [default: lr / 10].", option_default=None
+    )
+    patience: int = setting(
+        10, "Epochs without training-loss improvement before the lr decays ×0.1 (once).", min=0
+    )
+    seed: int = setting(0, "Random seed.")
 
     def __post_init__(self) -> None:
         if self.lr_min is None:

@@ -14,8 +14,10 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from memdpc.errors import UserError
+from memdpc.common.errors import UserError
 from memdpc.model.loss import topk_accuracy
+
+__all__ = ["VideoAccumulator", "classification_metrics"]
 
 
 class VideoAccumulator:
@@ -24,8 +26,13 @@ class VideoAccumulator:
     def __init__(self) -> None:
         self._windows: dict[str, tuple[str, int, np.ndarray]] = {}
 
-    def add(self, keys: Sequence[str], video_ids: Sequence[str], labels: Sequence[int],
-            logits: torch.Tensor | np.ndarray) -> None:
+    def add(
+        self,
+        keys: Sequence[str],
+        video_ids: Sequence[str],
+        labels: Sequence[int],
+        logits: torch.Tensor | np.ndarray,
+    ) -> None:
         """Add a batch. ``logits``: (B, C) for one crop or (B, K, C) for K crops; softmax is taken here."""
         logits = torch.as_tensor(logits, dtype=torch.float32)
         if logits.dim() == 2:
@@ -63,9 +70,17 @@ def classification_metrics(probs: np.ndarray, labels: np.ndarray) -> dict[str, f
     top-1."""
     if len(labels) == 0:
         raise UserError("no videos to score")
-    top1, top5 = topk_accuracy(torch.from_numpy(np.asarray(probs)), torch.from_numpy(np.asarray(labels, dtype=np.int64)),
-                               (1, 5), dtype=torch.float64)
+    top1, top5 = topk_accuracy(
+        torch.from_numpy(np.asarray(probs)),
+        torch.from_numpy(np.asarray(labels, dtype=np.int64)),
+        (1, 5),
+        dtype=torch.float64,
+    )
     pred = probs.argmax(axis=1)
     per_class = [float(np.mean(pred[labels == c] == c)) for c in np.unique(labels)]
-    return {"top1": float(top1), "top5": float(top5),
-            "mean_class_top1": float(np.mean(per_class)), "videos": int(len(labels))}
+    return {
+        "top1": float(top1),
+        "top5": float(top5),
+        "mean_class_top1": float(np.mean(per_class)),
+        "videos": int(len(labels)),
+    }

@@ -23,8 +23,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from memdpc import distenv as dd
-from memdpc.errors import UserError
+from memdpc.common import distenv as dd
+from memdpc.common.errors import UserError
 from memdpc.eval.data import EvalData
 from memdpc.eval.features import run_windows, split_classes, task_features
 from memdpc.eval.finetune import kept_batches, train_epochs, train_loader
@@ -41,6 +41,8 @@ from memdpc.pipeline.clip import ClipSpec
 from memdpc.pipeline.manifest import load_manifest
 from memdpc.preprocess.video_index import read_index
 
+__all__ = ["run_oops"]
+
 
 def failure_times(index: str | os.PathLike) -> dict[str, float]:
     """{video id: failure time in seconds} from an Oops video index (``extra['t']``)."""
@@ -50,7 +52,9 @@ def failure_times(index: str | os.PathLike) -> dict[str, float]:
     return times
 
 
-def window_labels(data: EvalData, split: str, keys: list[str], times: dict[str, float], index: str) -> np.ndarray:
+def window_labels(
+    data: EvalData, split: str, keys: list[str], times: dict[str, float], index: str
+) -> np.ndarray:
     """(W, num_blocks) step labels of the given windows, from their start, fps and the failure time."""
     spec = ClipSpec(**load_manifest(data.shards, data.stream, split)["clip"])
     info = window_info(data.shards, data.stream, split)
@@ -69,10 +73,17 @@ def _steps(values: np.ndarray) -> np.ndarray:
 
 
 def step_metrics(pred: np.ndarray, labels: np.ndarray) -> dict[str, float]:
-    recall = {f"recall_{name}": float(np.mean(pred[labels == c] == c))
-              for c, name in enumerate(CLASSES) if np.any(labels == c)}
-    return {"accuracy": float(np.mean(pred == labels)), **recall,
-            "mean_class_accuracy": float(np.mean(list(recall.values()))), "steps": int(len(labels))}
+    recall = {
+        f"recall_{name}": float(np.mean(pred[labels == c] == c))
+        for c, name in enumerate(CLASSES)
+        if np.any(labels == c)
+    }
+    return {
+        "accuracy": float(np.mean(pred == labels)),
+        **recall,
+        "mean_class_accuracy": float(np.mean(list(recall.values()))),
+        "steps": int(len(labels)),
+    }
 
 
 class StepClassifier(nn.Module):
@@ -90,9 +101,19 @@ def _frozen(model, data: EvalData, out: Outputs, env, times, index, fit: FitConf
     def step_fn(clips):
         return torch.cat(model.step_features(clips), dim=-1)  # (B, N, 2D)
 
-    sets = {split: task_features(step_fn, data, split, env, out, f"oops-steps-{data.stream}-{split}.npz",
-                                 desc="step features", kind="oops-steps")
-            for split in (data.train_split, data.test_split)}
+    sets = {
+        split: task_features(
+            step_fn,
+            data,
+            split,
+            env,
+            out,
+            f"oops-steps-{data.stream}-{split}.npz",
+            desc="step features",
+            kind="oops-steps",
+        )
+        for split in (data.train_split, data.test_split)
+    }
     if not env.is_main:
         return None
     train, test = sets[data.train_split], sets[data.test_split]
@@ -110,13 +131,17 @@ def _frozen(model, data: EvalData, out: Outputs, env, times, index, fit: FitConf
 def _finetune(model, data: EvalData, out: Outputs, env, times, index, fit: FitConfig, settings):
     info = window_info(data.shards, data.stream, data.train_split)
     spec = ClipSpec(**split_classes(data, data.train_split)[1]["clip"])
-    labels_of = {k: step_labels(int(w["start"]), float(w["fps"]), times[w["video_id"]], spec)
-                 for k, w in info.items() if w["video_id"] in times}
+    labels_of = {
+        k: step_labels(int(w["start"]), float(w["fps"]), times[w["video_id"]], spec)
+        for k, w in info.items()
+        if w["video_id"] in times
+    }
     counts = np.bincount(np.concatenate([lab[1:] for lab in labels_of.values()]), minlength=3)
     weight = torch.ones(3)
     if counts[TRANSITIONAL]:
-        weight[TRANSITIONAL] = max(1.0, min(c for i, c in enumerate(counts) if i != TRANSITIONAL and c)
-                                   / counts[TRANSITIONAL])
+        weight[TRANSITIONAL] = max(
+            1.0, min(c for i, c in enumerate(counts) if i != TRANSITIONAL and c) / counts[TRANSITIONAL]
+        )
     clf = StepClassifier(model, model.backbone.out_channels).to(env.device)
 
     def batch_loss(module, clips, keys, _labels):
@@ -128,8 +153,17 @@ def _finetune(model, data: EvalData, out: Outputs, env, times, index, fit: FitCo
         return nn.functional.cross_entropy(logits.flatten(0, 1), y.flatten(), weight=weight.to(clips.device))
 
     loader = train_loader(data, env, fit.seed)
-    losses = train_epochs(clf, batch_loss, lambda e: kept_batches(loader, None, fit.batch_size, e), env, fit,
-                          out.folder / f"oops-finetune-{data.stream}.state.pt", settings, out, "Oops finetune")
+    losses = train_epochs(
+        clf,
+        batch_loss,
+        lambda e: kept_batches(loader, None, fit.batch_size, e),
+        env,
+        fit,
+        out.folder / f"oops-finetune-{data.stream}.state.pt",
+        settings,
+        out,
+        "Oops finetune",
+    )
     clf.eval()
     test = run_windows(clf, data, data.test_split, env, desc="test")
     if test is None:
@@ -137,9 +171,17 @@ def _finetune(model, data: EvalData, out: Outputs, env, times, index, fit: FitCo
     return test.values[:, 0, 1:].argmax(-1).reshape(-1), test, losses
 
 
-def run_oops(checkpoint: str | os.PathLike, data: EvalData, out: Outputs, env: dd.DistEnv, *,
-             index: str | os.PathLike, mode: str = OOPS_MODES[0], fit: FitConfig = OOPS_FIT, plot: bool = False
-             ) -> Path | None:
+def run_oops(
+    checkpoint: str | os.PathLike,
+    data: EvalData,
+    out: Outputs,
+    env: dd.DistEnv,
+    *,
+    index: str | os.PathLike,
+    mode: str = OOPS_MODES[0],
+    fit: FitConfig = OOPS_FIT,
+    plot: bool = False,
+) -> Path | None:
     """``memdpc eval oops``: writes ``oops-<mode>-<stream>.json`` (+ npz with per-step predictions)."""
     if mode not in OOPS_MODES:
         raise UserError(f"Oops mode must be 'frozen' or 'finetune', not {mode!r}")
@@ -149,20 +191,47 @@ def run_oops(checkpoint: str | os.PathLike, data: EvalData, out: Outputs, env: d
     for split in (data.train_split, data.test_split):
         split_classes(data, split)  # refuses an empty split
     path = out.claim(f"oops-{mode}-{stream}.json")
-    settings = {"checkpoint": out.source["checkpoint"], "checkpoint_sha256": out.source["sha256"],
-                "index": str(index), "size": data.size, **asdict(fit)}
-    got = (_frozen(model, data, out, env, times, str(index), fit) if mode == "frozen"
-           else _finetune(model, data, out, env, times, str(index), fit, settings))
+    settings = {
+        "checkpoint": out.source["checkpoint"],
+        "checkpoint_sha256": out.source["sha256"],
+        "index": str(index),
+        "size": data.size,
+        **asdict(fit),
+    }
+    got = (
+        _frozen(model, data, out, env, times, str(index), fit)
+        if mode == "frozen"
+        else _finetune(model, data, out, env, times, str(index), fit, settings)
+    )
     if got is None:
         return None
     pred, test, losses = got
     labels = window_labels(data, data.test_split, test.keys, times, str(index))[:, 1:]
     if plot:
-        out.add("plots", confusion_matrix(out.folder / f"oops-{mode}-{stream}-confusion.png", np.eye(3)[pred],
-                                          labels.reshape(-1), CLASSES))
-    result = {"kind": f"oops-{mode}", "stream": stream, "dataset": data.dataset_name, "split": data.test_split,
-              "classes": CLASSES, "metrics": step_metrics(pred, labels.reshape(-1)), "train_loss": losses,
-              "config": settings, **out.record()}
-    arrays = {"video_ids": np.array(test.video_ids), "keys": np.array(test.keys), "labels": labels,
-              "pred": pred.reshape(labels.shape)}
+        out.add(
+            "plots",
+            confusion_matrix(
+                out.folder / f"oops-{mode}-{stream}-confusion.png",
+                np.eye(3)[pred],
+                labels.reshape(-1),
+                CLASSES,
+            ),
+        )
+    result = {
+        "kind": f"oops-{mode}",
+        "stream": stream,
+        "dataset": data.dataset_name,
+        "split": data.test_split,
+        "classes": CLASSES,
+        "metrics": step_metrics(pred, labels.reshape(-1)),
+        "train_loss": losses,
+        "config": settings,
+        **out.record(),
+    }
+    arrays = {
+        "video_ids": np.array(test.video_ids),
+        "keys": np.array(test.keys),
+        "labels": labels,
+        "pred": pred.reshape(labels.shape),
+    }
     return save_result(path, result, arrays)

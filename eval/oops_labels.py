@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from memdpc.errors import UserError
+from memdpc.common.errors import UserError
 from memdpc.pipeline.clip import ClipSpec
+
+__all__ = ["CLASSES", "TRANSITIONAL", "oversample", "step_labels"]
 
 INTENTIONAL, TRANSITIONAL, UNINTENTIONAL = 0, 1, 2
 DEFAULT_SPEC = ClipSpec()
@@ -47,6 +49,10 @@ def oversample(labels: np.ndarray, rare: int = TRANSITIONAL, seed: int = 0) -> n
     if len(rare_idx) == 0 or not others or min(others) <= len(rare_idx):
         return rng.permutation(base)
     extra = min(others) - len(rare_idx)
-    copies = np.concatenate([np.tile(rare_idx, extra // len(rare_idx)),
-                             rng.choice(rare_idx, extra % len(rare_idx), replace=False)])
+    copies = np.concatenate(
+        [
+            np.tile(rare_idx, extra // len(rare_idx)),
+            rng.choice(rare_idx, extra % len(rare_idx), replace=False),
+        ]
+    )
     return rng.permutation(np.concatenate([base, copies]))

@@ -10,6 +10,8 @@ import torch
 
 from memdpc.eval.fit import FitConfig
 
+__all__ = ["adam_with_plateau"]
+
 
 def adam_with_plateau(
     params: Iterable[torch.nn.Parameter], fit: FitConfig

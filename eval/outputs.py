@@ -17,7 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from memdpc.errors import UserError
+from memdpc.common.errors import UserError
+
+__all__ = ["Outputs"]
 
 
 def checkpoint_source(checkpoint: str | os.PathLike) -> dict[str, str]:
@@ -63,8 +65,10 @@ class Outputs:
             whose = f"of {before['checkpoint']} as it was before it changed"
         else:
             whose = f"of another checkpoint, {before.get('checkpoint')}"
-        raise UserError(f"{path} holds results {whose}; give another --out for {self.source['checkpoint']}, "
-                        "or --overwrite to replace them")
+        raise UserError(
+            f"{path} holds results {whose}; give another --out for {self.source['checkpoint']}, "
+            "or --overwrite to replace them"
+        )
 
     def add(self, role: str, path: str | os.PathLike, kept: str = "") -> None:
         """Record a file written (or reused) under ``role`` (a key of ``results.FILE_ROLES``); ``kept`` is what

@@ -2,7 +2,7 @@
 
 * Retrieval examples (paper appendix): each row is a test query and its top-3 train neighbours, every video
   shown as a strip of one frame per block of its first window, titled with the class (green: same class);
-  flow in colour (:mod:`memdpc.flowviz`), each strip on a scale of its own (flowviz's), named in its title.
+  flow in colour (:mod:`memdpc.viz.flow_colours`), each strip on a scale of its own (flow_colours'), named in its title.
 * Confusion matrix of per-video predictions (rows: true class, normalised per row).
 * Memory norms (paper appendix, Fig. "memory retrieval"): ‖M_i‖ of every memory slot, the largest few
   highlighted.
@@ -18,13 +18,15 @@ from typing import TYPE_CHECKING
 import matplotlib
 import numpy as np
 
-from memdpc.atomic import atomic_path
+from memdpc.common.atomic import atomic_path
+from memdpc.common.streams import FLOW, RGB
 from memdpc.eval.shard_meta import window_frames
-from memdpc.flowviz import FLOW_KEY, codes_colours
-from memdpc.pictures import decode_frames
 from memdpc.pipeline.manifest import load_manifest
 from memdpc.pipeline.sample import sample_key
-from memdpc.streams import FLOW, RGB
+from memdpc.viz.flow_colours import FLOW_KEY, codes_colours
+from memdpc.viz.pictures import decode_frames
+
+__all__ = ["confusion_matrix", "memory_norms", "retrieval_examples"]
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402 — after choosing the backend
@@ -40,9 +42,11 @@ def _save(fig, path: str | os.PathLike) -> Path:
     return Path(path)
 
 
-def frame_strip(jpegs: Sequence[bytes], num_blocks: int, stream: str = RGB) -> tuple[np.ndarray, float | None]:
+def frame_strip(
+    jpegs: Sequence[bytes], num_blocks: int, stream: str = RGB
+) -> tuple[np.ndarray, float | None]:
     """One frame from the middle of every block, side by side: (h, num_blocks·w, 3) RGB uint8, flow in colour on
-    the strip's own scale (flowviz's); and, for flow, the speed its full colour stands for."""
+    the strip's own scale (flow_colours'); and, for flow, the speed its full colour stands for."""
     per_block = len(jpegs) // num_blocks
     frames = decode_frames([jpegs[b * per_block + per_block // 2] for b in range(num_blocks)])
     if stream != FLOW:
@@ -51,9 +55,18 @@ def frame_strip(jpegs: Sequence[bytes], num_blocks: int, stream: str = RGB) -> t
     return np.concatenate(colours.image, axis=1), colours.max_flow
 
 
-def retrieval_examples(path: str | os.PathLike, data: EvalData, q_ids: Sequence[str], q_labels: np.ndarray,
-                       g_ids: Sequence[str], g_labels: np.ndarray, neighbours: np.ndarray,
-                       classes: Sequence[str], rows: int = 5, stream: str | None = None) -> Path:
+def retrieval_examples(
+    path: str | os.PathLike,
+    data: EvalData,
+    q_ids: Sequence[str],
+    q_labels: np.ndarray,
+    g_ids: Sequence[str],
+    g_labels: np.ndarray,
+    neighbours: np.ndarray,
+    classes: Sequence[str],
+    rows: int = 5,
+    stream: str | None = None,
+) -> Path:
     """Queries (the first ``rows`` test videos) and their top-3 neighbours as frame strips.
 
     Frames come from the first window of each video in the shards of ``stream`` (default: the evaluated
@@ -63,11 +76,14 @@ def retrieval_examples(path: str | os.PathLike, data: EvalData, q_ids: Sequence[
     num_blocks = int(load_manifest(data.shards, stream, data.test_split)["clip"]["num_blocks"])
     rows = min(rows, len(q_ids))
     top = neighbours[:rows, :3]
-    q_frames = window_frames(data.shards, stream, data.test_split, [sample_key(q_ids[i], 0) for i in range(rows)])
+    q_frames = window_frames(
+        data.shards, stream, data.test_split, [sample_key(q_ids[i], 0) for i in range(rows)]
+    )
     g_keys = [sample_key(g_ids[j], 0) for j in np.unique(top)]
     g_frames = window_frames(data.shards, stream, data.train_split, g_keys)
-    fig, axes = plt.subplots(rows, 1 + top.shape[1], figsize=(4 * (1 + top.shape[1]), 1.2 * rows + 0.5),
-                             squeeze=False)
+    fig, axes = plt.subplots(
+        rows, 1 + top.shape[1], figsize=(4 * (1 + top.shape[1]), 1.2 * rows + 0.5), squeeze=False
+    )
     for i in range(rows):
         cells = [(q_frames.get(sample_key(q_ids[i], 0)), f"query: {classes[q_labels[i]]}", "black")]
         for j in top[i]:
@@ -83,8 +99,9 @@ def retrieval_examples(path: str | os.PathLike, data: EvalData, q_ids: Sequence[
             ax.set_title(title, fontsize=8, color=color)
     if stream == FLOW:
         fig.suptitle(f"{FLOW_KEY}; each strip on its own scale, its full colour in its title", fontsize=9)
-    fig.subplots_adjust(left=0.01, right=0.99, bottom=0.01, top=0.93 if stream != FLOW else 0.88, wspace=0.05,
-                        hspace=0.3)
+    fig.subplots_adjust(
+        left=0.01, right=0.99, bottom=0.01, top=0.93 if stream != FLOW else 0.88, wspace=0.05, hspace=0.3
+    )
     return _save(fig, path)
 
 
@@ -95,8 +112,9 @@ def confusion(pred: np.ndarray, labels: np.ndarray, num_classes: int) -> np.ndar
     return m
 
 
-def confusion_matrix(path: str | os.PathLike, probs: np.ndarray, labels: np.ndarray,
-                     classes: Sequence[str]) -> Path:
+def confusion_matrix(
+    path: str | os.PathLike, probs: np.ndarray, labels: np.ndarray, classes: Sequence[str]
+) -> Path:
     """A row-normalised confusion matrix of the arg-max predictions."""
     m = confusion(probs.argmax(axis=1), labels, len(classes)).astype(float)
     m /= np.maximum(m.sum(axis=1, keepdims=True), 1)

@@ -10,22 +10,26 @@ from rich.console import Console
 from rich.markup import escape
 from torch import nn
 
-from memdpc.distenv import DistEnv
-from memdpc.errors import UserError
+from memdpc.common.distenv import DistEnv
+from memdpc.common.errors import UserError
+from memdpc.common.streams import STREAMS
 from memdpc.eval.data import EvalData
 from memdpc.model.checkpoint import load_model, require_classifier, require_pretrained, resolve_stream
 from memdpc.pipeline.manifest import manifest_path
-from memdpc.streams import STREAMS
+
+__all__ = ["default_size", "load_classifier", "load_encoder"]
 
 
-def load_encoder(checkpoint: str | os.PathLike, data: EvalData, env: DistEnv
-                 ) -> tuple[nn.Module, dict[str, Any], str]:
+def load_encoder(
+    checkpoint: str | os.PathLike, data: EvalData, env: DistEnv
+) -> tuple[nn.Module, dict[str, Any], str]:
     """(pretrained MemDPC/DPC model in eval mode on the device, checkpoint dict, stream to evaluate)."""
     return _load(checkpoint, data, env, require_pretrained)
 
 
-def load_classifier(checkpoint: str | os.PathLike, data: EvalData, env: DistEnv
-                    ) -> tuple[nn.Module, dict[str, Any], str]:
+def load_classifier(
+    checkpoint: str | os.PathLike, data: EvalData, env: DistEnv
+) -> tuple[nn.Module, dict[str, Any], str]:
     """(finetuned classifier in eval mode on the device, checkpoint dict, stream to evaluate)."""
     return _load(checkpoint, data, env, require_classifier)
 
@@ -48,14 +52,18 @@ def _check_shards_hold(checkpoint, ckpt: dict[str, Any], data: EvalData, stream:
     """Refuse shards that lack the checkpoint's stream, naming the stream they do hold."""
     if manifest_path(data.shards, stream, data.test_split).is_file():
         return
-    others = [s for s in STREAMS
-              if s != stream and manifest_path(data.shards, s, data.test_split).is_file()]
+    others = [s for s in STREAMS if s != stream and manifest_path(data.shards, s, data.test_split).is_file()]
     if not others:
         return  # no shards of either stream: the manifest reader names the missing file
-    hint = (f"; pass --stream {others[0]} to evaluate these weights on {others[0]} anyway"
-            if ckpt["origin"] == "converted" else "")
-    raise UserError(f"{checkpoint}: holds {stream} weights, but {data.shards} has no {stream} shards, only "
-                    f"{others[0]}{hint}")
+    hint = (
+        f"; pass --stream {others[0]} to evaluate these weights on {others[0]} anyway"
+        if ckpt["origin"] == "converted"
+        else ""
+    )
+    raise UserError(
+        f"{checkpoint}: holds {stream} weights, but {data.shards} has no {stream} shards, only "
+        f"{others[0]}{hint}"
+    )
 
 
 def default_size(ckpt: dict[str, Any]) -> int:

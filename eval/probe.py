@@ -17,8 +17,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from memdpc.distenv import DistEnv
-from memdpc.errors import UserError
+from memdpc.common.distenv import DistEnv
+from memdpc.common.errors import UserError
 from memdpc.eval.data import EvalData
 from memdpc.eval.features import Windows, same_classes, task_features
 from memdpc.eval.fit import PROBE_DROPOUT, PROBE_FIT, FitConfig
@@ -30,9 +30,12 @@ from memdpc.eval.pretrained import load_encoder
 from memdpc.eval.results import save_result
 from memdpc.model import LinearHead, MLPHead
 
+__all__ = ["fit_head", "run_probe"]
 
-def fit_head(head: nn.Module, x: torch.Tensor, y: torch.Tensor, cfg: FitConfig,
-             order: np.ndarray | None = None) -> list[float]:
+
+def fit_head(
+    head: nn.Module, x: torch.Tensor, y: torch.Tensor, cfg: FitConfig, order: np.ndarray | None = None
+) -> list[float]:
     """Train ``head`` on (x, y) with cross-entropy; returns the mean loss of every epoch.
 
     ``order`` (indices into x, e.g. with oversampled rows) replaces the plain sample list; it is reshuffled
@@ -49,7 +52,7 @@ def fit_head(head: nn.Module, x: torch.Tensor, y: torch.Tensor, cfg: FitConfig,
         perm = rows[torch.randperm(len(rows), generator=gen)]
         total = 0.0
         for lo in range(0, len(perm), cfg.batch_size):
-            idx = perm[lo:lo + cfg.batch_size]
+            idx = perm[lo : lo + cfg.batch_size]
             if len(idx) < 2 and len(perm) >= 2:  # BatchNorm needs two samples: a lone tail waits an epoch
                 continue
             loss = nn.functional.cross_entropy(head(x[idx]), y[idx])
@@ -69,7 +72,7 @@ def predict_windows(head: nn.Module, windows: Windows, batch_size: int = 1024) -
     values = torch.from_numpy(windows.values).float()  # (W, K, D)
     with torch.inference_mode():
         for lo in range(0, len(values), batch_size):
-            chunk = values[lo:lo + batch_size]
+            chunk = values[lo : lo + batch_size]
             logits = head(chunk.flatten(0, 1)).view(*chunk.shape[:2], -1)  # (B, K, C)
             hi = lo + len(chunk)
             acc.add(windows.keys[lo:hi], windows.video_ids[lo:hi], windows.labels[lo:hi].tolist(), logits)
@@ -84,9 +87,18 @@ def make_head(kind: str, dim: int, num_classes: int, dropout: float) -> nn.Modul
     raise UserError(f"probe head must be 'linear' or 'mlp', not {kind!r}")
 
 
-def run_probe(checkpoint: str | os.PathLike, data: EvalData, out: Outputs, env: DistEnv, *,
-              head: str = "linear", crops: int = 1, dropout: float = PROBE_DROPOUT, fit: FitConfig = PROBE_FIT,
-              plot: bool = False) -> Path | None:
+def run_probe(
+    checkpoint: str | os.PathLike,
+    data: EvalData,
+    out: Outputs,
+    env: DistEnv,
+    *,
+    head: str = "linear",
+    crops: int = 1,
+    dropout: float = PROBE_DROPOUT,
+    fit: FitConfig = PROBE_FIT,
+    plot: bool = False,
+) -> Path | None:
     """``memdpc eval probe``: writes ``probe-<head>-<stream>.json`` (+ npz with per-video probabilities)."""
     model, _, stream = load_encoder(checkpoint, data, env)
     data = replace(data, stream=stream)
@@ -95,19 +107,34 @@ def run_probe(checkpoint: str | os.PathLike, data: EvalData, out: Outputs, env: 
     sets = {}
     for split, k in ((data.train_split, 1), (data.test_split, crops)):
         suffix = "" if k == 1 else f"-crops{k}"
-        sets[split] = task_features(model.features, data, split, env, out, f"features-{stream}-{split}{suffix}.npz",
-                                    crops=k)
+        sets[split] = task_features(
+            model.features, data, split, env, out, f"features-{stream}-{split}{suffix}.npz", crops=k
+        )
     if not env.is_main:
         return None
     train = sets[data.train_split]
     torch.manual_seed(fit.seed)
     probe = make_head(head, train.values.shape[-1], len(classes), dropout)
-    losses = fit_head(probe, torch.from_numpy(train.values[:, 0]).float(), torch.from_numpy(train.labels), fit)
+    losses = fit_head(
+        probe, torch.from_numpy(train.values[:, 0]).float(), torch.from_numpy(train.labels), fit
+    )
     ids, labels, probs, _ = predict_windows(probe, sets[data.test_split]).video_probs()
     if plot:
-        out.add("plots", confusion_matrix(out.folder / f"probe-{head}-{stream}-confusion.png", probs, labels, classes))
-    result = {"kind": f"probe-{head}", "stream": stream, "dataset": data.dataset_name, "split": data.test_split,
-              "classes": classes, "metrics": classification_metrics(probs, labels), "train_loss": losses,
-              "config": {"checkpoint": str(checkpoint), "crops": crops, "dropout": dropout, **fit.__dict__},
-              **out.record()}
-    return save_result(path, result, {"video_ids": np.array(ids), "labels": labels, "probs": probs.astype(np.float32)})
+        out.add(
+            "plots",
+            confusion_matrix(out.folder / f"probe-{head}-{stream}-confusion.png", probs, labels, classes),
+        )
+    result = {
+        "kind": f"probe-{head}",
+        "stream": stream,
+        "dataset": data.dataset_name,
+        "split": data.test_split,
+        "classes": classes,
+        "metrics": classification_metrics(probs, labels),
+        "train_loss": losses,
+        "config": {"checkpoint": str(checkpoint), "crops": crops, "dropout": dropout, **fit.__dict__},
+        **out.record(),
+    }
+    return save_result(
+        path, result, {"video_ids": np.array(ids), "labels": labels, "probs": probs.astype(np.float32)}
+    )

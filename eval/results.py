@@ -30,9 +30,11 @@ from typing import Any
 
 import numpy as np
 
-from memdpc import file_kinds
-from memdpc.atomic import atomic_path, write_json_atomic
-from memdpc.errors import UserError
+from memdpc.common import file_kinds
+from memdpc.common.atomic import atomic_path, write_json_atomic
+from memdpc.common.errors import UserError
+
+__all__ = ["FILE_ROLES", "load_result", "save_result"]
 
 SCHEMA = 1
 REQUIRED = ("kind", "stream", "dataset", "split", "classes", "metrics")
@@ -80,8 +82,11 @@ def load_result(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str, np.n
         result = None
     if not isinstance(result, dict) or any(k not in result for k in (*REQUIRED, "arrays")):
         beside = path.with_suffix(".json")
-        hint = (f"its results file is {beside}" if path.suffix == ".npz" and beside.is_file()
-                else "give the .json files eval wrote, e.g. eval/rgb/retrieval-rgb.json")
+        hint = (
+            f"its results file is {beside}"
+            if path.suffix == ".npz" and beside.is_file()
+            else "give the .json files eval wrote, e.g. eval/rgb/retrieval-rgb.json"
+        )
         raise UserError(f"{path}: not a results file (it looks like {file_kinds.describe(path)}); {hint}")
     npz = path.with_name(result["arrays"])
     if not npz.is_file():

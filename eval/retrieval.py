@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from memdpc.distenv import DistEnv
+from memdpc.common.distenv import DistEnv
 from memdpc.eval.data import EvalData
 from memdpc.eval.features import same_classes, task_features, video_mean
 from memdpc.eval.fit import RETRIEVAL_CHUNK
@@ -24,9 +24,18 @@ from memdpc.eval.pretrained import load_encoder
 from memdpc.eval.results import save_result
 from memdpc.model.retrieval import center_normalize, retrieve
 
+__all__ = ["run_retrieval"]
 
-def run_retrieval(checkpoint: str | os.PathLike, data: EvalData, out: Outputs, env: DistEnv, *,
-                  chunk: int = RETRIEVAL_CHUNK, plot: bool = False) -> Path | None:
+
+def run_retrieval(
+    checkpoint: str | os.PathLike,
+    data: EvalData,
+    out: Outputs,
+    env: DistEnv,
+    *,
+    chunk: int = RETRIEVAL_CHUNK,
+    plot: bool = False,
+) -> Path | None:
     """``memdpc eval retrieve``: features of every window of both splits (cached under ``out``), averaged
     per video; test videos query train videos. Writes ``retrieval-<stream>.json`` (+ npz); returns its path
     on rank 0, None elsewhere."""
@@ -34,25 +43,56 @@ def run_retrieval(checkpoint: str | os.PathLike, data: EvalData, out: Outputs, e
     data = replace(data, stream=stream)
     classes = same_classes(data)
     path = out.claim(f"retrieval-{stream}.json")
-    sets = {split: task_features(model.features, data, split, env, out, f"features-{stream}-{split}.npz")
-            for split in (data.train_split, data.test_split)}
+    sets = {
+        split: task_features(model.features, data, split, env, out, f"features-{stream}-{split}.npz")
+        for split in (data.train_split, data.test_split)
+    }
     if not env.is_main:
         return None
     g_ids, g_labels, g_feats = video_mean(sets[data.train_split])
     q_ids, q_labels, q_feats = video_mean(sets[data.test_split])
     metrics, neighbours = retrieve([q_feats], [g_feats], q_labels, g_labels, chunk=chunk)
-    arrays = {"video_ids": np.array(q_ids), "labels": q_labels, "query": center_normalize(q_feats),
-              "gallery": center_normalize(g_feats), "gallery_ids": np.array(g_ids), "gallery_labels": g_labels,
-              "neighbours": neighbours}
+    arrays = {
+        "video_ids": np.array(q_ids),
+        "labels": q_labels,
+        "query": center_normalize(q_feats),
+        "gallery": center_normalize(g_feats),
+        "gallery_ids": np.array(g_ids),
+        "gallery_labels": g_labels,
+        "neighbours": neighbours,
+    }
     if plot:
-        out.add("plots", retrieval_examples(out.folder / f"retrieval-{stream}.png", data, q_ids, q_labels, g_ids,
-                                            g_labels, neighbours, classes))
+        out.add(
+            "plots",
+            retrieval_examples(
+                out.folder / f"retrieval-{stream}.png",
+                data,
+                q_ids,
+                q_labels,
+                g_ids,
+                g_labels,
+                neighbours,
+                classes,
+            ),
+        )
         if getattr(model, "memory", None) is not None:
-            out.add("plots", memory_norms(out.folder / f"memory-norms-{stream}.png",
-                                          model.memory.detach().cpu().numpy()))
-    result = {"kind": "retrieval", "stream": stream, "dataset": data.dataset_name, "split": data.test_split,
-              "classes": classes, "metrics": {**metrics, "queries": len(q_ids), "gallery": len(g_ids)},
-              "config": {"checkpoint": str(checkpoint), "shards": str(Path(data.shards).resolve()),
-                         "train_split": data.train_split, "size": data.size},
-              **out.record()}
+            out.add(
+                "plots",
+                memory_norms(out.folder / f"memory-norms-{stream}.png", model.memory.detach().cpu().numpy()),
+            )
+    result = {
+        "kind": "retrieval",
+        "stream": stream,
+        "dataset": data.dataset_name,
+        "split": data.test_split,
+        "classes": classes,
+        "metrics": {**metrics, "queries": len(q_ids), "gallery": len(g_ids)},
+        "config": {
+            "checkpoint": str(checkpoint),
+            "shards": str(Path(data.shards).resolve()),
+            "train_split": data.train_split,
+            "size": data.size,
+        },
+        **out.record(),
+    }
     return save_result(path, result, arrays)

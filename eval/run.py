@@ -1,5 +1,5 @@
 """The entry points behind ``memdpc eval …``: process-group setup and the task; they return the results file
-(the command line prints its table, :func:`memdpc.report_tables.print_result`).
+(the command line prints its table, :func:`memdpc.report.tables.print_result`).
 
 Every task runs alone or under ``torchrun`` (each rank reads its own shards; rank 0 gathers, scores and
 writes the results).
@@ -13,9 +13,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from memdpc import distenv as dd
-from memdpc import file_kinds, interrupts
-from memdpc.errors import UserError
+from memdpc.common import distenv as dd
+from memdpc.common import file_kinds, interrupts
+from memdpc.common.errors import UserError
 from memdpc.eval.classify import run_classify
 from memdpc.eval.data import EvalData
 from memdpc.eval.finetune import run_finetune
@@ -28,6 +28,8 @@ from memdpc.eval.probe import run_probe
 from memdpc.eval.results import save_result
 from memdpc.eval.retrieval import run_retrieval
 from memdpc.model.checkpoint import read_checkpoint
+
+__all__ = ["evaluate", "fuse"]
 
 
 def _runner(task: str):
@@ -42,11 +44,25 @@ def _runner(task: str):
     return run_oops
 
 
-def evaluate(task: str, checkpoint: str | os.PathLike, *, shards: str | os.PathLike, out: str | os.PathLike,
-             stream: str | None = None, dataset: str | None = None, train_split: str = EvalData.train_split,
-             test_split: str = EvalData.test_split, size: int | None = None, batch_size: int = EvalData.batch_size,
-             backend: str = EvalData.backend, num_workers: int | None = None, device: str = "auto",
-             fit: dict[str, Any] | None = None, overwrite: bool = False, **task_kw: Any) -> Path | None:
+def evaluate(
+    task: str,
+    checkpoint: str | os.PathLike,
+    *,
+    shards: str | os.PathLike,
+    out: str | os.PathLike,
+    stream: str | None = None,
+    dataset: str | None = None,
+    train_split: str = EvalData.train_split,
+    test_split: str = EvalData.test_split,
+    size: int | None = None,
+    batch_size: int = EvalData.batch_size,
+    backend: str = EvalData.backend,
+    num_workers: int | None = None,
+    device: str = "auto",
+    fit: dict[str, Any] | None = None,
+    overwrite: bool = False,
+    **task_kw: Any,
+) -> Path | None:
     """Run one evaluation task (``retrieve``, ``probe``, ``finetune``, ``oops``, ``classify``); rank 0 writes
     its results file, which lists every file the task wrote (:mod:`memdpc.eval.outputs`).
 
@@ -58,9 +74,13 @@ def evaluate(task: str, checkpoint: str | os.PathLike, *, shards: str | os.PathL
     """
     if size is None:
         size = default_size(read_checkpoint(checkpoint))
-    data = EvalData(Path(shards), stream, train_split, test_split, size, batch_size, backend, num_workers, dataset)
+    data = EvalData(
+        Path(shards), stream, train_split, test_split, size, batch_size, backend, num_workers, dataset
+    )
     if fit is not None:
-        base = {"finetune": replace(FINETUNE_FIT, batch_size=batch_size), "oops": OOPS_FIT}.get(task, PROBE_FIT)
+        base = {"finetune": replace(FINETUNE_FIT, batch_size=batch_size), "oops": OOPS_FIT}.get(
+            task, PROBE_FIT
+        )
         task_kw["fit"] = fit_config(base, **fit)
     outputs = Outputs(Path(out), Path(checkpoint), overwrite)
     env = dd.setup(device)  # ``out`` appears with the first file written (a refused checkpoint leaves none)
@@ -78,19 +98,30 @@ def evaluate(task: str, checkpoint: str | os.PathLike, *, shards: str | os.PathL
     return path
 
 
-def fuse(result_a: str | os.PathLike, result_b: str | os.PathLike, out: str | os.PathLike | None = None,
-         weights: tuple[float, float] = (1.0, 1.0), overwrite: bool = False) -> Path:
+def fuse(
+    result_a: str | os.PathLike,
+    result_b: str | os.PathLike,
+    out: str | os.PathLike | None = None,
+    weights: tuple[float, float] = (1.0, 1.0),
+    overwrite: bool = False,
+) -> Path:
     """Late fusion of two results files (see :mod:`memdpc.eval.fusion`); writes the result and returns its path.
 
     ``out`` may hold the same fusion (the same inputs and weights: written again); other results there are
     refused unless ``overwrite``, and an input never is ``out``."""
     result, arrays = fuse_results(result_a, result_b, weights)
-    out = Path(out) if out is not None else Path(result_a).with_name(f"{result['kind']}-{result['stream']}.json")
+    out = (
+        Path(out)
+        if out is not None
+        else Path(result_a).with_name(f"{result['kind']}-{result['stream']}.json")
+    )
     if out.resolve() in {Path(p).resolve() for p in (result_a, result_b)}:
         raise UserError(f"{out}: is one of the results being fused; give another --out")
     if out.exists() and not overwrite and _recorded_config(out) != result["config"]:
-        raise UserError(f"{out}: holds other results ({file_kinds.describe(out)}, not this fusion of "
-                        f"{result_a} and {result_b}); add --overwrite to replace them, or give another --out")
+        raise UserError(
+            f"{out}: holds other results ({file_kinds.describe(out)}, not this fusion of "
+            f"{result_a} and {result_b}); add --overwrite to replace them, or give another --out"
+        )
     return save_result(out, result, arrays)
 
 

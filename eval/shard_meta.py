@@ -12,10 +12,12 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from memdpc.errors import UserError
+from memdpc.common.errors import UserError
 from memdpc.pipeline.manifest import load_manifest, shard_paths
 from memdpc.pipeline.sample import INFO, is_frame_member
 from memdpc.pipeline.wds_index import read_index, split_name
+
+__all__ = ["window_frames", "window_info"]
 
 
 def _members(shard_dir: str | os.PathLike, stream: str, split: str) -> Iterator[tuple[Path, dict]]:
@@ -49,8 +51,9 @@ def window_info(shard_dir: str | os.PathLike, stream: str, split: str) -> dict[s
     return out
 
 
-def window_frames(shard_dir: str | os.PathLike, stream: str, split: str, keys: Iterable[str]
-                  ) -> dict[str, list[bytes]]:
+def window_frames(
+    shard_dir: str | os.PathLike, stream: str, split: str, keys: Iterable[str]
+) -> dict[str, list[bytes]]:
     """{key: JPEG bytes of the window's frames in order} for the requested windows."""
     wanted = set(keys)
     out: dict[str, list[bytes]] = {}

@@ -6,11 +6,14 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from memdpc.errors import UserError
+from memdpc.common.errors import UserError
+
+__all__ = ["stratified_subset"]
 
 
-def stratified_subset(video_ids: Sequence[str], labels: Sequence[int], fraction: float, seed: int = 0
-                      ) -> list[str]:
+def stratified_subset(
+    video_ids: Sequence[str], labels: Sequence[int], fraction: float, seed: int = 0
+) -> list[str]:
     """Keep ``fraction`` of the videos of every class (rounded, at least one per class), chosen by ``seed``.
 
     The choice depends only on the (id, label) pairs, the fraction and the seed, not on their order, so the

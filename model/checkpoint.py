@@ -26,10 +26,25 @@ from typing import Any
 import torch
 from torch import nn
 
-from memdpc import __version__, file_kinds
-from memdpc.atomic import atomic_path
-from memdpc.errors import UserError
+from memdpc import __version__
+from memdpc.common import file_kinds
+from memdpc.common.atomic import atomic_path
+from memdpc.common.errors import UserError
 from memdpc.model.factory import create_model, has_memory
+
+__all__ = [
+    "WEIGHT_KEYS",
+    "build_checkpoint",
+    "check_compatible",
+    "load_model",
+    "load_torch_file",
+    "read_checkpoint",
+    "require_classifier",
+    "require_pretrained",
+    "resolve_stream",
+    "serialize",
+    "write_checkpoint",
+]
 
 FORMAT = "memdpc-train-1"
 ORIGINS = ("train", "init", "converted", "finetune")
@@ -96,8 +111,9 @@ def read_checkpoint(path: str | Path) -> dict[str, Any]:
     return _complete(ckpt)
 
 
-def load_torch_file(path: str | Path, safe: Sequence[Any] = (),
-                    remedy: str = "copy it again from where it came from") -> Any:
+def load_torch_file(
+    path: str | Path, safe: Sequence[Any] = (), remedy: str = "copy it again from where it came from"
+) -> Any:
     """``torch.load`` of a file given as a checkpoint, weights only, on the CPU (``safe``: globals allowed
     besides tensors). One-line errors: a folder (a run folder's checkpoints are named), a missing file, a
     file of another kind (what it looks like, and where the checkpoints are), a truncated or damaged file
@@ -111,22 +127,31 @@ def load_torch_file(path: str | Path, safe: Sequence[Any] = (),
         raise UserError(f"{path}: checkpoint not found{there}")
     kind = file_kinds.describe(path)
     if kind == file_kinds.TORCH_DAMAGED:
-        raise UserError(f"{path}: not a readable checkpoint (truncated or damaged: its zip directory is missing); "
-                        f"{remedy}")
+        raise UserError(
+            f"{path}: not a readable checkpoint (truncated or damaged: its zip directory is missing); "
+            f"{remedy}"
+        )
     if kind == file_kinds.BINARY:  # binary, but neither a PyTorch zip nor a legacy PyTorch file
-        raise UserError(f"{path}: not a readable checkpoint (not a PyTorch file: damaged, or a file of another "
-                        f"kind); {remedy}")
+        raise UserError(
+            f"{path}: not a readable checkpoint (not a PyTorch file: damaged, or a file of another "
+            f"kind); {remedy}"
+        )
     if kind != file_kinds.TORCH:
-        raise UserError(f"{path}: not a memdpc checkpoint (it looks like {kind}){_where_checkpoints_are(path, kind)}")
+        raise UserError(
+            f"{path}: not a memdpc checkpoint (it looks like {kind}){_where_checkpoints_are(path, kind)}"
+        )
     try:
         with torch.serialization.safe_globals(list(safe)):
             return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001 — a damaged file can fail anywhere inside the unpickler
         if isinstance(e, pickle.UnpicklingError) and "weights only" in str(e).lower():
-            raise UserError(f"{path}: not a memdpc checkpoint (a PyTorch file holding Python objects other than "
-                            "tensors and plain values)") from None
-        raise UserError(f"{path}: not a readable checkpoint (truncated or damaged: {_first_line(e)}); {remedy}"
-                        ) from None
+            raise UserError(
+                f"{path}: not a memdpc checkpoint (a PyTorch file holding Python objects other than "
+                "tensors and plain values)"
+            ) from None
+        raise UserError(
+            f"{path}: not a readable checkpoint (truncated or damaged: {_first_line(e)}); {remedy}"
+        ) from None
 
 
 def _first_line(e: BaseException) -> str:
@@ -146,8 +171,10 @@ def _checkpoints_in(folder: Path) -> list[Path]:
 
 def _folder_given(path: Path) -> str:
     if ckpts := _checkpoints_in(path / "checkpoints"):
-        return (f"{path} is a run folder: give one of its checkpoints, e.g. {ckpts[0]} (it holds "
-                f"{', '.join(p.name for p in ckpts)})")
+        return (
+            f"{path} is a run folder: give one of its checkpoints, e.g. {ckpts[0]} (it holds "
+            f"{', '.join(p.name for p in ckpts)})"
+        )
     if ckpts := _checkpoints_in(path):
         return f"{path} is a folder: give one of its checkpoints, e.g. {ckpts[0]}"
     return f"{path} is a folder, not a checkpoint file"
@@ -162,7 +189,9 @@ def _where_checkpoints_are(path: Path, kind: str) -> str:
         except (ValueError, AttributeError):
             made_from = None
         return f"; it was made from {made_from}" if made_from else ""
-    ckpts = [p for p in _checkpoints_in(path.parent / "checkpoints") or _checkpoints_in(path.parent) if p != path]
+    ckpts = [
+        p for p in _checkpoints_in(path.parent / "checkpoints") or _checkpoints_in(path.parent) if p != path
+    ]
     return f"; give a checkpoint, e.g. {ckpts[0]}" if ckpts else ""
 
 

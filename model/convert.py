@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from memdpc.errors import UserError
+from memdpc.common.errors import UserError
 from memdpc.model.checkpoint import (
     build_checkpoint,
     load_torch_file,
@@ -28,6 +28,8 @@ from memdpc.model.checkpoint import (
 )
 from memdpc.model.factory import create_model
 from memdpc.model.resnet2d3d import DEPTHS
+
+__all__ = ["convert_file"]
 
 _GRU_CELL = re.compile(r"^(ConvGRUCell_00|cell_list\.0)\.")
 _AGG = {"agg": "agg_f", "agg_f": "agg_f", "convrnn": "agg_f", "agg_b": "agg_b"}

@@ -7,6 +7,8 @@ from torch import nn
 
 from memdpc.model.layout import channels_innermost
 
+__all__ = ["ConvGRU", "init_orthogonal"]
+
 
 class ConvGRUCell(nn.Module):
     """One ConvGRU step; gate names (``reset_gate``, ``update_gate``, ``out_gate``) follow the reference."""

@@ -14,10 +14,12 @@ import inspect
 import torch
 from torch import nn
 
-from memdpc.errors import UserError
+from memdpc.common.errors import UserError
 from memdpc.model.heads import Classifier
 from memdpc.model.memdpc import MemDPC, finish_config
 from memdpc.model.names import MODEL_NAMES, split_name
+
+__all__ = ["create_model", "has_memory"]
 
 # family (memdpc.model.names.FAMILIES) -> (class, fixed arguments, overridable defaults)
 _FAMILIES = {

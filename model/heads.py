@@ -12,6 +12,8 @@ from memdpc.model.convgru import ConvGRU, init_orthogonal
 from memdpc.model.memdpc import MemDPC, encode, finish_config, pooled_context
 from memdpc.model.resnet2d3d import DEFAULT_WIDTHS, ResNet2d3d
 
+__all__ = ["Classifier", "LinearHead", "MLPHead", "OopsHead"]
+
 
 class LinearHead(nn.Module):
     """BatchNorm1d -> Dropout -> Linear: (B, D) -> (B, classes). Names follow the reference classifier."""

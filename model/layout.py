@@ -8,6 +8,8 @@ import math
 
 import torch
 
+__all__ = ["channels_innermost"]
+
 
 def channels_innermost(x: torch.Tensor) -> bool:
     """Whether a (B, C, ...) feature map, a view maybe (a block of a sequence), holds its channels innermost

@@ -19,6 +19,8 @@ import torch.nn.functional as F
 
 from memdpc.model.names import NEGATIVES
 
+__all__ = ["content_share", "dense_infonce", "topk_accuracy"]
+
 
 def _flatten(x: torch.Tensor) -> torch.Tensor:
     # (B, T, D, H, W) -> (B*T*H*W, D), rows ordered (b, t, h, w) as in the reference
@@ -35,7 +37,10 @@ def _gather_targets(targets: torch.Tensor) -> tuple[torch.Tensor, int]:
 
 
 def topk_accuracy(
-    scores: torch.Tensor, labels: torch.Tensor, ks: tuple[int, ...] = (1, 5), dtype: torch.dtype = torch.float32
+    scores: torch.Tensor,
+    labels: torch.Tensor,
+    ks: tuple[int, ...] = (1, 5),
+    dtype: torch.dtype = torch.float32,
 ) -> list[torch.Tensor]:
     """Fraction of rows whose label is among the k highest scores (k capped at the number of columns).
 
@@ -88,7 +93,9 @@ def dense_infonce(
         labels = torch.arange(p.shape[0], device=p.device) + offset
     else:
         group = pred.shape[3] * pred.shape[4] * (pred.shape[1] if negatives == "other_clips" else 1)
-        scores = torch.bmm(_grouped(p, group), _grouped(t, group).transpose(1, 2))  # (group, rows, [world*]rows)
+        scores = torch.bmm(
+            _grouped(p, group), _grouped(t, group).transpose(1, 2)
+        )  # (group, rows, [world*]rows)
         labels = (torch.arange(scores.shape[1], device=p.device) + offset // group).repeat(group)
         scores = scores.reshape(-1, scores.shape[2])
     if temperature is not None:

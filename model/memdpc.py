@@ -24,6 +24,8 @@ from memdpc.model.names import NEGATIVES
 from memdpc.model.parts import part
 from memdpc.model.resnet2d3d import DEFAULT_WIDTHS, ResNet2d3d
 
+__all__ = ["MemDPC", "encode", "finish_config", "pooled_context"]
+
 
 def encode(backbone: ResNet2d3d, clips: torch.Tensor, relu_first: bool = False) -> torch.Tensor:
     """Per-block encoder features, averaged over time: (B, N, 3, SL, H, W) -> (B, N, D, h, w).
@@ -135,7 +137,9 @@ class MemDPC(nn.Module):
             return out
         with part("memory read"):
             if channels_innermost(out):  # channels_last: per position, k innermost; no layout change
-                weights = F.softmax(out.permute(0, 2, 3, 1), dim=-1)  # (B, h, w, k), convex weights over slots
+                weights = F.softmax(
+                    out.permute(0, 2, 3, 1), dim=-1
+                )  # (B, h, w, k), convex weights over slots
                 return (weights @ self.memory).permute(0, 3, 1, 2)  # (B, D, h, w), channels_last
             weights = F.softmax(out, dim=1)  # (B, k, h, w), convex weights over memory slots
             return torch.einsum("bkhw,kc->bchw", weights, self.memory)

@@ -8,6 +8,8 @@ a model from its name.
 
 from __future__ import annotations
 
+__all__ = ["MODEL_NAMES", "NEGATIVES", "PRETRAIN_NAMES", "split_name"]
+
 FAMILIES = ("memdpc", "dpc", "classifier")
 PRETRAIN_FAMILIES = ("memdpc", "dpc")
 DEPTHS = (18, 34)

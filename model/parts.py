@@ -13,6 +13,8 @@ import contextlib
 import torch
 from torch.profiler import record_function
 
+__all__ = ["PARTS", "PREFIX", "part"]
+
 PARTS = ("encoder", "aggregation", "memory read", "predictor", "loss")
 """The parts of MemDPC (DPC has no memory read), in the order a step runs them."""
 PREFIX = "memdpc: "  # a part's range is named PREFIX + part

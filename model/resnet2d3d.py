@@ -13,6 +13,8 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+__all__ = ["DEFAULT_WIDTHS", "DEPTHS", "ResNet2d3d"]
+
 DEPTHS = {18: (2, 2, 2, 2), 34: (3, 4, 6, 3)}
 DEFAULT_WIDTHS = (64, 128, 256, 256)
 

@@ -13,7 +13,9 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from memdpc.errors import UserError
+from memdpc.common.errors import UserError
+
+__all__ = ["RECALL_KS", "center_normalize", "recall_at_k", "retrieve", "topk_neighbours"]
 
 RECALL_KS = (1, 5, 10, 20, 50)
 
@@ -26,8 +28,9 @@ def center_normalize(x: np.ndarray) -> np.ndarray:
     return (x / np.maximum(norm, 1e-12)).astype(np.float32)
 
 
-def topk_neighbours(pairs: Sequence[tuple[np.ndarray, np.ndarray]], k: int, chunk: int = 1024
-                    ) -> tuple[np.ndarray, np.ndarray]:
+def topk_neighbours(
+    pairs: Sequence[tuple[np.ndarray, np.ndarray]], k: int, chunk: int = 1024
+) -> tuple[np.ndarray, np.ndarray]:
     """Top-``k`` gallery indices (and similarities) per query, for similarity = Σ_i query_i · gallery_iᵀ.
 
     Args:
@@ -48,8 +51,10 @@ def topk_neighbours(pairs: Sequence[tuple[np.ndarray, np.ndarray]], k: int, chun
     sim_out = np.empty((num_q, k), dtype=np.float32)
     for lo in range(0, num_q, chunk):
         hi = min(lo + chunk, num_q)
-        sim = sum(torch.from_numpy(np.ascontiguousarray(q[lo:hi], dtype=np.float32)) @ g.T
-                  for (q, _), g in zip(pairs, gallery, strict=True))  # (chunk, G)
+        sim = sum(
+            torch.from_numpy(np.ascontiguousarray(q[lo:hi], dtype=np.float32)) @ g.T
+            for (q, _), g in zip(pairs, gallery, strict=True)
+        )  # (chunk, G)
         vals, idx = torch.topk(sim, k, dim=1)  # O(G) per query, no full sort
         # topk leaves ties in any order: sort the k by gallery index, then stably by similarity
         by_index = torch.argsort(idx, dim=1)
@@ -60,8 +65,12 @@ def topk_neighbours(pairs: Sequence[tuple[np.ndarray, np.ndarray]], k: int, chun
     return idx_out, sim_out
 
 
-def recall_at_k(neighbours: np.ndarray, query_labels: np.ndarray, gallery_labels: np.ndarray,
-                ks: Sequence[int] = RECALL_KS) -> dict[str, float]:
+def recall_at_k(
+    neighbours: np.ndarray,
+    query_labels: np.ndarray,
+    gallery_labels: np.ndarray,
+    ks: Sequence[int] = RECALL_KS,
+) -> dict[str, float]:
     """R@k: the fraction of queries with at least one gallery video of their class among the top k."""
     if len(query_labels) == 0:
         raise UserError("retrieval needs at least one query video")
@@ -70,9 +79,14 @@ def recall_at_k(neighbours: np.ndarray, query_labels: np.ndarray, gallery_labels
     return {f"R@{k}": float(np.mean(first < k)) for k in ks}
 
 
-def retrieve(query: Sequence[np.ndarray], gallery: Sequence[np.ndarray], query_labels: np.ndarray,
-             gallery_labels: np.ndarray, ks: Sequence[int] = RECALL_KS, chunk: int = 1024
-             ) -> tuple[dict[str, float], np.ndarray]:
+def retrieve(
+    query: Sequence[np.ndarray],
+    gallery: Sequence[np.ndarray],
+    query_labels: np.ndarray,
+    gallery_labels: np.ndarray,
+    ks: Sequence[int] = RECALL_KS,
+    chunk: int = 1024,
+) -> tuple[dict[str, float], np.ndarray]:
     """Centre + normalise each stream's sets, rank the gallery for every query, and score R@k.
 
     ``query``/``gallery`` hold one feature matrix per stream (one for RGB or flow, two for fusion, where

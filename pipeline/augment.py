@@ -35,8 +35,23 @@ import cv2
 import numpy as np
 import torch
 
-from memdpc.errors import UserError
+from memdpc.common.errors import UserError
 from memdpc.pipeline.clip import EVAL_CROPS
+
+__all__ = [
+    "AugmentSpec",
+    "CROP_TRIES",
+    "apply_colour",
+    "colour_frames",
+    "crop_box",
+    "crop_resize",
+    "denormalise",
+    "eval_boxes",
+    "flow_flip_map",
+    "normalise",
+    "resize_frames",
+    "sample_clip",
+]
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -248,7 +263,9 @@ def resize_frames(frames: Sequence[np.ndarray], size: int) -> np.ndarray:
     return np.stack([cv2.resize(f, (size, size), interpolation=interp) for f in frames])
 
 
-def crop_resize(frames: Sequence[np.ndarray], box: Box, flip: bool, size: int, spec: AugmentSpec) -> np.ndarray:
+def crop_resize(
+    frames: Sequence[np.ndarray], box: Box, flip: bool, size: int, spec: AugmentSpec
+) -> np.ndarray:
     """A training clip's geometry on decoded frames (F, H, W, C) (or a list of F frames), in any channel order:
     its crop box resized to ``spec.crop_size`` and then to ``size``, mirrored when ``flip``."""
     y0, x0, h, w = box

@@ -8,16 +8,26 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from memdpc.errors import UserError
+from memdpc.common.errors import UserError
+from memdpc.common.settings import setting
+
+__all__ = ["ClipSpec", "EVAL_CROPS"]
 
 EVAL_CROPS = (1, 5, 10)  # crops per clip in evaluation: the centre; 4 corners + centre; those and their flips
 
 
 @dataclass(frozen=True)
 class ClipSpec:
-    num_blocks: int = 8
-    block_len: int = 5
-    stride: int = 3
+    """The geometry of a sample: ``num_blocks`` blocks of ``block_len`` frames, ``stride`` source frames apart."""
+
+    num_blocks: int = setting(8, "Blocks per sample.", flags=("--blocks",), min=1)
+    block_len: int = setting(5, "Frames per block.", min=1)
+    stride: int = setting(
+        3,
+        "Source frames between the frames of a sample (a sample spans blocks × block-len × stride).",
+        flags=("--clip-stride",),
+        min=1,
+    )
 
     def __post_init__(self) -> None:
         if min(self.num_blocks, self.block_len, self.stride) < 1:

@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from memdpc.errors import UserError
+from memdpc.common.errors import UserError
 from memdpc.pipeline.augment import (
     CROP_TRIES,
     AugmentSpec,
@@ -56,6 +56,8 @@ from memdpc.pipeline.epoch_draw import draw, read_catalog, write_drawn_indexes
 from memdpc.pipeline.plan import Batch, LoaderPlan
 from memdpc.pipeline.sample import sample_key, sample_members
 from memdpc.preprocess.encode import gpu_decodes_alike
+
+__all__ = ["DaliLoader"]
 
 
 def _dali():
@@ -193,7 +195,11 @@ class DaliLoader:
         video = [*self._frame_outputs, "shape"] if self._host_augment else ["video"]
         self._outputs = [*video, "label", "meta", *self._host_draws]
         self._catalog = read_catalog(plan.shards) if plan.clips_per_video else None
-        total = sum(plan.shard_samples) if self._catalog is None else self._catalog.drawn_count(plan.clips_per_video)
+        total = (
+            sum(plan.shard_samples)
+            if self._catalog is None
+            else self._catalog.drawn_count(plan.clips_per_video)
+        )
         self.samples_per_epoch = total  # the samples an epoch reads, over all ranks
         lo, hi = (total * plan.rank) // plan.world_size, (total * (plan.rank + 1)) // plan.world_size
         self._rank_samples = hi - lo  # DALI's own split of the sample sequence into num_shards parts
@@ -254,8 +260,10 @@ class DaliLoader:
             if "decoders.image" not in str(e):
                 raise
             folder = Path(self.plan.shards[0][0]).parent
-            raise UserError(f"{folder}: a frame of these shards is not a decodable JPEG (a damaged shard: "
-                            f"`memdpc shard --verify {folder.parent}` names it)") from None
+            raise UserError(
+                f"{folder}: a frame of these shards is not a decodable JPEG (a damaged shard: "
+                f"`memdpc shard --verify {folder.parent}` names it)"
+            ) from None
 
     # ------------------------------------------------------------------------------------------ graph
     def _paths(self, epoch: int, shards: list[tuple]) -> list:

@@ -24,10 +24,12 @@ from typing import BinaryIO
 
 import numpy as np
 
-from memdpc.errors import UserError
+from memdpc.common.errors import UserError
 from memdpc.pipeline.sample import parse_key
 from memdpc.pipeline.ustar import BLOCK, list_members, padding
 from memdpc.pipeline.wds_index import VERSION, split_name
+
+__all__ = ["Catalog", "draw", "rank_slice", "read_catalog", "read_sample", "shuffled", "write_drawn_indexes"]
 
 _DRAW, _ORDER = 11, 13  # salts of the epoch's draw and of the torch loader's sample order
 
@@ -41,7 +43,9 @@ class Catalog:
     line: np.ndarray  # int32 per sample: its position in its shard's index
     video: np.ndarray  # int32 per sample: its video, an index into ``videos``
     start: np.ndarray  # int32 per sample: the window's first frame
-    span: np.ndarray  # int64 (n, 2): the sample's bytes in its tar, from its first header to its last member's end
+    span: (
+        np.ndarray
+    )  # int64 (n, 2): the sample's bytes in its tar, from its first header to its last member's end
     videos: list[str]
 
     def __len__(self) -> int:
@@ -75,15 +79,23 @@ def read_catalog(shards: Sequence[tuple[Path, Path]]) -> Catalog:
                 name, first, last, size = _first_and_last(text)
                 video_id, begin = parse_key(split_name(name)[0])
             except ValueError:
-                raise UserError(f"{idx}: line {i + 2} is not a sample of a DALI index; shard that split again") \
-                    from None
+                raise UserError(
+                    f"{idx}: line {i + 2} is not a sample of a DALI index; shard that split again"
+                ) from None
             shard.append(s)
             line.append(i)
             video.append(ids.setdefault(video_id, len(ids)))
             start.append(begin)
             span.append((first - BLOCK, last + size + padding(size)))
-    return Catalog(list(shards), np.array(shard, np.int32), np.array(line, np.int32), np.array(video, np.int32),
-                   np.array(start, np.int32), np.array(span, np.int64).reshape(-1, 2), list(ids))
+    return Catalog(
+        list(shards),
+        np.array(shard, np.int32),
+        np.array(line, np.int32),
+        np.array(video, np.int32),
+        np.array(start, np.int32),
+        np.array(span, np.int64).reshape(-1, 2),
+        list(ids),
+    )
 
 
 def draw(catalog: Catalog, clips_per_video: int, seed: int, epoch: int) -> np.ndarray:
@@ -109,7 +121,9 @@ def rank_slice(n: int, rank: int, world_size: int) -> slice:
     return slice(n * rank // world_size, n * (rank + 1) // world_size)
 
 
-def write_drawn_indexes(catalog: Catalog, drawn: np.ndarray, folder: str | os.PathLike) -> list[tuple[Path, Path]]:
+def write_drawn_indexes(
+    catalog: Catalog, drawn: np.ndarray, folder: str | os.PathLike
+) -> list[tuple[Path, Path]]:
     """Write, into ``folder``, one DALI index per shard holding drawn samples that lists only those; return the
     (tar, index) pairs, in shard order. DALI's reader then reads exactly the drawn samples."""
     folder = Path(folder)

@@ -12,7 +12,7 @@ import os
 
 import torch
 
-from memdpc.errors import UserError
+from memdpc.common.errors import UserError
 from memdpc.pipeline.augment import AugmentSpec
 from memdpc.pipeline.backends import BACKENDS
 from memdpc.pipeline.clip import EVAL_CROPS, ClipSpec
@@ -20,6 +20,8 @@ from memdpc.pipeline.dali_loader import DaliLoader
 from memdpc.pipeline.manifest import frame_sizes, load_manifest, manifest_path, shard_paths
 from memdpc.pipeline.plan import LoaderPlan
 from memdpc.pipeline.torch_loader import TorchLoader
+
+__all__ = ["dali_available", "make_loader", "plan_loader"]
 
 
 def dali_available() -> bool:
@@ -139,8 +141,12 @@ def plan_loader(
         )
     if num_workers is None:
         num_workers = 2 if backend == "torch" else (os.cpu_count() or 1)
-    if backend == "torch" and num_workers > 0 and not clips_per_video:  # each DataLoader worker reads shards of
-        num_workers = min(num_workers, len(shards) // world_size)  # its own: no more workers than a rank has shards
+    if (
+        backend == "torch" and num_workers > 0 and not clips_per_video
+    ):  # each DataLoader worker reads shards of
+        num_workers = min(
+            num_workers, len(shards) // world_size
+        )  # its own: no more workers than a rank has shards
     return LoaderPlan(
         shards=shards,
         shard_samples=[int(s["num_samples"]) for s in manifest["shards"]],

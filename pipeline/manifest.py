@@ -20,10 +20,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from memdpc.atomic import write_json_atomic
-from memdpc.errors import UserError
+from memdpc.common.atomic import write_json_atomic
+from memdpc.common.errors import UserError
 from memdpc.pipeline.sample import INFO, LABEL, LABEL_BYTES, decode_label, sample_key, sample_members
 from memdpc.pipeline.wds_index import format_index, scan_tar, split_name
+
+__all__ = [
+    "VerifyResult",
+    "checksum_path",
+    "file_sha256",
+    "find_manifests",
+    "frame_sizes",
+    "load_manifest",
+    "manifest_path",
+    "shard_name",
+    "shard_paths",
+    "shard_pattern",
+    "stream_dir",
+    "verify_shards",
+    "write_manifest",
+]
 
 
 def stream_dir(shard_dir: str | os.PathLike, stream: str) -> Path:

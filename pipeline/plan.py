@@ -10,6 +10,8 @@ import torch
 
 from memdpc.pipeline.augment import AugmentSpec
 
+__all__ = ["Batch", "LoaderPlan"]
+
 
 @dataclass
 class Batch:
@@ -48,7 +50,9 @@ class LoaderPlan:
     spec: AugmentSpec
     drop_last: bool = False
     shuffle_buffer: int = 256
-    clips_per_video: int = 0  # windows per video in each epoch, drawn anew per epoch (epoch_draw); 0: every one
+    clips_per_video: int = (
+        0  # windows per video in each epoch, drawn anew per epoch (epoch_draw); 0: every one
+    )
 
     @property
     def views(self) -> int:

@@ -12,6 +12,21 @@ from __future__ import annotations
 
 import struct
 
+__all__ = [
+    "FRAME_PATTERN",
+    "INFO",
+    "LABEL",
+    "LABEL_BYTES",
+    "decode_label",
+    "encode_label",
+    "frame_member",
+    "is_frame_member",
+    "member_name",
+    "parse_key",
+    "sample_key",
+    "sample_members",
+]
+
 LABEL = "cls"
 """The label member: the class index, int32 little-endian."""
 INFO = "json"

@@ -29,9 +29,12 @@ from typing import Any
 
 from rich.console import Console
 
-from memdpc import interrupts
-from memdpc.atomic import atomic_path, remove_stale_tmp, write_bytes_atomic, write_json_atomic
-from memdpc.errors import UserError
+from memdpc.common import interrupts
+from memdpc.common.atomic import atomic_path, remove_stale_tmp, write_bytes_atomic, write_json_atomic
+from memdpc.common.errors import UserError
+from memdpc.common.progress import progress_bar
+from memdpc.common.streams import STREAMS
+from memdpc.common.wording import name_list, plural
 from memdpc.pipeline import ustar
 from memdpc.pipeline.clip import ClipSpec
 from memdpc.pipeline.manifest import (
@@ -45,9 +48,6 @@ from memdpc.pipeline.manifest import (
 from memdpc.pipeline.sample import FRAME_PATTERN, INFO, LABEL, encode_label, frame_member, member_name
 from memdpc.pipeline.shard_plan import (
     DEFAULT_CLIP,
-    DEFAULT_MAX_COUNT,
-    DEFAULT_MAX_SIZE,
-    DEFAULT_WINDOW_STEP,
     FORMAT,
     NOT_WRITTEN,
     SKIP_KINDS,
@@ -56,14 +56,12 @@ from memdpc.pipeline.shard_plan import (
     Plan,
     Sample,
     ShardPlan,
+    ShardSettings,
     make_plan,
 )
 from memdpc.pipeline.wds_index import format_index, index_path, split_name
 from memdpc.preprocess.job import DECODE_SETTINGS
 from memdpc.preprocess.video_index import VideoRecord, read_index
-from memdpc.progress import progress_bar
-from memdpc.streams import STREAMS
-from memdpc.wording import name_list, plural
 
 __all__ = ["run_shard", "shard_stream", "write_shard", "ShardReport", "THROTTLE_ENV"]
 
@@ -73,7 +71,7 @@ THROTTLE_ENV = "MEMDPC_SHARD_THROTTLE"
 
 @dataclass
 class ShardReport:
-    """What a run wrote (rendered by :func:`memdpc.report_tables.print_shard_report`): counts, the videos
+    """What a run wrote (rendered by :func:`memdpc.report.tables.print_shard_report`): counts, the videos
     skipped and why (``kind``: ``shard_plan.SKIP_KINDS``), warnings a user should read, and the next step."""
 
     manifest: Path
@@ -219,7 +217,9 @@ def _difference(folder: Path, split: str, old: dict, new: dict) -> str:
     diff = sorted(k for k in new["config"] if old["config"].get(k) != new["config"][k])
     if diff:
         options = ", ".join(diff)
-        return f"{folder}: holds {split} shards of another configuration (differs in options {options}); {fix}"
+        return (
+            f"{folder}: holds {split} shards of another configuration (differs in options {options}); {fix}"
+        )
     was, now = old.get("archives"), new["archives"]
     if was is None:
         return f"{folder}: holds {split} shards of an older plan (without its archives); {fix}"
@@ -424,8 +424,10 @@ def _next_step(out_dir: str | os.PathLike, stream: str, split: str, index_splits
     return train
 
 
-def _interrupted(e: KeyboardInterrupt, plan: Plan | None, report: ShardReport | None) -> interrupts.Interrupted:
-    """``e`` as :class:`~memdpc.interrupts.Interrupted`, with how many shards are in place."""
+def _interrupted(
+    e: KeyboardInterrupt, plan: Plan | None, report: ShardReport | None
+) -> interrupts.Interrupted:
+    """``e`` as :class:`~memdpc.common.interrupts.Interrupted`, with how many shards are in place."""
     stop = interrupts.as_interrupted(e)
     if report is None:
         return stop.keep("stopped while planning: nothing written; the same command starts again")
@@ -443,21 +445,23 @@ def run_shard(
     split: str,
     *,
     clip: ClipSpec = DEFAULT_CLIP,
-    window_step: int = DEFAULT_WINDOW_STEP,
-    short: str = "pad",
-    max_count: int = DEFAULT_MAX_COUNT,
-    max_size: int = DEFAULT_MAX_SIZE,
-    seed: int = 0,
+    window_step: int = ShardSettings.window_step,
+    short: str = ShardSettings.short,
+    max_count: int = ShardSettings.max_count,
+    max_size: int = ShardSettings.max_size,
+    seed: int = ShardSettings.seed,
     strict: bool = False,
     overwrite: bool = False,
     console: Console | None = None,
 ) -> ShardReport:
     """Shard one stream and split (see the module docstring); with ``console``, show progress there.
 
-    ``overwrite``: an output folder holding the split's shards of another plan (other options, videos or
+    ``clip`` is the samples' geometry (:class:`ClipSpec`); ``window_step``, ``short``, ``max_count``, ``max_size``
+    and ``seed`` are :class:`ShardSettings`' (their help says what each does); ``strict``: stop at the first bad
+    video (default: skip it and report it). ``overwrite``: an output folder holding the split's shards of another plan (other options, videos or
     archives) gets them deleted and written anew instead of refused. On SIGINT/SIGTERM (``KeyboardInterrupt``)
-    it re-raises :class:`memdpc.interrupts.Interrupted` saying how many shards are in place.
-    Returns the :class:`ShardReport` (rendered by :func:`memdpc.report_tables.print_shard_report`)."""
+    it re-raises :class:`memdpc.common.interrupts.Interrupted` saying how many shards are in place.
+    Returns the :class:`ShardReport` (rendered by :func:`memdpc.report.tables.print_shard_report`)."""
     t0 = time.perf_counter()
     source = "video index"
     if not isinstance(index_records, list):

@@ -25,7 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from memdpc.errors import UserError
+from memdpc.common.errors import UserError
+from memdpc.common.settings import setting
+from memdpc.common.streams import STREAMS
 from memdpc.pipeline import ustar
 from memdpc.pipeline.clip import ClipSpec
 from memdpc.pipeline.manifest import shard_name
@@ -33,15 +35,50 @@ from memdpc.pipeline.sample import LABEL_BYTES, frame_member, member_name, sampl
 from memdpc.preprocess.archive import META, archive_path, frame_index, frame_name
 from memdpc.preprocess.job import REPORTS, read_report_entries, setting_options
 from memdpc.preprocess.video_index import VideoRecord
-from memdpc.streams import STREAMS
+
+__all__ = [
+    "DEFAULT_CLIP",
+    "FORMAT",
+    "FrameSource",
+    "NOT_WRITTEN",
+    "Plan",
+    "SKIP_KINDS",
+    "SPLITS",
+    "Sample",
+    "ShardPlan",
+    "ShardSettings",
+    "TRAIN_SPLITS",
+    "UNUSABLE",
+    "make_plan",
+    "usable_frames",
+]
 
 FORMAT = "memdpc-shards-v1"
 TRAIN_SPLITS = ("train", "all")  # shuffled, train windows; any other split: index order, eval windows
 SPLITS = ("train", "test", "val", "all")  # the splits a shard set can be cut for
 SHORT_POLICIES = ("pad", "drop")  # a video shorter than one window: padded with its last frame, or dropped
-DEFAULT_WINDOW_STEP = 20  # UCF101 (~180 frames at 25 fps): starts 0, 20, 40 (, 60) → 3–4 windows per video
-DEFAULT_MAX_COUNT = 1000
-DEFAULT_MAX_SIZE = 128 * 2**20
+
+
+@dataclass(frozen=True)
+class ShardSettings:
+    """How a split is cut into samples and shards (``memdpc shard``'s options; :func:`make_plan`'s keywords)."""
+
+    # UCF101 (~180 frames at 25 fps): starts 0, 20, 40 (, 60) → 3–4 windows per video
+    window_step: int = setting(
+        20, "Train windows start every N source frames (UCF101-length videos give 3–4 windows).", min=1
+    )
+    short: str = setting(
+        "pad",
+        "Videos shorter than one window: pad with the last frame, or drop them (as the reference code).",
+        choices=SHORT_POLICIES,
+    )
+    max_count: int = setting(1000, "Most samples per shard.", min=1)
+    max_size: int = setting(
+        128 * 2**20, "Most bytes per shard (a larger single sample gets a shard of its own).", min=1
+    )
+    seed: int = setting(0, "Seed of the train shuffle.")
+
+
 DEFAULT_CLIP = ClipSpec()
 # why a video of the split has no samples: its kind in ``Plan.skipped`` and how the summary names it
 FAILED, NOT_WRITTEN, UNUSABLE = "failed", "not-written", "unusable"
@@ -361,11 +398,11 @@ def make_plan(
     split: str,
     *,
     clip: ClipSpec = DEFAULT_CLIP,
-    window_step: int = DEFAULT_WINDOW_STEP,
-    short: str = "pad",
-    max_count: int = DEFAULT_MAX_COUNT,
-    max_size: int = DEFAULT_MAX_SIZE,
-    seed: int = 0,
+    window_step: int = ShardSettings.window_step,
+    short: str = ShardSettings.short,
+    max_count: int = ShardSettings.max_count,
+    max_size: int = ShardSettings.max_size,
+    seed: int = ShardSettings.seed,
     strict: bool = False,
     source: str = "video index",
     on_video: Callable[[int, int], None] | None = None,

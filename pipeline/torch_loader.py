@@ -33,8 +33,8 @@ import torch
 import webdataset as wds
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from memdpc import interrupts
-from memdpc.errors import UserError
+from memdpc.common import interrupts
+from memdpc.common.errors import UserError
 from memdpc.pipeline.augment import (
     colour_frames,
     crop_box,
@@ -48,6 +48,8 @@ from memdpc.pipeline.augment import (
 from memdpc.pipeline.epoch_draw import Catalog, draw, rank_slice, read_catalog, read_sample, shuffled
 from memdpc.pipeline.plan import Batch, LoaderPlan
 from memdpc.pipeline.sample import INFO, LABEL, decode_label, frame_member, sample_key
+
+__all__ = ["ClipTransform", "TorchLoader"]
 
 
 def split_by_rank(src, rank: int, world_size: int):
@@ -70,8 +72,10 @@ def _decode(sample: dict, member: str) -> np.ndarray:
     if frame is None:
         url = sample.get("__url__")
         verify = f"memdpc shard --verify {Path(url).parent.parent}" if url else "memdpc shard --verify"
-        raise UserError(f"{url or 'a shard'}: sample {sample.get('__key__', '?')}: {member} is not a decodable JPEG "
-                        f"(a damaged shard: `{verify}` checks them)")
+        raise UserError(
+            f"{url or 'a shard'}: sample {sample.get('__key__', '?')}: {member} is not a decodable JPEG "
+            f"(a damaged shard: `{verify}` checks them)"
+        )
     return frame
 
 
@@ -134,7 +138,9 @@ class ClipStream(IterableDataset):
     """One rank's samples for one epoch, as batches of uint8 clips (split further by DataLoader worker).
     ``drawn``: the rank's drawn samples in order, as (tar, byte range), where the epoch takes those only."""
 
-    def __init__(self, plan: LoaderPlan, epoch: int, drawn: list[tuple[str, tuple[int, int]]] | None = None) -> None:
+    def __init__(
+        self, plan: LoaderPlan, epoch: int, drawn: list[tuple[str, tuple[int, int]]] | None = None
+    ) -> None:
         self.plan, self.epoch, self.drawn = plan, epoch, drawn
 
     def __iter__(self) -> Iterator[dict]:
@@ -155,7 +161,9 @@ class ClipStream(IterableDataset):
         batched = wds.batched(p.batch_size, collation_fn=_collate, partial=not p.drop_last)
         if self.drawn is not None:
             mine = self.drawn[worker :: info.num_workers if info else 1]
-            yield from wds.DataPipeline(partial(_read_drawn, mine), wds.map(lambda s: transform(s, rng)), batched)
+            yield from wds.DataPipeline(
+                partial(_read_drawn, mine), wds.map(lambda s: transform(s, rng)), batched
+            )
             return
         stages = [
             wds.SimpleShardList([str(t) for t, _ in p.shards]),

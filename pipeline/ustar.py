@@ -13,6 +13,8 @@ import tarfile
 from collections.abc import Iterator
 from typing import BinaryIO
 
+__all__ = ["BLOCK", "list_members", "padding"]
+
 BLOCK = tarfile.BLOCKSIZE
 RECORD = tarfile.RECORDSIZE
 MAX_NAME = 100  # the USTAR name field; longer names need a prefix, which shard keys never use

@@ -14,8 +14,10 @@ import tarfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from memdpc.atomic import write_bytes_atomic
-from memdpc.errors import UserError
+from memdpc.common.atomic import write_bytes_atomic
+from memdpc.common.errors import UserError
+
+__all__ = ["VERSION", "format_index", "index_path", "read_index", "scan_tar", "split_name"]
 
 VERSION = "v1.2"
 

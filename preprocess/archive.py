@@ -17,8 +17,19 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from memdpc.atomic import atomic_path
-from memdpc.errors import UserError
+from memdpc.common.atomic import atomic_path
+from memdpc.common.errors import UserError
+
+__all__ = [
+    "ArchiveWriter",
+    "META",
+    "archive_path",
+    "frame_index",
+    "frame_name",
+    "read_archive",
+    "read_meta",
+    "write_archive",
+]
 
 META = "meta.json"
 _FRAME = re.compile(r"^(\d{6})\.jpg$")

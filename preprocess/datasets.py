@@ -14,7 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from memdpc.errors import UserError
+from memdpc.common.errors import UserError
+from memdpc.common.wording import name_list, plural
 from memdpc.preprocess.video_index import (
     SPLIT_NAMES,
     VIDEO_EXTS,
@@ -24,7 +25,8 @@ from memdpc.preprocess.video_index import (
     video_id,
     write_index,
 )
-from memdpc.wording import name_list, plural
+
+__all__ = ["READERS", "build_index", "make_index"]
 
 
 def _first_existing(candidates: list[Path], what: str) -> Path:
@@ -254,7 +256,10 @@ def build_index(root: str | Path, layout: str, split: int = 1) -> list[VideoReco
 
 
 # the splits each layout can give (Oops: train and val); a missing one is worth a warning, with how to get it
-_LAYOUT_SPLITS = {"oops": ("train", "val"), "kinetics400": ("train", "val")}  # K400: its test set has no labels
+_LAYOUT_SPLITS = {
+    "oops": ("train", "val"),
+    "kinetics400": ("train", "val"),
+}  # K400: its test set has no labels
 _EMPTY_HINT = {
     "train": "every video is in another split",
     "val": "use --val-per-class N (held-out videos for train's kNN monitor and --best-by knn)",
@@ -265,6 +270,8 @@ _FOLDER_HINT = {
     "val": ", or a val/ folder",
     "test": ", or train/ and test/ folders",
 }
+
+
 def index_warnings(records: list[VideoRecord], layout: str) -> list[str]:
     """What a user should know before preprocessing: a split of the layout that is empty (with how to fill
     it), and classes with no video in a split. Unlabelled videos (Oops) have no classes to check."""
@@ -311,8 +318,10 @@ def make_index(
     write the index (default :func:`default_index_path`) and say what is missing from its splits."""
     records = build_index(root, layout, split)
     if test_per_class and any(r.split == "test" for r in records):
-        raise UserError(f"{root}: already holds a test split (the {layout} layout's); --test-per-class would add "
-                        "training videos to it: leave it out (--val-per-class holds videos out for validation)")
+        raise UserError(
+            f"{root}: already holds a test split (the {layout} layout's); --test-per-class would add "
+            "training videos to it: leave it out (--val-per-class holds videos out for validation)"
+        )
     records = hold_out(records, val_per_class, test_per_class, seed=seed)
     path = Path(out) if out is not None else default_index_path(root, layout, split)
     write_index(records, path)

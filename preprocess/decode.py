@@ -22,7 +22,9 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from memdpc.errors import UserError
+from memdpc.common.errors import UserError
+
+__all__ = ["DecodeError", "DecodeSpec", "PartialVideo", "StderrCapture", "VideoStream"]
 
 MAX_FPS = 1000.0  # a header claiming more than this is treated as a missing frame rate
 
@@ -98,7 +100,10 @@ class VideoStream:
             self._cap.release()
             raise DecodeError(f"frame rate is 0 or missing in the file (header says {self.source_fps:g})")
         self.expected_frames = int(self._cap.get(cv2.CAP_PROP_FRAME_COUNT) or 0)
-        self.source_size = int(self._cap.get(cv2.CAP_PROP_FRAME_WIDTH)), int(self._cap.get(cv2.CAP_PROP_FRAME_HEIGHT))
+        self.source_size = (
+            int(self._cap.get(cv2.CAP_PROP_FRAME_WIDTH)),
+            int(self._cap.get(cv2.CAP_PROP_FRAME_HEIGHT)),
+        )
         self.fps = spec.fps or self.source_fps
 
     def seek(self, index: int) -> None:
@@ -177,7 +182,11 @@ class StderrCapture:
         if _fileno(sys.stderr) == 2:  # Python's stderr was fd 2: keep it on the terminal
             self._python = sys.stderr
             sys.stderr = open(  # noqa: SIM115 (closed in __exit__)
-                os.dup(self._saved), "w", buffering=1, encoding=self._python.encoding, errors=self._python.errors
+                os.dup(self._saved),
+                "w",
+                buffering=1,
+                encoding=self._python.encoding,
+                errors=self._python.errors,
             )
         return self
 

@@ -20,7 +20,19 @@ import cv2
 import numpy as np
 from PIL import Image
 
-from memdpc.errors import UserError
+from memdpc.common.errors import UserError
+
+__all__ = [
+    "DEFAULT_FLOW_ENCODING",
+    "FLOW_ENCODING",
+    "FLOW_ENCODINGS",
+    "FLOW_ENCODING_RGB",
+    "JpegEncoding",
+    "RGB_ENCODING",
+    "code_error",
+    "decode_rgb",
+    "gpu_decodes_alike",
+]
 
 _SAMPLING = {
     "420": cv2.IMWRITE_JPEG_SAMPLING_FACTOR_420,

@@ -24,15 +24,39 @@ from typing import Any
 import cv2
 import numpy as np
 
-from memdpc.atomic import TMP_PREFIX
-from memdpc.errors import UserError
+from memdpc.common.atomic import TMP_PREFIX
+from memdpc.common.errors import UserError
+from memdpc.common.streams import STREAMS
 from memdpc.preprocess.archive import ArchiveWriter, archive_path, read_meta
 from memdpc.preprocess.decode import DecodeError, DecodeSpec, PartialVideo, VideoStream
 from memdpc.preprocess.encode import FLOW_ENCODING, FLOW_ENCODINGS, RGB_ENCODING, JpegEncoding, code_error
 from memdpc.preprocess.flow.backends import AUTO, BACKENDS, BOUND, FlowStage, make_backend
 from memdpc.preprocess.flow.tvl1_params import TVL1Params
 from memdpc.preprocess.video_index import VideoRecord
-from memdpc.streams import STREAMS
+
+__all__ = [
+    "DECODE_SETTINGS",
+    "FlowWriter",
+    "PreprocessConfig",
+    "Progress",
+    "REPORTS",
+    "Ticker",
+    "archive_differences",
+    "commit_archives",
+    "encode_flow",
+    "expected_units",
+    "failure_reason",
+    "kept_messages",
+    "missing_streams",
+    "new_entry",
+    "no_progress",
+    "parse_part",
+    "process_video",
+    "read_report_entries",
+    "remove_temporaries",
+    "select_part",
+    "setting_options",
+]
 
 REPORT = "preprocess-report.json"  # a run's report in --out; a --part I/N run writes REPORT_OF_PART
 REPORT_OF_PART = "preprocess-report-part{i}of{n}.json"
@@ -45,7 +69,9 @@ def read_report_entries(path: str | os.PathLike) -> dict[str, dict[str, Any]]:
     try:
         return {v["id"]: v for v in json.loads(Path(path).read_text())["videos"] if "status" in v}
     except (OSError, ValueError, KeyError, TypeError) as e:
-        raise UserError(f"{path}: unreadable preprocess report ({e}); delete it or run preprocess again") from None
+        raise UserError(
+            f"{path}: unreadable preprocess report ({e}); delete it or run preprocess again"
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -142,7 +168,8 @@ def missing_streams(rec: VideoRecord, cfg: PreprocessConfig) -> list[str]:
     return [
         s
         for s in cfg.streams
-        if not archive_path(cfg.out, s, rec.id).exists() or (cfg.overwrite and archive_differences(rec, s, cfg))
+        if not archive_path(cfg.out, s, rec.id).exists()
+        or (cfg.overwrite and archive_differences(rec, s, cfg))
     ]
 
 
@@ -220,17 +247,25 @@ def setting_options(settings: dict[str, Any]) -> dict[str, tuple[Any, str]]:
     decode = settings.get("decode")
     if isinstance(decode, dict):
         square, size, fps = decode.get("square", 0), decode.get("size", 0), decode.get("fps", 0.0)
-        out["frame size"] = (("square", square), f"--square {square}") if square else (("size", size), f"--size {size}")
+        out["frame size"] = (
+            (("square", square), f"--square {square}") if square else (("size", size), f"--size {size}")
+        )
         out["fps"] = (fps, f"--fps {fps:g}")
     if "encoding" in settings:
-        out["encoding"] = (settings["encoding"], _encoding_options(settings.get("stream"), settings["encoding"]))
+        out["encoding"] = (
+            settings["encoding"],
+            _encoding_options(settings.get("stream"), settings["encoding"]),
+        )
     flow = settings.get("flow")
     if isinstance(flow, dict):
         if "third_channel" in flow:
             out["third channel"] = (flow["third_channel"], f"--third-channel {flow['third_channel']}")
         for name, value in (flow.get("tvl1") or {}).items():
             option = "--" + name.rstrip("_").replace("_", "-")  # TVL1Params field → CLI option
-            out[f"tvl1 {name}"] = (value, f"{option} {value:g}" if isinstance(value, (int, float)) else option)
+            out[f"tvl1 {name}"] = (
+                value,
+                f"{option} {value:g}" if isinstance(value, (int, float)) else option,
+            )
     return out
 
 
@@ -392,7 +427,9 @@ def kept_messages(lines: list[str]) -> list[str]:
 
 
 # ------------------------------------------------------------------------------------- the video job
-def _convert(rec: VideoRecord, cfg: PreprocessConfig, todo: list[str], result: dict, progress: Progress) -> None:
+def _convert(
+    rec: VideoRecord, cfg: PreprocessConfig, todo: list[str], result: dict, progress: Progress
+) -> None:
     """Decode ``rec`` once and write the archives of the streams in ``todo``; fills ``result``."""
     src = VideoStream(rec.path, cfg.decode)
     result.update(source_fps=src.source_fps, fps=src.fps)

@@ -19,12 +19,15 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from memdpc.common.wording import duration_text, name_list, plural, size_text
 from memdpc.preprocess.decode import DecodeError, StderrCapture, VideoStream
 from memdpc.preprocess.flow.backends import FlowBackend, FlowStage
 from memdpc.preprocess.job import PreprocessConfig, encode_flow, failure_reason, missing_streams, select_part
-from memdpc.preprocess.run import check_existing, choose_flow, config_from_options
+from memdpc.preprocess.options import config_from_options
+from memdpc.preprocess.run import check_existing, choose_flow
 from memdpc.preprocess.video_index import VideoRecord, read_index
-from memdpc.wording import duration_text, name_list, plural, size_text
+
+__all__ = ["plan"]
 
 WARMUP_PAIRS = 4  # timed flow pairs of a per-video backend (a batched one times one batch)
 PROBE_THREADS = 8  # threads reading the videos' headers (their latency, on network storage)
@@ -95,10 +98,16 @@ class PreprocessPlan:
         if r is None:
             return 0.0
         if stream == "rgb":
-            return sum(h.frames * (h.pixels * r.rgb_bytes + TAR_BYTES_PER_MEMBER) for h in self.todo
-                       if "rgb" in h.streams)
-        return sum(max(h.frames - 1, 0) * (h.pixels * r.flow_bytes + TAR_BYTES_PER_MEMBER) for h in self.todo
-                   if "flow" in h.streams)
+            return sum(
+                h.frames * (h.pixels * r.rgb_bytes + TAR_BYTES_PER_MEMBER)
+                for h in self.todo
+                if "rgb" in h.streams
+            )
+        return sum(
+            max(h.frames - 1, 0) * (h.pixels * r.flow_bytes + TAR_BYTES_PER_MEMBER)
+            for h in self.todo
+            if "flow" in h.streams
+        )
 
     def _seconds(self, h: Header) -> tuple[float, float]:
         """(CPU seconds, flow seconds) of one video: decoding and RGB encoding, then flow and its encoding."""
@@ -122,7 +131,9 @@ class PreprocessPlan:
             return 0.0
         seconds = [self._seconds(h) for h in self.todo]
         if self.batched:
-            return max(sum(f for _, f in seconds) / len(self.devices), sum(c for c, _ in seconds) / self.parallel)
+            return max(
+                sum(f for _, f in seconds) / len(self.devices), sum(c for c, _ in seconds) / self.parallel
+            )
         per_video = [c + f for c, f in seconds]
         return max(sum(per_video) / self.parallel, max(per_video))
 
@@ -130,10 +141,18 @@ class PreprocessPlan:
         i, n = self.part
         part = f" (part {i}/{n})" if n > 1 else ""
         done = f", {self.finished:,} already done with these settings" if self.finished else ""
-        bad = (f", {len(self.unreadable):,} unreadable (the run records them as failed): "
-               + name_list([f"{Path(p).name}: {why}" for p, why in self.unreadable], 3)) if self.unreadable else ""
-        lines = [f"plan of preprocess {'+'.join(self.streams)} into {self.out} (a dry run: nothing written)",
-                 f"videos: {self.videos:,}{part}: {len(self.todo):,} to do{done}{bad}"]
+        bad = (
+            (
+                f", {len(self.unreadable):,} unreadable (the run records them as failed): "
+                + name_list([f"{Path(p).name}: {why}" for p, why in self.unreadable], 3)
+            )
+            if self.unreadable
+            else ""
+        )
+        lines = [
+            f"plan of preprocess {'+'.join(self.streams)} into {self.out} (a dry run: nothing written)",
+            f"videos: {self.videos:,}{part}: {len(self.todo):,} to do{done}{bad}",
+        ]
         if not self.todo:
             return [*lines, "nothing to convert: the same command without --dry-run writes the report"]
         sizes = Counter(h.size for h in self.todo)
@@ -143,23 +162,34 @@ class PreprocessPlan:
         lines.append(f"frames: {self.frames:,} out by the headers{pairs}; frame sizes {common}{more}")
         if self.backend:
             where = ",".join(self.devices)
-            how = (f"batches of pairs from many videos on {where}, {plural(self.parallel, 'CPU thread')} decoding "
-                   f"and encoding" if self.batched else
-                   f"one video per process on {where}, {plural(self.parallel, 'process')}" if self.parallel else
-                   "one video per task on the Dask cluster")
-            lines.append(f"flow: TV-L1 {self.backend}, {how}" + (f" (note: {self.note})" if self.note else ""))
+            how = (
+                f"batches of pairs from many videos on {where}, {plural(self.parallel, 'CPU thread')} decoding "
+                f"and encoding"
+                if self.batched
+                else f"one video per process on {where}, {plural(self.parallel, 'process')}"
+                if self.parallel
+                else "one video per task on the Dask cluster"
+            )
+            lines.append(
+                f"flow: TV-L1 {self.backend}, {how}" + (f" (note: {self.note})" if self.note else "")
+            )
         parts = [f"{s} {size_text(self.stream_bytes(s))}" for s in self.streams]
         total = sum(self.stream_bytes(s) for s in self.streams)
         free = ""
         if self.free_bytes is not None:
-            free = (f"; only {size_text(self.free_bytes)} free there" if total > self.free_bytes else
-                    f"; {size_text(self.free_bytes)} free there")
+            free = (
+                f"; only {size_text(self.free_bytes)} free there"
+                if total > self.free_bytes
+                else f"; {size_text(self.free_bytes)} free there"
+            )
         lines.append(f"disk: about {size_text(total)} in {self.out} ({', '.join(parts)}){free}")
         r = self.rates
         timed = f"{plural(r.frames, 'frame')} of {r.video} decoded and encoded"
         if r.pairs:
-            timed += (f", {plural(r.pairs, 'flow pair')} timed ({r.flow_s * r.pixels:.3g} s each) after "
-                      f"{r.first_flow_s:.3g} s for the first batch (compiling, loading)")
+            timed += (
+                f", {plural(r.pairs, 'flow pair')} timed ({r.flow_s * r.pixels:.3g} s each) after "
+                f"{r.first_flow_s:.3g} s for the first batch (compiling, loading)"
+            )
         if self.parallel:
             estimate = f"about {duration_text(self.wall_s)}"
         else:
@@ -167,8 +197,10 @@ class PreprocessPlan:
         scaled = "scaled to each video by its pixels per frame"
         if self.batched:
             scaled += "; the run's batches are larger than the warm-up's, so it is likely faster"
-        lines += [f"time: {estimate} — an estimate on this machine from {timed}, {scaled}",
-                  "next: the same command without --dry-run"]
+        lines += [
+            f"time: {estimate} — an estimate on this machine from {timed}, {scaled}",
+            "next: the same command without --dry-run",
+        ]
         return lines
 
 
@@ -181,8 +213,14 @@ def _probe(rec: VideoRecord, cfg: PreprocessConfig) -> Header | tuple[str, str]:
     w, h = src.source_size
     if w <= 0 or h <= 0:
         return rec.path, "no frame size in the file's header"
-    return Header(rec.id, src.expected_frames, w * h, src.expected_output, cfg.decode.out_size(w, h),
-                  tuple(missing_streams(rec, cfg)))
+    return Header(
+        rec.id,
+        src.expected_frames,
+        w * h,
+        src.expected_output,
+        cfg.decode.out_size(w, h),
+        tuple(missing_streams(rec, cfg)),
+    )
 
 
 def _frames(rec: VideoRecord, cfg: PreprocessConfig, start: int, count: int) -> tuple[VideoStream, list]:
@@ -222,8 +260,18 @@ def _warm_up(rec: VideoRecord, header: Header, cfg: PreprocessConfig, backend: F
     rgb = [cfg.rgb_encoding.encode_bgr(f) for f in frames]
     rgb_s = (time.perf_counter() - t) / (len(frames) * pixels)
     decode_s = src.seconds / (src.num_decoded * header.source_pixels)
-    rates = Rates(rec.id, pixels, len(frames), 0, 0.0, decode_s, rgb_s, sum(map(len, rgb)) / (len(frames) * pixels),
-                  0.0, 0.0)
+    rates = Rates(
+        rec.id,
+        pixels,
+        len(frames),
+        0,
+        0.0,
+        decode_s,
+        rgb_s,
+        sum(map(len, rgb)) / (len(frames) * pixels),
+        0.0,
+        0.0,
+    )
     if not flow or len(frames) < 2:
         return rates
     split = min(untimed + 1, len(frames) - 1)  # frames of the untimed batch; the timed pairs follow on
@@ -235,9 +283,13 @@ def _warm_up(rec: VideoRecord, header: Header, cfg: PreprocessConfig, backend: F
     t = time.perf_counter()
     data = [encode_flow(c, cfg.flow_encoding)[0] for c in codes]
     encode_s = time.perf_counter() - t
-    return replace(rates, pairs=len(codes), first_flow_s=first_s,
-                   flow_s=(stage.seconds + encode_s) / (len(codes) * pixels),
-                   flow_bytes=sum(map(len, data)) / (len(data) * pixels))
+    return replace(
+        rates,
+        pairs=len(codes),
+        first_flow_s=first_s,
+        flow_s=(stage.seconds + encode_s) / (len(codes) * pixels),
+        flow_bytes=sum(map(len, data)) / (len(data) * pixels),
+    )
 
 
 def _free_bytes(out: Path) -> int | None:
@@ -271,11 +323,25 @@ def plan_preprocess(records: list[VideoRecord], cfg: PreprocessConfig) -> Prepro
                 unreadable.append((rec.path, failure_reason(e)))
                 headers.remove((rec, header))
     cores = os.cpu_count() or 1
-    parallel = 0 if cfg.dask else (cfg.threads * len(devices) or cores) if batched else min(cfg.workers, cores)
-    return PreprocessPlan(out=cfg.out, streams=cfg.streams, part=cfg.part, videos=len(mine), finished=len(done),
-                          todo=[h for _, h in headers], unreadable=unreadable, backend=name, devices=devices,
-                          note=note, parallel=parallel, batched=batched, rates=rates,
-                          free_bytes=_free_bytes(Path(cfg.out)))
+    parallel = (
+        0 if cfg.dask else (cfg.threads * len(devices) or cores) if batched else min(cfg.workers, cores)
+    )
+    return PreprocessPlan(
+        out=cfg.out,
+        streams=cfg.streams,
+        part=cfg.part,
+        videos=len(mine),
+        finished=len(done),
+        todo=[h for _, h in headers],
+        unreadable=unreadable,
+        backend=name,
+        devices=devices,
+        note=note,
+        parallel=parallel,
+        batched=batched,
+        rates=rates,
+        free_bytes=_free_bytes(Path(cfg.out)),
+    )
 
 
 def plan(index: str | Path, out: str | Path, streams: str = "rgb", **options) -> PreprocessPlan:

@@ -3,7 +3,7 @@
 A terminal's Ctrl-C sends SIGINT to the whole process group, SIGTERM reaches the parent alone (``kill``) or
 every process of the job (a scheduler); either way the parent stops the run: it cancels the queued videos and
 terminates the workers. Workers therefore leave both signals to the parent
-(:func:`memdpc.interrupts.leave_signals_to_parent`), SIGINT from their first instruction
+(:func:`memdpc.common.interrupts.leave_signals_to_parent`), SIGINT from their first instruction
 (:func:`spawn_context`: they start with it ignored, before they could print a traceback of their own).
 
 :func:`pool_results` is the per-video path's local pool: each worker sends progress events while a video
@@ -24,10 +24,12 @@ from typing import Any
 
 import cv2
 
-from memdpc import interrupts
+from memdpc.common import interrupts
 from memdpc.preprocess.decode import StderrCapture
 from memdpc.preprocess.job import PreprocessConfig, Progress, process_video
 from memdpc.preprocess.video_index import VideoRecord
+
+__all__ = ["STOP_WAIT", "pool_results", "spawn_context"]
 
 POLL = 0.2  # seconds between looks at the workers' progress events
 STOP_WAIT = 2.0  # seconds a stopped worker may take to exit

@@ -13,7 +13,7 @@ what this run did, ``videos`` every video of the part with the entry of the run 
 rerun that skips a video keeps the earlier entry) or that last failed on it, and ``failures`` those that
 failed. SIGINT or SIGTERM stops the run within seconds: queued videos are cancelled, workers terminated,
 the temporary archives of unfinished videos removed, and the report of what was done written
-(``interrupted``) before :class:`memdpc.interrupts.Interrupted` goes on with a note of what was kept.
+(``interrupted``) before :class:`memdpc.common.interrupts.Interrupted` goes on with a note of what was kept.
 """
 
 from __future__ import annotations
@@ -30,30 +30,30 @@ from typing import Any
 from rich.console import Console
 from rich.progress import Progress as ProgressBar
 
-from memdpc import interrupts
-from memdpc.atomic import write_json_atomic
-from memdpc.errors import UserError
+from memdpc.common import interrupts
+from memdpc.common.atomic import write_json_atomic
+from memdpc.common.errors import UserError
+from memdpc.common.progress import progress_bar
+from memdpc.common.wording import plural
 from memdpc.preprocess.archive import archive_path
-from memdpc.preprocess.decode import DecodeSpec, StderrCapture
-from memdpc.preprocess.encode import DEFAULT_FLOW_ENCODING, FLOW_ENCODINGS, RGB_ENCODING, JpegEncoding
+from memdpc.preprocess.decode import StderrCapture
 from memdpc.preprocess.flow.backends import BatchedFlowBackend, FlowBackend, make_backend, resolve_backend
 from memdpc.preprocess.flow.batched import run_batched
-from memdpc.preprocess.flow.tvl1_params import TVL1Params
 from memdpc.preprocess.job import (
     PreprocessConfig,
     Progress,
     archive_differences,
     kept_messages,
-    parse_part,
     process_video,
     read_report_entries,
     remove_temporaries,
     select_part,
 )
+from memdpc.preprocess.options import config_from_options
 from memdpc.preprocess.pool import pool_results
 from memdpc.preprocess.video_index import VideoRecord, read_index
-from memdpc.progress import progress_bar
-from memdpc.wording import plural
+
+__all__ = ["PreprocessConfig", "check_existing", "choose_flow", "preprocess", "run_preprocess"]
 
 DASK_CONNECT_TIMEOUT = 30  # seconds
 CHECK_THREADS = 8  # threads reading the meta.json of existing archives (their latency, on network storage)
@@ -109,7 +109,9 @@ def _batched(devices: list[str], stats: dict[str, dict]) -> Results:
 
 
 # ---------------------------------------------------------------------------------- existing archives
-def check_existing(mine: list[VideoRecord], cfg: PreprocessConfig) -> tuple[list[VideoRecord], list[VideoRecord]]:
+def check_existing(
+    mine: list[VideoRecord], cfg: PreprocessConfig
+) -> tuple[list[VideoRecord], list[VideoRecord]]:
     """Split this part's videos into finished ones (every archive there, made with these settings from this
     source file) and those to do. Archives made otherwise are refused with their count, an example and
     what differs (UserError), unless ``cfg.overwrite`` (their videos are then to do). Reads only the
@@ -289,7 +291,7 @@ def run_preprocess(
     (``memdpc.preprocess.flow.batched``) unless the run goes to Dask, and ``flow.stage`` then says per device
     where its time went (:attr:`~memdpc.preprocess.flow.batched.DeviceStage.stats`); the OpenCV backend runs
     in per-video jobs. On SIGINT/SIGTERM (KeyboardInterrupt) the report of what was done is written and the
-    interrupt re-raised as :class:`memdpc.interrupts.Interrupted` with a note of what was kept.
+    interrupt re-raised as :class:`memdpc.common.interrupts.Interrupted` with a note of what was kept.
 
     ``observe`` (for callers that time the run) is called in this thread with each progress event of the
     videos (``("start", id, units promised)``, ``("units", id, n)`` as units are written) and with
@@ -319,8 +321,11 @@ def run_preprocess(
             tracker = _Tracker(bar, cfg, len(mine), len(done), len(todo))
             events = tracker.event if observe is None else _both(tracker.event, observe)
             try:
-                work = contextlib.closing(results(used, todo, events, stderr.take)) if todo else (
-                    contextlib.nullcontext(()))  # nothing to do: no pool, no device process
+                work = (
+                    contextlib.closing(results(used, todo, events, stderr.take))
+                    if todo
+                    else (contextlib.nullcontext(()))
+                )  # nothing to do: no pool, no device process
                 with work as videos:
                     for entry in videos:
                         entries[entry["id"]] = entry
@@ -361,45 +366,9 @@ def run_preprocess(
     return report
 
 
-def config_from_options(
-    out: str | Path,
-    streams: str = "rgb",
-    *,
-    size: int = DecodeSpec.size,
-    square: int = DecodeSpec.square,
-    fps: float = DecodeSpec.fps,
-    quality: int = RGB_ENCODING.quality,
-    flow_encoding: str = DEFAULT_FLOW_ENCODING,
-    flow_quality: int | None = None,
-    tvl1: dict[str, Any] | None = None,
-    part: str = "0/1",
-    **kw: Any,
-) -> PreprocessConfig:
-    """The run's config from the options as the CLI gives them, checked before any work.
-
-    ``streams`` is a comma-separated list (``rgb``, ``flow``); ``flow_encoding`` is ``ycc`` (standard JPEG
-    4:4:4, default quality 100) or ``rgb`` (JPEG without colour transform, default quality 90); ``tvl1``
-    holds :class:`TVL1Params` fields; the other keywords are :class:`PreprocessConfig` fields.
-    """
-    if flow_encoding not in FLOW_ENCODINGS:
-        raise UserError(f"--flow-encoding must be one of {', '.join(FLOW_ENCODINGS)}, not {flow_encoding}")
-    flow_enc = FLOW_ENCODINGS[flow_encoding]
-    cfg = PreprocessConfig(
-        out=str(out),
-        streams=tuple(s.strip() for s in streams.split(",") if s.strip()),
-        decode=DecodeSpec(size=size, square=square, fps=fps),
-        rgb_encoding=JpegEncoding(quality, RGB_ENCODING.sampling),
-        flow_encoding=JpegEncoding(flow_quality or flow_enc.quality, flow_enc.sampling),
-        tvl1=TVL1Params(**(tvl1 or {})),
-        part=parse_part(part),
-        **kw,
-    )
-    cfg.validate()
-    return cfg
-
-
-def preprocess(index: str | Path, out: str | Path, streams: str = "rgb", *, progress: bool = True,
-               **options: Any) -> dict:
+def preprocess(
+    index: str | Path, out: str | Path, streams: str = "rgb", *, progress: bool = True, **options: Any
+) -> dict:
     """The library entry of ``memdpc preprocess frames|flow``: options as the CLI gives them
     (:func:`config_from_options`, checked before the index is read) → run report."""
     cfg = config_from_options(out, streams, **options)

@@ -18,10 +18,22 @@ from typing import Any
 
 import numpy as np
 
-from memdpc.atomic import atomic_path
-from memdpc.errors import UserError
-from memdpc.file_kinds import INDEX_KIND, describe
-from memdpc.wording import plural
+from memdpc.common.atomic import atomic_path
+from memdpc.common.errors import UserError
+from memdpc.common.file_kinds import INDEX_KIND, describe
+from memdpc.common.wording import plural
+
+__all__ = [
+    "SPLIT_NAMES",
+    "VIDEO_EXTS",
+    "VideoRecord",
+    "check_unique",
+    "hold_out",
+    "read_index",
+    "summary",
+    "video_id",
+    "write_index",
+]
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 VIDEO_EXTS = (".avi", ".mp4", ".mkv", ".webm", ".mov", ".m4v", ".mpg", ".mpeg")
@@ -76,7 +88,7 @@ _TEXT_KINDS = (INDEX_KIND, "an empty file", "a text file", "a JSON file", "a YAM
 
 def read_index(path: str | os.PathLike) -> list[VideoRecord]:
     """Read a JSONL video index, with a one-line error for a missing file, a folder or any other file given
-    instead (a video, a results file, a checkpoint: :func:`memdpc.file_kinds.describe` says which), or a
+    instead (a video, a results file, a checkpoint: :func:`memdpc.common.file_kinds.describe` says which), or a
     malformed line."""
     path = Path(path)
     if path.is_dir():

@@ -88,8 +88,11 @@ def mixed_size_dataset(tmp_path_factory) -> Path:
     class (2) one train video of each size of MIXED_SIZES, and one test video (portrait for the first class,
     landscape for the second). Each is a rendered motion, cut to its size from a square render."""
     root = tmp_path_factory.mktemp("mixed") / "videos"
-    videos = [(split, ci, hw) for ci in range(2) for split, hw in
-              [("train", hw) for hw in MIXED_SIZES] + [("test", MIXED_SIZES[1 - ci])]]
+    videos = [
+        (split, ci, hw)
+        for ci in range(2)
+        for split, hw in [("train", hw) for hw in MIXED_SIZES] + [("test", MIXED_SIZES[1 - ci])]
+    ]
     for g, (split, ci, (h, w)) in enumerate(videos):
         side = max(h, w)
         frames = render_video(CLASSES[ci], side, MIXED_FRAMES, np.random.default_rng([ci, g]))
@@ -127,8 +130,10 @@ def mixed_size_frames(mixed_size_dataset, tmp_path_factory) -> Path:
     aspect kept) of ``mixed_size_dataset``: a folder with ``index.jsonl`` and ``frames/rgb/<id>.tar`` of
     three frame sizes (MIXED_FRAME_SIZES, one of them portrait)."""
     root = tmp_path_factory.mktemp("mixed_frames")
-    for args in (["index", mixed_size_dataset, "--layout", "folder", "--out", root / "index.jsonl"],
-                 ["preprocess", "frames", root / "index.jsonl", "--out", root / "frames", "--size", "24"]):
+    for args in (
+        ["index", mixed_size_dataset, "--layout", "folder", "--out", root / "index.jsonl"],
+        ["preprocess", "frames", root / "index.jsonl", "--out", root / "frames", "--size", "24"],
+    ):
         res = run_memdpc(*args)
         assert res.returncode == 0, res.stderr
     return root
@@ -167,13 +172,21 @@ def write_jpeg_archive(root: Path, stream: str, video_id: str, images: np.ndarra
 
 # the reference implementation's names for memdpc's top-level modules (ARCHITECTURE.md §3.4), per family
 _REFERENCE_NAMES = {
-    "memdpc": {"memory": "mb", "backbone": "backbone", "agg_f": "agg_f", "agg_b": "agg_b", "predictor": "network_pred"},
+    "memdpc": {
+        "memory": "mb",
+        "backbone": "backbone",
+        "agg_f": "agg_f",
+        "agg_b": "agg_b",
+        "predictor": "network_pred",
+    },
     "dpc": {"backbone": "module.backbone", "agg_f": "module.agg", "predictor": "module.network_pred"},
     "classifier": {"backbone": "backbone", "agg_f": "agg_f", "agg_b": "agg_b", "head": ""},
 }
 
 
-def reference_weights(name: str, seed: int = 0, **kw) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+def reference_weights(
+    name: str, seed: int = 0, **kw
+) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
     """(memdpc state dict, the same tensors in the reference implementation's layout) of a ``name`` model
     with randomised weights and BatchNorm statistics.
 
@@ -197,7 +210,7 @@ def reference_weights(name: str, seed: int = 0, **kw) -> tuple[dict[str, torch.T
         top, _, rest = key.partition(".")
         if rest.startswith("cell."):
             for twin in ("ConvGRUCell_00", "cell_list.0"):
-                ref[f"{names[top]}.{twin}.{rest[len('cell.'):]}"] = value.clone()
+                ref[f"{names[top]}.{twin}.{rest[len('cell.') :]}"] = value.clone()
         else:
             ref[".".join(p for p in (names[top], rest) if p)] = value.clone()
     return ours, ref

@@ -17,9 +17,23 @@ MEMDPC = str(Path(sys.executable).parent / "memdpc")
 
 def test_console_script_lists_verbs_and_version():
     out = subprocess.run([MEMDPC, "--help"], capture_output=True, text=True, check=True).stdout
-    listed = [line.split()[0] for line in out.split("Commands:\n", 1)[1].splitlines() if line.startswith("  ")]
-    verbs = ["bench", "convert", "data", "eval", "index", "preprocess", "quickstart", "recipes", "report", "shard",
-             "show", "train"]
+    listed = [
+        line.split()[0] for line in out.split("Commands:\n", 1)[1].splitlines() if line.startswith("  ")
+    ]
+    verbs = [
+        "bench",
+        "convert",
+        "data",
+        "eval",
+        "index",
+        "preprocess",
+        "quickstart",
+        "recipes",
+        "report",
+        "shard",
+        "show",
+        "train",
+    ]
     assert listed == verbs
     for verb in verbs:  # each verb's own help works (its options build, its lazy imports resolve)
         subprocess.run([MEMDPC, verb, "--help"], capture_output=True, text=True, check=True)
@@ -51,7 +65,9 @@ def test_unknown_path_is_one_line_error(tmp_path):
 def test_an_output_folder_that_is_a_file_is_a_usage_error(tmp_path, args):
     out = tmp_path / "taken"
     out.write_text("keep me")
-    res = subprocess.run([MEMDPC, *(a.format(out=out) for a in args)], capture_output=True, text=True, cwd=tmp_path)
+    res = subprocess.run(
+        [MEMDPC, *(a.format(out=out) for a in args)], capture_output=True, text=True, cwd=tmp_path
+    )
     assert res.returncode == 2, res.stderr
     assert f"'{out}' is a file" in res.stderr and "Traceback" not in res.stderr
     assert out.read_text() == "keep me"
@@ -60,8 +76,16 @@ def test_an_output_folder_that_is_a_file_is_a_usage_error(tmp_path, args):
 @pytest.mark.parametrize(
     "verb, given, message",
     [
-        ("flow", "clip.mp4", "{given}: is a video file, not a video index; give the JSONL file `memdpc index"),
-        ("frames", "videos", "{given}: is a folder, not a video index; `memdpc index {given} --layout folder`"),
+        (
+            "flow",
+            "clip.mp4",
+            "{given}: is a video file, not a video index; give the JSONL file `memdpc index",
+        ),
+        (
+            "frames",
+            "videos",
+            "{given}: is a folder, not a video index; `memdpc index {given} --layout folder`",
+        ),
         ("frames", "notes.jsonl", "{given}: is a binary file, not a video index; give the JSONL file"),
     ],
 )
@@ -69,7 +93,9 @@ def test_preprocess_given_something_else_than_an_index_is_a_one_line_error(tmp_p
     (tmp_path / "videos" / "jump").mkdir(parents=True)
     (tmp_path / "clip.mp4").write_bytes(b"\x00\x00\x00\x18ftypmp42" + bytes(range(256)))
     (tmp_path / "notes.jsonl").write_bytes(bytes(range(256)))
-    res = CliRunner().invoke(main, ["preprocess", verb, str(tmp_path / given), "--out", str(tmp_path / "frames")])
+    res = CliRunner().invoke(
+        main, ["preprocess", verb, str(tmp_path / given), "--out", str(tmp_path / "frames")]
+    )
     assert res.exit_code == 2 and "Traceback" not in res.output
     assert res.output.splitlines()[-1].startswith("Error: " + message.format(given=tmp_path / given))
     assert not (tmp_path / "frames").exists()
@@ -85,18 +111,57 @@ def test_train_and_every_eval_kind_on_shards_of_mixed_frame_sizes(mixed_size_fra
     geometry = ["--blocks", "4", "--block-len", "3", "--clip-stride", "1"]
     for split in ("train", "test"):
         res = run_memdpc(
-            "shard", mixed_size_frames / "frames", "--index", mixed_size_frames / "index.jsonl",
-            "--stream", "rgb", "--out", shards, "--split", split, "--window-step", "4", *geometry,
-        )  # fmt: skip
+            "shard",
+            mixed_size_frames / "frames",
+            "--index",
+            mixed_size_frames / "index.jsonl",
+            "--stream",
+            "rgb",
+            "--out",
+            shards,
+            "--split",
+            split,
+            "--window-step",
+            "4",
+            *geometry,
+        )
         assert res.returncode == 0, res.stderr
     manifest = json.loads((shards / "rgb" / "manifest-train.json").read_text())
     assert len(manifest["frame_sizes"]) == 3 and manifest["frame_size"] is None
     res = run_memdpc(
-        "train", "--stream", "rgb", "--shards", shards, "--out", run, "--widths", "8,16,32,32",
-        "--size", "32", "--batch-size", "2", "--max-steps", "2", "--epochs", "1", "--num-blocks", "4",
-        "--block-len", "3", "--pred-steps", "2", "--mem-size", "16", "--crop-size", "0", "--backend", "torch",
-        "--workers", "1", "--no-progress",
-    )  # fmt: skip
+        "train",
+        "--stream",
+        "rgb",
+        "--shards",
+        shards,
+        "--out",
+        run,
+        "--widths",
+        "8,16,32,32",
+        "--size",
+        "32",
+        "--batch-size",
+        "2",
+        "--max-steps",
+        "2",
+        "--epochs",
+        "1",
+        "--num-blocks",
+        "4",
+        "--block-len",
+        "3",
+        "--pred-steps",
+        "2",
+        "--mem-size",
+        "16",
+        "--crop-size",
+        "0",
+        "--backend",
+        "torch",
+        "--workers",
+        "1",
+        "--no-progress",
+    )
     assert res.returncode == 0, res.stderr
     ckpt = run / "checkpoints" / "last.pt"
     common = ["--shards", shards, "--out", out, "--backend", "dali", "--workers", "1", "--batch-size", "4"]
@@ -109,7 +174,16 @@ def test_train_and_every_eval_kind_on_shards_of_mixed_frame_sizes(mixed_size_fra
     assert "top1" in json.loads((out / "probe-linear-rgb.json").read_text())["metrics"]
     res = run_memdpc("eval", "finetune", ckpt, *common, "--epochs", "1")
     assert res.returncode == 0, res.stderr
-    res = run_memdpc("eval", "classify", out / "finetune-rgb.pt", *common[:2], "--out", tmp_path / "scored",
-                     *common[4:], "--crops", "5")  # fmt: skip
+    res = run_memdpc(
+        "eval",
+        "classify",
+        out / "finetune-rgb.pt",
+        *common[:2],
+        "--out",
+        tmp_path / "scored",
+        *common[4:],
+        "--crops",
+        "5",
+    )
     assert res.returncode == 0, res.stderr
     assert "top1" in json.loads(next((tmp_path / "scored").glob("*.json")).read_text())["metrics"]

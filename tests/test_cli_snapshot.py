@@ -68,7 +68,9 @@ def command_line(group: click.Group = main, path: str = "memdpc") -> dict[str, d
         if isinstance(cmd, click.Group):
             found |= command_line(cmd, f"{path} {name}")
         else:
-            found[f"{path} {name}"] = {p.name: _param(p, click.Context(cmd)) for p in cmd.params if p.name != "help"}
+            found[f"{path} {name}"] = {
+                p.name: _param(p, click.Context(cmd)) for p in cmd.params if p.name != "help"
+            }
     return found
 
 
@@ -84,7 +86,9 @@ def differences(old: dict, new: dict) -> list[str]:
                 out.append(f"{cmd}: {spec['opts']} is gone")
             elif new[cmd][name] != spec:
                 changed = sorted(k for k in spec if new[cmd][name].get(k) != spec[k])
-                out.append(f"{cmd}: {spec['opts']} changed its {', '.join(changed)}: {spec} → {new[cmd][name]}")
+                out.append(
+                    f"{cmd}: {spec['opts']} changed its {', '.join(changed)}: {spec} → {new[cmd][name]}"
+                )
         old_args = [n for n, s in params.items() if s["kind"] == "argument"]
         new_args = [n for n, s in new[cmd].items() if s["kind"] == "argument"]
         if new_args[: len(old_args)] != old_args:
@@ -117,7 +121,9 @@ if __name__ == "__main__":
             sys.exit("refused, the command line lost or changed:\n" + "\n".join(lost))
     lines = []
     for cmd, params in current.items():
-        inner = ",\n".join(f"  {json.dumps(n)}: {json.dumps(s, ensure_ascii=False)}" for n, s in params.items())
+        inner = ",\n".join(
+            f"  {json.dumps(n)}: {json.dumps(s, ensure_ascii=False)}" for n, s in params.items()
+        )
         lines.append(f" {json.dumps(cmd)}: {{\n{inner}\n }}" if params else f" {json.dumps(cmd)}: {{}}")
     SNAPSHOT.write_text("{\n" + ",\n".join(lines) + "\n}\n")  # one line a parameter
     print(f"wrote {SNAPSHOT}: {len(current)} commands")

@@ -37,10 +37,15 @@ def with_settings(block: str, **settings: str) -> str:
 @pytest.mark.parametrize("backend", ["dali", "torch"])
 def test_readme_own_videos_block_runs_on_a_messy_folder_to_the_fused_tables(messy_folder, tmp_path, backend):
     work = tmp_path / "work"
-    script = with_settings(readme_block("ci:own-videos"), VIDEOS=str(messy_folder), WORK=str(work),
-                           BACKEND=backend)
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-           "COLUMNS": "200", "OMP_NUM_THREADS": "2"}
+    script = with_settings(
+        readme_block("ci:own-videos"), VIDEOS=str(messy_folder), WORK=str(work), BACKEND=backend
+    )
+    env = {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        "COLUMNS": "200",
+        "OMP_NUM_THREADS": "2",
+    }
     res = subprocess.run(["bash", "-e", "-c", script], capture_output=True, text=True, env=env, timeout=1500)
     output = res.stdout + res.stderr
     assert res.returncode == 0, output[-4000:]
@@ -51,7 +56,11 @@ def test_readme_own_videos_block_runs_on_a_messy_folder_to_the_fused_tables(mess
     index = [json.loads(line) for line in (work / "index.jsonl").read_text().splitlines()]
     assert len(index) == len(MESSY_VIDEOS) + len(MESSY_BROKEN)
     for split in ("test", "val"):
-        assert sorted(r["label_name"] for r in index if r["split"] == split) == ["jumping", "spinning", "zooming"]
+        assert sorted(r["label_name"] for r in index if r["split"] == split) == [
+            "jumping",
+            "spinning",
+            "zooming",
+        ]
 
     # the broken files are reported with their reason, every real video made it
     report = json.loads((work / "frames" / "preprocess-report.json").read_text())
@@ -68,7 +77,10 @@ def test_readme_own_videos_block_runs_on_a_messy_folder_to_the_fused_tables(mess
     for stream in ("rgb", "flow"):
         config = (work / "runs" / stream / "config.yaml").read_text()
         assert re.search(r"^val_split: val$", config, re.M) and f"backend: {backend}" in config
-    fused = {kind: json.loads((work / "eval" / f"fused-{kind}.json").read_text()) for kind in ("retrieval", "probe")}
+    fused = {
+        kind: json.loads((work / "eval" / f"fused-{kind}.json").read_text())
+        for kind in ("retrieval", "probe")
+    }
     assert {f["stream"] for f in fused.values()} == {"rgb+flow"}
     assert {"R@1", "R@5"} <= fused["retrieval"]["metrics"].keys() and fused["probe"]["metrics"]["videos"] == 3
     for kind in fused:

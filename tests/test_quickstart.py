@@ -9,14 +9,16 @@ from pathlib import Path
 import pytest
 import yaml
 
+from memdpc.common.streams import STREAMS
 from memdpc.quickstart import BELOW_INIT, COLUMNS, MODEL_NAMES
-from memdpc.streams import STREAMS
 
 MEMDPC = str(Path(sys.executable).parent / "memdpc")
 
 
 def _run(out: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([MEMDPC, "quickstart", "--tiny", "--out", str(out), *args], capture_output=True, text=True)
+    return subprocess.run(
+        [MEMDPC, "quickstart", "--tiny", "--out", str(out), *args], capture_output=True, text=True
+    )
 
 
 def _check_table(out: Path) -> list[dict]:
@@ -31,8 +33,11 @@ def _check_table(out: Path) -> list[dict]:
     # a MemDPC row says when no trained epoch beat the untrained encoder on the kNN monitor (which chose best.pt)
     below = set()
     for s in STREAMS:
-        knn = [r["r1"] for r in map(json.loads, (out / "runs" / s / "metrics.jsonl").read_text().splitlines())
-               if r["kind"] == "knn"]
+        knn = [
+            r["r1"]
+            for r in map(json.loads, (out / "runs" / s / "metrics.jsonl").read_text().splitlines())
+            if r["kind"] == "knn"
+        ]
         if max(knn[1:]) <= knn[0]:
             below.add(s)
     notes = {r["stream"]: r["note"] for r in rows if r["model"] == MODEL_NAMES["memdpc"]}
@@ -107,4 +112,5 @@ def test_tiny_quickstart_on_the_held_out_photos_and_a_rerun_that_asks_for_other_
     assert again.returncode == 2
     assert again.stderr.strip().splitlines()[-1] == (
         f"Error: {out}: holds a quickstart run of --data photos --seed 0 --tiny, not --data synthetic --seed 0 "
-        "--tiny; resume it with the same options or choose another --out")
+        "--tiny; resume it with the same options or choose another --out"
+    )

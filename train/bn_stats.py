@@ -14,14 +14,18 @@ from collections.abc import Iterable
 import torch
 from torch import nn
 
-from memdpc import interrupts
+from memdpc.common import interrupts
+
+__all__ = ["data_batchnorm_stats"]
 
 
 @torch.no_grad()
-def data_batchnorm_stats(model: nn.Module, batches: Iterable, device: torch.device, max_batches: int) -> nn.Module:
+def data_batchnorm_stats(
+    model: nn.Module, batches: Iterable, device: torch.device, max_batches: int
+) -> nn.Module:
     """Set every BatchNorm's running mean and variance of ``model``'s encoder to their averages over up to
     ``max_batches`` batches (clips as evaluation sees them); returns ``model`` in eval mode, weights unchanged.
-    Stops between batches when a signal has arrived (:func:`memdpc.interrupts.check`)."""
+    Stops between batches when a signal has arrived (:func:`memdpc.common.interrupts.check`)."""
     norms = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
     momenta = [m.momentum for m in norms]
     for m in norms:

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from memdpc import interrupts
+from memdpc.common import interrupts
 from memdpc.model import create_model
 from memdpc.model.checkpoint import (
     WEIGHT_KEYS,
@@ -38,8 +38,14 @@ from memdpc.train.bn_stats import data_batchnorm_stats
 from memdpc.train.config import TrainConfig, config_from_dict
 from memdpc.train.prepare import check_shards, split_loader
 
+__all__ = ["next_command", "rng_state", "set_rng_state", "write_initial_checkpoint"]
+
 BN_BATCHES = 100  # training batches whose clips give an untrained encoder its BatchNorm statistics
-BN_STATS = ("running_mean", "running_var", "num_batches_tracked")  # BatchNorm buffers, absent when not tracked
+BN_STATS = (
+    "running_mean",
+    "running_var",
+    "num_batches_tracked",
+)  # BatchNorm buffers, absent when not tracked
 
 
 # ------------------------------------------------------------------------------------------------- RNG
@@ -48,8 +54,13 @@ def rng_state() -> dict[str, Any]:
     kind, keys, pos, has_gauss, gauss = np.random.get_state()
     return {
         "python": random.getstate(),
-        "numpy": {"kind": kind, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
-                  "has_gauss": int(has_gauss), "gauss": float(gauss)},
+        "numpy": {
+            "kind": kind,
+            "keys": torch.from_numpy(keys.astype(np.int64)),
+            "pos": int(pos),
+            "has_gauss": int(has_gauss),
+            "gauss": float(gauss),
+        },
         "torch": torch.get_rng_state(),
         "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
     }
@@ -58,7 +69,9 @@ def rng_state() -> dict[str, Any]:
 def set_rng_state(state: dict[str, Any]) -> None:
     random.setstate(_tuples(state["python"]))
     n = state["numpy"]
-    np.random.set_state((n["kind"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["gauss"]))
+    np.random.set_state(
+        (n["kind"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["gauss"])
+    )
     torch.set_rng_state(state["torch"])
     if state["cuda"] and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
@@ -67,12 +80,6 @@ def set_rng_state(state: dict[str, Any]) -> None:
 def _tuples(x: Any) -> Any:
     """random.setstate needs tuples; a state that went through a list-preserving round trip gets them back."""
     return tuple(_tuples(v) for v in x) if isinstance(x, list | tuple) else x
-
-
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
 
 
 # ------------------------------------------------------------------------------------------ weights
@@ -95,7 +102,9 @@ def unwrap(model: nn.Module) -> nn.Module:
 
 
 # ------------------------------------------------------------------------------------------- load/check
-def check_config_compatible(ckpt: dict[str, Any], path: Path, stream: str, model_kwargs: dict[str, Any]) -> None:
+def check_config_compatible(
+    ckpt: dict[str, Any], path: Path, stream: str, model_kwargs: dict[str, Any]
+) -> None:
     """Refuse a checkpoint of another stream, or whose training config asks for another model."""
     resolve_stream(ckpt, path, stream)
     theirs = config_from_dict(ckpt["config"], where=str(path)).model_kwargs()
@@ -127,8 +136,11 @@ def initial_model(config: TrainConfig, init: dict[str, Any] | None = None) -> nn
     """
     model = create_model(**config.model_kwargs(), seed=config.seed)
     if init is not None:
-        absent = {k: v for k, v in model.state_dict().items()
-                  if k not in init["model"] and k.rsplit(".", 1)[-1] in BN_STATS}
+        absent = {
+            k: v
+            for k, v in model.state_dict().items()
+            if k not in init["model"] and k.rsplit(".", 1)[-1] in BN_STATS
+        }
         model.load_state_dict({**init["model"], **absent})
     return model
 
@@ -148,13 +160,31 @@ def write_initial_checkpoint(config: TrainConfig, path: str | Path, bn_from_data
         if bn_from_data:
             with interrupts.deferred():
                 clip = ClipSpec(**check_shards(config)["train"]["clip"])
-                data_batchnorm_stats(model, split_loader(config, config.train_split, clip, False),
-                                     torch.device("cpu"), BN_BATCHES)
-        write_checkpoint(serialize(build_checkpoint(model, config.stream, "init", input_size=config.size, epoch=0,
-                                                    step=0, config=config.to_dict(), bn_from_data=bn_from_data)),
-                         path)
+                data_batchnorm_stats(
+                    model,
+                    split_loader(config, config.train_split, clip, False),
+                    torch.device("cpu"),
+                    BN_BATCHES,
+                )
+        write_checkpoint(
+            serialize(
+                build_checkpoint(
+                    model,
+                    config.stream,
+                    "init",
+                    input_size=config.size,
+                    epoch=0,
+                    step=0,
+                    config=config.to_dict(),
+                    bn_from_data=bn_from_data,
+                )
+            ),
+            path,
+        )
     except KeyboardInterrupt as e:
-        raise interrupts.as_interrupted(e).keep(f"{path} not written; the same command starts again") from None
+        raise interrupts.as_interrupted(e).keep(
+            f"{path} not written; the same command starts again"
+        ) from None
     return path
 
 

@@ -1,6 +1,6 @@
 """The training configuration: one dataclass with the paper's defaults, loadable from YAML or TOML.
 
-Every field is also a ``memdpc train`` option (see :func:`option_specs`); the resolved config is written to
+Every field is also a ``memdpc train`` option (:mod:`memdpc.commands.options`); the resolved config is written to
 ``<run dir>/config.yaml`` and compared on every restart, so a run directory always holds one experiment.
 This module imports no torch so that the CLI stays fast to start.
 """
@@ -8,114 +8,168 @@ This module imports no torch so that the CLI stays fast to start.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from memdpc.atomic import write_bytes_atomic
-from memdpc.errors import UserError
+from memdpc.common.atomic import write_bytes_atomic
+from memdpc.common.errors import UserError
+from memdpc.common.settings import choices_of, setting
+from memdpc.common.streams import STREAMS
 from memdpc.model.names import NEGATIVES, PRETRAIN_NAMES
 from memdpc.pipeline.backends import BACKENDS
-from memdpc.recipe import train_settings
-from memdpc.streams import STREAMS
+from memdpc.recipes.recipe import train_settings
 
-CHOICES: dict[str, tuple[str, ...]] = {
-    "stream": STREAMS,
-    "arch": PRETRAIN_NAMES,
-    "negatives": NEGATIVES,
-    "schedule": ("plateau", "milestones", "constant"),
-    "amp": ("none", "bf16", "fp16"),
-    "backend": BACKENDS,
-    "device": ("auto", "cpu", "cuda"),
-    "best_by": ("loss", "knn"),
-}
+__all__ = [
+    "AUTO_VAL_SPLIT",
+    "TrainConfig",
+    "config_differences",
+    "config_from_dict",
+    "read_config_file",
+    "write_config",
+]
 
-
-AUTO_VAL_SPLIT = "auto"  # --val-split: the shards' 'val' split where there is one, else 'test' (prepare.resolve_val_split)
-
-
-def _f(default: Any, help: str, **kw: Any) -> Any:
-    if isinstance(default, list):
-        return field(default_factory=lambda: list(default), metadata={"help": help, **kw})
-    return field(default=default, metadata={"help": help, **kw})
+AUTO_VAL_SPLIT = (
+    "auto"  # --val-split: the shards' 'val' split where there is one, else 'test' (prepare.resolve_val_split)
+)
 
 
 @dataclass
 class TrainConfig:
+    """Every setting of a training run, with the paper's defaults; each field is a ``memdpc train`` option
+    (with ``--workers`` and ``--blocks`` as the names other verbs use, the field's own still accepted)."""
+
     # data
-    stream: str = _f("rgb", "Input stream; must match the shards' manifest.")
-    shards: str = _f("", "Shard folder (holding <stream>/manifest-<split>.json).")
-    out: str = _f("", "Run directory (config.yaml, metrics.jsonl, checkpoints/, tb/).")
-    train_split: str = _f("train", "Shard split to train on.")
-    val_split: str = _f(AUTO_VAL_SPLIT, "Shard split for the validation loss (and the kNN monitor): auto = 'val' where the "
-                        "shards hold one (memdpc index --val-per-class), else 'test'; 'none' to use the training "
-                        "loss.")
-    clips_per_video: int = _f(0, "Windows of each video an epoch takes, drawn at random among the video's shard windows "
-                                 "anew every epoch (1: the paper's epoch); 0: every window of the shards.")
-    backend: str = _f("auto", "Loader backend.")
-    num_workers: int = _f(2, "Loader worker processes per rank (torch backend) / threads (DALI).")
-    jitter_flow: bool = _f(True, "Per-frame colour jitter and random grey on flow images too (the paper: yes).")
-    crop_size: int = _f(224, "The random crop is resized to this, then to --size (the paper: 224); 0 = straight "
-                             "to --size (for frames much smaller than 224).")
+    stream: str = setting("rgb", "Input stream; must match the shards' manifest.", choices=STREAMS)
+    shards: str = setting("", "Shard folder (holding <stream>/manifest-<split>.json).")
+    out: str = setting("", "Run directory (config.yaml, metrics.jsonl, checkpoints/, tb/).")
+    train_split: str = setting("train", "Shard split to train on.")
+    val_split: str = setting(
+        AUTO_VAL_SPLIT,
+        "Shard split for the validation loss (and the kNN monitor): auto = 'val' where the "
+        "shards hold one (memdpc index --val-per-class), else 'test'; 'none' to use the training "
+        "loss.",
+    )
+    clips_per_video: int = setting(
+        0,
+        "Windows of each video an epoch takes, drawn at random among the video's shard windows "
+        "anew every epoch (1: the paper's epoch); 0: every window of the shards.",
+    )
+    backend: str = setting("auto", "Loader backend.", choices=BACKENDS)
+    num_workers: int = setting(
+        2,
+        "Loader worker processes per rank (torch backend) / threads (DALI).",
+        flags=("--workers", "--num-workers"),
+    )
+    jitter_flow: bool = setting(
+        True, "Per-frame colour jitter and random grey on flow images too (the paper: yes)."
+    )
+    crop_size: int = setting(
+        224,
+        "The random crop is resized to this, then to --size (the paper: 224); 0 = straight "
+        "to --size (for frames much smaller than 224).",
+    )
     # model
-    arch: str = _f("memdpc_r18", "Model architecture.")
-    bidirectional: bool = _f(False, "Bidirectional MemDPC (a second, backward aggregator).")
-    size: int = _f(128, "Input size in pixels (square).")
-    num_blocks: int = _f(8, "Blocks per clip.")
-    block_len: int = _f(5, "Frames per block.")
-    pred_steps: int = _f(3, "Future blocks to predict.")
-    mem_size: int = _f(1024, "Memory slots k.")
-    widths: list[int] = _f([64, 128, 256, 256], "Encoder stage widths (comma-separated; tiny CPU nets: 8,16,32,32).")
-    global_negatives: bool = _f(False, "All-gather targets across ranks so every rank's batch is a negative.")
-    temperature: float = _f(0.0, "Score cosine similarities divided by this temperature; 0: raw dot products (the "
-                            "paper).")
-    negatives: str = _f("all", "Targets each prediction is scored against: all of the batch (the paper) or only "
-                        "those at its own map position (the position on the map then tells nothing).")
+    arch: str = setting("memdpc_r18", "Model architecture.", choices=PRETRAIN_NAMES)
+    bidirectional: bool = setting(False, "Bidirectional MemDPC (a second, backward aggregator).")
+    size: int = setting(128, "Input size in pixels (square).")
+    num_blocks: int = setting(8, "Blocks per clip.", flags=("--blocks", "--num-blocks"))
+    block_len: int = setting(5, "Frames per block.")
+    pred_steps: int = setting(3, "Future blocks to predict.")
+    mem_size: int = setting(1024, "Memory slots k.")
+    widths: list[int] = setting(
+        [64, 128, 256, 256], "Encoder stage widths (comma-separated; tiny CPU nets: 8,16,32,32)."
+    )
+    global_negatives: bool = setting(
+        False, "All-gather targets across ranks so every rank's batch is a negative."
+    )
+    temperature: float = setting(
+        0.0, "Score cosine similarities divided by this temperature; 0: raw dot products (the paper)."
+    )
+    negatives: str = setting(
+        "all",
+        "Targets each prediction is scored against: all of the batch (the paper) or only "
+        "those at its own map position (the position on the map then tells nothing).",
+        choices=NEGATIVES,
+    )
     # optimisation
-    epochs: int = _f(300, "Epochs to train.")
-    batch_size: int = _f(16, "Clips per device (per rank).")
-    lr: float = _f(1e-3, "Adam learning rate.")
-    weight_decay: float = _f(1e-5, "Adam weight decay.")
-    schedule: str = _f("plateau", "plateau: decay once to --lr-min when the validation loss plateaus; "
-                       "milestones: multiply by --lr-min/--lr at each of --milestones; constant.")
-    lr_min: float = _f(1e-4, "Learning rate after the decay.")
-    patience: int = _f(10, "Epochs without validation-loss improvement before the plateau decay.")
-    milestones: list[int] = _f([], "Epochs at which the milestone schedule decays (comma-separated).")
-    amp: str = _f("none", "Automatic mixed precision.")
-    compile: bool = _f(False, "torch.compile the model, forward and backward, as one graph; falls back to eager, with "
-                              "a warning, where compiling fails.")
-    cuda_graphs: bool = _f(False, "Run each training step as one captured CUDA graph (forward, backward and Adam at the "
-                                  "batch's shape): one launch per step. CUDA, one process; not with --amp fp16.")
-    fast: bool = _f(True, "CUDA speed defaults (channels_last_3d encoder and clips, fused Adam), fp32 numerics kept; "
-                          "--no-fast for the eager reference. No effect on CPU.")
-    device: str = _f("auto", "auto: CUDA when available, else CPU.")
-    seed: int = _f(0, "Random seed (same seed, same weights on CPU).")
-    deterministic: bool = _f(False, "torch.use_deterministic_algorithms (bit-exact resume on GPU; slower).")
-    max_steps: int = _f(0, "Stop after this many optimiser steps in total (0: no limit).")
+    epochs: int = setting(300, "Epochs to train.")
+    batch_size: int = setting(16, "Clips per device (per rank).")
+    lr: float = setting(1e-3, "Adam learning rate.")
+    weight_decay: float = setting(1e-5, "Adam weight decay.")
+    schedule: str = setting(
+        "plateau",
+        "plateau: decay once to --lr-min when the validation loss plateaus; "
+        "milestones: multiply by --lr-min/--lr at each of --milestones; constant.",
+        choices=("plateau", "milestones", "constant"),
+    )
+    lr_min: float = setting(1e-4, "Learning rate after the decay.")
+    patience: int = setting(10, "Epochs without validation-loss improvement before the plateau decay.")
+    milestones: list[int] = setting([], "Epochs at which the milestone schedule decays (comma-separated).")
+    amp: str = setting("none", "Automatic mixed precision.", choices=("none", "bf16", "fp16"))
+    compile: bool = setting(
+        False,
+        "torch.compile the model, forward and backward, as one graph; falls back to eager, with "
+        "a warning, where compiling fails.",
+    )
+    cuda_graphs: bool = setting(
+        False,
+        "Run each training step as one captured CUDA graph (forward, backward and Adam at the "
+        "batch's shape): one launch per step. CUDA, one process; not with --amp fp16.",
+    )
+    fast: bool = setting(
+        True,
+        "CUDA speed defaults (channels_last_3d encoder and clips, fused Adam), fp32 numerics kept; "
+        "--no-fast for the eager reference. No effect on CPU.",
+    )
+    device: str = setting("auto", "auto: CUDA when available, else CPU.", choices=("auto", "cpu", "cuda"))
+    seed: int = setting(0, "Random seed (same seed, same weights on CPU).")
+    deterministic: bool = setting(
+        False, "torch.use_deterministic_algorithms (bit-exact resume on GPU; slower)."
+    )
+    max_steps: int = setting(0, "Stop after this many optimiser steps in total (0: no limit).")
     # checkpoints and logging
-    ckpt_every_steps: int = _f(0, "Also save checkpoints/last.pt every N steps (0: only per epoch).")
-    keep_every: int = _f(0, "Keep checkpoints/epoch-NNNN.pt every K epochs (0: only last and best).")
-    val_max_batches: int = _f(0, "Validation batches per epoch per rank (0: the whole split).")
-    log_every: int = _f(10, "Steps between metric records.")
-    knn_every: int = _f(0, "Run the kNN retrieval monitor (train→val, R@1) every E epochs (0: off).")
-    knn_max_batches: int = _f(50, "Batches per split that the kNN monitor embeds.")
-    best_by: str = _f("loss", "What makes checkpoints/best.pt: the lowest validation loss (training loss without a "
-                      "validation split), or the highest kNN monitor R@1 (needs --knn-every 1).")
-    early_stop: int = _f(0, "Stop after this many epochs without a new best (by --best-by); 0: never.")
-    progress: bool = _f(True, "Show a rich progress display (rank 0).")
-    resume: str = _f("", "Checkpoint to resume from (default: <out>/checkpoints/last.pt when it exists).")
-    init: str = _f("", "Start a new run from this checkpoint's weights (memdpc's own or converted by `memdpc "
-                       "convert`); its architecture must match, and --stream must be given. A run that resumes "
-                       "ignores it.")
+    ckpt_every_steps: int = setting(0, "Also save checkpoints/last.pt every N steps (0: only per epoch).")
+    keep_every: int = setting(0, "Keep checkpoints/epoch-NNNN.pt every K epochs (0: only last and best).")
+    val_max_batches: int = setting(0, "Validation batches per epoch per rank (0: the whole split).")
+    log_every: int = setting(10, "Steps between metric records.")
+    knn_every: int = setting(0, "Run the kNN retrieval monitor (train→val, R@1) every E epochs (0: off).")
+    knn_max_batches: int = setting(50, "Batches per split that the kNN monitor embeds.")
+    best_by: str = setting(
+        "loss",
+        "What makes checkpoints/best.pt: the lowest validation loss (training loss without a "
+        "validation split), or the highest kNN monitor R@1 (needs --knn-every 1).",
+        choices=("loss", "knn"),
+    )
+    early_stop: int = setting(0, "Stop after this many epochs without a new best (by --best-by); 0: never.")
+    progress: bool = setting(True, "Show a rich progress display (rank 0).")
+    resume: str = setting(
+        "", "Checkpoint to resume from (default: <out>/checkpoints/last.pt when it exists)."
+    )
+    init: str = setting(
+        "",
+        "Start a new run from this checkpoint's weights (memdpc's own or converted by `memdpc "
+        "convert`); its architecture must match, and --stream must be given. A run that resumes "
+        "ignores it.",
+    )
 
     def __post_init__(self) -> None:
-        for name, choices in CHOICES.items():
+        for name, choices in choices_of(TrainConfig).items():
             if getattr(self, name) not in choices:
                 raise UserError(f"{name} must be one of {', '.join(choices)}, not {getattr(self, name)!r}")
-        for name in ("size", "num_blocks", "block_len", "pred_steps", "mem_size", "epochs", "batch_size",
-                     "log_every", "knn_max_batches"):
+        for name in (
+            "size",
+            "num_blocks",
+            "block_len",
+            "pred_steps",
+            "mem_size",
+            "epochs",
+            "batch_size",
+            "log_every",
+            "knn_max_batches",
+        ):
             if getattr(self, name) < 1:
                 raise UserError(f"{name} must be ≥ 1, not {getattr(self, name)}")
         if self.clips_per_video < 0:
@@ -123,7 +177,9 @@ class TrainConfig:
         if self.crop_size < 0:
             raise UserError(f"crop_size must be ≥ 0 (0 = resize the crop once), not {self.crop_size}")
         if self.pred_steps >= self.num_blocks:
-            raise UserError(f"pred_steps ({self.pred_steps}) must be smaller than num_blocks ({self.num_blocks})")
+            raise UserError(
+                f"pred_steps ({self.pred_steps}) must be smaller than num_blocks ({self.num_blocks})"
+            )
         if not (0 < self.lr_min <= self.lr):
             raise UserError(f"lr_min must be in (0, lr={self.lr}], not {self.lr_min}")
         if len(self.widths) != 4 or min(self.widths) < 1:
@@ -133,19 +189,32 @@ class TrainConfig:
         if self.early_stop < 0:
             raise UserError(f"early_stop must be ≥ 0 (0 = never), not {self.early_stop}")
         if self.best_by == "knn" and (self.knn_every != 1 or self.val_split == "none"):
-            raise UserError("best_by knn needs the kNN monitor every epoch (--knn-every 1) and a validation split")
+            raise UserError(
+                "best_by knn needs the kNN monitor every epoch (--knn-every 1) and a validation split"
+            )
         if self.cuda_graphs and self.amp == "fp16":
-            raise UserError("cuda_graphs does not go with amp fp16 (its loss scaler reads the device every step); "
-                            "use --amp bf16")
+            raise UserError(
+                "cuda_graphs does not go with amp fp16 (its loss scaler reads the device every step); "
+                "use --amp bf16"
+            )
         if self.schedule == "milestones" and not self.milestones:
             raise UserError("schedule 'milestones' needs --milestones (e.g. 80,100)")
 
     def model_kwargs(self) -> dict[str, Any]:
         """Keyword arguments of ``create_model`` for this config."""
-        return dict(name=self.arch, bidirectional=self.bidirectional, mem_size=self.mem_size,
-                    pred_steps=self.pred_steps, num_blocks=self.num_blocks, block_len=self.block_len,
-                    input_size=self.size, widths=list(self.widths), global_negatives=self.global_negatives,
-                    negatives=self.negatives, temperature=self.temperature or None)
+        return dict(
+            name=self.arch,
+            bidirectional=self.bidirectional,
+            mem_size=self.mem_size,
+            pred_steps=self.pred_steps,
+            num_blocks=self.num_blocks,
+            block_len=self.block_len,
+            input_size=self.size,
+            widths=list(self.widths),
+            global_negatives=self.global_negatives,
+            negatives=self.negatives,
+            temperature=self.temperature or None,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -155,9 +224,26 @@ class TrainConfig:
 # experiment. Everything else must equal the config recorded in the run directory. ``fast`` is not among them:
 # on CUDA it changes the numbers (fused Adam, other convolution kernels for the other layout), so a run resumed
 # with the other setting would not continue as the uninterrupted run would (like ``amp`` and ``deterministic``).
-RESTART_FREE = frozenset({"shards", "out", "backend", "num_workers", "epochs", "max_steps", "compile",
-                          "cuda_graphs", "device", "ckpt_every_steps", "keep_every", "log_every", "knn_every",
-                          "knn_max_batches", "progress", "resume"})
+RESTART_FREE = frozenset(
+    {
+        "shards",
+        "out",
+        "backend",
+        "num_workers",
+        "epochs",
+        "max_steps",
+        "compile",
+        "cuda_graphs",
+        "device",
+        "ckpt_every_steps",
+        "keep_every",
+        "log_every",
+        "knn_every",
+        "knn_max_batches",
+        "progress",
+        "resume",
+    }
+)
 
 
 def _coerce(f: dataclasses.Field, value: Any, where: str) -> Any:
@@ -184,7 +270,9 @@ def _coerce(f: dataclasses.Field, value: Any, where: str) -> Any:
         raise UserError(f"{where}: {f.name} must be {kind}, not {value!r}") from None
 
 
-def config_from_dict(values: dict[str, Any], where: str = "config", base: TrainConfig | None = None) -> TrainConfig:
+def config_from_dict(
+    values: dict[str, Any], where: str = "config", base: TrainConfig | None = None
+) -> TrainConfig:
     """Build a config from ``values`` over ``base`` (default: the paper's defaults); unknown keys are errors."""
     by_name = {f.name: f for f in fields(TrainConfig)}
     unknown = sorted(set(values) - set(by_name))
@@ -200,7 +288,7 @@ def config_from_dict(values: dict[str, Any], where: str = "config", base: TrainC
 
 def read_config_file(path: str | Path) -> dict[str, Any]:
     """The settings of a ``--config`` file (YAML or TOML; keys may use - or _): its options, or a recipe's
-    ``train`` section; a recipe shipped with memdpc may be named by its short name (:mod:`memdpc.recipe`)."""
+    ``train`` section; a recipe shipped with memdpc may be named by its short name (:mod:`memdpc.recipes.recipe`)."""
     return train_settings(path)
 
 
@@ -216,22 +304,3 @@ def config_differences(recorded: dict[str, Any], config: TrainConfig) -> list[st
     then = {**TrainConfig().to_dict(), **recorded}
     keys = (set(recorded) | set(now)) - RESTART_FREE
     return [f"{k}: {then.get(k)!r} → {now.get(k)!r}" for k in sorted(keys) if then.get(k) != now.get(k)]
-
-
-@dataclass(frozen=True)
-class OptionSpec:
-    """One ``memdpc train`` option derived from a config field (cli.py turns these into click options)."""
-
-    name: str
-    kind: str  # bool, int, float, str, list[int]
-    help: str
-    default: Any
-    choices: tuple[str, ...] | None
-
-
-def option_specs() -> list[OptionSpec]:
-    specs = []
-    for f in fields(TrainConfig):
-        default = f.default_factory() if f.default is dataclasses.MISSING else f.default
-        specs.append(OptionSpec(f.name, str(f.type), f.metadata["help"], default, CHOICES.get(f.name)))
-    return specs

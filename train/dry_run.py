@@ -18,16 +18,19 @@ import torch
 from rich.console import Console
 from rich.markup import escape
 
-from memdpc import distenv as dd
-from memdpc.errors import UserError
+from memdpc.common import distenv as dd
+from memdpc.common.errors import UserError
+from memdpc.common.wording import duration_text, plural, size_text
 from memdpc.model import checkpoint as mc
 from memdpc.pipeline.clip import ClipSpec
 from memdpc.pipeline.manifest import manifest_path
 from memdpc.train import checkpoint as ck
 from memdpc.train.config import TrainConfig
 from memdpc.train.prepare import check_run_dir, check_shards, resolve_val_split, split_loader
+from memdpc.train.seeding import seed_everything
 from memdpc.train.step import GRAPH_WARMUP, Stepper, make_optimizer, place_clips, place_model, uses_graphs
-from memdpc.wording import duration_text, plural, size_text
+
+__all__ = ["plan_run"]
 
 WARMUP_STEPS = 3  # timed training steps, after one untimed (the loader's start, kernel selection)
 VAL_BATCHES = 2  # validation batches run to time one
@@ -76,30 +79,51 @@ class RunPlan:
         """kNN passes: one on the initial weights of a new run, then every ``knn_every`` epochs."""
         if not self.knn_every:
             return 0
-        return (self.start == (0, 0)) + (self.start[0] + self.epochs_run) // self.knn_every - \
-            self.start[0] // self.knn_every
+        return (
+            (self.start == (0, 0))
+            + (self.start[0] + self.epochs_run) // self.knn_every
+            - self.start[0] // self.knn_every
+        )
 
     @property
     def wall_s(self) -> float:
         steps = self.first_step_s + (self.steps - 1) * self.step_s if self.steps else 0.0
-        return steps + self.val_batch_s * (self.epochs_run * self.val_batches + self.knn_passes * self.knn_batches)
+        return steps + self.val_batch_s * (
+            self.epochs_run * self.val_batches + self.knn_passes * self.knn_batches
+        )
 
     def lines(self) -> list[str]:
-        per_video = (f"{plural(self.clips_per_video, 'window')} per video, drawn anew every epoch"
-                     if self.clips_per_video else "every window")
+        per_video = (
+            f"{plural(self.clips_per_video, 'window')} per video, drawn anew every epoch"
+            if self.clips_per_video
+            else "every window"
+        )
         dropped = self.clips_per_epoch - self.steps_per_epoch * self.global_batch
-        started = (f"from epoch {self.start[0]}, step {self.start[1]} (the checkpoint it resumes): "
-                   if self.start != (0, 0) else "")
-        timed = (f"{self.step_s:.3g} s per step over {plural(self.timed_steps, 'timed step')} (the first "
-                 f"{self.first_step_s:.3g} s)" + (f", {self.val_batch_s:.3g} s per validation batch"
-                                                   if self.val_batches or self.knn_batches else ""))
+        started = (
+            f"from epoch {self.start[0]}, step {self.start[1]} (the checkpoint it resumes): "
+            if self.start != (0, 0)
+            else ""
+        )
+        timed = (
+            f"{self.step_s:.3g} s per step over {plural(self.timed_steps, 'timed step')} (the first "
+            f"{self.first_step_s:.3g} s)"
+            + (
+                f", {self.val_batch_s:.3g} s per validation batch"
+                if self.val_batches or self.knn_batches
+                else ""
+            )
+        )
         return [
             f"plan of {self.out} (a dry run: nothing written)",
             f"data: {self.videos:,} videos, {self.windows:,} windows in {self.manifest}; an epoch takes "
             f"{per_video}: {self.clips_per_epoch:,} clips",
             f"world: {self.world_size} × batch {self.batch_size} = global batch {self.global_batch}; "
-            f"{plural(self.steps_per_epoch, 'step')} per epoch" + (f" ({plural(dropped, 'clip')} of each epoch left out: "
-                                                          "the last partial batch)" if dropped else ""),
+            f"{plural(self.steps_per_epoch, 'step')} per epoch"
+            + (
+                f" ({plural(dropped, 'clip')} of each epoch left out: the last partial batch)"
+                if dropped
+                else ""
+            ),
             f"steps: {started}{self.steps:,} in all ({self.epochs} epochs)",
             f"schedule: {self.schedule}",
             f"validation: {self.validation}",
@@ -107,8 +131,11 @@ class RunPlan:
             f"{size_text(self.checkpoint_bytes)} each: {size_text(self.checkpoints * self.checkpoint_bytes)} "
             f"(one more while a checkpoint is saved)",
             f"time: about {duration_text(self.wall_s)} — an estimate on {self.device} from {timed}"
-            + (f"; each of the {self.world_size} processes taken to be as fast, without communication"
-               if self.world_size > 1 else ""),
+            + (
+                f"; each of the {self.world_size} processes taken to be as fast, without communication"
+                if self.world_size > 1
+                else ""
+            ),
             "next: the same command without --dry-run",
         ]
 
@@ -138,18 +165,25 @@ def _sync(device: torch.device) -> float:
     return time.perf_counter()
 
 
-def _time_steps(config: TrainConfig, loader, device: torch.device, init: dict[str, Any] | None
-                ) -> tuple[torch.nn.Module, torch.optim.Optimizer, list[float]]:
+def _time_steps(
+    config: TrainConfig, loader, device: torch.device, init: dict[str, Any] | None
+) -> tuple[torch.nn.Module, torch.optim.Optimizer, list[float]]:
     """The model after up to 1 + WARMUP_STEPS real training steps, its optimiser, and each step's seconds
     (waiting for its batch included). With --cuda-graphs the eager steps before the capture, and the capture,
     count as part of the first."""
-    ck.seed_everything(config.seed)
+    seed_everything(config.seed)
     model = place_model(ck.initial_model(config, init), config, device)
     model.global_negatives = False  # one process: the batch's own negatives (the same work per rank)
     optimizer = make_optimizer(model, config, device)
     scaler = torch.amp.GradScaler(device.type, enabled=config.amp == "fp16")
-    step = Stepper(model, optimizer, scaler, config, device,
-                   lambda text: Console(stderr=True).print("[yellow]warning:[/]", escape(text), soft_wrap=True))
+    step = Stepper(
+        model,
+        optimizer,
+        scaler,
+        config,
+        device,
+        lambda text: Console(stderr=True).print("[yellow]warning:[/]", escape(text), soft_wrap=True),
+    )
     loader.set_epoch(0)
     seconds = []
     batches = iter(loader)
@@ -202,8 +236,10 @@ def plan_run(config: TrainConfig) -> RunPlan | None:
     loader = split_loader(config, config.train_split, clip, True, 0, world_size, str(device))
     steps_per_epoch = len(loader)
     if steps_per_epoch == 0:
-        raise UserError(f"{config.shards}: the {config.train_split} split has fewer clips per rank than one "
-                        f"batch ({config.batch_size}); lower --batch-size")
+        raise UserError(
+            f"{config.shards}: the {config.train_split} split has fewer clips per rank than one "
+            f"batch ({config.batch_size}); lower --batch-size"
+        )
     start = (resumed["epoch"], resumed["step"]) if resumed else (0, 0)
     total = config.epochs * steps_per_epoch
     if config.max_steps:
@@ -212,28 +248,57 @@ def plan_run(config: TrainConfig) -> RunPlan | None:
     if config.val_split != "none":
         val = split_loader(config, config.val_split, clip, False, 0, world_size, str(device))
         val_batches = min(len(val), config.val_max_batches or len(val))
-        validation = f"the {config.val_split} split, {plural(val_batches, 'batch')} per process after every epoch"
+        validation = (
+            f"the {config.val_split} split, {plural(val_batches, 'batch')} per process after every epoch"
+        )
         if config.knn_every:
-            one = [split_loader(config, s, clip, False, 0, 1, str(device)) for s in (config.train_split,
-                                                                                    config.val_split)]
+            one = [
+                split_loader(config, s, clip, False, 0, 1, str(device))
+                for s in (config.train_split, config.val_split)
+            ]
             knn_batches = sum(min(len(x), config.knn_max_batches) for x in one)
-            validation += f"; the kNN monitor every {plural(config.knn_every, 'epoch')} ({knn_batches} batches)"
+            validation += (
+                f"; the kNN monitor every {plural(config.knn_every, 'epoch')} ({knn_batches} batches)"
+            )
     model, optimizer, seconds = _time_steps(config, loader, device, init)
     val_batch_s = _time_val(model, val, device) if val is not None and val_batches else 0.0
-    data = mc.serialize(mc.build_checkpoint(
-        model, config.stream, "train", input_size=config.size, optimizer=optimizer.state_dict(),
-        rng=[ck.rng_state()] * world_size, world_size=world_size, config=config.to_dict()))
+    data = mc.serialize(
+        mc.build_checkpoint(
+            model,
+            config.stream,
+            "train",
+            input_size=config.size,
+            optimizer=optimizer.state_dict(),
+            rng=[ck.rng_state()] * world_size,
+            world_size=world_size,
+            config=config.to_dict(),
+        )
+    )
     return RunPlan(
-        out=config.out, manifest=str(manifest_path(config.shards, config.stream, config.train_split)),
-        device=_device_name(device), world_size=world_size, batch_size=config.batch_size,
-        videos=int(manifests["train"]["num_videos"]), windows=int(manifests["train"]["num_samples"]),
-        clips_per_video=config.clips_per_video, clips_per_epoch=loader.samples_per_epoch,
-        steps_per_epoch=steps_per_epoch, epochs=config.epochs, start=start, steps=max(total - start[1], 0),
-        schedule=_schedule(config), validation=validation, val_batches=val_batches, knn_batches=knn_batches,
+        out=config.out,
+        manifest=str(manifest_path(config.shards, config.stream, config.train_split)),
+        device=_device_name(device),
+        world_size=world_size,
+        batch_size=config.batch_size,
+        videos=int(manifests["train"]["num_videos"]),
+        windows=int(manifests["train"]["num_samples"]),
+        clips_per_video=config.clips_per_video,
+        clips_per_epoch=loader.samples_per_epoch,
+        steps_per_epoch=steps_per_epoch,
+        epochs=config.epochs,
+        start=start,
+        steps=max(total - start[1], 0),
+        schedule=_schedule(config),
+        validation=validation,
+        val_batches=val_batches,
+        knn_batches=knn_batches,
         knn_every=config.knn_every,
         checkpoint_bytes=len(data),
         checkpoints=2 + (config.epochs // config.keep_every if config.keep_every else 0),
-        timed_steps=max(len(seconds) - 1, 0), first_step_s=seconds[0] if seconds else math.nan,
-        step_s=sum(seconds[1:]) / len(seconds[1:]) if len(seconds) > 1 else (seconds[0] if seconds else math.nan),
+        timed_steps=max(len(seconds) - 1, 0),
+        first_step_s=seconds[0] if seconds else math.nan,
+        step_s=sum(seconds[1:]) / len(seconds[1:])
+        if len(seconds) > 1
+        else (seconds[0] if seconds else math.nan),
         val_batch_s=val_batch_s,
     )

@@ -9,12 +9,16 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from memdpc import interrupts
+from memdpc.common import interrupts
 from memdpc.model.retrieval import retrieve
+
+__all__ = ["knn_recall"]
 
 
 @torch.no_grad()
-def video_features(model: nn.Module, loader, device: torch.device, max_batches: int) -> tuple[torch.Tensor, torch.Tensor]:
+def video_features(
+    model: nn.Module, loader, device: torch.device, max_batches: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(videos, D) mean features and (videos,) labels of up to ``max_batches`` batches; fewer when a signal has
     arrived (the training loop then stops and discards them)."""
     sums: dict[str, torch.Tensor] = {}
@@ -33,7 +37,9 @@ def video_features(model: nn.Module, loader, device: torch.device, max_batches: 
     return feats, torch.tensor([labels[v] for v in ids], dtype=torch.long)
 
 
-def recall_at_1(train_x: torch.Tensor, train_y: torch.Tensor, test_x: torch.Tensor, test_y: torch.Tensor) -> float:
+def recall_at_1(
+    train_x: torch.Tensor, train_y: torch.Tensor, test_x: torch.Tensor, test_y: torch.Tensor
+) -> float:
     """R@1 of the test videos querying the training videos (:func:`memdpc.model.retrieval.retrieve`); NaN when
     either set is empty."""
     if len(train_x) == 0 or len(test_x) == 0:
@@ -46,7 +52,9 @@ def knn_recall(model: nn.Module, train_loader, test_loader, device: torch.device
     """R@1 of ``test_loader``'s videos against ``train_loader``'s (both unaugmented); leaves the model in train mode."""
     model.eval()
     try:
-        return recall_at_1(*video_features(model, train_loader, device, max_batches),
-                           *video_features(model, test_loader, device, max_batches))
+        return recall_at_1(
+            *video_features(model, train_loader, device, max_batches),
+            *video_features(model, test_loader, device, max_batches),
+        )
     finally:
         model.train()

@@ -16,8 +16,8 @@ a batch that does not fit in the device's memory stops the run with a one-line e
 
 SIGINT and SIGTERM stop a run between two steps, at the same step on every rank (:func:`_stop_point`, one host
 all-reduce per step under torchrun): ``checkpoints/last.pt`` is saved there, the exact-resume state above, and
-:class:`~memdpc.interrupts.Interrupted` says what was kept. Until then a signal is only remembered
-(:func:`memdpc.interrupts.deferred`), so that it never lands in a loader's shutdown, a TensorBoard write, a
+:class:`~memdpc.common.interrupts.Interrupted` says what was kept. Until then a signal is only remembered
+(:func:`memdpc.common.interrupts.deferred`), so that it never lands in a loader's shutdown, a TensorBoard write, a
 collective or half an optimiser step. A validation or kNN pass in progress is abandoned (its results are not
 recorded, so the resumed run repeats it). Saving costs what a per-epoch save costs, so SIGINT saves too.
 """
@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -40,10 +39,10 @@ from rich.markup import escape
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from memdpc import distenv as dd
-from memdpc import interrupts
-from memdpc.atomic import remove_stale_tmp
-from memdpc.errors import UserError
+from memdpc.common import distenv as dd
+from memdpc.common import interrupts
+from memdpc.common.atomic import remove_stale_tmp
+from memdpc.common.errors import UserError
 from memdpc.model import checkpoint as mc
 from memdpc.pipeline.clip import ClipSpec
 from memdpc.train import checkpoint as ck
@@ -58,6 +57,7 @@ from memdpc.train.prepare import (
     split_loader,
     val_split_warnings,
 )
+from memdpc.train.seeding import seed_everything, set_determinism
 from memdpc.train.step import (
     Stepper,
     fused_adam,
@@ -67,6 +67,8 @@ from memdpc.train.step import (
     place_model,
     uses_graphs,
 )
+
+__all__ = ["train"]
 
 
 @dataclass
@@ -79,7 +81,9 @@ class State:
     best_val: float = math.inf  # the best watched value so far (--best-by: loss, or -R@1); lower is better
     best_epoch: int | None = None  # the epoch of best_val (None: no epoch finished, or an older checkpoint)
     stale: int = 0  # epochs since best_val last improved (--early-stop)
-    epoch_loss: list[float] = field(default_factory=lambda: [0.0, 0.0])  # sum, count of this epoch's train loss
+    epoch_loss: list[float] = field(
+        default_factory=lambda: [0.0, 0.0]
+    )  # sum, count of this epoch's train loss
     epoch_rng: dict[str, Any] | None = None
 
 
@@ -105,7 +109,7 @@ class Parts:
 def train(config: TrainConfig) -> Path:
     """Train (or resume) the run ``config.out``; return the run directory. Rank 0 ends by naming what it wrote.
 
-    Raises :class:`~memdpc.interrupts.Interrupted` on SIGINT or SIGTERM, after saving where the run stopped
+    Raises :class:`~memdpc.common.interrupts.Interrupted` on SIGINT or SIGTERM, after saving where the run stopped
     (module docstring)."""
     config = resolve_val_split(config)
     env = dd.setup(config.device)
@@ -143,7 +147,7 @@ def _train(config: TrainConfig, env: dd.DistEnv) -> Path:
         # checkpoint), all of them will
         truncate_jsonl(run_dir / "metrics.jsonl", ckpt["step"] if ckpt is not None else -1)
     dd.barrier(env)
-    set_determinism(config)
+    set_determinism(config.deterministic)
     parts = _build(config, env, run_dir, ClipSpec(**manifests["train"]["clip"]), init)
     state = State()
     if ckpt is not None:
@@ -151,7 +155,7 @@ def _train(config: TrainConfig, env: dd.DistEnv) -> Path:
         if resume_from == _last(parts):
             parts.saved = _position(state)
     else:
-        ck.seed_everything(config.seed + env.rank)
+        seed_everything(config.seed + env.rank)
     try:
         _loop(parts, state)
         parts.logger.message(_finished(parts, state), markup=False)
@@ -170,15 +174,19 @@ def _train(config: TrainConfig, env: dd.DistEnv) -> Path:
 def _read_resume(path: Path, config: TrainConfig, env: dd.DistEnv) -> dict[str, Any]:
     ckpt = mc.read_checkpoint(path)
     if "optimizer" not in ckpt or "rng" not in ckpt:
-        raise UserError(f"{path}: holds weights only (no optimiser, RNG or loader state), so training cannot "
-                        "resume from it; start a new run from its weights with --init")
+        raise UserError(
+            f"{path}: holds weights only (no optimiser, RNG or loader state), so training cannot "
+            "resume from it; start a new run from its weights with --init"
+        )
     ck.check_config_compatible(ckpt, path, config.stream, config.model_kwargs())
     diff = config_differences(ckpt["config"], config)
     if diff:
         raise UserError(f"{path}: checkpoint of a different config ({'; '.join(diff)})")
     if ckpt["world_size"] != env.world_size:
-        raise UserError(f"{path}: written by {ckpt['world_size']} process(es); resume it with the same number "
-                        f"(now {env.world_size}) so that data order and RNG continue exactly")
+        raise UserError(
+            f"{path}: written by {ckpt['world_size']} process(es); resume it with the same number "
+            f"(now {env.world_size}) so that data order and RNG continue exactly"
+        )
     return ckpt
 
 
@@ -190,22 +198,19 @@ def _read_init(config: TrainConfig, env: dd.DistEnv) -> dict[str, Any]:
     return init
 
 
-def set_determinism(config: TrainConfig) -> None:
-    """Deterministic kernels with --deterministic; otherwise cuDNN times its algorithms and keeps the fastest."""
-    if config.deterministic:
-        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-        torch.use_deterministic_algorithms(True)
-    torch.backends.cudnn.benchmark = not config.deterministic
-
-
 # ---------------------------------------------------------------------------------------------- building
-def _build(config: TrainConfig, env: dd.DistEnv, run_dir: Path, clip: ClipSpec,
-           init: dict[str, Any] | None) -> Parts:
+def _build(
+    config: TrainConfig, env: dd.DistEnv, run_dir: Path, clip: ClipSpec, init: dict[str, Any] | None
+) -> Parts:
     train_loader = _loader(config, env, config.train_split, clip, train=True)
     if len(train_loader) == 0:
-        raise UserError(f"{config.shards}: the {config.train_split} split has fewer clips per rank than one "
-                        f"batch ({config.batch_size}); lower --batch-size")
-    val_loader = _loader(config, env, config.val_split, clip, train=False) if config.val_split != "none" else None
+        raise UserError(
+            f"{config.shards}: the {config.train_split} split has fewer clips per rank than one "
+            f"batch ({config.batch_size}); lower --batch-size"
+        )
+    val_loader = (
+        _loader(config, env, config.val_split, clip, train=False) if config.val_split != "none" else None
+    )
 
     if env.distributed and uses_graphs(config, env.device):
         raise UserError("--cuda-graphs runs in one process; leave it out under torchrun or srun")
@@ -213,30 +218,64 @@ def _build(config: TrainConfig, env: dd.DistEnv, run_dir: Path, clip: ClipSpec,
     optimizer = make_optimizer(model, config, env.device)
     wrapped: nn.Module = model
     if env.distributed:
-        wrapped = DistributedDataParallel(model, device_ids=[env.device.index] if env.device.type == "cuda" else None)
-    parts = Parts(config, env, run_dir, clip, wrapped, optimizer, _scheduler(config, optimizer),
-                  torch.amp.GradScaler(env.device.type, enabled=config.amp == "fp16"),
-                  train_loader, val_loader,
-                  MetricsLogger(run_dir, env.is_main, config.progress), StepValues(config.log_every), Meter())
-    parts.stepper = Stepper(wrapped, optimizer, parts.scaler, config, env.device,
-                            lambda text: parts.logger.message(f"[yellow]warning:[/] {escape(text)}"))
+        wrapped = DistributedDataParallel(
+            model, device_ids=[env.device.index] if env.device.type == "cuda" else None
+        )
+    parts = Parts(
+        config,
+        env,
+        run_dir,
+        clip,
+        wrapped,
+        optimizer,
+        _scheduler(config, optimizer),
+        torch.amp.GradScaler(env.device.type, enabled=config.amp == "fp16"),
+        train_loader,
+        val_loader,
+        MetricsLogger(run_dir, env.is_main, config.progress),
+        StepValues(config.log_every),
+        Meter(),
+    )
+    parts.stepper = Stepper(
+        wrapped,
+        optimizer,
+        parts.scaler,
+        config,
+        env.device,
+        lambda text: parts.logger.message(f"[yellow]warning:[/] {escape(text)}"),
+    )
     return parts
 
 
 def _scheduler(config: TrainConfig, optimizer: torch.optim.Optimizer):
     factor = config.lr_min / config.lr
     if config.schedule == "plateau":
-        return torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, mode="min", factor=factor,
-                                                          patience=config.patience, min_lr=config.lr_min)
+        return torch.optim.lr_scheduler.ReduceLROnPlateau(
+            optimizer, mode="min", factor=factor, patience=config.patience, min_lr=config.lr_min
+        )
     if config.schedule == "milestones":
         return torch.optim.lr_scheduler.MultiStepLR(optimizer, config.milestones, gamma=factor)
     return None
 
 
-def _loader(config: TrainConfig, env: dd.DistEnv, split: str, clip: ClipSpec, train: bool,
-            rank: int | None = None, world_size: int | None = None):
-    return split_loader(config, split, clip, train, env.rank if rank is None else rank,
-                        env.world_size if world_size is None else world_size, str(env.device))
+def _loader(
+    config: TrainConfig,
+    env: dd.DistEnv,
+    split: str,
+    clip: ClipSpec,
+    train: bool,
+    rank: int | None = None,
+    world_size: int | None = None,
+):
+    return split_loader(
+        config,
+        split,
+        clip,
+        train,
+        env.rank if rank is None else rank,
+        env.world_size if world_size is None else world_size,
+        str(env.device),
+    )
 
 
 # ------------------------------------------------------------------------------------------- checkpoints
@@ -272,14 +311,28 @@ def _save(p: Parts, s: State, names: list[str]) -> None:
         digests = [r.pop("digest") for r in ranks]
         if len(set(digests)) > 1:
             p.logger.message(f"[red]warning: the ranks' weights differ at step {s.step}")
-        data = mc.serialize(mc.build_checkpoint(
-            model, p.config.stream, "train", input_size=p.config.size, optimizer=p.optimizer.state_dict(),
-            scheduler=p.scheduler.state_dict() if p.scheduler is not None else None,
-            scaler=p.scaler.state_dict(), epoch=s.epoch, step=s.step, epoch_step=s.epoch_step,
-            best_val=s.best_val, best_epoch=s.best_epoch, stale=s.stale, epoch_loss=list(s.epoch_loss), rng=ranks,
-            rank_digests=digests,
-            world_size=p.env.world_size, config=p.config.to_dict(),
-        ))
+        data = mc.serialize(
+            mc.build_checkpoint(
+                model,
+                p.config.stream,
+                "train",
+                input_size=p.config.size,
+                optimizer=p.optimizer.state_dict(),
+                scheduler=p.scheduler.state_dict() if p.scheduler is not None else None,
+                scaler=p.scaler.state_dict(),
+                epoch=s.epoch,
+                step=s.step,
+                epoch_step=s.epoch_step,
+                best_val=s.best_val,
+                best_epoch=s.best_epoch,
+                stale=s.stale,
+                epoch_loss=list(s.epoch_loss),
+                rng=ranks,
+                rank_digests=digests,
+                world_size=p.env.world_size,
+                config=p.config.to_dict(),
+            )
+        )
         try:
             for name in names:
                 mc.write_checkpoint(data, p.run_dir / "checkpoints" / name)
@@ -296,16 +349,27 @@ def _restore(p: Parts, ckpt: dict[str, Any], path: Path) -> State:
     model = ck.unwrap(p.model)
     mc.check_compatible(ckpt, path, model.config)
     model.load_state_dict(ckpt["model"])
-    p.optimizer.load_state_dict(_this_runs_kernel(ckpt["optimizer"], fused_adam(p.config, p.env.device),
-                                                  uses_graphs(p.config, p.env.device)))
+    p.optimizer.load_state_dict(
+        _this_runs_kernel(
+            ckpt["optimizer"], fused_adam(p.config, p.env.device), uses_graphs(p.config, p.env.device)
+        )
+    )
     if p.scheduler is not None:
         p.scheduler.load_state_dict(ckpt["scheduler"])
     p.scaler.load_state_dict(ckpt["scaler"])
     rng = ckpt["rng"][p.env.rank]
     ck.set_rng_state(rng["now"])
     p.logger.message(f"resuming {path} at epoch {ckpt['epoch']}, step {ckpt['step']}", markup=False)
-    return State(ckpt["epoch"], ckpt["step"], ckpt["epoch_step"], ckpt["best_val"], ckpt.get("best_epoch"),
-                 ckpt.get("stale", 0), list(ckpt["epoch_loss"]), rng["epoch_start"])
+    return State(
+        ckpt["epoch"],
+        ckpt["step"],
+        ckpt["epoch_step"],
+        ckpt["best_val"],
+        ckpt.get("best_epoch"),
+        ckpt.get("stale", 0),
+        list(ckpt["epoch_loss"]),
+        rng["epoch_start"],
+    )
 
 
 def _this_runs_kernel(state: dict[str, Any], fused: bool | None, capturable: bool) -> dict[str, Any]:
@@ -313,8 +377,10 @@ def _this_runs_kernel(state: dict[str, Any], fused: bool | None, capturable: boo
     with (fused or not, capturable or not), and only for a fused or capturable kernel does it place the step
     counters on the weights' device — a run may resume on another device (fused on CUDA, torch's default on
     CPU), or with or without --cuda-graphs."""
-    return {**state, "param_groups": [{**g, "fused": fused, "capturable": capturable}
-                                      for g in state["param_groups"]]}
+    return {
+        **state,
+        "param_groups": [{**g, "fused": fused, "capturable": capturable} for g in state["param_groups"]],
+    }
 
 
 # ---------------------------------------------------------------------------------------------- the loop
@@ -338,7 +404,7 @@ def _loop(p: Parts, s: State) -> None:
 
 
 def _stop_point(p: Parts, rewind: dict[str, Any] | None = None) -> None:
-    """Raise :class:`~memdpc.interrupts.Interrupted` when any rank has received SIGINT or SIGTERM. Every rank
+    """Raise :class:`~memdpc.common.interrupts.Interrupted` when any rank has received SIGINT or SIGTERM. Every rank
     calls it at the same points (before each step, after each epoch's validation and kNN pass), so all stop
     at the same step. ``rewind``: the RNG state to restore first, that of the step the run stops at."""
     signum = dd.agree_on_signal(p.env, interrupts.received())
@@ -359,8 +425,11 @@ def _kept(p: Parts, s: State, stop: interrupts.Interrupted) -> interrupts.Interr
         return stop.keep(f"rank {p.env.rank} stopped with rank 0")
     if not s.step:
         return stop.keep("no checkpoint yet; the same command starts again")
-    how = (f"to go on, run it again without --resume (or with --resume {last})" if p.config.resume
-           else "the same command resumes")
+    how = (
+        f"to go on, run it again without --resume (or with --resume {last})"
+        if p.config.resume
+        else "the same command resumes"
+    )
     return stop.keep(f"kept {last} (epoch {s.epoch}, step {s.step}); {how}")
 
 
@@ -374,8 +443,11 @@ def _watched(p: Parts, value: float) -> str:
 def _finished(p: Parts, s: State) -> str:
     """The end message: what the run wrote, and what to run next."""
     ckpts = p.run_dir / "checkpoints"
-    done = f"{s.epoch} epochs" if not s.epoch_step else \
-        f"epoch {s.epoch}, {s.epoch_step} of {len(p.train_loader)} batches"
+    done = (
+        f"{s.epoch} epochs"
+        if not s.epoch_step
+        else f"epoch {s.epoch}, {s.epoch_step} of {len(p.train_loader)} batches"
+    )
     best = ckpts / "best.pt"
     if not math.isfinite(s.best_val):
         best_line = "no best.pt: no epoch finished"
@@ -383,13 +455,15 @@ def _finished(p: Parts, s: State) -> str:
         at = f"epoch {s.best_epoch}, " if s.best_epoch is not None else ""
         best_line = f"best: {best} ({at}{_watched(p, s.best_val)})"
     chosen = best if math.isfinite(s.best_val) else _last(p)
-    return "\n".join([
-        f"trained {p.run_dir}: {done}, {s.step} steps",
-        best_line,
-        f"last: {_last(p)}",
-        f"metrics: {p.run_dir / 'metrics.jsonl'}; tensorboard --logdir {p.run_dir / 'tb'}",
-        f"next: {ck.next_command(chosen, p.config.shards)}",
-    ])
+    return "\n".join(
+        [
+            f"trained {p.run_dir}: {done}, {s.step} steps",
+            best_line,
+            f"last: {_last(p)}",
+            f"metrics: {p.run_dir / 'metrics.jsonl'}; tensorboard --logdir {p.run_dir / 'tb'}",
+            f"next: {ck.next_command(chosen, p.config.shards)}",
+        ]
+    )
 
 
 def _epoch_batches(p: Parts, s: State) -> Iterator[None]:
@@ -446,8 +520,11 @@ def _read(p: Parts, s: State) -> dict[str, float] | None:
     bad = next((i for i, (values, _, _) in enumerate(done) if not math.isfinite(values["loss"])), None)
     if not dd.all_true(p.env, bad is None):
         i = len(done) - 1 if bad is None else bad
-        raise _stopped(p, f"loss is not finite ({done[i][0]['loss']}) at epoch {s.epoch}, "
-                          f"step {s.step - len(done) + i + 1}")
+        raise _stopped(
+            p,
+            f"loss is not finite ({done[i][0]['loss']}) at epoch {s.epoch}, "
+            f"step {s.step - len(done) + i + 1}",
+        )
     for values, clips, wait in done:
         s.epoch_loss = [s.epoch_loss[0] + values["loss"], s.epoch_loss[1] + 1]
         p.meter.add(values, clips, wait)
@@ -475,8 +552,16 @@ def _lr(p: Parts) -> float:
 
 def _log_train(p: Parts, s: State) -> None:
     values = dd.all_mean(p.env, p.meter.means())
-    p.logger.log({"kind": "train", "epoch": s.epoch, "step": s.step, **values, "lr": _lr(p),
-                  **p.meter.rates(p.env.world_size)})
+    p.logger.log(
+        {
+            "kind": "train",
+            "epoch": s.epoch,
+            "step": s.step,
+            **values,
+            "lr": _lr(p),
+            **p.meter.rates(p.env.world_size),
+        }
+    )
     p.meter.reset()
 
 
@@ -552,8 +637,10 @@ def _knn(p: Parts) -> float:
     r1 = math.nan
     if p.env.is_main and p.config.val_split != "none":
         c = p.config
-        loaders = [_loader(c, p.env, split, p.clip, train=False, rank=0, world_size=1)
-                   for split in (c.train_split, c.val_split)]
+        loaders = [
+            _loader(c, p.env, split, p.clip, train=False, rank=0, world_size=1)
+            for split in (c.train_split, c.val_split)
+        ]
         r1 = knn_recall(ck.unwrap(p.model), *loaders, p.env.device, c.knn_max_batches)
     return dd.from_main(p.env, r1)
 

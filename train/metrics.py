@@ -22,11 +22,13 @@ import torch
 from rich.console import Console
 from torch.utils.tensorboard import SummaryWriter
 
-from memdpc import file_kinds
-from memdpc.atomic import write_bytes_atomic
-from memdpc.pictures import clip_picture
+from memdpc.common import file_kinds
+from memdpc.common.atomic import write_bytes_atomic
+from memdpc.common.progress import progress_bar
 from memdpc.pipeline.augment import AugmentSpec, denormalise
-from memdpc.progress import progress_bar
+from memdpc.viz.pictures import clip_picture
+
+__all__ = ["METRICS_NAME", "Meter", "MetricsLogger", "StepValues", "read_metrics", "truncate_jsonl"]
 
 METRICS_NAME = file_kinds.RUN_METRICS
 """The run folder's metrics file: one JSON record per line."""
@@ -81,15 +83,19 @@ class StepValues:
         scalars = [v.detach() for v in out.values() if v.dim() == 0]
         if self.rows is None:
             self.keys = [k for k, v in out.items() if v.dim() == 0]
-            self.rows = torch.empty(self.capacity, len(self.keys), dtype=torch.float64, device=scalars[0].device)
+            self.rows = torch.empty(
+                self.capacity, len(self.keys), dtype=torch.float64, device=scalars[0].device
+            )
         self.rows[len(self.host)].copy_(torch.stack(scalars))
         self.host.append((clips, wait))
 
     def read(self) -> list[tuple[dict[str, float], int, float]]:
         """(values, clips, data wait) of each step since the last read, in step order; one device→host copy."""
         rows = self.rows[: len(self.host)].tolist() if self.host else []
-        done = [(dict(zip(self.keys, row, strict=True)), clips, wait)
-                for row, (clips, wait) in zip(rows, self.host, strict=True)]
+        done = [
+            (dict(zip(self.keys, row, strict=True)), clips, wait)
+            for row, (clips, wait) in zip(rows, self.host, strict=True)
+        ]
         self.host = []
         return done
 
@@ -140,11 +146,14 @@ class MetricsLogger:
         TensorBoard images ``clips/<i>``: blocks in rows, flow in colour, the key in the caption."""
         if not self.enabled:
             return
-        frames = denormalise(clips[:CLIPS_SHOWN].detach().float().cpu(), spec).numpy()  # (k, F, H, W, 3) uint8
+        frames = denormalise(
+            clips[:CLIPS_SHOWN].detach().float().cpu(), spec
+        ).numpy()  # (k, F, H, W, 3) uint8
         for i, clip in enumerate(frames):
             title = [f"{keys[i]}: {stream}, step {step}, as trained on (augmented)"]
-            self._tb.add_image(f"clips/{i}", clip_picture(clip, stream, clips.shape[1], title), step,
-                               dataformats="HWC")
+            self._tb.add_image(
+                f"clips/{i}", clip_picture(clip, stream, clips.shape[1], title), step, dataformats="HWC"
+            )
 
     def start_epoch(self, epoch: int, total: int, done: int) -> None:
         if self._progress is None:

@@ -10,17 +10,27 @@ from typing import Any
 
 import yaml
 
-from memdpc import file_kinds
-from memdpc.errors import UserError
+from memdpc.common import file_kinds
+from memdpc.common.errors import UserError
+from memdpc.common.streams import STREAMS
+from memdpc.common.wording import name_list, plural
 from memdpc.pipeline.augment import AugmentSpec
 from memdpc.pipeline.clip import ClipSpec
 from memdpc.pipeline.loader import make_loader
 from memdpc.pipeline.manifest import load_manifest, manifest_path, shard_paths
 from memdpc.pipeline.sample import LABEL, decode_label, parse_key
 from memdpc.pipeline.wds_index import read_index, split_name
-from memdpc.streams import STREAMS
 from memdpc.train.config import AUTO_VAL_SPLIT, TrainConfig, config_differences
-from memdpc.wording import name_list, plural
+
+__all__ = [
+    "CONFIG_NAME",
+    "augment_spec",
+    "check_run_dir",
+    "check_shards",
+    "resolve_val_split",
+    "split_loader",
+    "val_split_warnings",
+]
 
 CONFIG_NAME = file_kinds.RUN_CONFIG
 
@@ -30,13 +40,17 @@ def _stream_manifest(config: TrainConfig, split: str) -> dict[str, Any]:
     if not manifest_path(shards, config.stream, split).is_file():
         others = [s for s in STREAMS if s != config.stream and manifest_path(shards, s, split).is_file()]
         if others:
-            raise UserError(f"{shards}: holds {others[0]} shards, not {config.stream} shards "
-                            f"(--stream {config.stream}); pass --stream {others[0]} or the {config.stream} shards")
+            raise UserError(
+                f"{shards}: holds {others[0]} shards, not {config.stream} shards "
+                f"(--stream {config.stream}); pass --stream {others[0]} or the {config.stream} shards"
+            )
     manifest = load_manifest(shards, config.stream, split)
     clip = manifest.get("clip", {})
     if (clip.get("num_blocks"), clip.get("block_len")) != (config.num_blocks, config.block_len):
-        raise UserError(f"{manifest_path(shards, config.stream, split)}: clips of {clip.get('num_blocks')}×"
-                        f"{clip.get('block_len')} frames, but the config asks for {config.num_blocks}×{config.block_len}")
+        raise UserError(
+            f"{manifest_path(shards, config.stream, split)}: clips of {clip.get('num_blocks')}×"
+            f"{clip.get('block_len')} frames, but the config asks for {config.num_blocks}×{config.block_len}"
+        )
     return manifest
 
 
@@ -48,15 +62,18 @@ def check_shards(config: TrainConfig) -> dict[str, dict[str, Any]]:
     manifests = {"train": _stream_manifest(config, config.train_split)}
     if config.val_split != "none":
         if not manifest_path(config.shards, config.stream, config.val_split).is_file():
-            raise UserError(f"{manifest_path(config.shards, config.stream, config.val_split)}: no validation "
-                            "shards; shard that split or pass --val-split none (the plateau then watches the "
-                            "training loss)")
+            raise UserError(
+                f"{manifest_path(config.shards, config.stream, config.val_split)}: no validation "
+                "shards; shard that split or pass --val-split none (the plateau then watches the "
+                "training loss)"
+            )
         manifests["val"] = _stream_manifest(config, config.val_split)
     return manifests
 
 
-def videos_by_class(shard_dir: str | Path, stream: str, split: str, until: set[int] | None = None
-                    ) -> dict[int, set[str]]:
+def videos_by_class(
+    shard_dir: str | Path, stream: str, split: str, until: set[int] | None = None
+) -> dict[int, set[str]]:
     """{label: ids of the split's videos of that class}, from the shards' DALI indexes (the keys name the videos)
     and one label member per video. With ``until``, reading stops once every one of those labels was seen."""
     found: dict[int, set[str]] = {}
@@ -120,13 +137,17 @@ def val_split_warnings(config: TrainConfig) -> list[str]:
     missing = sorted(set(train) - set(val))
     if missing:
         names = name_list([(classes[k] if k < len(classes) else "") or str(k) for k in missing])
-        warnings.append(f"{where}: the {config.val_split} split holds no video of {len(missing)} of the "
-                        f"{len(train)} classes of the {config.train_split} split ({names}); {use} leaves them out")
+        warnings.append(
+            f"{where}: the {config.val_split} split holds no video of {len(missing)} of the "
+            f"{len(train)} classes of the {config.train_split} split ({names}); {use} leaves them out"
+        )
     videos = sum(len(v) for v in val.values())
     if videos < FEW_VAL_VIDEOS:
-        warnings.append(f"{where}: the {config.val_split} split holds only {plural(videos, 'video')}, each {100 / max(videos, 1):.0f} % "
-                        f"of it; {use} rests on them alone (hold out more videos, e.g. memdpc index … "
-                        "--val-per-class 2, and shard that split again)")
+        warnings.append(
+            f"{where}: the {config.val_split} split holds only {plural(videos, 'video')}, each {100 / max(videos, 1):.0f} % "
+            f"of it; {use} rests on them alone (hold out more videos, e.g. memdpc index … "
+            "--val-per-class 2, and shard that split again)"
+        )
     return warnings
 
 
@@ -145,8 +166,10 @@ def check_run_dir(config: TrainConfig) -> Path | None:
             raise UserError(f"{recorded}: unreadable ({e})") from None
         diff = config_differences(previous, config)
         if diff:
-            raise UserError(f"{recorded}: this run directory holds a different config ({'; '.join(diff)}); "
-                            "choose another --out, or repeat its settings to resume it")
+            raise UserError(
+                f"{recorded}: this run directory holds a different config ({'; '.join(diff)}); "
+                "choose another --out, or repeat its settings to resume it"
+            )
     if config.resume:
         return Path(config.resume)
     last = run_dir / "checkpoints" / "last.pt"
@@ -158,12 +181,33 @@ def augment_spec(config: TrainConfig) -> AugmentSpec:
     return AugmentSpec(jitter_flow=config.jitter_flow, crop_size=config.crop_size or None)
 
 
-def split_loader(config: TrainConfig, split: str, clip: ClipSpec, train: bool, rank: int = 0, world_size: int = 1,
-                 device: str = "cpu"):
+def split_loader(
+    config: TrainConfig,
+    split: str,
+    clip: ClipSpec,
+    train: bool,
+    rank: int = 0,
+    world_size: int = 1,
+    device: str = "cpu",
+):
     """A loader of one split of the run's shards, augmented as ``config`` says; training drops the last partial
     batch, so every rank takes equal steps, and takes ``--clips-per-video`` windows of each video per epoch."""
     spec = augment_spec(config)
-    return make_loader(config.shards, config.stream, split, train=train, batch_size=config.batch_size,
-                       backend=config.backend, size=config.size, spec=spec, rank=rank, world_size=world_size,
-                       seed=config.seed, num_workers=config.num_workers, device=device, clip=clip, drop_last=train,
-                       clips_per_video=config.clips_per_video if train else 0)
+    return make_loader(
+        config.shards,
+        config.stream,
+        split,
+        train=train,
+        batch_size=config.batch_size,
+        backend=config.backend,
+        size=config.size,
+        spec=spec,
+        rank=rank,
+        world_size=world_size,
+        seed=config.seed,
+        num_workers=config.num_workers,
+        device=device,
+        clip=clip,
+        drop_last=train,
+        clips_per_video=config.clips_per_video if train else 0,
+    )

@@ -14,6 +14,8 @@ from memdpc.pipeline.manifest import load_manifest
 from memdpc.train.config import TrainConfig
 from memdpc.train.prepare import split_loader
 
+__all__ = ["pretext_scores"]
+
 
 @torch.no_grad()
 def pretext_scores(checkpoint: str | os.PathLike, config: TrainConfig, split: str) -> dict[str, float]:

@@ -26,10 +26,22 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from memdpc.errors import UserError
+from memdpc.common.errors import UserError
+from memdpc.common.wording import error_line, size_text
 from memdpc.train.checkpoint import rng_state, set_rng_state
 from memdpc.train.config import TrainConfig
-from memdpc.wording import error_line, size_text
+
+__all__ = [
+    "COMPILE_BACKEND",
+    "GRAPH_WARMUP",
+    "Stepper",
+    "fused_adam",
+    "make_optimizer",
+    "out_of_memory",
+    "place_clips",
+    "place_model",
+    "uses_graphs",
+]
 
 GRAPH_WARMUP = 3  # eager steps at a new shape before the CUDA graph is captured (the documented minimum)
 COMPILE_BACKEND = "inductor"
@@ -58,8 +70,13 @@ def place_model(model: nn.Module, config: TrainConfig, device: torch.device) -> 
 def make_optimizer(model: nn.Module, config: TrainConfig, device: torch.device) -> torch.optim.Adam:
     """Adam; with the fast defaults its fused CUDA kernel (one launch for all parameters), else torch's default;
     ``capturable`` (step counters on the device) when the step runs as a CUDA graph."""
-    return torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay,
-                            fused=fused_adam(config, device), capturable=uses_graphs(config, device))
+    return torch.optim.Adam(
+        model.parameters(),
+        lr=config.lr,
+        weight_decay=config.weight_decay,
+        fused=fused_adam(config, device),
+        capturable=uses_graphs(config, device),
+    )
 
 
 def fused_adam(config: TrainConfig, device: torch.device) -> bool | None:
@@ -76,12 +93,20 @@ def place_clips(clips: torch.Tensor, config: TrainConfig, device: torch.device) 
     return clips.flatten(0, 1).contiguous(memory_format=torch.channels_last_3d).view(clips.shape)
 
 
-def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler,
-               clips: torch.Tensor, config: TrainConfig, autocast_cache: bool = True) -> dict[str, torch.Tensor]:
+def train_step(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scaler: torch.amp.GradScaler,
+    clips: torch.Tensor,
+    config: TrainConfig,
+    autocast_cache: bool = True,
+) -> dict[str, torch.Tensor]:
     """One optimiser step on a batch already placed (:func:`place_clips`), eagerly; the model's outputs, on the
     device (nothing here waits for the device). ``autocast_cache=False`` inside a CUDA graph capture."""
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(config.amp)
-    with torch.autocast(clips.device.type, dtype=dtype, enabled=dtype is not None, cache_enabled=autocast_cache):
+    with torch.autocast(
+        clips.device.type, dtype=dtype, enabled=dtype is not None, cache_enabled=autocast_cache
+    ):
         out = model(clips)
     optimizer.zero_grad(set_to_none=True)
     scaler.scale(out["loss"]).backward()
@@ -105,10 +130,23 @@ class Stepper:
     compile that failed, CUDA graphs asked for on a CPU). ``backend`` is ``torch.compile``'s.
     """
 
-    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler,
-                 config: TrainConfig, device: torch.device, warn: Callable[[str], None],
-                 backend: str = COMPILE_BACKEND):
-        self.model, self.optimizer, self.scaler, self.config, self.warn = model, optimizer, scaler, config, warn
+    def __init__(
+        self,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        scaler: torch.amp.GradScaler,
+        config: TrainConfig,
+        device: torch.device,
+        warn: Callable[[str], None],
+        backend: str = COMPILE_BACKEND,
+    ):
+        self.model, self.optimizer, self.scaler, self.config, self.warn = (
+            model,
+            optimizer,
+            scaler,
+            config,
+            warn,
+        )
         self.graphs = uses_graphs(config, device)
         if config.cuda_graphs and not self.graphs:
             warn(f"--cuda-graphs needs a CUDA device; training on {device} without")
@@ -181,7 +219,9 @@ class Stepper:
     def _capture(self, clips: torch.Tensor) -> _Graph:
         static = clips.clone()  # keeps the batch's layout (channels_last_3d with the fast defaults)
         graph = torch.cuda.CUDAGraph()
-        self.optimizer.zero_grad(set_to_none=True)  # the captured backward allocates the gradients in its pool
+        self.optimizer.zero_grad(
+            set_to_none=True
+        )  # the captured backward allocates the gradients in its pool
         with torch.cuda.graph(graph):
             out = self._step(static, autocast_cache=False)
         return _Graph(graph, static, out, self._lrs())
@@ -199,7 +239,9 @@ def out_of_memory(error: BaseException, batch_size: int, device: torch.device) -
     """The one-line error for a batch that does not fit in ``device``'s memory (a CUDA out-of-memory error, or a
     failed CPU allocation), naming the batch size and the memory asked for; None for any other error."""
     text = str(error)
-    if not (isinstance(error, torch.OutOfMemoryError) or "DefaultCPUAllocator: can't allocate memory" in text):
+    if not (
+        isinstance(error, torch.OutOfMemoryError) or "DefaultCPUAllocator: can't allocate memory" in text
+    ):
         return None
     asked = _ASKED.search(text)
     amount = "more" if asked is None else f"{asked.group(1)} more"
@@ -208,8 +250,13 @@ def out_of_memory(error: BaseException, batch_size: int, device: torch.device) -
     total = _TOTAL.search(text)
     has = f" (it has {total.group(1)} in all)" if total else ""
     if device.type == "cuda":
-        where, smaller = f"{device} ({torch.cuda.get_device_name(device)})", "lower --batch-size, or --amp bf16"
+        where, smaller = (
+            f"{device} ({torch.cuda.get_device_name(device)})",
+            "lower --batch-size, or --amp bf16",
+        )
     else:
         where, smaller = str(device), "lower --batch-size"
-    return UserError(f"--batch-size {batch_size} does not fit in the memory of {where}: a step asked for {amount} "
-                     f"than was free{has}; {smaller}")
+    return UserError(
+        f"--batch-size {batch_size} does not fit in the memory of {where}: a step asked for {amount} "
+        f"than was free{has}; {smaller}"
+    )

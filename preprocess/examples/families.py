@@ -10,6 +10,8 @@ from memdpc.preprocess.examples.layout import ExampleConfig
 from memdpc.preprocess.examples.photos import PhotoConfig, make_photos
 from memdpc.preprocess.examples.synthetic import SyntheticConfig, make_synthetic
 
+__all__ = ["EXAMPLE_FAMILIES"]
+
 EXAMPLE_FAMILIES: dict[str, tuple[type[ExampleConfig], Callable[..., Path]]] = {
     "synthetic": (SyntheticConfig, make_synthetic),
     "photos": (PhotoConfig, make_photos),

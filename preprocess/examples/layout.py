@@ -15,9 +15,12 @@ from typing import ClassVar
 import cv2
 import numpy as np
 
-from memdpc import interrupts
-from memdpc.atomic import atomic_path
-from memdpc.errors import UserError
+from memdpc.common import interrupts
+from memdpc.common.atomic import atomic_path
+from memdpc.common.errors import UserError
+from memdpc.common.settings import setting
+
+__all__ = ["ExampleConfig", "write_example", "write_video"]
 
 CODECS = {"xvid": ("XVID", ".avi"), "mjpg": ("MJPG", ".avi"), "mp4v": ("mp4v", ".mp4")}
 UCF_SPLITS = (1, 2, 3)
@@ -31,13 +34,15 @@ class ExampleConfig:
     """The options of an example family; a family subclasses it and names its classes (``classes``), whose
     count is the default of ``num_classes``."""
 
-    videos_per_class: int = 8
-    frames: int = 48
-    size: int = 64
-    fps: float = 25.0
-    num_classes: int = 0
-    codec: str = "xvid"
-    seed: int = 0
+    videos_per_class: int = setting(8, "Videos per class.")
+    frames: int = setting(48, "Frames per video.")
+    size: int = setting(64, "Frame width and height in pixels.")
+    fps: float = setting(25.0, "Frame rate written in the files.")
+    num_classes: int = setting(
+        0, "Number of classes (at most as many as the family has).", flags=("--classes",)
+    )
+    codec: str = setting("xvid", "Video codec (xvid/mjpg: .avi, mp4v: .mp4).", choices=tuple(CODECS))
+    seed: int = setting(0, "Random seed (same seed, same bytes).")
 
     classes: ClassVar[tuple[str, ...]] = ()
 
@@ -84,12 +89,15 @@ def write_example(out: str | Path, cfg: ExampleConfig, render: Render) -> Path:
             path = out / "UCF-101" / rel
             if not path.exists():
                 try:
-                    write_video(path, render(cls, np.random.default_rng([cfg.seed, ci, g])), cfg.fps, cfg.codec)
+                    write_video(
+                        path, render(cls, np.random.default_rng([cfg.seed, ci, g])), cfg.fps, cfg.codec
+                    )
                 except KeyboardInterrupt as e:
                     done = ci * cfg.videos_per_class + g - 1
                     raise interrupts.as_interrupted(e).keep(
                         f"{done} of {len(classes) * cfg.videos_per_class} videos written to {out}; the same "
-                        "command resumes") from None
+                        "command resumes"
+                    ) from None
             for s in UCF_SPLITS:
                 train, test = lists[s]
                 (test if (g - 1) % 3 == s - 1 else train).append((rel, ci + 1))

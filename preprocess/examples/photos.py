@@ -21,8 +21,10 @@ from typing import ClassVar
 import cv2
 import numpy as np
 
-from memdpc.errors import UserError
+from memdpc.common.errors import UserError
 from memdpc.preprocess.examples.layout import ExampleConfig, write_example
+
+__all__ = ["PhotoConfig", "make_photos"]
 
 PHOTO_CLASSES = (
     "CameraPan",  # the view translates across the photograph in a random direction
@@ -51,7 +53,10 @@ PHOTO_FILES = (
 )
 
 RENDER_SCALE = 3  # frames are drawn at 3× the size and shrunk with INTER_AREA: no aliasing in fine texture
-SPEED = (1.2, 2.8)  # px per frame at 64²: the speed of a moving patch, a pan, or the frame's edge in zoom and roll
+SPEED = (
+    1.2,
+    2.8,
+)  # px per frame at 64²: the speed of a moving patch, a pan, or the frame's edge in zoom and roll
 MAX_ZOOM = 6.0  # a zoom changes the scale by at most this much over a video, however long
 PATCHES = 2  # patches cut from other photographs per video; those that do not move on their own are still
 
@@ -67,8 +72,10 @@ def photo_dir() -> Path:
     """scikit-image's data folder, found without importing scikit-image (only its files are used)."""
     spec = find_spec("skimage")
     if spec is None or not spec.submodule_search_locations:
-        raise UserError('scikit-image is not installed (the photos family reads the photographs it ships): '
-                        'pip install "memdpc[photos]"')
+        raise UserError(
+            "scikit-image is not installed (the photos family reads the photographs it ships): "
+            'pip install "memdpc[photos]"'
+        )
     return Path(spec.submodule_search_locations[0]) / "data"
 
 
@@ -96,7 +103,9 @@ def _fit_centre(rng: np.random.Generator, shape: tuple[int, ...], half: float) -
     return np.array([rng.uniform(min(half, n / 2), max(n - half, n / 2)) for n in (shape[1], shape[0])])
 
 
-def _view_path(cls: str, rng: np.random.Generator, shape: tuple[int, ...], frames: int, size: int) -> np.ndarray:
+def _view_path(
+    cls: str, rng: np.random.Generator, shape: tuple[int, ...], frames: int, size: int
+) -> np.ndarray:
     """The view of every frame, (frames, 2, 3) maps from render to photograph pixels: still for the object
     classes, moving for the camera classes. Borders beyond the photograph are mirrored."""
     r, side, t = size * RENDER_SCALE, min(shape[:2]), np.arange(frames)
@@ -206,7 +215,11 @@ def render_video(
     out = np.empty((frames, size, size, 3), np.uint8)
     for t in range(frames):
         frame = cv2.warpAffine(
-            scene, views[t], (r, r), flags=cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP, borderMode=cv2.BORDER_REFLECT_101
+            scene,
+            views[t],
+            (r, r),
+            flags=cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP,
+            borderMode=cv2.BORDER_REFLECT_101,
         )
         for (img, alpha), track in zip(patches[: len(tracks)], tracks, strict=True):
             _paste(frame, img, alpha, _at(track[t], n))

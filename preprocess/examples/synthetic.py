@@ -21,6 +21,8 @@ import numpy as np
 
 from memdpc.preprocess.examples.layout import ExampleConfig, write_example
 
+__all__ = ["CLASSES", "SyntheticConfig", "make_synthetic", "render_video"]
+
 CLASSES = (
     "MoveRight",
     "MoveLeft",

@@ -26,11 +26,27 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 import cv2
 import numpy as np
 
-from memdpc.errors import UserError
+from memdpc.common.errors import UserError
 from memdpc.preprocess.flow.tvl1_params import TVL1Params
 
 if TYPE_CHECKING:
     import torch
+
+__all__ = [
+    "AUTO",
+    "BACKENDS",
+    "BOUND",
+    "BatchedFlowBackend",
+    "FlowBackend",
+    "FlowStage",
+    "OpenCVTVL1",
+    "batch_pairs",
+    "codes_to_flow",
+    "flow_to_codes",
+    "make_backend",
+    "resolve_backend",
+    "to_grey",
+]
 
 BOUND = 20.0  # flow is clipped to [-BOUND, BOUND] pixels before the mapping to 0..255
 AUTO = "auto"  # --flow-backend and --device: chosen by resolve_backend
@@ -136,7 +152,9 @@ class TritonTVL1(TorchTVL1):
     CPU under ``TRITON_INTERPRET=1`` for checks."""
 
     batch_size = 128
-    batch_pixels = 512 * 256 * 256  # chosen from the kernel table of bench/flow_e2e.py (README, Triton kernels)
+    batch_pixels = (
+        512 * 256 * 256
+    )  # chosen from the kernel table of bench/flow_e2e.py (README, Triton kernels)
     kernels = "memdpc.preprocess.flow.tvl1_triton"
 
     def __init__(self, params: TVL1Params = TVL1Params(), device: str = "cuda") -> None:
@@ -164,7 +182,9 @@ def make_backend(name: str, params: TVL1Params = TVL1Params(), device: str = "cp
     try:
         make: Callable[[TVL1Params, str], FlowBackend] = getattr(importlib.import_module(module), factory)
     except (ImportError, AttributeError, OSError) as e:  # OSError: a compiled dependency that fails to load
-        raise UserError(f"flow backend '{name}' is not available ({str(e).strip().splitlines()[0]})") from None
+        raise UserError(
+            f"flow backend '{name}' is not available ({str(e).strip().splitlines()[0]})"
+        ) from None
     return make(params, device)
 
 
@@ -273,6 +293,11 @@ def codes_to_flow(codes: np.ndarray, bound: float = BOUND) -> np.ndarray:
     return codes[..., :2].astype(np.float32) * (2 * bound / 255.0) - bound
 
 
+def to_grey(frame: np.ndarray) -> np.ndarray:
+    """The frame TV-L1 reads: a BGR frame (H, W, 3) uint8 in OpenCV's greyscale (H, W) uint8."""
+    return cv2.cvtColor(frame, cv2.COLOR_BGR2GRAY)
+
+
 class FlowStage:
     """Consecutive frames in, flow code images out (n frames give n − 1 flows, frame k → k + 1).
 
@@ -289,7 +314,7 @@ class FlowStage:
 
     def push(self, frame: np.ndarray) -> list[np.ndarray]:
         t = time.perf_counter()
-        grey = cv2.cvtColor(frame, cv2.COLOR_BGR2GRAY)
+        grey = to_grey(frame)
         if self._prev is not None:
             self._pairs.append((self._prev, grey))
         self._prev = grey

@@ -53,8 +53,8 @@ import cv2
 import numpy as np
 import torch
 
-from memdpc import interrupts
-from memdpc.errors import UserError
+from memdpc.common import interrupts
+from memdpc.common.errors import UserError
 from memdpc.preprocess.archive import ArchiveWriter, archive_path
 from memdpc.preprocess.decode import DecodeError, PartialVideo, VideoStream
 from memdpc.preprocess.flow.backends import BatchedFlowBackend, batch_pairs, make_backend
@@ -75,8 +75,12 @@ from memdpc.preprocess.job import (
 from memdpc.preprocess.pool import STOP_WAIT, spawn_context
 from memdpc.preprocess.video_index import VideoRecord
 
+__all__ = ["DeviceStage", "run_batched"]
+
 POLL = 0.1  # seconds between checks for an abort while a thread waits on a queue
-HOST_NICENESS = 5  # added to the CPU niceness of the decode, load and encode threads (Linux); not the device's
+HOST_NICENESS = (
+    5  # added to the CPU niceness of the decode, load and encode threads (Linux); not the device's
+)
 _END = object()  # closes a queue
 
 
@@ -643,7 +647,9 @@ def _serve(
     cv2.setNumThreads(1)  # parallelism comes from the threads
     try:
         if stage is None:
-            stage = DeviceStage(make_backend(cfg.flow_backend, cfg.tvl1, device), cfg, threads, _progress_to(out))
+            stage = DeviceStage(
+                make_backend(cfg.flow_backend, cfg.tvl1, device), cfg, threads, _progress_to(out)
+            )
         stage.run(records, lambda entry: out.put(("video", entry)))
     except UserError as e:
         out.put(("user", str(e)))
@@ -678,7 +684,9 @@ def run_batched(
     stage = None
     if len(devices) == 1:
         out: Any = queue.Queue()
-        stage = DeviceStage(make_backend(cfg.flow_backend, cfg.tvl1, devices[0]), cfg, threads, _progress_to(out))
+        stage = DeviceStage(
+            make_backend(cfg.flow_backend, cfg.tvl1, devices[0]), cfg, threads, _progress_to(out)
+        )
         workers: list[Any] = [
             threading.Thread(target=_serve, args=(records, cfg, devices[0], threads, out, stage), daemon=True)
         ]
@@ -686,7 +694,9 @@ def run_batched(
         ctx = spawn_context()  # device processes leave SIGINT to this one
         out = ctx.Queue()
         workers = [
-            ctx.Process(target=_serve_process, args=(select_part(records, (i, len(devices))), cfg, d, threads, out))
+            ctx.Process(
+                target=_serve_process, args=(select_part(records, (i, len(devices))), cfg, d, threads, out)
+            )
             for i, d in enumerate(devices)
         ]
     for w in workers:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import functools
 
+__all__ = ["selection_network"]
+
 
 def sorting_network(n: int) -> list[tuple[int, int]]:
     """Batcher's odd-even merge sort comparators (lo, hi) for ``n`` values (padded to 2^k with +inf)."""

@@ -11,6 +11,8 @@ per line; ``tests/preprocess/flow/test_tvl1_median.py`` checks them against that
 import triton
 import triton.language as tl
 
+__all__ = ["median25", "median9"]
+
 
 @triton.jit
 def _cx(a, b):

@@ -31,7 +31,7 @@ import numpy as np
 from numba import njit, types
 from numba.extending import intrinsic
 
-from memdpc.errors import UserError
+from memdpc.common.errors import UserError
 from memdpc.preprocess.flow.tvl1_params import TVL1Params, level_sizes
 
 ENV_SWITCH = "MEMDPC_NATIVE_FLOW"  # "0": the native backend is unavailable
@@ -311,8 +311,9 @@ def _iteration(u1, u2, p11, p12, p21, p22, wx, wy, rc, e, l_t, theta, taut):
             for x in range(1, w):
                 div1 = (p11[y, x] - p11[y, x - 1]) + (p12[q, x] - p12[y, x])
                 div2 = (p21[y, x] - p21[y, x - 1]) + (p22[q, x] - p22[y, x])
-                u1[y, x], u2[y, x], e[y * w + x] = _primal(wx[y, x], wy[y, x], u1[y, x], u2[y, x], rc[y, x],
-                                                           div1, div2, l_t, theta)  # fmt: skip
+                u1[y, x], u2[y, x], e[y * w + x] = _primal(
+                    wx[y, x], wy[y, x], u1[y, x], u2[y, x], rc[y, x], div1, div2, l_t, theta
+                )
         if y > 0:
             r = y - 1
             q, d = y, min(y, h - 1)  # the row of p12 / p22; the next row of u (the last row's is itself: 0)
@@ -474,10 +475,24 @@ def tvl1_flow(
     out = np.empty((*prev.shape, 2), np.float32)
     step = 1.0 / params.scale_step
     _flow(
-        prev, nxt, out, workspace.sizes, workspace.offsets, workspace.pyr, workspace.ws, step, step,
-        params.warps, params.outer_iterations, params.inner_iterations, params.median_filtering,
-        F32(params.lambda_ * params.theta), F32(params.theta), F32(params.tau / params.theta), params.epsilon,
-    )  # fmt: skip
+        prev,
+        nxt,
+        out,
+        workspace.sizes,
+        workspace.offsets,
+        workspace.pyr,
+        workspace.ws,
+        step,
+        step,
+        params.warps,
+        params.outer_iterations,
+        params.inner_iterations,
+        params.median_filtering,
+        F32(params.lambda_ * params.theta),
+        F32(params.theta),
+        F32(params.tau / params.theta),
+        params.epsilon,
+    )
     return out
 
 

@@ -14,7 +14,10 @@ from typing import Any
 
 import cv2
 
-from memdpc.errors import UserError
+from memdpc.common.errors import UserError
+from memdpc.common.settings import setting
+
+__all__ = ["TVL1Params", "level_sizes"]
 
 
 @dataclass(frozen=True)
@@ -24,17 +27,17 @@ class TVL1Params:
     ``lambda_`` is OpenCV's ``lambda`` and ``scales`` its ``nscales`` (pyramid levels).
     """
 
-    tau: float = 0.25
-    lambda_: float = 0.15
-    theta: float = 0.3
-    scales: int = 5
-    scale_step: float = 0.8
-    warps: int = 5
-    epsilon: float = 0.01
-    inner_iterations: int = 30
-    outer_iterations: int = 10
-    median_filtering: int = 5
-    gamma: float = 0.0
+    tau: float = setting(0.25, "TV-L1 time step (≤ 0.25).")
+    lambda_: float = setting(0.15, "TV-L1 data-term weight (smaller: smoother flow).")
+    theta: float = setting(0.3, "TV-L1 coupling weight.")
+    scales: int = setting(5, "Pyramid levels.")
+    scale_step: float = setting(0.8, "Pyramid down-scaling factor.")
+    warps: int = setting(5, "Warpings per pyramid level.")
+    epsilon: float = setting(0.01, "Stopping threshold.")
+    inner_iterations: int = setting(30, "Inner iterations per warp.")
+    outer_iterations: int = setting(10, "Outer iterations per warp.")
+    median_filtering: int = setting(5, "Median filter size on the flow (1 = off, 3, 5).")
+    gamma: float = 0.0  # OpenCV's illumination term, off (not an option)
 
     def validate(self) -> None:
         """Refuse values out of range, naming the CLI options (UserError)."""
@@ -64,10 +67,19 @@ class TVL1Params:
     def to_opencv(self) -> cv2.optflow.DualTVL1OpticalFlow:
         """The equivalent OpenCV object (``cv2.optflow.DualTVL1OpticalFlow``)."""
         return cv2.optflow.DualTVL1OpticalFlow_create(
-            self.tau, self.lambda_, self.theta, self.scales, self.warps, self.epsilon,
-            self.inner_iterations, self.outer_iterations, self.scale_step, self.gamma,
-            self.median_filtering, False,
-        )  # fmt: skip
+            self.tau,
+            self.lambda_,
+            self.theta,
+            self.scales,
+            self.warps,
+            self.epsilon,
+            self.inner_iterations,
+            self.outer_iterations,
+            self.scale_step,
+            self.gamma,
+            self.median_filtering,
+            False,
+        )
 
 
 MIN_LEVEL_SIZE = 16  # OpenCV stops the pyramid before a level with a side < 16 px

@@ -239,7 +239,9 @@ def primal_dual_step(state: list[torch.Tensor], data: list[torch.Tensor], consts
     n1 = (u1 + fi * i1wx) + theta * divergence(p11, p12)
     n2 = (u2 + fi * i1wy) + theta * divergence(p21, p22)
     d1, d2 = (n1 - u1).flatten(1), (n2 - u2).flatten(1)
-    if d1.is_cuda:  # CUDA's summation order depends on the batch size: sum in double to keep pairs independent
+    if (
+        d1.is_cuda
+    ):  # CUDA's summation order depends on the batch size: sum in double to keep pairs independent
         d1, d2 = d1.double(), d2.double()
     error = (d1 * d1).sum(1) + (d2 * d2).sum(1)
     u1x, u1y = forward_gradient(n1)
@@ -442,4 +444,13 @@ def opencv_flow(prev: np.ndarray, next: np.ndarray, params: TVL1Params = TVL1Par
     return out
 
 
-__all__ = ["Schedule", "check_params", "level_sizes", "opencv_flow", "tvl1_flow"]
+__all__ = [
+    "FLT_EPSILON",
+    "Schedule",
+    "centered_gradient",
+    "check_params",
+    "level_sizes",
+    "opencv_flow",
+    "resize_linear",
+    "tvl1_flow",
+]

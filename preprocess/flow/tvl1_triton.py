@@ -97,8 +97,9 @@ def _cubic_sample(ptr, base, ix, iy, H, W, inside, cx0, cx1, cx2, cx3, cy0, cy1,
 
 
 @triton.jit
-def _warp_kernel(i0_ptr, i1_ptr, i1x_ptr, i1y_ptr, u1_ptr, u2_ptr, wx_ptr, wy_ptr, rc_ptr, H, W,
-                 BLOCK: tl.constexpr):  # fmt: skip
+def _warp_kernel(
+    i0_ptr, i1_ptr, i1x_ptr, i1y_ptr, u1_ptr, u2_ptr, wx_ptr, wy_ptr, rc_ptr, H, W, BLOCK: tl.constexpr
+):
     """I1 and its gradients warped by u (bicubic), then I1wx, I1wy and ρ_c = I1w − I1wx·u1 − I1wy·u2 − I0."""
     blk, b = tl.program_id(0), tl.program_id(1)
     p = blk * BLOCK + tl.arange(0, BLOCK)
@@ -160,9 +161,28 @@ def _divergence(p1_ptr, p2_ptr, off, W, xs, ys, inside):
 
 
 @triton.jit
-def _u_kernel(u1_ptr, u2_ptr, p11_ptr, p12_ptr, p21_ptr, p22_ptr, wx_ptr, wy_ptr, rc_ptr, flag_ptr,
-              part_ptr, active_ptr, H, W, tiles_x, n_tiles, l_t, theta,
-              BH: tl.constexpr, BW: tl.constexpr):  # fmt: skip
+def _u_kernel(
+    u1_ptr,
+    u2_ptr,
+    p11_ptr,
+    p12_ptr,
+    p21_ptr,
+    p22_ptr,
+    wx_ptr,
+    wy_ptr,
+    rc_ptr,
+    flag_ptr,
+    part_ptr,
+    active_ptr,
+    H,
+    W,
+    tiles_x,
+    n_tiles,
+    l_t,
+    theta,
+    BH: tl.constexpr,
+    BW: tl.constexpr,
+):
     """estimateV + divergence + estimateU in place; the tile's summed squared update into ``part``."""
     tile, b = tl.program_id(0), tl.load(active_ptr + tl.program_id(1))
     if tl.load(flag_ptr + b) == 0:
@@ -211,9 +231,28 @@ def _dual_update(u_ptr, pa_ptr, pb_ptr, off, H, W, xs, ys, inside, taut):
 
 
 @triton.jit
-def _p_kernel(u1_ptr, u2_ptr, p11_ptr, p12_ptr, p21_ptr, p22_ptr, part_ptr, flag_in_ptr, flag_out_ptr,
-              count_ptr, active_ptr, H, W, tiles_x, n_tiles, scaled_eps, taut,
-              BH: tl.constexpr, BW: tl.constexpr, NT: tl.constexpr):  # fmt: skip
+def _p_kernel(
+    u1_ptr,
+    u2_ptr,
+    p11_ptr,
+    p12_ptr,
+    p21_ptr,
+    p22_ptr,
+    part_ptr,
+    flag_in_ptr,
+    flag_out_ptr,
+    count_ptr,
+    active_ptr,
+    H,
+    W,
+    tiles_x,
+    n_tiles,
+    scaled_eps,
+    taut,
+    BH: tl.constexpr,
+    BW: tl.constexpr,
+    NT: tl.constexpr,
+):
     """The dual update of a running pair; tile 0 also writes whether the pair runs on (update > ε²·H·W)
     and counts the pair's iterations."""
     tile, b = tl.program_id(0), tl.load(active_ptr + tl.program_id(1))
@@ -317,14 +356,53 @@ def _solve_level(i0, i1, u1, u2, params: TVL1Params, checks: Checks, checkpoint)
                 flag_in, flag_out = flags[n % 2], flags[(n + 1) % 2]
                 tiles = (n_tiles, len(active))
                 _u_kernel[tiles](
-                    u1, u2, p11, p12, p21, p22, wx, wy, rc, flag_in, part, active, h, w, tiles_x, n_tiles,
-                    l_t, params.theta, BH=th, BW=tw, num_warps=warps, **_NO_FMA,
-                )  # fmt: skip
-                _p_kernel[tiles](
-                    u1, u2, p11, p12, p21, p22, part, flag_in, flag_out, count, active, h, w, tiles_x, n_tiles,
-                    scaled_eps, taut, BH=th, BW=tw, NT=triton.next_power_of_2(n_tiles), num_warps=warps,
+                    u1,
+                    u2,
+                    p11,
+                    p12,
+                    p21,
+                    p22,
+                    wx,
+                    wy,
+                    rc,
+                    flag_in,
+                    part,
+                    active,
+                    h,
+                    w,
+                    tiles_x,
+                    n_tiles,
+                    l_t,
+                    params.theta,
+                    BH=th,
+                    BW=tw,
+                    num_warps=warps,
                     **_NO_FMA,
-                )  # fmt: skip
+                )
+                _p_kernel[tiles](
+                    u1,
+                    u2,
+                    p11,
+                    p12,
+                    p21,
+                    p22,
+                    part,
+                    flag_in,
+                    flag_out,
+                    count,
+                    active,
+                    h,
+                    w,
+                    tiles_x,
+                    n_tiles,
+                    scaled_eps,
+                    taut,
+                    BH=th,
+                    BW=tw,
+                    NT=triton.next_power_of_2(n_tiles),
+                    num_warps=warps,
+                    **_NO_FMA,
+                )
                 n += 1
                 if n % checks.every == 0:
                     # Both flag buffers clear the stopped pairs (for the median kernel and once they leave
@@ -424,7 +502,7 @@ def unavailable_reason(device: str) -> str | None:
     g = torch.Generator().manual_seed(0)
     frames = torch.randint(0, 256, (2, 1, 20, 20), generator=g, dtype=torch.uint8).to(dev)
     try:
-        tvl1_flow(frames[0], frames[1], TVL1Params(scales=1, warps=1, inner_iterations=2, outer_iterations=1))  # fmt: skip
+        tvl1_flow(frames[0], frames[1], TVL1Params(scales=1, warps=1, inner_iterations=2, outer_iterations=1))
     except Exception as e:  # any failure to compile or launch means: not usable here
         return f"the Triton kernels failed on {device}: {type(e).__name__}: {str(e).strip().splitlines()[0]}"
     return None

@@ -5,6 +5,7 @@ fidelity rows read their frames and OpenCV's flows from a reference file made be
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,16 +13,20 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from memdpc.bench.flow_e2e import CHECKS, DATASETS, LENGTHS
+from bench.flow_e2e import CHECKS, DATASETS, LENGTHS
 
-SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "flow_e2e.py"
+ROOT = Path(__file__).resolve().parents[2]  # the checkout, where the package `bench` stands
 QUICK = ["--quick", "--device", "cpu", "--backend", "torch"]
 SIZES = (32, 24)  # --quick's, largest first
 
 
 def run(*args, cwd: Path) -> subprocess.CompletedProcess:
     res = subprocess.run(
-        [sys.executable, SCRIPT, *QUICK, *map(str, args)], cwd=cwd, capture_output=True, text=True
+        [sys.executable, "-m", "bench.flow_e2e", *QUICK, *map(str, args)],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     assert res.returncode == 0, res.stderr[-3000:]
     return res

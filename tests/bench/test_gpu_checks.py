@@ -16,22 +16,33 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.mark.slow
 def test_the_training_steps_run_and_write_every_table(tmp_path):
     out = tmp_path / "checks"
-    res = subprocess.run(["bash", str(ROOT / "bench" / "gpu_checks.sh"), str(out)], capture_output=True, text=True,
-                         timeout=900, env={**os.environ, "CHECKS_DEVICE": "cpu", "CHECKS_ONLY": "train*",
-                                           "OMP_NUM_THREADS": "1"})
+    res = subprocess.run(
+        ["bash", str(ROOT / "bench" / "gpu_checks.sh"), str(out)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={**os.environ, "CHECKS_DEVICE": "cpu", "CHECKS_ONLY": "train*", "OMP_NUM_THREADS": "1"},
+    )
     assert res.returncode == 0, res.stderr
     assert res.stdout.splitlines()[-2:] == ["train: exit 0", "train_compiled: exit 0"], res.stdout
-    assert sorted(p.name for p in out.iterdir()) == ["train.json", "train.log", "train_compiled.json",
-                                                     "train_compiled.log"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "train.json",
+        "train.log",
+        "train_compiled.json",
+        "train_compiled.log",
+    ]
     fast, compiled = (json.loads((out / f"{name}.json").read_text()) for name in ("train", "train_compiled"))
     assert list(fast["variants"]) == ["eager", "fast", "bf16", "graphs", "graphs-bf16"]
     assert list(compiled["variants"]) == ["compile-graphs-bf16", "compile-graphs"]
     for result in (fast, compiled):
         for r in result["variants"].values():
-            assert set(r["batches"]) == {"2", "3"} and all(b["clips_per_s"] > 0 for b in r["batches"].values())
+            assert set(r["batches"]) == {"2", "3"} and all(
+                b["clips_per_s"] > 0 for b in r["batches"].values()
+            )
             assert "profile" in r and len(r["curve"]) == 3
     assert compiled["variants"]["compile-graphs"]["warnings"] == [
-        "--cuda-graphs needs a CUDA device; training on cpu without"]  # compiled (the tracer), without a warning
+        "--cuda-graphs needs a CUDA device; training on cpu without"
+    ]  # compiled (the tracer), without a warning
     # the compiled variants' curves against train.json's eager runs
     assert set(compiled["loss_curve_max_abs_diff"]) == {"eager 2", "compile-graphs-bf16", "compile-graphs"}
     assert compiled["loss_curves"]["eager"] == fast["loss_curves"]["eager"]

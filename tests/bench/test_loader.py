@@ -16,10 +16,27 @@ def stride_one_shards(mixed_size_frames, tmp_path_factory) -> Path:
     """README's recipe (`--clip-stride 1`, small shards) with a short clip, on frames of three sizes."""
     out = tmp_path_factory.mktemp("bench_loader") / "shards"
     res = run_memdpc(
-        "shard", mixed_size_frames / "frames", "--index", mixed_size_frames / "index.jsonl",
-        "--stream", "rgb", "--out", out, "--split", "train", "--window-step", "2", "--clip-stride", "1",
-        "--max-count", "4", "--blocks", "4", "--block-len", "3",
-    )  # fmt: skip
+        "shard",
+        mixed_size_frames / "frames",
+        "--index",
+        mixed_size_frames / "index.jsonl",
+        "--stream",
+        "rgb",
+        "--out",
+        out,
+        "--split",
+        "train",
+        "--window-step",
+        "2",
+        "--clip-stride",
+        "1",
+        "--max-count",
+        "4",
+        "--blocks",
+        "4",
+        "--block-len",
+        "3",
+    )
     assert res.returncode == 0, res.stderr
     return out
 
@@ -27,9 +44,22 @@ def stride_one_shards(mixed_size_frames, tmp_path_factory) -> Path:
 def test_bench_loader_on_stride_one_shards_of_mixed_frame_sizes(stride_one_shards, tmp_path):
     out = tmp_path / "loader.json"
     res = run_memdpc(
-        "bench", "loader", stride_one_shards, "--size", "16", "--batch-size", "2", "--batches", "2",
-        "--repeat", "1", "--workers", "1", "--out", out,
-    )  # fmt: skip
+        "bench",
+        "loader",
+        stride_one_shards,
+        "--size",
+        "16",
+        "--batch-size",
+        "2",
+        "--batches",
+        "2",
+        "--repeat",
+        "1",
+        "--workers",
+        "1",
+        "--out",
+        out,
+    )
     assert res.returncode == 0, res.stderr
     result = json.loads(out.read_text())
     assert result["clip"] == {"num_blocks": 4, "block_len": 3, "stride": 1}
@@ -52,8 +82,11 @@ def test_bench_loader_on_stride_one_shards_of_mixed_frame_sizes(stride_one_shard
 def test_bench_loader_on_a_wrong_folder_is_a_one_line_error(
     mixed_size_frames, stride_one_shards, where, extra, message
 ):
-    folder = {"frames": mixed_size_frames / "frames", "shards": stride_one_shards,
-              "shards/rgb": stride_one_shards / "rgb"}[where]  # fmt: skip
+    folder = {
+        "frames": mixed_size_frames / "frames",
+        "shards": stride_one_shards,
+        "shards/rgb": stride_one_shards / "rgb",
+    }[where]
     res = run_memdpc("bench", "loader", folder, *extra, cwd=folder.parent)
     assert res.returncode == 2
     assert message.split(":", 1)[1] in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr

@@ -56,20 +56,37 @@ def eval_data(tmp_path_factory) -> EvalFixture:
             vid = f"v_{cls}_g{g:02d}"
             _archives(root / "archives", vid, render_video(cls, SIZE, n, np.random.default_rng([ci, g])))
             t = (n / FPS) * (0.3 + 0.1 * g)  # failure time inside the video
-            records.append(VideoRecord(vid, f"/nowhere/{vid}.avi", ci, cls, "train" if g < 2 else "test", FPS, n,
-                                       extra={"t": t}))
+            records.append(
+                VideoRecord(
+                    vid, f"/nowhere/{vid}.avi", ci, cls, "train" if g < 2 else "test", FPS, n, extra={"t": t}
+                )
+            )
     write_index(records, root / "index.jsonl")
     out = root / "shards"
     for stream in ("rgb", "flow"):
         for split in ("train", "test"):
-            shard_stream(root / "archives", records, stream, out, split, clip=CLIP, window_step=6, max_count=4,
-                         seed=0)
+            shard_stream(
+                root / "archives", records, stream, out, split, clip=CLIP, window_step=6, max_count=4, seed=0
+            )
     return EvalFixture(out, root / "index.jsonl", records)
 
 
-TRAIN_ARGS = dict(arch="memdpc_r18", widths=[4, 8, 16, 16], size=32, num_blocks=5, block_len=3, pred_steps=2,
-                  mem_size=16, batch_size=4, backend="torch", num_workers=0, progress=False, epochs=1,
-                  max_steps=1, val_split="none")
+TRAIN_ARGS = dict(
+    arch="memdpc_r18",
+    widths=[4, 8, 16, 16],
+    size=32,
+    num_blocks=5,
+    block_len=3,
+    pred_steps=2,
+    mem_size=16,
+    batch_size=4,
+    backend="torch",
+    num_workers=0,
+    progress=False,
+    epochs=1,
+    max_steps=1,
+    val_split="none",
+)
 
 
 def pretrain(shards: Path, out: Path, stream: str, seed: int = 0) -> Path:
@@ -97,8 +114,9 @@ def other_rgb(eval_data, tmp_path_factory) -> Path:
 def run_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     """``python -m memdpc.cli …`` in a subprocess with one torch thread."""
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    return subprocess.run([sys.executable, "-m", "memdpc.cli", *args], capture_output=True, text=True,
-                          timeout=timeout, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "memdpc.cli", *args], capture_output=True, text=True, timeout=timeout, env=env
+    )
 
 
 REFERENCE_WIDTHS = (4, 8, 16, 16)
@@ -110,8 +128,10 @@ def released(tmp_path_factory) -> dict[str, tuple[Path, dict]]:
     bidirectional MemDPC and a 3-class LC classifier (the tiny network), saved as the reference code saves."""
     root = tmp_path_factory.mktemp("released")
     out = {}
-    for kind, name, kw in (("memdpc", "memdpc_r18", {"mem_size": 16}),
-                           ("classifier", "classifier_r18", {"num_classes": NUM_CLASSES})):
+    for kind, name, kw in (
+        ("memdpc", "memdpc_r18", {"mem_size": 16}),
+        ("classifier", "classifier_r18", {"num_classes": NUM_CLASSES}),
+    ):
         weights, ref = reference_weights(name, seed=3, widths=REFERENCE_WIDTHS, **kw)
         path = root / f"{kind}_ucf101_rgb.pth.tar"
         torch.save({"epoch": 99, "state_dict": ref, "best_acc": 0.5, "optimizer": {}, "iteration": 10}, path)

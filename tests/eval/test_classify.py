@@ -8,7 +8,7 @@ import torch
 from click.testing import CliRunner
 
 from memdpc.cli import main
-from memdpc.distenv import DistEnv
+from memdpc.common.distenv import DistEnv
 from memdpc.eval.data import EvalData
 from memdpc.eval.features import run_windows
 from memdpc.eval.results import load_result
@@ -25,7 +25,9 @@ def _cli(*args):
     return CliRunner().invoke(main, [str(a) for a in args])
 
 
-def test_a_converted_classifier_gives_the_logits_of_its_weights_loaded_directly(eval_data, released, tmp_path):
+def test_a_converted_classifier_gives_the_logits_of_its_weights_loaded_directly(
+    eval_data, released, tmp_path
+):
     src, weights = released["classifier"]
     res = _cli("convert", src, tmp_path / "lc.pt", "--stream", "rgb", "--size", "32")
     assert res.exit_code == 0 and f"next: memdpc eval classify {tmp_path / 'lc.pt'}" in res.output, res.output
@@ -46,10 +48,19 @@ def test_a_converted_classifier_gives_the_logits_of_its_weights_loaded_directly(
 
 def test_a_pretrained_model_or_another_class_count_is_refused(eval_data, released, tmp_path):
     _cli("convert", released["memdpc"][0], tmp_path / "rgb.pt", "--stream", "rgb")
-    res = _cli("eval", "classify", tmp_path / "rgb.pt", "--shards", eval_data.shards, "--out", tmp_path, *OPTS)
+    res = _cli(
+        "eval", "classify", tmp_path / "rgb.pt", "--shards", eval_data.shards, "--out", tmp_path, *OPTS
+    )
     assert res.exit_code == 2 and "Traceback" not in res.output
-    assert f"{tmp_path / 'rgb.pt'}: holds a pretrained memdpc_r18 model, not a finetuned classifier" in res.output
+    assert (
+        f"{tmp_path / 'rgb.pt'}: holds a pretrained memdpc_r18 model, not a finetuned classifier"
+        in res.output
+    )
     clf = create_model("classifier_r18", widths=REFERENCE_WIDTHS, num_classes=5)
     mc.write_checkpoint(mc.serialize(mc.build_checkpoint(clf, "rgb", "converted")), tmp_path / "five.pt")
-    res = _cli("eval", "classify", tmp_path / "five.pt", "--shards", eval_data.shards, "--out", tmp_path, *OPTS)
-    assert res.exit_code == 2 and "five.pt: a classifier of 5 classes, but the test shards have 3" in res.output
+    res = _cli(
+        "eval", "classify", tmp_path / "five.pt", "--shards", eval_data.shards, "--out", tmp_path, *OPTS
+    )
+    assert (
+        res.exit_code == 2 and "five.pt: a classifier of 5 classes, but the test shards have 3" in res.output
+    )

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from memdpc.distenv import DistEnv
-from memdpc.errors import UserError
+from memdpc.common.distenv import DistEnv
+from memdpc.common.errors import UserError
 from memdpc.eval.data import EvalData
 from memdpc.eval.features import cached_windows, fingerprint, run_windows, same_classes, video_mean
 from memdpc.eval.outputs import checkpoint_source
@@ -44,7 +44,9 @@ def test_every_window_once_and_video_means(eval_data):
     for vid, feat in zip(ids, feats, strict=True):
         rows = [i for i, v in enumerate(w.video_ids) if v == vid]
         np.testing.assert_allclose(feat, w.values[rows, 0].mean(axis=0), rtol=1e-6)
-    assert labels.tolist() == [r.label for r in sorted(eval_data.records, key=lambda r: r.id) if r.split == "test"]
+    assert labels.tolist() == [
+        r.label for r in sorted(eval_data.records, key=lambda r: r.id) if r.split == "test"
+    ]
 
 
 def test_crops_give_one_output_per_crop(eval_data):
@@ -74,7 +76,9 @@ def test_a_split_evaluated_with_windows_missing_is_refused(eval_data, tmp_path):
     shutil.copytree(eval_data.shards, shards)
     manifest = shards / "rgb" / "manifest-test.json"
     held = json.loads(manifest.read_text())
-    manifest.write_text(json.dumps({**held, "num_samples": held["num_samples"] + 1}))  # one window the loader lacks
+    manifest.write_text(
+        json.dumps({**held, "num_samples": held["num_samples"] + 1})
+    )  # one window the loader lacks
     data = EvalData(shards, "rgb", size=32, batch_size=3, backend="torch", num_workers=0)
     n = held["num_samples"]
     with pytest.raises(UserError, match=f"evaluated {n} distinct windows, but the shards hold {n + 1}"):
@@ -90,25 +94,33 @@ def test_label_sets_and_empty_splits_are_checked(eval_data, tmp_path):
 def test_dali_cpu_pipeline_gives_the_same_windows_as_the_torch_loader(eval_data):
     # 12 test windows in batches of 5: DALI pads the last batch by repeating samples; each counts once
     kw = dict(size=32, batch_size=5, num_workers=1)
-    torch_w = run_windows(_mean_pixel, EvalData(eval_data.shards, "rgb", backend="torch", **kw), "test", ENV,
-                          crops=5)
-    dali_w = run_windows(_mean_pixel, EvalData(eval_data.shards, "rgb", backend="dali", **kw), "test", ENV,
-                         crops=5)
+    torch_w = run_windows(
+        _mean_pixel, EvalData(eval_data.shards, "rgb", backend="torch", **kw), "test", ENV, crops=5
+    )
+    dali_w = run_windows(
+        _mean_pixel, EvalData(eval_data.shards, "rgb", backend="dali", **kw), "test", ENV, crops=5
+    )
     assert dali_w.keys == torch_w.keys and dali_w.video_ids == torch_w.video_ids
     np.testing.assert_allclose(dali_w.values, torch_w.values, atol=0.02)  # JPEG decoders differ slightly
 
 
-def test_the_cache_fingerprint_follows_the_checkpoint_bytes_and_the_split_manifest(eval_data, checkpoints, tmp_path):
+def test_the_cache_fingerprint_follows_the_checkpoint_bytes_and_the_split_manifest(
+    eval_data, checkpoints, tmp_path
+):
     data = _data(eval_data)
     same = {"checkpoint": "/a/best.pt", "sha256": checkpoint_source(checkpoints["rgb"])["sha256"]}
     moved = {**same, "checkpoint": "/b/copy.pt"}
     other = checkpoint_source(checkpoints["flow"])
-    assert fingerprint(same, data, "test") == fingerprint(moved, data, "test")  # the bytes count, not the path
+    assert fingerprint(same, data, "test") == fingerprint(
+        moved, data, "test"
+    )  # the bytes count, not the path
     assert fingerprint(other, data, "test") != fingerprint(same, data, "test")
     assert fingerprint(same, data, "train") != fingerprint(same, data, "test")
     shards = tmp_path / "shards"
     shutil.copytree(eval_data.shards, shards)
-    assert fingerprint(same, _data(eval_data), "test") == fingerprint(same, replace(data, shards=shards), "test")
+    assert fingerprint(same, _data(eval_data), "test") == fingerprint(
+        same, replace(data, shards=shards), "test"
+    )
     manifest = shards / "rgb" / "manifest-test.json"  # resharded: other shards, another manifest
     manifest.write_text(json.dumps({**json.loads(manifest.read_text()), "seed": 1}))
     assert fingerprint(same, replace(data, shards=shards), "test") != fingerprint(same, data, "test")

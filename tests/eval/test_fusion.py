@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from memdpc.errors import UserError
+from memdpc.common.errors import UserError
 from memdpc.eval.fusion import fuse_results
 from memdpc.eval.results import load_result, save_result
 from memdpc.model.retrieval import center_normalize
@@ -14,8 +14,15 @@ CLASSES = ["a", "b", "c"]
 
 
 def _classify(path, stream, ids, probs, labels, **over):
-    result = {"kind": "finetune", "stream": stream, "dataset": "syn", "split": "test", "classes": CLASSES,
-              "metrics": {}, **over}
+    result = {
+        "kind": "finetune",
+        "stream": stream,
+        "dataset": "syn",
+        "split": "test",
+        "classes": CLASSES,
+        "metrics": {},
+        **over,
+    }
     arrays = {"video_ids": np.array(ids), "labels": np.array(labels), "probs": np.array(probs, np.float32)}
     return save_result(path, result, arrays)
 
@@ -30,12 +37,15 @@ def test_fused_probabilities_are_the_mean_matched_by_video_id(tmp_path):
     # v1 (class 0) -> argmax 1: miss; v2 (class 1) -> argmax 1: hit
     assert result["metrics"]["top1"] == 0.5 and result["stream"] == "rgb+flow"
     _, weighted = fuse_results(rgb, flow, weights=(3, 1))
-    np.testing.assert_allclose(weighted["probs"][0], [0.75 * 0.6 + 0.25 * 0.2, 0.75 * 0.3 + 0.25 * 0.7, 0.1],
-                               atol=1e-6)
+    np.testing.assert_allclose(
+        weighted["probs"][0], [0.75 * 0.6 + 0.25 * 0.2, 0.75 * 0.3 + 0.25 * 0.7, 0.1], atol=1e-6
+    )
 
 
-@pytest.mark.parametrize("field,value,match", [
-    ("dataset", "other", "dataset"), ("split", "train", "split"), ("classes", ["a", "b", "x"], "classes")])
+@pytest.mark.parametrize(
+    "field,value,match",
+    [("dataset", "other", "dataset"), ("split", "train", "split"), ("classes", ["a", "b", "x"], "classes")],
+)
 def test_results_of_other_datasets_or_splits_are_refused(tmp_path, field, value, match):
     rgb = _classify(tmp_path / "rgb.json", "rgb", ["v1"], [[1, 0, 0]], [0])
     flow = _classify(tmp_path / "flow.json", "flow", ["v1"], [[1, 0, 0]], [0], **{field: value})
@@ -52,11 +62,22 @@ def test_different_video_sets_are_refused(tmp_path):
 
 def test_retrieval_fusion_uses_the_sum_of_similarities(tmp_path):
     def save(name, q, g):
-        result = {"kind": "retrieval", "stream": name, "dataset": "syn", "split": "test", "classes": CLASSES,
-                  "metrics": {}}
-        arrays = {"video_ids": np.array(["q"]), "labels": np.array([0]), "query": np.array(q, np.float32),
-                  "gallery": np.array(g, np.float32), "gallery_ids": np.array(["g0", "g1", "g2", "g3"]),
-                  "gallery_labels": np.array([0, 1, 2, 2])}
+        result = {
+            "kind": "retrieval",
+            "stream": name,
+            "dataset": "syn",
+            "split": "test",
+            "classes": CLASSES,
+            "metrics": {},
+        }
+        arrays = {
+            "video_ids": np.array(["q"]),
+            "labels": np.array([0]),
+            "query": np.array(q, np.float32),
+            "gallery": np.array(g, np.float32),
+            "gallery_ids": np.array(["g0", "g1", "g2", "g3"]),
+            "gallery_labels": np.array([0, 1, 2, 2]),
+        }
         return save_result(tmp_path / f"{name}.json", result, arrays)
 
     # stored features are already normalised; with a query [1] the similarities are the gallery values:

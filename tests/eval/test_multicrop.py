@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from memdpc.errors import UserError
+from memdpc.common.errors import UserError
 from memdpc.eval.multicrop import VideoAccumulator, classification_metrics
 from memdpc.model.loss import topk_accuracy
 
@@ -36,8 +36,10 @@ def test_ten_crop_and_window_average_uses_every_window_once():
     # batches of 2, and the last batch padded by repeating its sample (as DALI's pad_last_batch does)
     keys_padded = keys + [keys[-1]]
     for i in range(0, len(keys_padded), 2):
-        ks = keys_padded[i:i + 2]
-        acc.add(ks, [k.split("_")[0] for k in ks], [7] * len(ks), torch.tensor(np.stack([logits[k] for k in ks])))
+        ks = keys_padded[i : i + 2]
+        acc.add(
+            ks, [k.split("_")[0] for k in ks], [7] * len(ks), torch.tensor(np.stack([logits[k] for k in ks]))
+        )
     ids, labels, probs, counts = acc.video_probs()
     assert ids == ["a", "b", "c"] and counts.tolist() == [3, 1, 2] and labels.tolist() == [7, 7, 7]
     for vid, p in zip(ids, probs, strict=True):

@@ -17,8 +17,16 @@ COMMON = dict(backend="torch", num_workers=0, batch_size=4, device="cpu")
 
 @pytest.mark.parametrize("mode", ["frozen", "finetune"])
 def test_oops_step_labels_and_metrics(eval_data, checkpoints, tmp_path, mode):
-    path = evaluate("oops", checkpoints["rgb"], shards=eval_data.shards, out=tmp_path, index=eval_data.index,
-                    mode=mode, fit={"epochs": 2}, **COMMON)
+    path = evaluate(
+        "oops",
+        checkpoints["rgb"],
+        shards=eval_data.shards,
+        out=tmp_path,
+        index=eval_data.index,
+        mode=mode,
+        fit={"epochs": 2},
+        **COMMON,
+    )
     result, arrays = load_result(path)
     assert result["kind"] == f"oops-{mode}" and result["classes"][1] == "transitional"
     info = window_info(eval_data.shards, "rgb", "test")
@@ -29,6 +37,9 @@ def test_oops_step_labels_and_metrics(eval_data, checkpoints, tmp_path, mode):
         assert labels.tolist() == step_labels(w["start"], w["fps"], times[w["video_id"]], spec)[1:].tolist()
     assert result["metrics"]["steps"] == 12 * 4
     assert arrays["pred"].shape == arrays["labels"].shape
-    pred, labels = arrays["pred"].reshape(-1), arrays["labels"].reshape(-1)  # the metrics are those of the arrays
+    pred, labels = (
+        arrays["pred"].reshape(-1),
+        arrays["labels"].reshape(-1),
+    )  # the metrics are those of the arrays
     assert result["metrics"]["accuracy"] == pytest.approx(np.mean(pred == labels))
     assert result["metrics"]["recall_transitional"] == pytest.approx(np.mean(pred[labels == 1] == 1))

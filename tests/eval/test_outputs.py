@@ -8,11 +8,18 @@ import hashlib
 import numpy as np
 import pytest
 
-from memdpc.errors import UserError
+from memdpc.common.errors import UserError
 from memdpc.eval.outputs import Outputs, checkpoint_source
 from memdpc.eval.results import save_result
 
-RESULT = {"kind": "retrieval", "stream": "rgb", "dataset": "d", "split": "test", "classes": ["a"], "metrics": {}}
+RESULT = {
+    "kind": "retrieval",
+    "stream": "rgb",
+    "dataset": "d",
+    "split": "test",
+    "classes": ["a"],
+    "metrics": {},
+}
 
 
 def _results_of(out: Outputs) -> None:
@@ -23,8 +30,10 @@ def test_results_are_replaced_only_by_the_same_checkpoint_bytes(tmp_path):
     a, b = tmp_path / "a.pt", tmp_path / "b.pt"
     a.write_bytes(b"weights of a")
     b.write_bytes(b"weights of b")
-    assert checkpoint_source(a) == {"checkpoint": str(a.resolve()),
-                                    "sha256": hashlib.sha256(b"weights of a").hexdigest()}
+    assert checkpoint_source(a) == {
+        "checkpoint": str(a.resolve()),
+        "sha256": hashlib.sha256(b"weights of a").hexdigest(),
+    }
     folder = tmp_path / "eval"
     _results_of(Outputs(folder, a))
     _results_of(Outputs(folder, a))  # the same checkpoint again
@@ -33,14 +42,20 @@ def test_results_are_replaced_only_by_the_same_checkpoint_bytes(tmp_path):
     _results_of(Outputs(folder, copy))  # the same bytes elsewhere
     with pytest.raises(UserError) as e:
         Outputs(folder, b).claim("retrieval-rgb.json")
-    assert str(e.value) == (f"{folder / 'retrieval-rgb.json'} holds results of another checkpoint, {copy.resolve()}; "
-                            f"give another --out for {b.resolve()}, or --overwrite to replace them")
+    assert str(e.value) == (
+        f"{folder / 'retrieval-rgb.json'} holds results of another checkpoint, {copy.resolve()}; "
+        f"give another --out for {b.resolve()}, or --overwrite to replace them"
+    )
     _results_of(Outputs(folder, b, overwrite=True))
     b.write_bytes(b"weights of b after more training")
     with pytest.raises(UserError, match=f"holds results of {b.resolve()} as it was before it changed"):
         Outputs(folder, b).claim("retrieval-rgb.json")
-    assert Outputs(folder, b).claim("probe-linear-rgb.json") == folder / "probe-linear-rgb.json"  # another result
-    save_result(folder / "old.json", RESULT, {"labels": np.zeros(1)})  # written before results recorded a source
+    assert (
+        Outputs(folder, b).claim("probe-linear-rgb.json") == folder / "probe-linear-rgb.json"
+    )  # another result
+    save_result(
+        folder / "old.json", RESULT, {"labels": np.zeros(1)}
+    )  # written before results recorded a source
     with pytest.raises(UserError, match="holds results of a checkpoint it does not record"):
         Outputs(folder, a).claim("old.json")
 
@@ -50,8 +65,13 @@ def test_listing_and_what_an_interrupt_kept(tmp_path):
     assert out.kept() == [f"nothing written to {tmp_path / 'eval'} yet; the same command starts again"]
     out.add("features", tmp_path / "eval" / "f-train.npz", "features of train cached in f-train.npz")
     out.add("state", tmp_path / "eval" / "s.pt", "finetune state kept at s.pt, epoch 1 of 5")
-    out.add("state", tmp_path / "eval" / "s.pt", "finetune state kept at s.pt, epoch 2 of 5")  # one file, updated
+    out.add(
+        "state", tmp_path / "eval" / "s.pt", "finetune state kept at s.pt, epoch 2 of 5"
+    )  # one file, updated
     out.add("plots", tmp_path / "eval" / "c.png")
-    assert out.kept() == ["features of train cached in f-train.npz", "finetune state kept at s.pt, epoch 2 of 5",
-                          "the same command resumes"]
+    assert out.kept() == [
+        "features of train cached in f-train.npz",
+        "finetune state kept at s.pt, epoch 2 of 5",
+        "the same command resumes",
+    ]
     assert out.listing() == {"features": ["f-train.npz"], "state": ["s.pt"], "plots": ["c.png"]}

@@ -19,7 +19,9 @@ def test_confusion_counts_by_hand():
 
 def test_confusion_matrix_and_memory_norm_pngs(tmp_path):
     probs = np.array([[0.9, 0.1], [0.2, 0.8], [0.6, 0.4]])
-    assert confusion_matrix(tmp_path / "c.png", probs, np.array([0, 1, 1]), ["a", "b"]).read_bytes()[:8] == PNG
+    assert (
+        confusion_matrix(tmp_path / "c.png", probs, np.array([0, 1, 1]), ["a", "b"]).read_bytes()[:8] == PNG
+    )
     memory = np.zeros((32, 4))
     memory[7] = 5.0
     assert memory_norms(tmp_path / "m.png", memory, highlight=3).read_bytes()[:8] == PNG

@@ -49,7 +49,9 @@ def converted(released, tmp_path_factory):
     return root
 
 
-def test_converted_weights_evaluate_as_the_same_weights_loaded_directly(eval_data, released, converted, tmp_path):
+def test_converted_weights_evaluate_as_the_same_weights_loaded_directly(
+    eval_data, released, converted, tmp_path
+):
     """Retrieval and a linear probe of the converted file equal those of the weights put straight into the model."""
     model = create_model("memdpc_r18", widths=REFERENCE_WIDTHS, mem_size=16, input_size=32)
     model.load_state_dict(released["memdpc"][1])
@@ -58,13 +60,32 @@ def test_converted_weights_evaluate_as_the_same_weights_loaded_directly(eval_dat
     ckpt = converted / "rgb.pt"
     for verb, extra in (("retrieve", []), ("probe", ["--linear", "--epochs", "3"])):
         _ok(_cli("eval", verb, ckpt, "--shards", eval_data.shards, "--out", tmp_path / "conv", *extra, *OPTS))
-        _ok(_cli("eval", verb, direct, "--shards", eval_data.shards, "--out", tmp_path / "direct", *extra, *OPTS))
-    for name, arrays in (("retrieval-rgb", ("query", "gallery", "neighbours")), ("probe-linear-rgb", ("probs",))):
-        (conv, a_conv), (dir_, a_dir) = (load_result(tmp_path / d / f"{name}.json") for d in ("conv", "direct"))
+        _ok(
+            _cli(
+                "eval",
+                verb,
+                direct,
+                "--shards",
+                eval_data.shards,
+                "--out",
+                tmp_path / "direct",
+                *extra,
+                *OPTS,
+            )
+        )
+    for name, arrays in (
+        ("retrieval-rgb", ("query", "gallery", "neighbours")),
+        ("probe-linear-rgb", ("probs",)),
+    ):
+        (conv, a_conv), (dir_, a_dir) = (
+            load_result(tmp_path / d / f"{name}.json") for d in ("conv", "direct")
+        )
         assert conv["metrics"] == dir_["metrics"]
         for key in arrays:
             np.testing.assert_array_equal(a_conv[key], a_dir[key])
-    assert load_result(tmp_path / "conv" / "retrieval-rgb.json")[0]["config"]["size"] == 32  # from convert --size
+    assert (
+        load_result(tmp_path / "conv" / "retrieval-rgb.json")[0]["config"]["size"] == 32
+    )  # from convert --size
     features = np.load(tmp_path / "conv" / "features-rgb-test.npz")["values"]
     assert np.isfinite(features).all() and features.std(axis=0).min() > 0  # not constant: the check can fail
 
@@ -83,15 +104,33 @@ def test_stream_of_a_converted_checkpoint_is_kept_unless_stream_overrides_it(eva
     only_flow = tmp_path / "flow_shards"
     shutil.copytree(eval_data.shards / "flow", only_flow / "flow")
     ckpt = converted / "rgb.pt"
-    _one_line_error(_cli("eval", "retrieve", ckpt, "--shards", only_flow, "--out", tmp_path / "a", *OPTS),
-                    f"{ckpt}: holds rgb weights, but {only_flow} has no rgb shards, only flow; pass --stream flow")
-    out = _ok(_cli("eval", "retrieve", ckpt, "--shards", only_flow, "--out", tmp_path / "b", "--stream", "flow",
-                   *OPTS))
-    assert f"warning: {ckpt}: converted as rgb weights; used on the flow stream because --stream says so" in out
+    _one_line_error(
+        _cli("eval", "retrieve", ckpt, "--shards", only_flow, "--out", tmp_path / "a", *OPTS),
+        f"{ckpt}: holds rgb weights, but {only_flow} has no rgb shards, only flow; pass --stream flow",
+    )
+    out = _ok(
+        _cli(
+            "eval",
+            "retrieve",
+            ckpt,
+            "--shards",
+            only_flow,
+            "--out",
+            tmp_path / "b",
+            "--stream",
+            "flow",
+            *OPTS,
+        )
+    )
+    assert (
+        f"warning: {ckpt}: converted as rgb weights; used on the flow stream because --stream says so" in out
+    )
     assert load_result(tmp_path / "b" / "retrieval-flow.json")[0]["stream"] == "flow"
     nostream = converted / "nostream.pt"
-    _one_line_error(_cli("eval", "retrieve", nostream, "--shards", eval_data.shards, "--out", tmp_path / "c", *OPTS),
-                    f"{nostream}: the checkpoint does not record its stream; pass --stream")
+    _one_line_error(
+        _cli("eval", "retrieve", nostream, "--shards", eval_data.shards, "--out", tmp_path / "c", *OPTS),
+        f"{nostream}: the checkpoint does not record its stream; pass --stream",
+    )
 
 
 def test_checkpoints_evaluation_cannot_use_are_one_line_errors(eval_data, released, converted, tmp_path):
@@ -99,13 +138,28 @@ def test_checkpoints_evaluation_cannot_use_are_one_line_errors(eval_data, releas
     _ok(_cli("convert", released["classifier"][0], clf, "--stream", "rgb"))
     verbs = (("retrieve",), ("probe",), ("finetune",), ("oops", "--index", eval_data.index))
     for verb, *extra in verbs:
-        _one_line_error(_cli("eval", verb, clf, "--shards", eval_data.shards, "--out", tmp_path / verb, *extra,
-                             *OPTS),
-                        f"{clf}: holds a finetuned classifier (classifier_r18), not a pretrained MemDPC/DPC model")
+        _one_line_error(
+            _cli("eval", verb, clf, "--shards", eval_data.shards, "--out", tmp_path / verb, *extra, *OPTS),
+            f"{clf}: holds a finetuned classifier (classifier_r18), not a pretrained MemDPC/DPC model",
+        )
     cut = tmp_path / "cut.pt"
     cut.write_bytes((converted / "rgb.pt").read_bytes()[:4096])
-    _one_line_error(_cli("eval", "probe", cut, "--shards", eval_data.shards, "--out", tmp_path / "cut", *OPTS),
-                    f"{cut}: not a readable checkpoint")
-    _one_line_error(_cli("eval", "retrieve", released["memdpc"][0], "--shards", eval_data.shards, "--out",
-                         tmp_path / "ref", *OPTS), "not a memdpc checkpoint", "memdpc convert")
+    _one_line_error(
+        _cli("eval", "probe", cut, "--shards", eval_data.shards, "--out", tmp_path / "cut", *OPTS),
+        f"{cut}: not a readable checkpoint",
+    )
+    _one_line_error(
+        _cli(
+            "eval",
+            "retrieve",
+            released["memdpc"][0],
+            "--shards",
+            eval_data.shards,
+            "--out",
+            tmp_path / "ref",
+            *OPTS,
+        ),
+        "not a memdpc checkpoint",
+        "memdpc convert",
+    )
     assert not any((tmp_path / d).exists() for d in ("retrieve", "probe", "finetune", "oops", "cut", "ref"))

@@ -15,8 +15,20 @@ COMMON = dict(backend="torch", num_workers=0, batch_size=4, device="cpu")
 
 def test_probe_ten_crop_and_fusion_of_two_streams(eval_data, checkpoints, tmp_path):
     # ten crops for RGB, one for flow: fusion needs the same videos, not the same test protocol
-    paths = {s: evaluate("probe", checkpoints[s], shards=eval_data.shards, out=tmp_path, head="mlp", crops=k,
-                         fit={"epochs": 3}, plot=s == "rgb", **COMMON) for s, k in (("rgb", 10), ("flow", 1))}
+    paths = {
+        s: evaluate(
+            "probe",
+            checkpoints[s],
+            shards=eval_data.shards,
+            out=tmp_path,
+            head="mlp",
+            crops=k,
+            fit={"epochs": 3},
+            plot=s == "rgb",
+            **COMMON,
+        )
+        for s, k in (("rgb", 10), ("flow", 1))
+    }
     (rgb, a_rgb), (_, a_flow) = load_result(paths["rgb"]), load_result(paths["flow"])
     assert rgb["kind"] == "probe-mlp" and a_rgb["probs"].shape == (6, 3)
     np.testing.assert_allclose(a_rgb["probs"].sum(axis=1), 1, atol=1e-5)

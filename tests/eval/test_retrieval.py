@@ -15,7 +15,9 @@ COMMON = dict(backend="torch", num_workers=0, batch_size=4, device="cpu")
 
 
 def test_retrieval_matches_recomputation_from_cached_features(eval_data, checkpoints, tmp_path):
-    path = evaluate("retrieve", checkpoints["rgb"], shards=eval_data.shards, out=tmp_path, plot=True, **COMMON)
+    path = evaluate(
+        "retrieve", checkpoints["rgb"], shards=eval_data.shards, out=tmp_path, plot=True, **COMMON
+    )
     result, arrays = load_result(path)
     assert result["kind"] == "retrieval" and result["stream"] == "rgb" and result["split"] == "test"
     assert result["metrics"]["queries"] == 6 and result["metrics"]["gallery"] == 6
@@ -24,7 +26,9 @@ def test_retrieval_matches_recomputation_from_cached_features(eval_data, checkpo
         with np.load(tmp_path / f"features-rgb-{split}.npz") as z:
             windows = load_windows(tmp_path / f"features-rgb-{split}.npz", str(z["fingerprint"]))
         feats[split] = video_mean(windows)
-    metrics, neighbours = retrieve([feats["test"][2]], [feats["train"][2]], feats["test"][1], feats["train"][1])
+    metrics, neighbours = retrieve(
+        [feats["test"][2]], [feats["train"][2]], feats["test"][1], feats["train"][1]
+    )
     assert {k: result["metrics"][k] for k in metrics} == metrics
     np.testing.assert_array_equal(arrays["neighbours"], neighbours)
     np.testing.assert_allclose(np.linalg.norm(arrays["query"], axis=1), 1, atol=1e-5)

@@ -14,7 +14,7 @@ import time
 import numpy as np
 import pytest
 
-from memdpc.errors import UserError
+from memdpc.common.errors import UserError
 from memdpc.eval.fit import PROBE_FIT
 from memdpc.eval.results import load_result, save_result
 from memdpc.eval.run import evaluate, fuse
@@ -24,8 +24,14 @@ COMMON = dict(backend="torch", num_workers=0, batch_size=4, device="cpu")
 
 
 def test_fit_settings_override_the_task_defaults(eval_data, checkpoints, tmp_path):
-    path = evaluate("probe", checkpoints["rgb"], shards=eval_data.shards, out=tmp_path, fit={"epochs": 1, "lr": 0.01},
-                    **COMMON)
+    path = evaluate(
+        "probe",
+        checkpoints["rgb"],
+        shards=eval_data.shards,
+        out=tmp_path,
+        fit={"epochs": 1, "lr": 0.01},
+        **COMMON,
+    )
     config = load_result(path)[0]["config"]
     assert (config["epochs"], config["lr"], config["lr_min"]) == (1, 0.01, pytest.approx(0.001))
     assert (config["batch_size"], config["patience"]) == (PROBE_FIT.batch_size, PROBE_FIT.patience)
@@ -33,37 +39,80 @@ def test_fit_settings_override_the_task_defaults(eval_data, checkpoints, tmp_pat
 
 def test_checkpoint_of_the_wrong_stream_is_refused(eval_data, checkpoints, tmp_path):
     with pytest.raises(UserError, match="trained on the rgb stream, not flow"):
-        evaluate("retrieve", checkpoints["rgb"], stream="flow", shards=eval_data.shards, out=tmp_path, **COMMON)
+        evaluate(
+            "retrieve", checkpoints["rgb"], stream="flow", shards=eval_data.shards, out=tmp_path, **COMMON
+        )
     assert not list(tmp_path.iterdir())  # refused before anything was written
 
 
 def test_fused_result_goes_beside_the_first_by_default(tmp_path):
     arrays = {"video_ids": np.array(["v1", "v2"]), "labels": np.array([0, 1])}
-    paths = [save_result(tmp_path / s / "probe-linear.json",
-                         {"kind": "probe-linear", "stream": s, "dataset": "syn", "split": "test", "classes": ["a", "b"],
-                          "metrics": {}}, {**arrays, "probs": np.eye(2, dtype=np.float32)}) for s in ("rgb", "flow")]
+    paths = [
+        save_result(
+            tmp_path / s / "probe-linear.json",
+            {
+                "kind": "probe-linear",
+                "stream": s,
+                "dataset": "syn",
+                "split": "test",
+                "classes": ["a", "b"],
+                "metrics": {},
+            },
+            {**arrays, "probs": np.eye(2, dtype=np.float32)},
+        )
+        for s in ("rgb", "flow")
+    ]
     out = fuse(*paths)
     assert out == tmp_path / "rgb" / "fusion-classify-rgb+flow.json"
     assert load_result(out)[0]["stream"] == "rgb+flow"
 
 
 def _finetune_cmd(eval_data, checkpoint, out, epochs: int, backend: str) -> list[str]:
-    return [sys.executable, "-m", "memdpc.cli", "eval", "finetune", str(checkpoint), "--shards", str(eval_data.shards),
-            "--out", str(out), "--epochs", str(epochs), "--backend", backend, "--workers", "2", "--batch-size", "4",
-            "--device", "cpu"]
+    return [
+        sys.executable,
+        "-m",
+        "memdpc.cli",
+        "eval",
+        "finetune",
+        str(checkpoint),
+        "--shards",
+        str(eval_data.shards),
+        "--out",
+        str(out),
+        "--epochs",
+        str(epochs),
+        "--backend",
+        backend,
+        "--workers",
+        "2",
+        "--batch-size",
+        "4",
+        "--device",
+        "cpu",
+    ]
 
 
-@pytest.mark.parametrize("sig, to_group, backend", [
-    (signal.SIGINT, True, "torch"),  # Ctrl-C in a terminal: the whole process group, loader workers too
-    (signal.SIGTERM, True, "torch"),  # a scheduler's pre-emption, which signals every process of the job
-    (signal.SIGTERM, False, "dali"),  # kill PID; DALI's pipelines are built and torn down every epoch
-])
+@pytest.mark.parametrize(
+    "sig, to_group, backend",
+    [
+        (signal.SIGINT, True, "torch"),  # Ctrl-C in a terminal: the whole process group, loader workers too
+        (signal.SIGTERM, True, "torch"),  # a scheduler's pre-emption, which signals every process of the job
+        (signal.SIGTERM, False, "dali"),  # kill PID; DALI's pipelines are built and torn down every epoch
+    ],
+)
 def test_a_signal_stops_finetune_within_seconds_says_what_was_kept_and_the_rerun_resumes(
-        eval_data, checkpoints, tmp_path, sig, to_group, backend):
+    eval_data, checkpoints, tmp_path, sig, to_group, backend
+):
     out = tmp_path / "out"
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    proc = subprocess.Popen(_finetune_cmd(eval_data, checkpoints["rgb"], out, 500, backend), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    proc = subprocess.Popen(
+        _finetune_cmd(eval_data, checkpoints["rgb"], out, 500, backend),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
     state = out / "finetune-rgb.state.pt"
     deadline = time.monotonic() + 120
     while not state.is_file() and proc.poll() is None and time.monotonic() < deadline:
@@ -77,8 +126,11 @@ def test_a_signal_stops_finetune_within_seconds_says_what_was_kept_and_the_rerun
     assert proc.returncode == 128 + sig, err
     assert took < 10, took
     assert "Traceback" not in err and "Exception ignored" not in err, err
-    note = re.search(rf"interrupted \({sig.name}\): finetune state kept at {re.escape(str(state))}, epoch (\d+) of "
-                     r"500; the same command resumes", err)
+    note = re.search(
+        rf"interrupted \({sig.name}\): finetune state kept at {re.escape(str(state))}, epoch (\d+) of "
+        r"500; the same command resumes",
+        err,
+    )
     assert note, err
     with pytest.raises(ProcessLookupError):  # no loader worker left behind
         for _ in range(50):
@@ -86,8 +138,13 @@ def test_a_signal_stops_finetune_within_seconds_says_what_was_kept_and_the_rerun
             time.sleep(0.1)
     kept = int(note.group(1))
     assert [p.name for p in out.iterdir()] == ["finetune-rgb.state.pt"]  # no temporary file left
-    rerun = subprocess.run(_finetune_cmd(eval_data, checkpoints["rgb"], out, kept + 1, backend), capture_output=True,
-                           text=True, env=env, timeout=300)
+    rerun = subprocess.run(
+        _finetune_cmd(eval_data, checkpoints["rgb"], out, kept + 1, backend),
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert rerun.returncode == 0, rerun.stderr
     assert f"resuming {state}: epoch {kept} of {kept + 1} done" in rerun.stderr
     assert len(load_result(out / "finetune-rgb.json")[0]["train_loss"]) == kept + 1

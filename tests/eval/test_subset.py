@@ -6,7 +6,7 @@ from collections import Counter
 
 import pytest
 
-from memdpc.errors import UserError
+from memdpc.common.errors import UserError
 from memdpc.eval.subset import stratified_subset
 
 IDS = [f"c{c}_v{i:02d}" for c in range(4) for i in range(10 + 5 * c)]  # 10, 15, 20, 25 videos

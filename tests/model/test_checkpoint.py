@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from memdpc import __version__
-from memdpc.errors import UserError
+from memdpc.common.errors import UserError
 from memdpc.model import checkpoint as mc
 from memdpc.model import create_model
 
@@ -86,8 +86,10 @@ def _refusal(path) -> str:
 
 def test_foreign_missing_and_truncated_files_are_refused(tmp_path):
     (tmp_path / "junk.pt").write_bytes(b"not a checkpoint\x00\xff" * 8)
-    assert _refusal(tmp_path / "junk.pt").startswith(f"{tmp_path / 'junk.pt'}: not a readable checkpoint (not a PyTorch "
-                                                     "file: damaged, or a file of another kind); copy it again")
+    assert _refusal(tmp_path / "junk.pt").startswith(
+        f"{tmp_path / 'junk.pt'}: not a readable checkpoint (not a PyTorch "
+        "file: damaged, or a file of another kind); copy it again"
+    )
     torch.save({"epoch": 1, "state_dict": {}}, tmp_path / "ref.pth.tar")
     with pytest.raises(
         UserError, match=r"ref.pth.tar: not a memdpc checkpoint .*import .* with `memdpc convert`"
@@ -97,12 +99,15 @@ def test_foreign_missing_and_truncated_files_are_refused(tmp_path):
         mc.read_checkpoint(tmp_path / "nope.pt")
     whole = _save(create_model("dpc_r18", seed=0, **TINY), tmp_path / "whole.pt").read_bytes()
     (tmp_path / "cut.pt").write_bytes(whole[: len(whole) // 2])
-    assert _refusal(tmp_path / "cut.pt") == (f"{tmp_path / 'cut.pt'}: not a readable checkpoint (truncated or damaged: "
-                                             "its zip directory is missing); copy it again from where it came from")
+    assert _refusal(tmp_path / "cut.pt") == (
+        f"{tmp_path / 'cut.pt'}: not a readable checkpoint (truncated or damaged: "
+        "its zip directory is missing); copy it again from where it came from"
+    )
     torch.save({"w": torch.zeros(4000)}, tmp_path / "legacy.pt", _use_new_zipfile_serialization=False)
     (tmp_path / "legacy-cut.pt").write_bytes((tmp_path / "legacy.pt").read_bytes()[:5000])
     assert _refusal(tmp_path / "legacy-cut.pt").startswith(
-        f"{tmp_path / 'legacy-cut.pt'}: not a readable checkpoint (truncated or damaged: RuntimeError: unexpected EOF")
+        f"{tmp_path / 'legacy-cut.pt'}: not a readable checkpoint (truncated or damaged: RuntimeError: unexpected EOF"
+    )
 
 
 def test_a_run_folder_and_its_other_files_given_as_a_checkpoint_name_its_checkpoints(tmp_path):
@@ -115,13 +120,21 @@ def test_a_run_folder_and_its_other_files_given_as_a_checkpoint_name_its_checkpo
     (run / "config.yaml").write_text("stream: rgb\nshards: shards\nout: runs/rgb\n")
     (run / "metrics.jsonl").write_text('{"kind": "train", "step": 1, "loss": 5.2}\n')
     best = run / "checkpoints" / "best.pt"
-    assert _refusal(run) == (f"{run} is a run folder: give one of its checkpoints, e.g. {best} (it holds best.pt, "
-                             "last.pt)")
-    assert _refusal(run / "checkpoints") == f"{run / 'checkpoints'} is a folder: give one of its checkpoints, e.g. {best}"
-    assert _refusal(run / "metrics.jsonl") == (f"{run / 'metrics.jsonl'}: not a memdpc checkpoint (it looks like a "
-                                               f"run's metrics); give a checkpoint, e.g. {best}")
-    assert _refusal(run / "config.yaml") == (f"{run / 'config.yaml'}: not a memdpc checkpoint (it looks like a run "
-                                             f"config); give a checkpoint, e.g. {best}")
+    assert _refusal(run) == (
+        f"{run} is a run folder: give one of its checkpoints, e.g. {best} (it holds best.pt, last.pt)"
+    )
+    assert (
+        _refusal(run / "checkpoints")
+        == f"{run / 'checkpoints'} is a folder: give one of its checkpoints, e.g. {best}"
+    )
+    assert _refusal(run / "metrics.jsonl") == (
+        f"{run / 'metrics.jsonl'}: not a memdpc checkpoint (it looks like a "
+        f"run's metrics); give a checkpoint, e.g. {best}"
+    )
+    assert _refusal(run / "config.yaml") == (
+        f"{run / 'config.yaml'}: not a memdpc checkpoint (it looks like a run "
+        f"config); give a checkpoint, e.g. {best}"
+    )
     best.unlink()
     assert _refusal(best) == f"{best}: checkpoint not found ({run / 'checkpoints'} holds last.pt)"
     (tmp_path / "folder").mkdir()

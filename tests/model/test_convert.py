@@ -10,7 +10,7 @@ import torch
 from click.testing import CliRunner
 
 from memdpc.cli import main
-from memdpc.errors import UserError
+from memdpc.common.errors import UserError
 from memdpc.model import create_model
 from memdpc.model.checkpoint import read_checkpoint
 from memdpc.model.convert import convert_file, export_reference, import_reference
@@ -146,13 +146,17 @@ def test_bad_checkpoints_are_user_errors(tmp_path):
     assert "x: checkpoint not found" in str(
         pytest.raises(UserError, convert_file, tmp_path / "x", tmp_path / "y").value
     )
-    assert ("not a readable checkpoint (not a PyTorch file: damaged, or a file of another kind); download or copy "
-            "it again") in _user_error(tmp_path, raw=b"\x80\x02}q\x00garbage")
+    assert (
+        "not a readable checkpoint (not a PyTorch file: damaged, or a file of another kind); download or copy "
+        "it again"
+    ) in _user_error(tmp_path, raw=b"\x80\x02}q\x00garbage")
     whole = tmp_path / "whole.pth.tar"
     torch.save({"epoch": 1, "state_dict": _reference_memdpc()}, whole)
     # the wording read_checkpoint gives a truncated file too
-    assert "not a readable checkpoint (truncated or damaged: its zip directory is missing); download or copy it " \
-           "again" in _user_error(tmp_path, raw=whole.read_bytes()[:4096])
+    assert (
+        "not a readable checkpoint (truncated or damaged: its zip directory is missing); download or copy it "
+        "again" in _user_error(tmp_path, raw=whole.read_bytes()[:4096])
+    )
     assert "expected a dict" in _user_error(tmp_path, [1, 2])
     assert "no 'state_dict'" in _user_error(tmp_path, {"epoch": 1})
     assert "no 2D3D-ResNet" in _user_error(tmp_path, {"state_dict": {"mb": torch.zeros(2, 2)}})

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from memdpc.errors import UserError
+from memdpc.common.errors import UserError
 from memdpc.model import MODEL_NAMES, create_model
 from memdpc.model.factory import has_memory
 

@@ -25,7 +25,10 @@ def test_matches_a_loop_over_every_prediction():
 
 @pytest.mark.parametrize("negatives", ["same_position", "other_clips"])
 def test_restricted_negatives_match_a_loop_over_every_prediction(negatives):
-    pred, tgt = _targets(), _targets() + 0.3 * torch.randn(3, 3, 32, 2, 2, generator=torch.Generator().manual_seed(2))
+    pred, tgt = (
+        _targets(),
+        _targets() + 0.3 * torch.randn(3, 3, 32, 2, 2, generator=torch.Generator().manual_seed(2)),
+    )
     losses, hits = [], []
     for b, t, i, j in [(b, t, i, j) for b in range(3) for t in range(3) for i in range(2) for j in range(2)]:
         # the candidates: every clip's targets at (i, j), at every step or only at step t
@@ -50,7 +53,9 @@ def test_other_clips_ignore_what_changes_within_a_clip():
 
 def test_only_same_position_negatives_ignore_what_tells_positions_apart():
     pred, tgt = _targets(), _targets()
-    where = 5 * torch.randn(1, 1, 32, 2, 2, generator=torch.Generator().manual_seed(3))  # one vector per position
+    where = 5 * torch.randn(
+        1, 1, 32, 2, 2, generator=torch.Generator().manual_seed(3)
+    )  # one vector per position
     same = [dense_infonce(pred, tgt + shift, negatives="same_position")["loss"] for shift in (0, where)]
     every = [dense_infonce(pred + where, tgt + shift)["loss"] for shift in (0, where)]
     torch.testing.assert_close(same[0], same[1])  # the position term is equal for every candidate: it cancels
@@ -95,7 +100,9 @@ def test_topk_accuracy_counts_hits_and_caps_k():
 
 def test_content_share_separates_what_tells_clips_apart_from_what_tells_positions_apart():
     g = torch.Generator().manual_seed(2)
-    where = torch.randn(1, 1, 8, 3, 3, generator=g).expand(4, 3, 8, 3, 3)  # the same map for every clip and step
+    where = torch.randn(1, 1, 8, 3, 3, generator=g).expand(
+        4, 3, 8, 3, 3
+    )  # the same map for every clip and step
     which = torch.randn(4, 3, 8, 1, 1, generator=g).expand(4, 3, 8, 3, 3)  # the same vector at every position
     assert content_share(where).item() == pytest.approx(0.0, abs=1e-6)
     assert content_share(which).item() == pytest.approx(1.0)
@@ -108,7 +115,9 @@ def test_content_share_separates_what_tells_clips_apart_from_what_tells_position
 
 def test_topk_accuracy_ranks_equal_scores_by_column():
     """A label tied with other columns counts as ranked below the lower ones and above the higher ones."""
-    scores = torch.tensor([[0.5, 0.5, 0.5, 0.1], [0.5, 0.5, 0.5, 0.1], [0.2, 0.2, 0.2, 0.2], [0.1, 0.3, 0.3, 0.3]])
+    scores = torch.tensor(
+        [[0.5, 0.5, 0.5, 0.1], [0.5, 0.5, 0.5, 0.1], [0.2, 0.2, 0.2, 0.2], [0.1, 0.3, 0.3, 0.3]]
+    )
     labels = torch.tensor([0, 2, 3, 1])  # ranks 0, 2, 3 and 0 (the tie at 0.3 goes to the lowest column)
     top1, top2, top3 = topk_accuracy(scores, labels, (1, 2, 3))
     assert (top1.item(), top2.item(), top3.item()) == (0.5, 0.5, 0.75)

@@ -46,7 +46,7 @@ def _joint_losses(preds, tgts, negatives: str) -> list[torch.Tensor]:
         groups = []
         for i in range(2):
             for j in range(2):
-                for ts in ([list(range(3))] if negatives == "same_position" else [[t] for t in range(3)]):
+                for ts in [list(range(3))] if negatives == "same_position" else [[t] for t in range(3)]:
                     cols = torch.cat([t[:, ts, :, i, j].reshape(-1, 8) for t in tgts])
                     rows = p[:, ts, :, i, j].reshape(-1, 8)
                     groups.append(F.cross_entropy(rows @ cols.t(), torch.arange(len(rows)) + len(rows) * k))

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from memdpc.bench import step_profile
+from bench import step_profile
 from memdpc.model import create_model
 from memdpc.model.layout import channels_innermost
 from memdpc.model.loss import dense_infonce
@@ -21,7 +21,9 @@ def test_bidirectional_loss_at_init_is_twice_log_of_candidates(clips):
         out = model(clips)
     assert out["loss"].item() == pytest.approx(2 * math.log(b * 3 * hw), rel=0.03)
     assert out["loss"].item() == pytest.approx(out["loss_f"].item() + out["loss_b"].item())
-    assert set(out) == {f"{k}{s}" for k in ("loss", "top1", "top5") for s in ("", "_f", "_b")} | {"content_share"}
+    assert set(out) == {f"{k}{s}" for k in ("loss", "top1", "top5") for s in ("", "_f", "_b")} | {
+        "content_share"
+    }
     assert 0 < out["content_share"].item() <= 1
     assert all(v.dim() == 0 for v in out.values())
 
@@ -134,7 +136,11 @@ def test_an_encoder_in_channels_last_3d_keeps_the_head_in_channels_last(clips):
     z = encode(model.backbone, x)
     state = model.agg_f(z[:, :5])
     preds = model.rollout(model.agg_f, z)
-    assert channels_innermost(z[:, 0]) and channels_innermost(state) and channels_innermost(model.predict_next(state))
+    assert (
+        channels_innermost(z[:, 0])
+        and channels_innermost(state)
+        and channels_innermost(model.predict_next(state))
+    )
     assert preds.permute(0, 1, 3, 4, 2).is_contiguous()  # the loss's (B·P·h·w, D) rows: a view
     (ref, ref_grads), (cl, cl_grads) = results
     torch.testing.assert_close(cl["loss"], ref["loss"], rtol=1e-5, atol=1e-5)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from memdpc.errors import UserError
+from memdpc.common.errors import UserError
 from memdpc.model.retrieval import center_normalize, recall_at_k, retrieve, topk_neighbours
 
 # gallery: four unit directions (mean zero), one class each

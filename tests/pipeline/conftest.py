@@ -97,7 +97,9 @@ def tiny_shards(tiny_archives, tmp_path_factory) -> Path:
     return out
 
 
-WINDOWED_CLIP = ClipSpec(num_blocks=4, block_len=2, stride=1)  # 8 frames: a 24-frame video has windows 0, 4, 8, 12
+WINDOWED_CLIP = ClipSpec(
+    num_blocks=4, block_len=2, stride=1
+)  # 8 frames: a 24-frame video has windows 0, 4, 8, 12
 
 
 @pytest.fixture(scope="session")
@@ -109,10 +111,20 @@ def windowed_shards(tmp_path_factory) -> Path:
     for ci, cls in enumerate(CLASSES[:3]):
         for g, n in enumerate((24, 24, 14) if ci == 0 else (24, 24)):
             vid = f"v_{cls}_g{g:02d}"
-            write_jpeg_archive(root / "archives", "rgb", vid, render_video(cls, 16, n, np.random.default_rng([ci, g])),
-                               25.0)
+            write_jpeg_archive(
+                root / "archives", "rgb", vid, render_video(cls, 16, n, np.random.default_rng([ci, g])), 25.0
+            )
             records.append(VideoRecord(vid, f"/nowhere/{vid}.avi", ci, cls, "train", 25.0, n))
     out = root / "shards"
-    shard_stream(root / "archives", records, "rgb", out, "train", clip=WINDOWED_CLIP, window_step=4, max_count=3,
-                 seed=0)
+    shard_stream(
+        root / "archives",
+        records,
+        "rgb",
+        out,
+        "train",
+        clip=WINDOWED_CLIP,
+        window_step=4,
+        max_count=3,
+        seed=0,
+    )
     return out

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from memdpc.errors import UserError
+from memdpc.common.errors import UserError
 from memdpc.pipeline.augment import (
     AugmentSpec,
     apply_colour,

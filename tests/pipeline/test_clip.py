@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from memdpc.errors import UserError
+from memdpc.common.errors import UserError
 from memdpc.pipeline.clip import ClipSpec
 
 

@@ -65,8 +65,11 @@ def run_graph(make_outputs, inputs: list[tuple]) -> list[list[np.ndarray]]:
 
     pipe = pipeline.Pipeline(batch_size=len(inputs), num_threads=1, device_id=None)
     with pipe:
-        nodes = fn.external_source(source=lambda: [list(col) for col in zip(*inputs, strict=True)],
-                                   num_outputs=len(inputs[0]), batch=True)  # fmt: skip
+        nodes = fn.external_source(
+            source=lambda: [list(col) for col in zip(*inputs, strict=True)],
+            num_outputs=len(inputs[0]),
+            batch=True,
+        )
         pipe.set_outputs(*make_outputs(*nodes))
     pipe.build()
     outs = pipe.run()
@@ -152,6 +155,7 @@ def test_gpu_mixed_decode(tiny_shards, train):
             spec=AugmentSpec.off(),
         )
     )
+
     # nvJPEG's hardware decoder upsamples chroma unlike libjpeg-turbo: on an H200 the 32² synthetic frames
     # differed by 5.7 levels on average per pixel (p99 25, max 60). Over 8×8 blocks that averages out, while a
     # shifted, flipped or mismatched frame would not.

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from memdpc.errors import UserError
+from memdpc.common.errors import UserError
 from memdpc.pipeline.epoch_draw import (
     draw,
     rank_slice,
@@ -49,7 +49,9 @@ def test_a_sample_read_by_its_byte_range_holds_the_members_tar_holds(windowed_sh
             sample = read_sample(f, catalog.span[i])
         key = keys_of(catalog, [i])[0]
         with tarfile.open(tar_path) as t:
-            want = {m.name.split(".", 1)[1]: t.extractfile(m).read() for m in t if m.name.startswith(key + ".")}
+            want = {
+                m.name.split(".", 1)[1]: t.extractfile(m).read() for m in t if m.name.startswith(key + ".")
+            }
         assert sample.pop("__key__") == key and sample == want and len(want) == 8 + 2
 
 
@@ -62,7 +64,9 @@ def test_each_epoch_draws_k_windows_of_every_video_anew_from_seed_and_epoch(wind
         assert len(drawn) == catalog.drawn_count(k) == sum(min(k, n) for n in windows.values())
         assert len(set(drawn.tolist())) == len(drawn)
         assert Counter(catalog.video[drawn].tolist()) == {v: min(k, n) for v, n in windows.items()}
-    assert np.array_equal(epochs[0], draw(catalog, k, seed=0, epoch=0))  # the same seed and epoch: the same draw
+    assert np.array_equal(
+        epochs[0], draw(catalog, k, seed=0, epoch=0)
+    )  # the same seed and epoch: the same draw
     assert not np.array_equal(epochs[0], epochs[1]) and not np.array_equal(epochs[0], draw(catalog, k, 1, 0))
     assert set(np.concatenate(epochs).tolist()) == set(range(len(catalog)))  # every window gets its turn
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from memdpc.errors import UserError
+from memdpc.common.errors import UserError
 from memdpc.pipeline.augment import AugmentSpec, denormalise
 from memdpc.pipeline.clip import ClipSpec
 from memdpc.pipeline.epoch_draw import draw, read_catalog
@@ -163,11 +163,25 @@ def test_eval_yields_every_window_of_every_video_once(long_archives, long_shards
 
 
 # ------------------------------------------------------------------------ k windows per video per epoch
-def drawn_epoch(shards: Path, backend: str, epoch: int, rank: int = 0, world_size: int = 1, workers: int = 1,
-                **kw) -> dict[str, tuple[torch.Tensor, int, str]]:
-    loader = make_loader(shards, "rgb", "train", train=True, batch_size=2, size=16, backend=backend, rank=rank,
-                         world_size=world_size, num_workers=workers, seed=2, clip=WINDOWED_CLIP, clips_per_video=1,
-                         **kw)
+def drawn_epoch(
+    shards: Path, backend: str, epoch: int, rank: int = 0, world_size: int = 1, workers: int = 1, **kw
+) -> dict[str, tuple[torch.Tensor, int, str]]:
+    loader = make_loader(
+        shards,
+        "rgb",
+        "train",
+        train=True,
+        batch_size=2,
+        size=16,
+        backend=backend,
+        rank=rank,
+        world_size=world_size,
+        num_workers=workers,
+        seed=2,
+        clip=WINDOWED_CLIP,
+        clips_per_video=1,
+        **kw,
+    )
     loader.set_epoch(epoch)
     return one_epoch(loader)
 
@@ -177,7 +191,9 @@ def test_one_clip_per_video_takes_one_window_of_each_video_drawn_anew_every_epoc
     videos = {k.rsplit("_", 1)[0] for k in shard_keys(windowed_shards, "rgb", "train")}
     epochs = [drawn_epoch(windowed_shards, backend, epoch) for epoch in (0, 1)]
     for got in epochs:
-        assert sorted(v for _, _, v in got.values()) == sorted(videos)  # one sample per video, each video once
+        assert sorted(v for _, _, v in got.values()) == sorted(
+            videos
+        )  # one sample per video, each video once
         assert set(got) <= set(shard_keys(windowed_shards, "rgb", "train"))
     assert set(epochs[0]) != set(epochs[1])  # other starts in the next epoch
     again = drawn_epoch(windowed_shards, backend, 1)  # a new loader (a resumed run) repeats the epoch exactly
@@ -208,9 +224,11 @@ def test_one_clip_per_video_never_decodes_the_windows_not_drawn(windowed_shards,
                     f.write(b"\xff" * size)
     assert len(drawn_epoch(root, backend, 0)) == 7
     rgb, folder = re.escape(str(root / "rgb")), re.escape(str(root))
-    damaged = {"torch": rf"{rgb}/train-\d+\.tar: sample \w+: f\d\d\.jpg is not a decodable JPEG "
-                        rf".*--verify {folder}`",
-               "dali": rf"{rgb}: a frame of these shards is not a decodable JPEG .*--verify {folder}`"}
+    damaged = {
+        "torch": rf"{rgb}/train-\d+\.tar: sample \w+: f\d\d\.jpg is not a decodable JPEG "
+        rf".*--verify {folder}`",
+        "dali": rf"{rgb}: a frame of these shards is not a decodable JPEG .*--verify {folder}`",
+    }
     with pytest.raises(UserError, match=damaged[backend]) as e:  # the other epoch draws a damaged window
         drawn_epoch(root, backend, 1)
     assert "\n" not in str(e.value)  # the torch loader's worker sends the message, not its traceback
@@ -275,8 +293,17 @@ def test_torch_workers_are_capped_at_the_shards_of_a_rank_and_still_read_every_s
     for world_size, workers in ((1, 3), (2, 1)):
         keys = []
         for rank in range(world_size):
-            loader = make_loader(tiny_shards, "rgb", "train", train=False, batch_size=2, backend="torch",
-                                 rank=rank, world_size=world_size, num_workers=8)
+            loader = make_loader(
+                tiny_shards,
+                "rgb",
+                "train",
+                train=False,
+                batch_size=2,
+                backend="torch",
+                rank=rank,
+                world_size=world_size,
+                num_workers=8,
+            )
             assert loader.plan.num_workers == workers
             keys += [k for b in loader for k in b.keys]
         assert len(keys) == manifest["num_samples"] and len(set(keys)) == len(keys)
@@ -425,9 +452,16 @@ def sample_frames(shard_dir: Path, stream: str, split: str) -> dict[str, np.ndar
 def test_mixed_frame_sizes_give_clips_of_the_output_size(mixed_shards, backend, train, crops):
     """Shards of three frame sizes (landscape, portrait, square) load in training and evaluation."""
     loader = make_loader(
-        mixed_shards, "rgb", "train", train=train, batch_size=3, size=24, crops=crops, backend=backend,
+        mixed_shards,
+        "rgb",
+        "train",
+        train=train,
+        batch_size=3,
+        size=24,
+        crops=crops,
+        backend=backend,
         num_workers=1,
-    )  # fmt: skip
+    )
     got = one_epoch(loader)
     assert sorted(got) == sorted(shard_keys(mixed_shards, "rgb", "train")) and len(got) == 6
     shape = (8, 3, 5, 24, 24) if crops == 1 else (crops, 8, 3, 5, 24, 24)
@@ -446,9 +480,16 @@ def test_eval_crops_are_cut_from_each_samples_own_frames(mixed_shards, backend, 
         h, w = f.shape[1:3]
         side = min(h, w) if crops == 1 else int(min(h, w) * 0.875 + 0.5)
         loader = make_loader(
-            mixed_shards, "rgb", "test", train=False, batch_size=2, size=side, crops=crops, backend=backend,
+            mixed_shards,
+            "rgb",
+            "test",
+            train=False,
+            batch_size=2,
+            size=side,
+            crops=crops,
+            backend=backend,
             num_workers=1,
-        )  # fmt: skip
+        )
         views = denormalise(one_epoch(loader)[key][0], AugmentSpec()).numpy()
         views = views.reshape(crops, 40, side, side, 3)
         if crops == 1:
@@ -467,10 +508,28 @@ def test_training_crops_are_relative_to_each_samples_own_frames(mixed_shards, ba
     """A random crop of area 1 and aspect 1 is, in every frame that is not square, the centred square of the
     short side (torchvision's fallback), and the whole frame of a square one: for each of the three sizes the
     training clip is that square resized to the output size."""
-    spec = AugmentSpec(crop_area=(1.0, 1.0), crop_aspect=(1.0, 1.0), crop_size=None, flip_p=0.0, grey_p=0.0,
-                       brightness=0, contrast=0, saturation=0, hue=0)  # fmt: skip
-    loader = make_loader(mixed_shards, "rgb", "train", train=True, batch_size=3, size=24, backend=backend,
-                         num_workers=1, spec=spec)  # fmt: skip
+    spec = AugmentSpec(
+        crop_area=(1.0, 1.0),
+        crop_aspect=(1.0, 1.0),
+        crop_size=None,
+        flip_p=0.0,
+        grey_p=0.0,
+        brightness=0,
+        contrast=0,
+        saturation=0,
+        hue=0,
+    )
+    loader = make_loader(
+        mixed_shards,
+        "rgb",
+        "train",
+        train=True,
+        batch_size=3,
+        size=24,
+        backend=backend,
+        num_workers=1,
+        spec=spec,
+    )
     got = one_epoch(loader)
     sizes = set()
     for key, f in sample_frames(mixed_shards, "rgb", "train").items():

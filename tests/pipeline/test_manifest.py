@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from memdpc.errors import UserError
+from memdpc.common.errors import UserError
 from memdpc.pipeline.manifest import load_manifest, shard_paths, verify_shards
 
 

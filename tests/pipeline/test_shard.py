@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from rich.console import Console
 
-from memdpc.errors import UserError
+from memdpc.common.errors import UserError
 from memdpc.pipeline.clip import ClipSpec
 from memdpc.pipeline.manifest import load_manifest, shard_paths, verify_shards
 from memdpc.pipeline.shard import THROTTLE_ENV, run_shard, shard_stream
@@ -132,8 +132,12 @@ def test_mixed_frame_sizes_are_recorded_per_sample_and_summarised(mixed_shards, 
     """Videos of three frame sizes (as preprocess's short-side --size gives for several aspect ratios): each
     sample's JSON holds its frame size, the manifest lists every size with its video and sample counts, and
     the one-size field is None."""
-    sizes = {r.id: tuple(read_archive(archive_path(mixed_archives.root, "rgb", r.id))[0][k]
-                         for k in ("height", "width")) for r in mixed_archives.records}  # fmt: skip
+    sizes = {
+        r.id: tuple(
+            read_archive(archive_path(mixed_archives.root, "rgb", r.id))[0][k] for k in ("height", "width")
+        )
+        for r in mixed_archives.records
+    }
     for stream in ("rgb", "flow"):
         m = load_manifest(mixed_shards, stream, "train")
         assert m["frame_size"] is None
@@ -513,7 +517,7 @@ def test_shard_tells_videos_failed_in_preprocess_from_archives_not_written_yet(t
         f"wrote {out / 'rgb' / 'manifest-test.json'} (1 sample of 1 video in 1 shard)",
         "next: the same command with --split train",
     ]
-    assert lines[-len(expected):] == expected
+    assert lines[-len(expected) :] == expected
     manifest = load_manifest(out, "rgb", "test")
     kinds = [(s["video_id"], s["kind"]) for s in manifest["skipped"]]
     assert kinds == [(failed.id, "failed"), (pending.id, "not-written")]
@@ -533,7 +537,8 @@ def test_a_class_without_samples_is_a_warning(tiny_archives, tmp_path):
     ]
     train = f"memdpc train --stream flow --shards {tmp_path / 'shards'} --out runs/flow"
     assert report.next_step == (
-        f"the same command with --split test (evaluation tests on it; train validates on it), then {train}")
+        f"the same command with --split test (evaluation tests on it; train validates on it), then {train}"
+    )
 
 
 def test_the_next_step_is_a_split_of_the_index_not_sharded_yet(tiny_archives, tmp_path):
@@ -543,9 +548,11 @@ def test_the_next_step_is_a_split_of_the_index_not_sharded_yet(tiny_archives, tm
     with_val = hold_out(tiny_archives.records, val_per_class=1)
     no_test = [r for r in with_val if r.split != "test"]
     assert run_shard(tiny_archives.root, no_test, "rgb", out, "train").next_step == (
-        f"the same command with --split val (train validates on it), then {train}")
+        f"the same command with --split val (train validates on it), then {train}"
+    )
     assert run_shard(tiny_archives.root, with_val, "rgb", out, "val").next_step == (
-        f"the same command with --split test (evaluation tests on it), then {train}")
+        f"the same command with --split test (evaluation tests on it), then {train}"
+    )
     assert run_shard(tiny_archives.root, no_test, "rgb", out, "val").next_step == train
 
 
@@ -553,7 +560,9 @@ def _shard_files(folder: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
 
 
-def test_archives_changed_since_the_plan_are_refused_and_overwrite_rewrites_the_split(long_archives, tmp_path):
+def test_archives_changed_since_the_plan_are_refused_and_overwrite_rewrites_the_split(
+    long_archives, tmp_path
+):
     root = _copy_archives(long_archives, tmp_path)
     test = [r for r in long_archives.records if r.split == "test"]
     out = tmp_path / "shards"
@@ -562,8 +571,19 @@ def test_archives_changed_since_the_plan_are_refused_and_overwrite_rewrites_the_
     meta, frames = read_archive(archive_path(root, "rgb", test[1].id))  # preprocess again, at another quality
     lower = [jpeg(cv2.imdecode(np.frombuffer(f, np.uint8), cv2.IMREAD_COLOR), quality=50) for f in frames]
     write_archive(archive_path(root, "rgb", test[1].id), lower, meta)
-    res = _run_cli(root, "--index", long_archives.index, "--stream", "rgb", "--out", out, "--split", "test",
-                   "--max-count", "1")
+    res = _run_cli(
+        root,
+        "--index",
+        long_archives.index,
+        "--stream",
+        "rgb",
+        "--out",
+        out,
+        "--split",
+        "test",
+        "--max-count",
+        "1",
+    )
     assert res.exit_code == 2 and "Traceback" not in res.output
     assert res.output.splitlines()[-1] == (
         f"Error: {out / 'rgb'}: 1 of the 4 archives of its test shards changed since they were planned (e.g. "
@@ -589,8 +609,9 @@ def test_archives_changed_since_the_plan_are_refused_and_overwrite_rewrites_the_
 
 def test_progress_counts_frames(long_archives, tmp_path):
     console = Console(file=io.StringIO(), width=200)
-    report = run_shard(long_archives.root, long_archives.records, "flow", tmp_path, "train", max_count=2,
-                       console=console)
+    report = run_shard(
+        long_archives.root, long_archives.records, "flow", tmp_path, "train", max_count=2, console=console
+    )
     total = report.samples * NF
     assert "flow/train: write shards" in console.file.getvalue()
     assert f" {total}/{total} frames · " in console.file.getvalue() and "frames/s" in console.file.getvalue()
@@ -640,7 +661,9 @@ def test_a_damaged_plan_file_is_named(tiny_archives, tmp_path):
     plan.write_text("{cut")
     with pytest.raises(UserError) as e:
         run_shard(tiny_archives.root, tiny_archives.records, "rgb", out, "test")
-    assert str(e.value) == (f"{plan}: unreadable plan of the test shards in {out / 'rgb'}; add --overwrite to "
-                            "rewrite the test shards, or use another --out")
+    assert str(e.value) == (
+        f"{plan}: unreadable plan of the test shards in {out / 'rgb'}; add --overwrite to "
+        "rewrite the test shards, or use another --out"
+    )
     run_shard(tiny_archives.root, tiny_archives.records, "rgb", out, "test", overwrite=True)
     assert json.loads(plan.read_text())["config"]["split"] == "test"

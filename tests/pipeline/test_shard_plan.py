@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from memdpc.errors import UserError
+from memdpc.common.errors import UserError
 from memdpc.pipeline.clip import ClipSpec
 from memdpc.pipeline.shard_plan import (
     FAILED,
@@ -254,18 +254,25 @@ def test_videos_without_archive_are_told_apart_by_the_preprocess_reports(long_ar
         archive_path(root, "flow", vid).unlink()
     archive_path(root, "flow", ids[3]).write_bytes(b"not a tar" * 50)
     # two parts of one run: the failure in one, the other part's entry of a video whose archive is gone
-    _report(root, "preprocess-report-part0of2.json", [{"id": ids[0], "status": "failed", "reason": "no frames"}])
+    _report(
+        root, "preprocess-report-part0of2.json", [{"id": ids[0], "status": "failed", "reason": "no frames"}]
+    )
     _report(root, "preprocess-report-part1of2.json", [{"id": ids[1], "status": "done"}])
     plan = make_plan(root, long_archives.records, "flow", "test")
     kinds = {s["video_id"]: (s["kind"], s["reason"]) for s in plan.skipped}
     assert kinds[ids[0]] == (FAILED, "failed in preprocess: no frames")
     for vid in ids[1:3]:
         path = archive_path(root, "flow", vid)
-        assert kinds[vid] == (NOT_WRITTEN, f"{path}: not written yet (preprocess not run on it, or still running)")
+        assert kinds[vid] == (
+            NOT_WRITTEN,
+            f"{path}: not written yet (preprocess not run on it, or still running)",
+        )
     assert kinds[ids[3]][0] == UNUSABLE and "unreadable frame archive" in kinds[ids[3]][1]
     assert plan.archives == dict.fromkeys(ids)  # none usable: all recorded as such in the plan
     (root / "preprocess-report.json").write_text("{broken")
-    with pytest.raises(UserError, match=r"preprocess-report.json: unreadable preprocess report \(.*\); delete it"):
+    with pytest.raises(
+        UserError, match=r"preprocess-report.json: unreadable preprocess report \(.*\); delete it"
+    ):
         make_plan(root, long_archives.records, "flow", "test")
 
 
@@ -277,8 +284,13 @@ def test_archives_of_mixed_preprocess_settings_are_refused(long_archives, tmp_pa
         backend = ("opencv", "triton")[i % 2]
         _rewrite(root, "flow", vid, decode={"size": 16, "square": 0}, flow={"backend": backend, "tvl1": tvl1})
     plan = make_plan(root, long_archives.records, "flow", "train")
-    assert plan.settings == {"encoding": "jpeg", "frame size": "--size 16", "fps": "--fps 0",
-                             "tvl1 tau": "--tau 0.25", "tvl1 warps": "--warps 5"}
+    assert plan.settings == {
+        "encoding": "jpeg",
+        "frame size": "--size 16",
+        "fps": "--fps 0",
+        "tvl1 tau": "--tau 0.25",
+        "tvl1 warps": "--warps 5",
+    }
     _rewrite(root, "flow", ids[2], flow={"backend": "opencv", "tvl1": {**tvl1, "warps": 3}})
     with pytest.raises(UserError) as e:
         make_plan(root, long_archives.records, "flow", "train")
@@ -313,13 +325,18 @@ def test_an_archive_folder_that_is_missing_or_the_stream_folder_is_a_one_line_er
     recs = long_archives.records
     with pytest.raises(UserError) as e:
         make_plan(tmp_path / "nope", recs, "rgb", "train")
-    assert str(e.value) == (f"{tmp_path / 'nope'}: frame archive folder not found; give the --out folder of "
-                            "`memdpc preprocess`")
+    assert str(e.value) == (
+        f"{tmp_path / 'nope'}: frame archive folder not found; give the --out folder of `memdpc preprocess`"
+    )
     with pytest.raises(UserError) as e:
         make_plan(long_archives.root / "rgb", recs, "rgb", "train")
-    assert str(e.value) == (f"{long_archives.root / 'rgb'}: is a folder of rgb archives; give the folder that "
-                            f"holds it ({long_archives.root})")
+    assert str(e.value) == (
+        f"{long_archives.root / 'rgb'}: is a folder of rgb archives; give the folder that "
+        f"holds it ({long_archives.root})"
+    )
     with pytest.raises(UserError) as e:
         make_plan(tmp_path, recs, "flow", "train")
-    assert str(e.value) == (f"{tmp_path}: holds no flow/ folder of frame archives; run `memdpc preprocess` with "
-                            f"--out {tmp_path} and --streams including flow first")
+    assert str(e.value) == (
+        f"{tmp_path}: holds no flow/ folder of frame archives; run `memdpc preprocess` with "
+        f"--out {tmp_path} and --streams including flow first"
+    )

@@ -47,7 +47,7 @@ def test_a_worker_killed_while_a_stop_signal_waits_is_the_interrupt(tiny_shards)
     as in a deferred block) and kills its worker."""
     code = textwrap.dedent(f"""
         import multiprocessing, os, signal
-        from memdpc import interrupts
+        from memdpc.common import interrupts
         from memdpc.pipeline.loader import make_loader
         interrupts.install()
         loader = make_loader({str(tiny_shards)!r}, "rgb", "train", train=True, batch_size=1, size=24,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from memdpc.errors import UserError
+from memdpc.common.errors import UserError
 from memdpc.pipeline.wds_index import index_for_tar, index_path, read_index, scan_tar, split_name, write_index
 
 

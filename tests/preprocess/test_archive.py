@@ -10,7 +10,7 @@ import tarfile
 
 import pytest
 
-from memdpc.errors import UserError
+from memdpc.common.errors import UserError
 from memdpc.preprocess.archive import META, frame_index, frame_name, read_archive, read_meta, write_archive
 
 

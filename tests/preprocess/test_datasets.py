@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from memdpc.cli import main
-from memdpc.errors import UserError
+from memdpc.common.errors import UserError
 from memdpc.preprocess.datasets import build_index, index_warnings
 from memdpc.preprocess.video_index import VideoRecord, read_index
 
@@ -154,21 +154,26 @@ def test_cli_writes_index_and_summary(ucf, tmp_path):
 
 def test_cli_holds_out_validation_videos_or_says_why_not(ucf, tmp_path):
     out = tmp_path / "idx.jsonl"
-    res = CliRunner().invoke(main, ["index", str(ucf), "--layout", "ucf101", "--out", str(out), "--val-per-class", "1"])
+    res = CliRunner().invoke(
+        main, ["index", str(ucf), "--layout", "ucf101", "--out", str(out), "--val-per-class", "1"]
+    )
     assert res.exit_code == 2 and not out.exists()
     assert res.output.strip().splitlines()[-1] == (
         "Error: class 'ApplyEyeMakeup' has 1 training video: too few to hold out 1 for validation and still "
-        "train on one")
+        "train on one"
+    )
 
 
 def test_cli_refuses_to_add_videos_to_an_official_test_split(ucf, tmp_path):
     out = tmp_path / "idx.jsonl"
-    res = CliRunner().invoke(main, ["index", str(ucf), "--layout", "ucf101", "--out", str(out),
-                                    "--test-per-class", "1"])
+    res = CliRunner().invoke(
+        main, ["index", str(ucf), "--layout", "ucf101", "--out", str(out), "--test-per-class", "1"]
+    )
     assert res.exit_code == 2 and not out.exists()
     assert res.output.strip().splitlines()[-1] == (
         f"Error: {ucf}: already holds a test split (the ucf101 layout's); --test-per-class would add training "
-        "videos to it: leave it out (--val-per-class holds videos out for validation)")
+        "videos to it: leave it out (--val-per-class holds videos out for validation)"
+    )
 
 
 def _bad_missing_split(root: Path) -> str:
@@ -252,15 +257,17 @@ def test_cli_folder_index_holds_out_test_then_val_per_class(tmp_path):
     res = _index_cli(root, out, "--test-per-class", "2", "--val-per-class", "1")
     assert res.exit_code == 2 and res.output.splitlines()[-1] == (
         "Error: class 'sit' has 3 training videos: too few to hold out 2 for test and 1 for validation and "
-        "still train on one")
+        "still train on one"
+    )
 
 
 def test_cli_folder_index_with_a_seed_draws_at_random_and_the_same_seed_gives_the_same_bytes(tmp_path):
     root = _folder(tmp_path / "videos", {"jump": 10, "run": 10})
     held = {}
     for name, seed in (("a", "5"), ("b", "5"), ("c", "6")):
-        res = _index_cli(root, tmp_path / f"{name}.jsonl", "--test-per-class", "2", "--val-per-class", "2",
-                         "--seed", seed)
+        res = _index_cli(
+            root, tmp_path / f"{name}.jsonl", "--test-per-class", "2", "--val-per-class", "2", "--seed", seed
+        )
         assert res.exit_code == 0, res.output
         held[name] = {r.id: r.split for r in read_index(tmp_path / f"{name}.jsonl") if r.split != "train"}
         assert sorted(held[name].values()) == ["test"] * 4 + ["val"] * 4
@@ -279,7 +286,9 @@ def test_cli_index_warns_once_of_empty_splits_and_classes_missing_from_a_split(t
         "knn), or a val/ folder",
         "warning: no 'test' videos: use --test-per-class N, or train/ and test/ folders",
     ]
-    split = _folder(_folder(tmp_path / "split", {"jump": 2, "run": 2, "sit": 2}, "train"), {"jump": 1}, "test")
+    split = _folder(
+        _folder(tmp_path / "split", {"jump": 2, "run": 2, "sit": 2}, "train"), {"jump": 1}, "test"
+    )
     res = _index_cli(split, tmp_path / "split.jsonl", "--val-per-class", "1")
     assert res.exit_code == 0, res.output
     assert [line for line in res.output.splitlines() if line.startswith("warning:")] == [

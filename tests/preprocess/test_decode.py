@@ -12,7 +12,7 @@ import cv2
 import numpy as np
 import pytest
 
-from memdpc.errors import UserError
+from memdpc.common.errors import UserError
 from memdpc.preprocess.decode import DecodeError, DecodeSpec, PartialVideo, VideoStream
 from memdpc.preprocess.examples.layout import write_video
 from memdpc.preprocess.examples.synthetic import render_video
@@ -152,7 +152,7 @@ def test_stderr_capture_keeps_what_c_libraries_print_and_lets_python_through(tmp
         with StderrCapture() as stderr:
             os.write(2, b"from C\\n")
             print("from Python", file=sys.stderr, flush=True)
-            cv2.VideoCapture("{tmp_path / 'text.avi'}", cv2.CAP_FFMPEG)
+            cv2.VideoCapture("{tmp_path / "text.avi"}", cv2.CAP_FFMPEG)
             print(repr(stderr.take()[:2]))
             print(stderr.take())
         os.write(2, b"after\\n")

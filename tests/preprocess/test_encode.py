@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from memdpc.errors import UserError
+from memdpc.common.errors import UserError
 from memdpc.preprocess.encode import (
     FLOW_ENCODING,
     FLOW_ENCODING_RGB,
@@ -104,7 +104,10 @@ def test_dali_gpu_decodes_flow_jpegs_like_the_cpu(real_codes):
             (out,) = p.run()
             out = out.as_cpu() if device == "mixed" else out
             outs[device] = [np.array(out.at(i)).astype(int) for i in range(len(data))]
-        assert np.mean([np.abs(cpu - codes).mean() for cpu, codes in zip(outs["cpu"], real_codes, strict=True)]) <= 0.5
+        assert (
+            np.mean([np.abs(cpu - codes).mean() for cpu, codes in zip(outs["cpu"], real_codes, strict=True)])
+            <= 0.5
+        )
         diff = max(np.abs(gpu - cpu).mean() for cpu, gpu in zip(outs["cpu"], outs["mixed"], strict=True))
         print(f"{enc.name}: GPU vs CPU decode, largest mean difference per image {diff:.3f} codes")
         assert (diff < 0.1) == gpu_decodes_alike(enc.name)

@@ -12,8 +12,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from memdpc.atomic import tmp_name
-from memdpc.errors import UserError
+from memdpc.common.atomic import tmp_name
+from memdpc.common.errors import UserError
 from memdpc.preprocess.archive import ArchiveWriter, archive_path, read_archive, write_archive
 from memdpc.preprocess.decode import DecodeSpec, StderrCapture, VideoStream
 from memdpc.preprocess.encode import FLOW_ENCODING, FLOW_ENCODING_RGB, JpegEncoding, code_error, decode_rgb
@@ -167,10 +167,19 @@ def test_archive_meta_of_each_stream(video):
     cfg = PreprocessConfig(out="o", flow_backend="opencv", third_channel=0)
     rgb = archive_meta(REC, "rgb", cfg, video, (16, 16))
     stat = video.path.stat()
-    assert rgb == {"video_id": "v_a", "stream": "rgb", "fps": 25.0, "height": 16, "width": 16,
-                   "source": "/data/v_a.avi", "source_size": stat.st_size, "source_mtime_ns": stat.st_mtime_ns,
-                   "source_fps": 25.0, "decode": {"size": 256, "square": 0, "fps": 0.0},
-                   "encoding": "jpeg-q90-420"}  # fmt: skip
+    assert rgb == {
+        "video_id": "v_a",
+        "stream": "rgb",
+        "fps": 25.0,
+        "height": 16,
+        "width": 16,
+        "source": "/data/v_a.avi",
+        "source_size": stat.st_size,
+        "source_mtime_ns": stat.st_mtime_ns,
+        "source_fps": 25.0,
+        "decode": {"size": 256, "square": 0, "fps": 0.0},
+        "encoding": "jpeg-q90-420",
+    }
     flow = archive_meta(REC, "flow", cfg, video, (16, 16))
     assert flow["encoding"] == "jpeg-q100-444"
     assert flow["flow"] == {
@@ -199,24 +208,40 @@ def clip(tmp_path) -> tuple[VideoRecord, PreprocessConfig]:
 def made_with(rec: VideoRecord, stream: str, cfg: PreprocessConfig) -> None:
     """The archive of ``rec`` a run of ``cfg`` writes: its real ``meta.json`` (frames do not matter here)."""
     src = VideoStream(rec.path, cfg.decode)
-    write_archive(archive_path(cfg.out, stream, rec.id), [b"jpeg"], archive_meta(rec, stream, cfg, src, (16, 16)))
+    write_archive(
+        archive_path(cfg.out, stream, rec.id), [b"jpeg"], archive_meta(rec, stream, cfg, src, (16, 16))
+    )
 
 
 @pytest.mark.parametrize(
     "stream, before, after, difference",
     [
-        ("rgb", {"decode": DecodeSpec(size=64)}, {"decode": DecodeSpec(square=64)}, "--size 64 → --square 64"),
+        (
+            "rgb",
+            {"decode": DecodeSpec(size=64)},
+            {"decode": DecodeSpec(square=64)},
+            "--size 64 → --square 64",
+        ),
         ("flow", {"decode": DecodeSpec(square=64)}, {"decode": DecodeSpec(size=0)}, "--square 64 → --size 0"),
         ("rgb", {}, {"decode": DecodeSpec(fps=12.5)}, "--fps 0 → --fps 12.5"),
         ("rgb", {}, {"rgb_encoding": JpegEncoding(75)}, "--quality 90 → --quality 75"),
-        ("flow", {}, {"flow_encoding": FLOW_ENCODING_RGB},
-         "--flow-encoding ycc --flow-quality 100 → --flow-encoding rgb --flow-quality 90"),
+        (
+            "flow",
+            {},
+            {"flow_encoding": FLOW_ENCODING_RGB},
+            "--flow-encoding ycc --flow-quality 100 → --flow-encoding rgb --flow-quality 90",
+        ),
         ("flow", {}, {"third_channel": 0}, "--third-channel 128 → --third-channel 0"),
         ("flow", {}, {"tvl1": replace(CHEAP, scales=3)}, "--scales 1 → --scales 3"),
         ("flow", {}, {"tvl1": replace(CHEAP, lambda_=0.1)}, "--lambda 0.15 → --lambda 0.1"),
-        ("flow", {}, {"tvl1": replace(CHEAP, inner_iterations=30)}, "--inner-iterations 5 → --inner-iterations 30"),
+        (
+            "flow",
+            {},
+            {"tvl1": replace(CHEAP, inner_iterations=30)},
+            "--inner-iterations 5 → --inner-iterations 30",
+        ),
     ],
-)  # fmt: skip
+)
 def test_archive_differences_name_the_options_that_differ(clip, stream, before, after, difference):
     rec, cfg = clip
     made_with(rec, stream, replace(cfg, **before))
@@ -267,7 +292,9 @@ def test_a_source_file_changed_since_differs_and_one_gone_does_not(clip):
 def test_an_older_or_unreadable_archive(clip):
     rec, cfg = clip
     path = archive_path(cfg.out, "rgb", rec.id)
-    write_archive(path, [b"jpeg"], {"fps": 25.0, "stream": "rgb"})  # settings not recorded: nothing to compare
+    write_archive(
+        path, [b"jpeg"], {"fps": 25.0, "stream": "rgb"}
+    )  # settings not recorded: nothing to compare
     assert archive_differences(rec, "rgb", cfg) == []
     path.write_bytes(b"not a tar" * 200)
     (problem,) = archive_differences(rec, "rgb", cfg)
@@ -316,7 +343,9 @@ def test_process_video_keeps_what_ffmpeg_printed_in_its_entry(clip, tmp_path, ca
     assert good["status"] == "done" and "messages" not in good
     assert broken["status"] == "failed" and "decoded only" in broken["reason"]
     assert any(line.startswith("[mjpeg @") for line in broken["messages"])
-    assert unreadable["status"] == "failed" and any("VIDEOIO(FFMPEG)" in line for line in unreadable["messages"])
+    assert unreadable["status"] == "failed" and any(
+        "VIDEOIO(FFMPEG)" in line for line in unreadable["messages"]
+    )
     assert capfd.readouterr().err == ""  # nothing reached the terminal
 
 
@@ -375,5 +404,9 @@ def test_commit_archives_writes_meta_and_records_the_counts(tmp_path, video, par
         "num_frames": 3,
         **({"partial": partial} if partial else {}),
     }
-    assert flow_meta == {**archive_meta(REC, "flow", cfg, video, (16, 16)), "code_error": flow.error(), "num_frames": 2,
-                         **({"partial": partial} if partial else {})}  # fmt: skip
+    assert flow_meta == {
+        **archive_meta(REC, "flow", cfg, video, (16, 16)),
+        "code_error": flow.error(),
+        "num_frames": 2,
+        **({"partial": partial} if partial else {}),
+    }

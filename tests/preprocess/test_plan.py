@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from memdpc.cli import main
-from memdpc.errors import UserError
+from memdpc.common.errors import UserError
 from memdpc.preprocess.datasets import build_index
 from memdpc.preprocess.decode import DecodeSpec
 from memdpc.preprocess.flow.tvl1_params import TVL1Params
@@ -39,8 +39,14 @@ def tree(root: Path) -> dict[Path, int]:
 
 def test_the_plan_writes_nothing_and_counts_what_the_run_then_does(messy_index, tmp_path):
     out = tmp_path / "frames"
-    cfg = PreprocessConfig(out=str(out), streams=("rgb", "flow"), decode=DecodeSpec(size=32), tvl1=FAST,
-                           flow_backend="opencv", workers=2)
+    cfg = PreprocessConfig(
+        out=str(out),
+        streams=("rgb", "flow"),
+        decode=DecodeSpec(size=32),
+        tvl1=FAST,
+        flow_backend="opencv",
+        workers=2,
+    )
     records = read_index(messy_index)
     plan = plan_preprocess(records, cfg)
     assert not out.exists()
@@ -55,18 +61,29 @@ def test_the_plan_writes_nothing_and_counts_what_the_run_then_does(messy_index, 
     assert len(done) == len(headers) - 1 == 13
     for v in done:  # frames, pairs and sizes by the headers are those written
         h = headers[v["id"]]
-        assert (h.frames, h.frames - 1, h.size) == (v["streams"]["rgb"], v["streams"]["flow"],
-                                                    (v["width"], v["height"]))
+        assert (h.frames, h.frames - 1, h.size) == (
+            v["streams"]["rgb"],
+            v["streams"]["flow"],
+            (v["width"], v["height"]),
+        )
     assert len({h.size for h in plan.todo}) > 2  # landscape, portrait and square
     written = {s: sum(p.stat().st_size for p in (out / s).glob("*.tar")) for s in ("rgb", "flow")}
     cut = headers[next(v["id"] for v in report["videos"] if v["path"].endswith("cut.avi"))]
     for s in ("rgb", "flow"):  # JPEG sizes vary with the content: the first video stands for all
-        estimate = plan.stream_bytes(s) * (1 - cut.frames * cut.pixels / sum(h.frames * h.pixels
-                                                                             for h in plan.todo))
+        estimate = plan.stream_bytes(s) * (
+            1 - cut.frames * cut.pixels / sum(h.frames * h.pixels for h in plan.todo)
+        )
         assert 0.5 < estimate / written[s] < 2, (s, estimate, written[s])
-    assert math.isfinite(plan.wall_s) and 0 < plan.wall_s <= plan.work_s and plan.parallel == min(2, plan.parallel)
+    assert (
+        math.isfinite(plan.wall_s)
+        and 0 < plan.wall_s <= plan.work_s
+        and plan.parallel == min(2, plan.parallel)
+    )
     lines = plan.lines()
-    assert lines[0].endswith("(a dry run: nothing written)") and lines[-1] == "next: the same command without --dry-run"
+    assert (
+        lines[0].endswith("(a dry run: nothing written)")
+        and lines[-1] == "next: the same command without --dry-run"
+    )
     assert any(line.startswith("time: about ") and "an estimate on this machine" in line for line in lines)
 
     before = tree(out)
@@ -83,25 +100,60 @@ def test_the_plan_writes_nothing_and_counts_what_the_run_then_does(messy_index, 
 
 def test_the_cli_prints_the_plan_and_writes_nothing(messy_index, tmp_path):
     out = tmp_path / "frames"
-    res = CliRunner().invoke(main, ["preprocess", "flow", str(messy_index), "--out", str(out), "--size", "32",
-                                    "--flow-backend", "opencv", *FAST_FLAGS, "--dry-run"])
+    res = CliRunner().invoke(
+        main,
+        [
+            "preprocess",
+            "flow",
+            str(messy_index),
+            "--out",
+            str(out),
+            "--size",
+            "32",
+            "--flow-backend",
+            "opencv",
+            *FAST_FLAGS,
+            "--dry-run",
+        ],
+    )
     assert res.exit_code == 0, res.output
     lines = res.output.splitlines()
     assert lines[0] == f"plan of preprocess flow into {out} (a dry run: nothing written)"
-    assert lines[1].startswith("videos: 15: 14 to do, 1 unreadable (the run records them as failed): broken.avi: ")
+    assert lines[1].startswith(
+        "videos: 15: 14 to do, 1 unreadable (the run records them as failed): broken.avi: "
+    )
     assert lines[2].startswith("frames: ") and "flow pairs; frame sizes " in lines[2]
     assert lines[3] == "flow: TV-L1 opencv, one video per process on cpu, 1 process"
     assert lines[4].startswith("disk: about ") and "(flow " in lines[4]
     assert not out.exists()
-    res = CliRunner().invoke(main, ["preprocess", "flow", str(tmp_path / "none.jsonl"), "--out", str(out),
-                                    "--dry-run"])
+    res = CliRunner().invoke(
+        main, ["preprocess", "flow", str(tmp_path / "none.jsonl"), "--out", str(out), "--dry-run"]
+    )
     assert res.exit_code == 2 and len(res.output.strip().splitlines()) == 1 and "none.jsonl" in res.output
-    res = CliRunner().invoke(main, ["preprocess", "flow", str(messy_index), "--out", str(out), "--size", "-1",
-                                    "--dry-run"])
+    res = CliRunner().invoke(
+        main, ["preprocess", "flow", str(messy_index), "--out", str(out), "--size", "-1", "--dry-run"]
+    )
     assert res.exit_code == 2 and "--size" in res.output and not out.exists()
-    res = CliRunner().invoke(main, ["preprocess", "flow", str(messy_index), "--out", str(out), "--flow-backend",
-                                    "opencv", "--device", "cpu,cpu", "--dry-run"])  # refused as the run refuses it
-    assert res.exit_code == 2 and "several devices need the batched flow stage" in res.output and not out.exists()
+    res = CliRunner().invoke(
+        main,
+        [
+            "preprocess",
+            "flow",
+            str(messy_index),
+            "--out",
+            str(out),
+            "--flow-backend",
+            "opencv",
+            "--device",
+            "cpu,cpu",
+            "--dry-run",
+        ],
+    )  # refused as the run refuses it
+    assert (
+        res.exit_code == 2
+        and "several devices need the batched flow stage" in res.output
+        and not out.exists()
+    )
 
 
 def test_a_stream_added_later_is_the_only_one_planned(messy_index, tmp_path):
@@ -114,5 +166,6 @@ def test_a_stream_added_later_is_the_only_one_planned(messy_index, tmp_path):
     assert plan.finished == 0 and len(plan.todo) == 3 and all(h.streams == ("flow",) for h in plan.todo)
     assert plan.stream_bytes("rgb") == 0 and plan.stream_bytes("flow") > 0
     assert plan_preprocess(records, cfg).todo == []
-    assert plan_preprocess(records, cfg).lines()[-1] == ("nothing to convert: the same command without --dry-run "
-                                                         "writes the report")
+    assert plan_preprocess(records, cfg).lines()[-1] == (
+        "nothing to convert: the same command without --dry-run writes the report"
+    )

@@ -45,8 +45,16 @@ def records(tiny_dataset):
 
 
 def config(out, **kw) -> PreprocessConfig:
-    return PreprocessConfig(out=str(out), streams=("flow",), decode=DecodeSpec(size=0), tvl1=CHEAP,
-                            flow_backend="opencv", device="cpu", workers=2, **kw)  # fmt: skip
+    return PreprocessConfig(
+        out=str(out),
+        streams=("flow",),
+        decode=DecodeSpec(size=0),
+        tvl1=CHEAP,
+        flow_backend="opencv",
+        device="cpu",
+        workers=2,
+        **kw,
+    )
 
 
 def test_entries_and_progress_events_of_every_video(records, tmp_path):

@@ -18,7 +18,7 @@ import pytest
 from click.testing import CliRunner
 
 from memdpc.cli import main
-from memdpc.errors import UserError
+from memdpc.common.errors import UserError
 from memdpc.preprocess import run
 from memdpc.preprocess.archive import archive_path, read_archive
 from memdpc.preprocess.datasets import build_index
@@ -368,11 +368,24 @@ def clips(tmp_path_factory) -> tuple[Path, Path]:
     return root / "a.jsonl", root / "b.jsonl"
 
 
-SMALL = ["--part", "0/3", "--scales", "1", "--warps", "1", "--outer-iterations", "2", "--inner-iterations", "5"]
+SMALL = [
+    "--part",
+    "0/3",
+    "--scales",
+    "1",
+    "--warps",
+    "1",
+    "--outer-iterations",
+    "2",
+    "--inner-iterations",
+    "5",
+]
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([MEMDPC, *args], capture_output=True, text=True, env={**os.environ, "COLUMNS": "200"})
+    return subprocess.run(
+        [MEMDPC, *args], capture_output=True, text=True, env={**os.environ, "COLUMNS": "200"}
+    )
 
 
 def _run(*args: str) -> tuple[int, str]:
@@ -390,7 +403,9 @@ def _run(*args: str) -> tuple[int, str]:
     ],
     ids=["square", "size", "tv-l1"],
 )
-def test_a_rerun_with_other_settings_is_refused_then_rewritten_with_overwrite(clips, tmp_path, first, then, difference):
+def test_a_rerun_with_other_settings_is_refused_then_rewritten_with_overwrite(
+    clips, tmp_path, first, then, difference
+):
     index, out = clips[0], tmp_path / "out"
     args = ["preprocess", "flow", str(index), "--out", str(out), "--streams", "rgb,flow", *SMALL]
     assert _run(*args, *first)[0] == 0
@@ -404,7 +419,8 @@ def test_a_rerun_with_other_settings_is_refused_then_rewritten_with_overwrite(cl
     example = re.escape(str(out / ("flow" if n == 2 else "rgb") / "clip0.tar"))
     assert re.search(
         rf"Error: {n} archives in {re.escape(str(out))} were made with other settings or from another source, "
-        rf"e\.g\. {example} \({re.escape(difference)}\); rerun with --overwrite to rewrite them", output
+        rf"e\.g\. {example} \({re.escape(difference)}\); rerun with --overwrite to rewrite them",
+        output,
     ), output
     assert {p: p.read_bytes() for p in out.glob("*/*.tar")} == before  # nothing touched
     assert (out / "preprocess-report-part0of3.json").read_text() == report
@@ -429,7 +445,10 @@ def test_an_index_of_another_folder_whose_ids_collide_is_refused(clips, tmp_path
     assert _run(*args, str(index))[0] == 0
     code, output = _run(*args, str(other))
     a, b = (Path(read_index(i)[0].path) for i in (index, other))
-    assert code == 2 and f"2 archives in {out} were made with other settings or from another source, e.g. " in output
+    assert (
+        code == 2
+        and f"2 archives in {out} were made with other settings or from another source, e.g. " in output
+    )
     assert f"(source {a} → {b})" in output
     assert _run(*args, str(other), "--overwrite")[0] == 0
     assert read_archive(out / "rgb" / "clip0.tar")[0]["source"] == str(b)
@@ -452,8 +471,17 @@ def test_a_rerun_that_only_skips_keeps_the_report_of_the_run_that_did_the_work(b
 @pytest.mark.parametrize("workers", ["1", "2"])
 def test_a_rerun_with_nothing_left_to_do_skips_every_video(tiny_dataset, tmp_path, workers):
     write_index(build_index(tiny_dataset, "ucf101", 1)[:3], tmp_path / "index.jsonl")
-    args = ["preprocess", "frames", str(tmp_path / "index.jsonl"), "--out", str(tmp_path / "out"), "--size", "0",
-            "--workers", workers]
+    args = [
+        "preprocess",
+        "frames",
+        str(tmp_path / "index.jsonl"),
+        "--out",
+        str(tmp_path / "out"),
+        "--size",
+        "0",
+        "--workers",
+        workers,
+    ]
     for _ in range(2):
         res = CliRunner().invoke(main, args)
         assert res.exit_code == 0, res.output
@@ -467,28 +495,61 @@ def test_a_damaged_report_of_an_earlier_run_is_named_not_overwritten(tiny_datase
     report = tmp_path / "out" / "preprocess-report.json"
     report.parent.mkdir()
     report.write_text("{half a report")
-    res = CliRunner().invoke(main, ["preprocess", "frames", str(tmp_path / "index.jsonl"), "--out",
-                                    str(tmp_path / "out"), "--size", "0"])
+    res = CliRunner().invoke(
+        main,
+        [
+            "preprocess",
+            "frames",
+            str(tmp_path / "index.jsonl"),
+            "--out",
+            str(tmp_path / "out"),
+            "--size",
+            "0",
+        ],
+    )
     assert res.exit_code == 2 and "Traceback" not in res.output
     assert f"{report}: unreadable preprocess report (" in " ".join(res.output.split())
-    assert report.read_text() == "{half a report" and not (tmp_path / "out" / "rgb").exists()  # before any work
+    assert (
+        report.read_text() == "{half a report" and not (tmp_path / "out" / "rgb").exists()
+    )  # before any work
 
 
 # ------------------------------------------------------------------------ interrupts
 @pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-def test_a_signal_stops_the_workers_within_seconds_and_the_same_command_resumes(clips, tmp_path, stop_midway, sig):
+def test_a_signal_stops_the_workers_within_seconds_and_the_same_command_resumes(
+    clips, tmp_path, stop_midway, sig
+):
     """SIGINT as a terminal's Ctrl-C sends it (to the workers too), SIGTERM to the parent only: queued videos
     are cancelled, the workers terminated, finished archives kept, the report written; then the same
     command does the rest."""
     out = tmp_path / "out"
-    cmd = [MEMDPC, "preprocess", "flow", str(clips[0]), "--out", str(out), "--streams", "rgb,flow", "--size", "0",
-           "--workers", "2", "--scales", "1", "--warps", "1"]  # fmt: skip
+    cmd = [
+        MEMDPC,
+        "preprocess",
+        "flow",
+        str(clips[0]),
+        "--out",
+        str(out),
+        "--streams",
+        "rgb,flow",
+        "--size",
+        "0",
+        "--workers",
+        "2",
+        "--scales",
+        "1",
+        "--warps",
+        "1",
+    ]
     stopped = stop_midway(cmd, out, sig)
     assert stopped.returncode == 128 + sig and stopped.seconds < 5, stopped.stderr
     assert "Traceback" not in stopped.stderr and "Aborted" not in stopped.stderr
-    note = re.search(rf"interrupted \({sig.name}\): (\d) of 6 videos done; the same command resumes; report: "
-                     rf"{re.escape(str(out / 'preprocess-report.json'))}", stopped.stderr)  # fmt: skip
+    note = re.search(
+        rf"interrupted \({sig.name}\): (\d) of 6 videos done; the same command resumes; report: "
+        rf"{re.escape(str(out / 'preprocess-report.json'))}",
+        stopped.stderr,
+    )
     assert note, stopped.stderr
     final = {s: {p.stem for p in (out / s).glob("*.tar")} for s in ("rgb", "flow")}
     assert not [p for p in out.rglob(".tmp-*")]  # the stopped videos' temporary archives are gone
@@ -510,7 +571,10 @@ def test_a_signal_stops_the_workers_within_seconds_and_the_same_command_resumes(
     statuses = [v["status"] for v in report["videos"]]
     # the stopped run's entries are kept; a video a worker finished as the run stopped is found done: skipped
     assert "interrupted" not in report and len(statuses) == 6
-    assert (statuses.count("done"), statuses.count("skipped")) == (6 - len(complete) + len(done), len(complete - done))
+    assert (statuses.count("done"), statuses.count("skipped")) == (
+        6 - len(complete) + len(done),
+        len(complete - done),
+    )
     assert all(read_archive(archive_path(out, "flow", f"clip{i}"))[0]["num_frames"] == 40 for i in range(6))
     assert all(p.stat().st_mtime_ns == t for p, t in stamps.items())  # kept, not redone
 
@@ -519,8 +583,16 @@ def test_a_signal_stops_the_workers_within_seconds_and_the_same_command_resumes(
 def test_the_bar_counts_the_pairs_of_one_long_video(clips, tmp_path):
     first = read_index(clips[0])[0]
     write_index([first], tmp_path / "one.jsonl")
-    res = _cli("preprocess", "flow", str(tmp_path / "one.jsonl"), "--out", str(tmp_path / "o"), "--size", "0",
-               *SMALL[2:])  # fmt: skip
+    res = _cli(
+        "preprocess",
+        "flow",
+        str(tmp_path / "one.jsonl"),
+        "--out",
+        str(tmp_path / "o"),
+        "--size",
+        "0",
+        *SMALL[2:],
+    )
     assert res.returncode == 0, res.stderr
     assert re.search(r"preprocess flow .* 40/40 pairs · [\d.]+ pairs/s · 1/1 videos", res.stderr), res.stderr
 
@@ -533,8 +605,17 @@ def test_ffmpeg_messages_go_to_the_report_not_the_terminal(bad_index, clips, tmp
     records = [*read_index(bad_index), VideoRecord("mjpeg_cut", str(tmp_path / "cut.avi"), 0, "X", "train")]
     write_index(records, tmp_path / "index.jsonl")
     out = tmp_path / "out"
-    res = _cli("preprocess", "frames", str(tmp_path / "index.jsonl"), "--out", str(out), "--size", "0",
-               "--workers", workers)  # fmt: skip
+    res = _cli(
+        "preprocess",
+        "frames",
+        str(tmp_path / "index.jsonl"),
+        "--out",
+        str(out),
+        "--size",
+        "0",
+        "--workers",
+        workers,
+    )
     assert res.returncode == 0, res.stderr
     assert "WARN" not in res.stderr and "VIDEOIO" not in res.stderr and "@ 0x" not in res.stderr
     report = json.loads((out / "preprocess-report.json").read_text())
@@ -543,6 +624,9 @@ def test_ffmpeg_messages_go_to_the_report_not_the_terminal(bad_index, clips, tmp
     assert any("VIDEOIO(FFMPEG)" in line for line in messages["text"])
     assert messages["gone"] == []  # never opened
     assert "FFmpeg/OpenCV messages about " in res.stdout
-    assert f"wrote the archives of 2 videos in {out / 'rgb'}; report {out / 'preprocess-report.json'}" in res.stdout
+    assert (
+        f"wrote the archives of 2 videos in {out / 'rgb'}; report {out / 'preprocess-report.json'}"
+        in res.stdout
+    )
     index = tmp_path / "index.jsonl"
     assert f"next: memdpc shard {out} --index {index} --stream rgb --out shards" in res.stdout

@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 
-from memdpc.errors import UserError
+from memdpc.common.errors import UserError
 from memdpc.preprocess.video_index import (
     VideoRecord,
     check_unique,
@@ -72,8 +72,10 @@ def test_a_bad_line_is_a_one_line_error_naming_file_and_line(tmp_path, bad, why)
 def test_missing_and_empty_index_are_user_errors(tmp_path):
     with pytest.raises(UserError) as e:
         read_index(tmp_path / "no.jsonl")
-    assert str(e.value) == (f"{tmp_path / 'no.jsonl'}: video index not found; give the JSONL file "
-                            "`memdpc index DATASET_ROOT --layout …` writes")
+    assert str(e.value) == (
+        f"{tmp_path / 'no.jsonl'}: video index not found; give the JSONL file "
+        "`memdpc index DATASET_ROOT --layout …` writes"
+    )
     (tmp_path / "empty.jsonl").write_text("\n\n")
     with pytest.raises(UserError, match="empty.jsonl: the video index is empty$"):
         read_index(tmp_path / "empty.jsonl")
@@ -86,8 +88,10 @@ def test_a_folder_a_video_or_a_binary_file_given_as_the_index_says_what_it_is(tm
     clip.write_bytes(b"\x00\x00\x00\x18ftypmp42\xff\xfe")
     with pytest.raises(UserError) as e:
         read_index(videos)
-    assert str(e.value) == (f"{videos}: is a folder, not a video index; `memdpc index {videos} --layout folder` "
-                            "(or the dataset's layout) writes the index file")
+    assert str(e.value) == (
+        f"{videos}: is a folder, not a video index; `memdpc index {videos} --layout folder` "
+        "(or the dataset's layout) writes the index file"
+    )
     with pytest.raises(UserError) as e:
         read_index(clip)
     assert str(e.value).startswith(f"{clip}: is a video file, not a video index; give the JSONL file")
@@ -163,7 +167,14 @@ def test_hold_out_val_moves_the_last_training_videos_of_each_class():
 def test_test_is_held_out_first_then_val_and_val_alone_is_unchanged():
     videos = _videos({"Walk": 5, "Run": 4})
     both = hold_out(videos, val_per_class=1, test_per_class=2)
-    assert _held(both, "test") == ["v_Run_g03", "v_Run_g04", "v_Run_t", "v_Walk_g04", "v_Walk_g05", "v_Walk_t"]
+    assert _held(both, "test") == [
+        "v_Run_g03",
+        "v_Run_g04",
+        "v_Run_t",
+        "v_Walk_g04",
+        "v_Walk_g05",
+        "v_Walk_t",
+    ]
     assert _held(both, "val") == ["v_Run_g02", "v_Walk_g03"]
     assert _held(hold_out(videos, 1), "val") == ["v_Run_g04", "v_Walk_g05"]  # the README's quickstart choice
 
@@ -172,7 +183,9 @@ def test_a_seed_draws_the_held_out_videos_at_random_and_the_same_seed_gives_the_
     videos = _videos({"Walk": 12, "Run": 12})
     draws = {seed: hold_out(videos, 2, 3, seed=seed) for seed in (0, 1)}
     for seed, held in draws.items():
-        assert summary(held)["test"] == Counter(Walk=4, Run=4) and summary(held)["val"] == Counter(Walk=2, Run=2)
+        assert summary(held)["test"] == Counter(Walk=4, Run=4) and summary(held)["val"] == Counter(
+            Walk=2, Run=2
+        )
         write_index(held, tmp_path / f"a{seed}.jsonl")
         write_index(hold_out(videos, 2, 3, seed=seed), tmp_path / f"b{seed}.jsonl")
         assert (tmp_path / f"a{seed}.jsonl").read_bytes() == (tmp_path / f"b{seed}.jsonl").read_bytes()
@@ -186,9 +199,13 @@ def test_every_class_keeps_a_training_video():
     assert summary(hold_out(videos, 1, 1, seed=2))["train"] == Counter(Walk=1, Run=1)
     with pytest.raises(UserError) as e:
         hold_out(videos, 1, 2)
-    assert str(e.value) == ("class 'Walk' has 3 training videos: too few to hold out 2 for test and 1 for "
-                            "validation and still train on one")
-    with pytest.raises(UserError, match="class 'Walk' has 3 training video.*hold out 3 for validation and still"):
+    assert str(e.value) == (
+        "class 'Walk' has 3 training videos: too few to hold out 2 for test and 1 for "
+        "validation and still train on one"
+    )
+    with pytest.raises(
+        UserError, match="class 'Walk' has 3 training video.*hold out 3 for validation and still"
+    ):
         hold_out(videos, 3, seed=0)
     with pytest.raises(UserError, match="--seed must be ≥ 0"):
         hold_out(videos, 1, seed=-1)

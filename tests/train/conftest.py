@@ -54,7 +54,9 @@ def train_shards(tmp_path_factory) -> Path:
             records.append(_record(ci, g, "test" if g == 3 else "train"))
     out = root / "shards"
     for split in ("train", "test"):
-        shard_stream(root / "archives", records, "rgb", out, split, clip=CLIP, window_step=8, max_count=4, seed=0)
+        shard_stream(
+            root / "archives", records, "rgb", out, split, clip=CLIP, window_step=8, max_count=4, seed=0
+        )
     return out
 
 
@@ -81,5 +83,13 @@ def tb_images(log_dir: Path) -> dict[str, list[tuple[int, np.ndarray]]]:
     """Every image in the TensorBoard event files of ``log_dir``: {tag: [(step, RGB uint8 (H, W, 3)), ...]}."""
     acc = EventAccumulator(str(log_dir), size_guidance={"images": 0})
     acc.Reload()
-    return {tag: [(e.step, cv2.imdecode(np.frombuffer(e.encoded_image_string, np.uint8), cv2.IMREAD_COLOR)[..., ::-1])
-                  for e in acc.Images(tag)] for tag in acc.Tags()["images"]}
+    return {
+        tag: [
+            (
+                e.step,
+                cv2.imdecode(np.frombuffer(e.encoded_image_string, np.uint8), cv2.IMREAD_COLOR)[..., ::-1],
+            )
+            for e in acc.Images(tag)
+        ]
+        for tag in acc.Tags()["images"]
+    }

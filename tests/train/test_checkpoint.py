@@ -6,16 +6,19 @@ import numpy as np
 import pytest
 import torch
 
-from memdpc.errors import UserError
+from memdpc.common.errors import UserError
 from memdpc.model import checkpoint as mc
 from memdpc.model import create_model
 from memdpc.model.convert import convert_file
 from memdpc.train import checkpoint as ck
 from memdpc.train.config import TrainConfig
+from memdpc.train.seeding import seed_everything
 
 from ..conftest import reference_weights
 
-TINY = dict(widths=(4, 8, 16, 16), num_blocks=5, block_len=3, pred_steps=2, input_size=32, bidirectional=False)
+TINY = dict(
+    widths=(4, 8, 16, 16), num_blocks=5, block_len=3, pred_steps=2, input_size=32, bidirectional=False
+)
 
 
 def _draws() -> tuple:
@@ -23,7 +26,7 @@ def _draws() -> tuple:
 
 
 def test_rng_state_round_trip_through_a_weights_only_checkpoint(tmp_path):
-    ck.seed_everything(3)
+    seed_everything(3)
     _draws()
     state = ck.rng_state()
     expected = _draws()
@@ -42,7 +45,9 @@ def test_unwrap_and_digest_see_weight_changes():
     assert ck.param_digest(model) != digest
 
 
-CONFIG = dict(arch="memdpc_r18", widths=[4, 8, 16, 16], mem_size=8, num_blocks=5, block_len=3, pred_steps=2, size=32)
+CONFIG = dict(
+    arch="memdpc_r18", widths=[4, 8, 16, 16], mem_size=8, num_blocks=5, block_len=3, pred_steps=2, size=32
+)
 
 
 def _converted(tmp_path, name="memdpc_r18", stream="rgb", **kw):
@@ -72,21 +77,28 @@ def test_init_weights_start_the_run_and_the_init_only_checkpoint(tmp_path):
 def test_a_reference_dpc_without_batchnorm_statistics_starts_a_dpc_run(tmp_path):
     """The reference DPC tracks no BatchNorm statistics; its weights start the run, its statistics are fresh."""
     path, weights = _converted(tmp_path, "dpc_r18", track_running_stats=False)
-    config = TrainConfig(**{**CONFIG, "arch": "dpc_r18"})  # its mem_size (not the file's 1024) is moot for DPC
+    config = TrainConfig(
+        **{**CONFIG, "arch": "dpc_r18"}
+    )  # its mem_size (not the file's 1024) is moot for DPC
     init, _ = ck.read_init(path, config)
     state = ck.initial_model(config, init).state_dict()
     assert not any("running" in k for k in weights)  # the file is what the reference writes
     assert all(torch.equal(state[k], v) for k, v in weights.items())
     fresh = create_model(**config.model_kwargs()).state_dict()
     stats = [k for k in state if k not in weights]
-    assert stats and all(k.rsplit(".", 1)[-1] in ck.BN_STATS and torch.equal(state[k], fresh[k]) for k in stats)
+    assert stats and all(
+        k.rsplit(".", 1)[-1] in ck.BN_STATS and torch.equal(state[k], fresh[k]) for k in stats
+    )
 
 
 def test_init_checkpoints_that_cannot_start_the_run_are_refused(tmp_path):
     config = TrainConfig(**CONFIG)
     dpc, _ = _converted(tmp_path, "dpc_r18", bidirectional=False)
-    with pytest.raises(UserError, match=rf"{dpc}: checkpoint is of another architecture: name 'dpc_r18' "
-                                        r"\(this run: 'memdpc_r18'\)"):
+    with pytest.raises(
+        UserError,
+        match=rf"{dpc}: checkpoint is of another architecture: name 'dpc_r18' "
+        r"\(this run: 'memdpc_r18'\)",
+    ):
         ck.read_init(dpc, config)
     clf, _ = _converted(tmp_path, "classifier_r18", num_classes=3)
     with pytest.raises(UserError, match=f"{clf}: holds a finetuned classifier"):

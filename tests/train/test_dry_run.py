@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from memdpc.cli import main
-from memdpc.errors import UserError
+from memdpc.common.errors import UserError
 from memdpc.model.checkpoint import read_checkpoint
 from memdpc.train.config import TrainConfig
 from memdpc.train.dry_run import plan_run
@@ -22,16 +22,29 @@ from memdpc.train.loop import train
 from .conftest import CLIP
 
 # 9 training videos of 2 windows each (18 clips); batch 4; validation on the 3 test videos
-SMALL = dict(stream="rgb", arch="dpc_r18", widths=[4, 8, 16, 16], size=32, num_blocks=CLIP.num_blocks,
-             block_len=CLIP.block_len, pred_steps=2, batch_size=4, backend="torch", num_workers=0, progress=False,
-             epochs=1)
+SMALL = dict(
+    stream="rgb",
+    arch="dpc_r18",
+    widths=[4, 8, 16, 16],
+    size=32,
+    num_blocks=CLIP.num_blocks,
+    block_len=CLIP.block_len,
+    pred_steps=2,
+    batch_size=4,
+    backend="torch",
+    num_workers=0,
+    progress=False,
+    epochs=1,
+)
 
 
 @pytest.mark.parametrize(("clips_per_video", "clips", "steps"), [(0, 18, 4), (1, 9, 2)])
 def test_the_dry_runs_counts_are_those_of_the_real_epoch_and_it_writes_nothing(
-        train_shards, tmp_path, one_thread, clips_per_video, clips, steps):
-    config = TrainConfig(shards=str(train_shards), out=str(tmp_path / "run"), clips_per_video=clips_per_video,
-                         **SMALL)
+    train_shards, tmp_path, one_thread, clips_per_video, clips, steps
+):
+    config = TrainConfig(
+        shards=str(train_shards), out=str(tmp_path / "run"), clips_per_video=clips_per_video, **SMALL
+    )
     plan = plan_run(config)
     assert not (tmp_path / "run").exists()
     assert (plan.videos, plan.windows, plan.clips_per_epoch, plan.steps_per_epoch) == (9, 18, clips, steps)
@@ -49,13 +62,51 @@ def test_the_dry_runs_counts_are_those_of_the_real_epoch_and_it_writes_nothing(
 
 def test_the_command_prints_the_plan_and_leaves_no_run_folder(train_shards, tmp_path):
     out = tmp_path / "run"
-    args = ["--shards", train_shards, "--out", out, "--stream", "rgb", "--arch", "dpc_r18", "--widths", "4,8,16,16",
-            "--size", "32", "--blocks", "5", "--block-len", "3", "--pred-steps", "2", "--batch-size", "4",
-            "--backend", "torch", "--workers", "0", "--clips-per-video", "1", "--epochs", "50", "--schedule",
-            "milestones", "--milestones", "30", "--keep-every", "10", "--dry-run"]
+    args = [
+        "--shards",
+        train_shards,
+        "--out",
+        out,
+        "--stream",
+        "rgb",
+        "--arch",
+        "dpc_r18",
+        "--widths",
+        "4,8,16,16",
+        "--size",
+        "32",
+        "--blocks",
+        "5",
+        "--block-len",
+        "3",
+        "--pred-steps",
+        "2",
+        "--batch-size",
+        "4",
+        "--backend",
+        "torch",
+        "--workers",
+        "0",
+        "--clips-per-video",
+        "1",
+        "--epochs",
+        "50",
+        "--schedule",
+        "milestones",
+        "--milestones",
+        "30",
+        "--keep-every",
+        "10",
+        "--dry-run",
+    ]
     env = dict(os.environ, OMP_NUM_THREADS="1", RANK="0", WORLD_SIZE="2")  # planning for two processes
-    res = subprocess.run([sys.executable, "-m", "memdpc.cli", "train", *map(str, args)], env=env,
-                         capture_output=True, text=True, timeout=300)
+    res = subprocess.run(
+        [sys.executable, "-m", "memdpc.cli", "train", *map(str, args)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert res.returncode == 0, res.stderr
     assert not out.exists()
     text = res.stdout
@@ -72,6 +123,8 @@ def test_a_run_folder_of_another_config_is_refused_as_the_run_would_refuse_it(tr
     (out / "config.yaml").write_text(json.dumps({**TrainConfig(**SMALL).to_dict(), "lr": 0.5}))
     with pytest.raises(UserError, match="holds a different config"):
         plan_run(TrainConfig(shards=str(train_shards), out=str(out), **SMALL))
-    res = CliRunner().invoke(main, ["train", "--init-only", "--dry-run", "--shards", str(train_shards), "--out",
-                                    str(tmp_path / "x")])
+    res = CliRunner().invoke(
+        main,
+        ["train", "--init-only", "--dry-run", "--shards", str(train_shards), "--out", str(tmp_path / "x")],
+    )
     assert res.exit_code == 2 and "--init-only writes one checkpoint" in res.output

@@ -23,8 +23,11 @@ def _batch(values: list[float], video_ids: list[str], labels: list[int]) -> Simp
 
 
 def test_video_features_average_the_windows_of_each_video_and_stop_after_max_batches():
-    loader = [_batch([1.0, 3.0], ["b", "a"], [1, 0]), _batch([5.0, 7.0], ["b", "c"], [1, 2]),
-              _batch([100.0], ["d"], [3])]
+    loader = [
+        _batch([1.0, 3.0], ["b", "a"], [1, 0]),
+        _batch([5.0, 7.0], ["b", "c"], [1, 2]),
+        _batch([100.0], ["d"], [3]),
+    ]
     feats, labels = video_features(_MeanFeatures(), loader, torch.device("cpu"), max_batches=2)
     assert feats.squeeze(1).tolist() == [3.0, 3.0, 7.0]  # a; b = (1 + 5) / 2; c; d is past max_batches
     assert labels.tolist() == [0, 1, 2]
@@ -36,4 +39,6 @@ def test_recall_at_1():
     test_x = torch.tensor([[0.9, 0.1], [0.1, 0.9], [-1.0, 0.1]])
     assert recall_at_1(train_x, train_y, test_x, torch.tensor([0, 1, 2])) == 1.0
     assert recall_at_1(train_x, train_y, test_x, torch.tensor([1, 1, 1])) == pytest.approx(1 / 3)
-    assert math.isnan(recall_at_1(train_x[:0], train_y[:0], test_x, torch.tensor([0, 1, 2])))  # nothing to query
+    assert math.isnan(
+        recall_at_1(train_x[:0], train_y[:0], test_x, torch.tensor([0, 1, 2]))
+    )  # nothing to query

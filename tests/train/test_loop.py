@@ -21,8 +21,8 @@ import yaml
 from click.testing import CliRunner
 
 from memdpc.cli import main
-from memdpc.distenv import DistEnv
-from memdpc.errors import UserError
+from memdpc.common.distenv import DistEnv
+from memdpc.common.errors import UserError
 from memdpc.model import create_model
 from memdpc.model.checkpoint import load_model, read_checkpoint
 from memdpc.pipeline.clip import ClipSpec
@@ -37,12 +37,46 @@ from ..conftest import reference_weights
 from .conftest import CLIP, tb_images, tb_scalars
 
 # A tiny network on 5×3-frame clips of 32 px; each run adds its own settings.
-TINY = ["--stream", "rgb", "--arch", "dpc_r18", "--widths", "4,8,16,16", "--size", "32", "--num-blocks", "5",
-        "--block-len", "3", "--pred-steps", "2", "--batch-size", "4", "--backend", "torch", "--num-workers", "0",
-        "--no-progress", "--log-every", "1"]
+TINY = [
+    "--stream",
+    "rgb",
+    "--arch",
+    "dpc_r18",
+    "--widths",
+    "4,8,16,16",
+    "--size",
+    "32",
+    "--num-blocks",
+    "5",
+    "--block-len",
+    "3",
+    "--pred-steps",
+    "2",
+    "--batch-size",
+    "4",
+    "--backend",
+    "torch",
+    "--num-workers",
+    "0",
+    "--no-progress",
+    "--log-every",
+    "1",
+]
 # The learning run: MemDPC at 64 px with the kNN monitor at the end.
-LEARNED = ["--arch", "memdpc_r18", "--widths", "8,16,32,32", "--mem-size", "32", "--size", "64", "--knn-every", "4",
-           "--log-every", "2"]
+LEARNED = [
+    "--arch",
+    "memdpc_r18",
+    "--widths",
+    "8,16,32,32",
+    "--mem-size",
+    "32",
+    "--size",
+    "64",
+    "--knn-every",
+    "4",
+    "--log-every",
+    "2",
+]
 
 
 def cli(*args: str):
@@ -111,7 +145,9 @@ def assert_same_training(a: Path, b: Path) -> None:
     opt_a, opt_b = ca["optimizer"]["state"], cb["optimizer"]["state"]
     assert all(torch.equal(opt_a[i][k], opt_b[i][k]) for i in opt_a for k in ("exp_avg", "exp_avg_sq"))
     for ra, rb in zip(ca["rng"], cb["rng"], strict=True):
-        assert torch.equal(ra["now"]["torch"], rb["now"]["torch"]) and ra["now"]["python"] == rb["now"]["python"]
+        assert (
+            torch.equal(ra["now"]["torch"], rb["now"]["torch"]) and ra["now"]["python"] == rb["now"]["python"]
+        )
 
 
 @pytest.fixture(scope="module")
@@ -134,21 +170,47 @@ def test_short_run_lowers_the_loss_and_records_everything(learned_run, train_sha
     per_epoch = [sum(r["loss"] for r in train if r["epoch"] == e) for e in range(4)]
     assert per_epoch[-1] < per_epoch[0] * 0.97, per_epoch
     r = train[-1]
-    for key in ("loss", "top1", "top5", "loss_f", "top1_f", "top5_f", "content_share", "lr", "clips_per_s", "data_wait"):
+    for key in (
+        "loss",
+        "top1",
+        "top5",
+        "loss_f",
+        "top1_f",
+        "top5_f",
+        "content_share",
+        "lr",
+        "clips_per_s",
+        "data_wait",
+    ):
         assert key in r
     assert all(0 <= v["content_share"] <= 1 for v in records(learned_run, "val"))
     assert r["lr"] == 1e-3 and r["clips_per_s"] > 0 and 0 <= r["data_wait"] <= 1
     first, knn = records(learned_run, "knn")  # at initialisation and after epoch 4
     assert first["step"] == 0 and knn["step"] == 16
     # the monitor's R@1 is that of the weights it ran on (the initial weights, the epoch's last.pt), recomputed here
-    config = TrainConfig(shards=str(train_shards), out="unused", backend="torch", size=64, num_blocks=5,
-                         block_len=3, batch_size=4, num_workers=0)
+    config = TrainConfig(
+        shards=str(train_shards),
+        out="unused",
+        backend="torch",
+        size=64,
+        num_blocks=5,
+        block_len=3,
+        batch_size=4,
+        num_workers=0,
+    )
     env = DistEnv(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))
     loaders = [_loader(config, env, split, CLIP, train=False) for split in ("train", "test")]
     last, _ = load_model(learned_run / "checkpoints" / "last.pt")
     assert knn["r1"] == knn_recall(last, *loaders, env.device, config.knn_max_batches)
-    run_config = TrainConfig(**{**config.to_dict(), "arch": "memdpc_r18", "widths": [8, 16, 32, 32], "mem_size": 32,
-                                "pred_steps": 2})
+    run_config = TrainConfig(
+        **{
+            **config.to_dict(),
+            "arch": "memdpc_r18",
+            "widths": [8, 16, 32, 32],
+            "mem_size": 32,
+            "pred_steps": 2,
+        }
+    )
     assert first["r1"] == knn_recall(initial_model(run_config), *loaders, env.device, config.knn_max_batches)
     assert knn["r1"] * 3 == pytest.approx(round(knn["r1"] * 3))  # a recall over the 3 test videos
     assert len(records(learned_run, "val")) == 4
@@ -163,7 +225,10 @@ def test_short_run_lowers_the_loss_and_records_everything(learned_run, train_sha
             tb_steps, tb_values = zip(*tb[f"{kind}/{key}"], strict=True)
             assert tb_steps == steps and tb_values == pytest.approx(values, rel=1e-6), (kind, key)
     model, _ = load_model(learned_run / "checkpoints" / "best.pt")
-    assert model.config["name"] == "memdpc_r18" and model.features(torch.randn(1, 5, 3, 3, 64, 64)).shape == (1, 32)
+    assert model.config["name"] == "memdpc_r18" and model.features(torch.randn(1, 5, 3, 3, 64, 64)).shape == (
+        1,
+        32,
+    )
 
 
 @pytest.mark.slow
@@ -176,7 +241,9 @@ def test_each_epoch_shows_clips_of_its_first_batch_in_tensorboard(learned_run):
     assert image.shape[1] >= 480 and image.std() > 10  # 3 frames a row, enlarged; real frames, not blank
 
 
-def test_a_run_killed_before_its_first_checkpoint_starts_its_metrics_afresh(train_shards, tmp_path, one_thread):
+def test_a_run_killed_before_its_first_checkpoint_starts_its_metrics_afresh(
+    train_shards, tmp_path, one_thread
+):
     out = tmp_path / "run"
     args = (*TINY, "--shards", str(train_shards), "--out", str(out), "--epochs", "1", "--knn-every", "1")
     assert cli(*args).exit_code == 0
@@ -191,8 +258,23 @@ def test_a_run_killed_before_its_first_checkpoint_starts_its_metrics_afresh(trai
 @pytest.mark.slow
 def test_best_by_knn_keeps_the_best_monitored_epoch_and_stops_early(train_shards, tmp_path, one_thread):
     out = tmp_path / "run"
-    res = cli(*TINY, "--shards", str(train_shards), "--out", str(out), "--epochs", "8", "--lr", "0.01",
-              "--knn-every", "1", "--best-by", "knn", "--early-stop", "2")
+    res = cli(
+        *TINY,
+        "--shards",
+        str(train_shards),
+        "--out",
+        str(out),
+        "--epochs",
+        "8",
+        "--lr",
+        "0.01",
+        "--knn-every",
+        "1",
+        "--best-by",
+        "knn",
+        "--early-stop",
+        "2",
+    )
     assert res.exit_code == 0, res.output
     knn = records(out, "knn")
     assert knn[0]["step"] == 0  # the initial weights' value: logged, not a candidate for best.pt
@@ -206,20 +288,44 @@ def test_best_by_knn_keeps_the_best_monitored_epoch_and_stops_early(train_shards
     assert read_checkpoint(out / "checkpoints" / "best.pt")["step"] == best_at["step"]
     assert read_checkpoint(out / "checkpoints" / "last.pt")["stale"] == 2
     assert "early stop: no new best knn for 2 epochs" in res.output
-    assert f"best: {out / 'checkpoints' / 'best.pt'} (epoch {best_at['epoch']}, kNN R@1 {best:.3f})" in res.output
+    assert (
+        f"best: {out / 'checkpoints' / 'best.pt'} (epoch {best_at['epoch']}, kNN R@1 {best:.3f})"
+        in res.output
+    )
 
 
 @pytest.mark.slow
 def test_sigkill_mid_epoch_and_resume_give_bit_identical_weights(train_shards, tmp_path):
     """Two epochs of 9 steps (batch 2), checkpoints every 2 steps, a DataLoader worker. Only steps 9 and 18 end
     an epoch, so the SIGKILL, sent when the first checkpoint appears, lands mid-epoch even on a busy machine."""
-    args = [*TINY, "--shards", str(train_shards), "--epochs", "2", "--batch-size", "2", "--ckpt-every-steps", "2",
-            "--num-workers", "1", "--val-split", "none"]
+    args = [
+        *TINY,
+        "--shards",
+        str(train_shards),
+        "--epochs",
+        "2",
+        "--batch-size",
+        "2",
+        "--ckpt-every-steps",
+        "2",
+        "--num-workers",
+        "1",
+        "--val-split",
+        "none",
+    ]
     with open(tmp_path / "whole.log", "w") as log:
-        whole = subprocess.Popen(train_cmd(*args, "--out", str(tmp_path / "whole")), env=subprocess_env(),
-                                 stdout=log, stderr=subprocess.STDOUT)
-    killed = subprocess.Popen(train_cmd(*args, "--out", str(tmp_path / "killed")), env=subprocess_env(),
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        whole = subprocess.Popen(
+            train_cmd(*args, "--out", str(tmp_path / "whole")),
+            env=subprocess_env(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    killed = subprocess.Popen(
+        train_cmd(*args, "--out", str(tmp_path / "killed")),
+        env=subprocess_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     last = tmp_path / "killed" / "checkpoints" / "last.pt"
     deadline = time.monotonic() + 240
     while not last.exists() and killed.poll() is None and time.monotonic() < deadline:
@@ -228,8 +334,13 @@ def test_sigkill_mid_epoch_and_resume_give_bit_identical_weights(train_shards, t
     assert killed.wait() == -signal.SIGKILL
     at_kill = read_checkpoint(last)
     assert at_kill["step"] < 18 and at_kill["epoch_step"] > 0, (at_kill["epoch"], at_kill["step"])
-    resumed = subprocess.run(train_cmd(*args, "--out", str(tmp_path / "killed")), env=subprocess_env(),
-                             capture_output=True, text=True, timeout=240)
+    resumed = subprocess.run(
+        train_cmd(*args, "--out", str(tmp_path / "killed")),
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert resumed.returncode == 0, resumed.stderr
     assert "resuming" in resumed.stderr
     assert whole.wait(timeout=240) == 0, (tmp_path / "whole.log").read_text()
@@ -248,13 +359,31 @@ def test_sigkill_mid_epoch_and_resume_give_bit_identical_weights(train_shards, t
 
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", ["torch", "dali"])
-def test_one_clip_per_video_resumes_after_sigkill_with_the_very_batches_of_the_epoch(train_shards, tmp_path,
-                                                                                     backend):
+def test_one_clip_per_video_resumes_after_sigkill_with_the_very_batches_of_the_epoch(
+    train_shards, tmp_path, backend
+):
     """One window of each of the 9 training videos per epoch (of their 18): 4 steps of batch 2, checkpoints every
     2 steps; the SIGKILL, sent when the first checkpoint appears, lands mid-epoch, and the resumed run draws the
     epoch's windows again and skips the consumed batches: its weights equal those of an uninterrupted run."""
-    args = [*TINY, "--shards", str(train_shards), "--epochs", "2", "--batch-size", "2", "--ckpt-every-steps", "2",
-            "--clips-per-video", "1", "--backend", backend, "--workers", "1", "--val-split", "none"]
+    args = [
+        *TINY,
+        "--shards",
+        str(train_shards),
+        "--epochs",
+        "2",
+        "--batch-size",
+        "2",
+        "--ckpt-every-steps",
+        "2",
+        "--clips-per-video",
+        "1",
+        "--backend",
+        backend,
+        "--workers",
+        "1",
+        "--val-split",
+        "none",
+    ]
     whole = start(train_cmd(*args, "--out", str(tmp_path / "whole")), tmp_path / "whole.log")
     out = tmp_path / "killed"
     killed = start(train_cmd(*args, "--out", str(out)), tmp_path / "killed.log")
@@ -262,10 +391,13 @@ def test_one_clip_per_video_resumes_after_sigkill_with_the_very_batches_of_the_e
     signal_when(killed, last.exists, signal.SIGKILL)
     at_kill = read_checkpoint(last)
     assert at_kill["step"] < 8 and at_kill["epoch_step"] > 0, (at_kill["epoch"], at_kill["step"])
-    resumed = subprocess.run(train_cmd(*args, "--out", str(out)), env=subprocess_env(), capture_output=True,
-                             text=True, timeout=240)
+    resumed = subprocess.run(
+        train_cmd(*args, "--out", str(out)), env=subprocess_env(), capture_output=True, text=True, timeout=240
+    )
     assert resumed.returncode == 0, resumed.stderr
-    assert "resuming" in resumed.stderr and "trained" in resumed.stderr and "2 epochs, 8 steps" in resumed.stderr
+    assert (
+        "resuming" in resumed.stderr and "trained" in resumed.stderr and "2 epochs, 8 steps" in resumed.stderr
+    )
     assert whole.wait(timeout=240) == 0, (tmp_path / "whole.log").read_text()
     assert_same_training(tmp_path / "whole", out)
 
@@ -273,9 +405,27 @@ def test_one_clip_per_video_resumes_after_sigkill_with_the_very_batches_of_the_e
 @pytest.mark.slow
 def test_torchrun_two_gloo_ranks_train_and_agree(train_shards, tmp_path):
     out = tmp_path / "ddp"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-           "-m", "memdpc.cli", "train", *TINY, "--shards", str(train_shards), "--out", str(out), "--epochs", "2",
-           "--global-negatives", "--val-split", "none"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        "-m",
+        "memdpc.cli",
+        "train",
+        *TINY,
+        "--shards",
+        str(train_shards),
+        "--out",
+        str(out),
+        "--epochs",
+        "2",
+        "--global-negatives",
+        "--val-split",
+        "none",
+    ]
     res = subprocess.run(cmd, env=subprocess_env(), capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
     ckpt = read_checkpoint(out / "checkpoints" / "last.pt")
@@ -287,19 +437,43 @@ def test_torchrun_two_gloo_ranks_train_and_agree(train_shards, tmp_path):
     assert ckpt["rank_digests"] == [digest, digest]
     assert records(out, "train")[0]["top1"] <= 1
     # the run resumes only with the same number of processes
-    res = cli(*TINY, "--shards", str(train_shards), "--out", str(out), "--epochs", "3", "--global-negatives",
-              "--val-split", "none")
+    res = cli(
+        *TINY,
+        "--shards",
+        str(train_shards),
+        "--out",
+        str(out),
+        "--epochs",
+        "3",
+        "--global-negatives",
+        "--val-split",
+        "none",
+    )
     assert res.exit_code == 2 and "written by 2 process(es)" in res.output
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("backend", "sig"), [("torch", signal.SIGTERM), ("dali", signal.SIGINT)])
 def test_a_signal_mid_epoch_saves_last_pt_there_and_the_same_command_resumes_bit_identically(
-        train_shards, tmp_path, backend, sig):
+    train_shards, tmp_path, backend, sig
+):
     """Two epochs of 9 steps (batch 2) with two loader workers (DataLoader processes, or DALI threads), no
     checkpoint but the epochs'; the signal goes when step 2 is logged, so the run stops mid-epoch."""
-    args = [*TINY, "--shards", str(train_shards), "--epochs", "2", "--batch-size", "2", "--backend", backend,
-            "--workers", "2", "--val-split", "none"]
+    args = [
+        *TINY,
+        "--shards",
+        str(train_shards),
+        "--epochs",
+        "2",
+        "--batch-size",
+        "2",
+        "--backend",
+        backend,
+        "--workers",
+        "2",
+        "--val-split",
+        "none",
+    ]
     whole = start(train_cmd(*args, "--out", str(tmp_path / "whole")), tmp_path / "whole.log")
     out = tmp_path / "stopped"
     proc = start(train_cmd(*args, "--out", str(out)), tmp_path / "stopped.log")
@@ -309,10 +483,14 @@ def test_a_signal_mid_epoch_saves_last_pt_there_and_the_same_command_resumes_bit
     last = out / "checkpoints" / "last.pt"
     kept = read_checkpoint(last)
     assert kept["epoch"] == 0 and 2 <= kept["step"] == kept["epoch_step"] < 9, log  # where it stopped
-    assert f"interrupted ({sig.name}): kept {last} (epoch 0, step {kept['step']}); the same command resumes" in log
+    assert (
+        f"interrupted ({sig.name}): kept {last} (epoch 0, step {kept['step']}); the same command resumes"
+        in log
+    )
     assert [r["step"] for r in records(out, "train")] == list(range(1, kept["step"] + 1))
-    resumed = subprocess.run(train_cmd(*args, "--out", str(out)), env=subprocess_env(), capture_output=True,
-                             text=True, timeout=240)
+    resumed = subprocess.run(
+        train_cmd(*args, "--out", str(out)), env=subprocess_env(), capture_output=True, text=True, timeout=240
+    )
     assert resumed.returncode == 0, resumed.stderr
     assert f"resuming {last} at epoch 0, step {kept['step']}" in resumed.stderr
     assert whole.wait(timeout=240) == 0, (tmp_path / "whole.log").read_text()
@@ -329,8 +507,23 @@ def test_sigint_while_dali_tears_its_pipeline_down_is_never_swallowed(train_shar
     such a signal was often lost: "Exception ignored in … KeyboardInterrupt" and training went
     on to the end, or TensorBoard's writer hung on close."""
     out = tmp_path / "run"
-    cmd = train_cmd(*TINY, "--shards", str(train_shards), "--out", str(out), "--epochs", "100", "--batch-size",
-                    "8", "--backend", "dali", "--workers", "2", "--val-split", "none")
+    cmd = train_cmd(
+        *TINY,
+        "--shards",
+        str(train_shards),
+        "--out",
+        str(out),
+        "--epochs",
+        "100",
+        "--batch-size",
+        "8",
+        "--backend",
+        "dali",
+        "--workers",
+        "2",
+        "--val-split",
+        "none",
+    )
     last = out / "checkpoints" / "last.pt"
     for trial in range(6):
         epoch_end = (train_steps(out) // 2 + 1) * 2  # the next one: the records so far are what last.pt holds
@@ -342,8 +535,10 @@ def test_sigint_while_dali_tears_its_pipeline_down_is_never_swallowed(train_shar
         assert "Exception ignored" not in text and "Traceback" not in text, text
         kept = read_checkpoint(last)
         assert kept["step"] >= epoch_end and train_steps(out) == kept["step"], text
-        assert f"interrupted (SIGINT): kept {last} (epoch {kept['epoch']}, step {kept['step']}); the same " \
-               "command resumes" in text
+        assert (
+            f"interrupted (SIGINT): kept {last} (epoch {kept['epoch']}, step {kept['step']}); the same "
+            "command resumes" in text
+        )
 
 
 @pytest.mark.slow
@@ -353,8 +548,25 @@ def test_a_stop_in_the_validation_and_knn_passes_resumes_into_that_epoch_end(tra
     passes, records neither, and keeps last.pt at that step, with the RNG state before them (their loaders drew
     from it); the same command does that epoch's end again, and everything equals an uninterrupted run: weights,
     optimiser, RNG states, every record's value."""
-    args = [*TINY, "--widths", "32,64,128,128", "--size", "64", "--shards", str(train_shards), "--epochs", "2",
-            "--batch-size", "2", "--workers", "1", "--val-split", "train", "--knn-every", "1"]
+    args = [
+        *TINY,
+        "--widths",
+        "32,64,128,128",
+        "--size",
+        "64",
+        "--shards",
+        str(train_shards),
+        "--epochs",
+        "2",
+        "--batch-size",
+        "2",
+        "--workers",
+        "1",
+        "--val-split",
+        "train",
+        "--knn-every",
+        "1",
+    ]
     whole = start(train_cmd(*args, "--out", str(tmp_path / "whole")), tmp_path / "whole.log")
     out = tmp_path / "stopped"
     proc = start(train_cmd(*args, "--out", str(out)), tmp_path / "stopped.log")
@@ -374,16 +586,18 @@ def test_a_stop_in_the_validation_and_knn_passes_resumes_into_that_epoch_end(tra
     assert (kept["epoch"], kept["step"], kept["epoch_step"]) == (0, 9, 9), log  # the epoch's end not done
     assert records(out, "val") == [] and [r["step"] for r in records(out, "knn")] == [0]
     assert "epoch 0:" not in log
-    resumed = subprocess.run(train_cmd(*args, "--out", str(out)), env=subprocess_env(), capture_output=True,
-                             text=True, timeout=240)
+    resumed = subprocess.run(
+        train_cmd(*args, "--out", str(out)), env=subprocess_env(), capture_output=True, text=True, timeout=240
+    )
     assert resumed.returncode == 0, resumed.stderr
     assert whole.wait(timeout=240) == 0, (tmp_path / "whole.log").read_text()
     assert_same_training(tmp_path / "whole", out)
     for kind in ("train", "val", "knn"):
         mine, theirs = records(out, kind), records(tmp_path / "whole", kind)
         keys = {"kind", "epoch", "step", "loss", "top1", "r1"}  # not the timings
-        assert [{k: v for k, v in r.items() if k in keys} for r in mine] == \
-            [{k: v for k, v in r.items() if k in keys} for r in theirs], kind
+        assert [{k: v for k, v in r.items() if k in keys} for r in mine] == [
+            {k: v for k, v in r.items() if k in keys} for r in theirs
+        ], kind
     assert [r["step"] for r in records(out, "val")] == [9, 18]
 
 
@@ -393,9 +607,26 @@ def test_sigint_in_the_first_knn_pass_stops_at_once_and_keeps_nothing(train_shar
     training clips as both sets: 36 batches, several seconds) starts once metrics.jsonl exists; a SIGINT then
     stops the run within seconds, with no checkpoint and no record, and says the same command starts again."""
     out = tmp_path / "run"
-    proc = start(train_cmd(*TINY, "--widths", "64,128,256,256", "--size", "160", "--shards", str(train_shards),
-                           "--out", str(out), "--batch-size", "1", "--val-split", "train", "--knn-every", "1"),
-                 tmp_path / "run.log")
+    proc = start(
+        train_cmd(
+            *TINY,
+            "--widths",
+            "64,128,256,256",
+            "--size",
+            "160",
+            "--shards",
+            str(train_shards),
+            "--out",
+            str(out),
+            "--batch-size",
+            "1",
+            "--val-split",
+            "train",
+            "--knn-every",
+            "1",
+        ),
+        tmp_path / "run.log",
+    )
     took = signal_when(proc, lambda: (out / "metrics.jsonl").exists(), signal.SIGINT)
     log = (tmp_path / "run.log").read_text()
     assert proc.returncode == 130 and took < STOP_WITHIN, (took, log)
@@ -409,9 +640,26 @@ def test_sigint_while_init_only_reads_batchnorm_statistics_writes_nothing(train_
     over the 18 training clips, one per batch through the paper's encoder at 224 px, several seconds of work, has
     begun); the command stops within seconds, writes no init.pt, and says so."""
     out = tmp_path / "run"
-    proc = start(train_cmd(*TINY, "--widths", "64,128,256,256", "--size", "224", "--shards", str(train_shards),
-                           "--out", str(out), "--batch-size", "1", "--workers", "1", "--init-only",
-                           "--bn-from-data"), tmp_path / "run.log")
+    proc = start(
+        train_cmd(
+            *TINY,
+            "--widths",
+            "64,128,256,256",
+            "--size",
+            "224",
+            "--shards",
+            str(train_shards),
+            "--out",
+            str(out),
+            "--batch-size",
+            "1",
+            "--workers",
+            "1",
+            "--init-only",
+            "--bn-from-data",
+        ),
+        tmp_path / "run.log",
+    )
     took = signal_when(proc, lambda: children(proc.pid), signal.SIGINT)
     log = (tmp_path / "run.log").read_text()
     assert proc.returncode == 130 and took < STOP_WITHIN, (took, log)
@@ -425,10 +673,32 @@ def test_torchrun_sigterm_stops_both_ranks_at_one_step_and_the_rerun_is_bit_iden
     """torchrun forwards SIGTERM to both ranks and their loader workers; the ranks agree on one step, save
     last.pt together and stop within seconds. torchrun itself then reports the signal it got, with a traceback,
     and fails (its own behaviour). Run again, training ends bit-identical to an uninterrupted torchrun run."""
+
     def torchrun(out: Path) -> list[str]:
-        return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m",
-                "memdpc.cli", "train", *TINY, "--shards", str(train_shards), "--out", str(out), "--epochs", "2",
-                "--batch-size", "2", "--workers", "1", "--val-split", "none"]
+        return [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node",
+            "2",
+            "-m",
+            "memdpc.cli",
+            "train",
+            *TINY,
+            "--shards",
+            str(train_shards),
+            "--out",
+            str(out),
+            "--epochs",
+            "2",
+            "--batch-size",
+            "2",
+            "--workers",
+            "1",
+            "--val-split",
+            "none",
+        ]
 
     whole = start(torchrun(tmp_path / "whole"), tmp_path / "whole.log")
     out = tmp_path / "stopped"
@@ -436,12 +706,17 @@ def test_torchrun_sigterm_stops_both_ranks_at_one_step_and_the_rerun_is_bit_iden
     took = signal_when(proc, lambda: train_steps(out) >= 2, signal.SIGTERM)
     log = (tmp_path / "stopped.log").read_text()
     # torchrun waits for both ranks' exits, then shuts its agent down: seconds more than one process
-    assert proc.returncode != 0 and took < 2 * STOP_WITHIN, (took, log)  # torchrun's own report: 1 with torch 2.13
+    assert proc.returncode != 0 and took < 2 * STOP_WITHIN, (
+        took,
+        log,
+    )  # torchrun's own report: 1 with torch 2.13
     last = out / "checkpoints" / "last.pt"
     kept = read_checkpoint(last)
     assert kept["world_size"] == 2 and 2 <= kept["step"] < 8, log  # 4 steps per epoch and rank
-    assert f"interrupted (SIGTERM): kept {last} (epoch {kept['epoch']}, step {kept['step']}); the same command " \
-           "resumes" in log
+    assert (
+        f"interrupted (SIGTERM): kept {last} (epoch {kept['epoch']}, step {kept['step']}); the same command "
+        "resumes" in log
+    )
     assert "interrupted (SIGTERM): rank 1 stopped with rank 0" in log
     resumed = subprocess.run(torchrun(out), env=subprocess_env(), capture_output=True, text=True, timeout=240)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
@@ -464,7 +739,9 @@ def test_the_run_ends_by_naming_what_it_wrote(train_shards, tmp_path, one_thread
     ]
     assert read_checkpoint(ckpts / "best.pt")["best_epoch"] == best["epoch"]
     init = tmp_path / "init" / "checkpoints" / "init.pt"
-    res = cli(*TINY, "--shards", str(train_shards), "--out", str(tmp_path / "init"), "--init-only", "--seed", "3")
+    res = cli(
+        *TINY, "--shards", str(train_shards), "--out", str(tmp_path / "init"), "--init-only", "--seed", "3"
+    )
     assert res.exit_code == 0, res.output
     assert res.output.splitlines()[-2:] == [
         f"wrote {init} (untrained, seed 3)",
@@ -477,19 +754,49 @@ def test_train_spells_options_as_the_other_verbs_do(train_shards, tmp_path):
     accepted: the last spelling given wins, as for one option."""
     res = cli(*TINY, "--shards", str(train_shards), "--out", str(tmp_path / "r"), "--blocks", "4")
     assert res.exit_code == 2 and "clips of 5×3 frames, but the config asks for 4×3" in res.output
-    res = cli(*TINY, "--shards", str(train_shards), "--out", str(tmp_path / "r"), "--blocks", "4",
-              "--num-blocks", "5", "--workers", "1", "--epochs", "1", "--val-split", "none")
+    res = cli(
+        *TINY,
+        "--shards",
+        str(train_shards),
+        "--out",
+        str(tmp_path / "r"),
+        "--blocks",
+        "4",
+        "--num-blocks",
+        "5",
+        "--workers",
+        "1",
+        "--epochs",
+        "1",
+        "--val-split",
+        "none",
+    )
     assert res.exit_code == 0, res.output
     assert yaml.safe_load((tmp_path / "r" / "config.yaml").read_text())["num_workers"] == 1
 
 
 def test_val_split_warnings_are_printed_once_at_the_start(val_shards, tmp_path, one_thread):
-    res = cli(*TINY, "--shards", str(val_shards), "--out", str(tmp_path / "r"), "--val-split", "val",
-              "--knn-every", "1", "--epochs", "1")
+    res = cli(
+        *TINY,
+        "--shards",
+        str(val_shards),
+        "--out",
+        str(tmp_path / "r"),
+        "--val-split",
+        "val",
+        "--knn-every",
+        "1",
+        "--epochs",
+        "1",
+    )
     assert res.exit_code == 0, res.output
     lines = res.output.splitlines()
-    assert lines[:2] == [f"warning: {w}" for w in val_split_warnings(TrainConfig(
-        shards=str(val_shards), val_split="val", knn_every=1, num_blocks=5, block_len=3))]
+    assert lines[:2] == [
+        f"warning: {w}"
+        for w in val_split_warnings(
+            TrainConfig(shards=str(val_shards), val_split="val", knn_every=1, num_blocks=5, block_len=3)
+        )
+    ]
     assert sum(line.startswith("warning:") for line in lines) == 2
 
 
@@ -514,14 +821,30 @@ def test_a_damaged_shard_is_a_one_line_error(train_shards, tmp_path, backend):
     shutil.copytree(train_shards, shards)
     for tar in (shards / "rgb").glob("train-*.tar"):
         tar.write_bytes(tar.read_bytes().replace(b"\xff\xd8\xff", b"\0\0\0"))  # no JPEG starts any more
-    res = subprocess.run(train_cmd(*TINY, "--backend", backend, "--num-workers", "1", "--shards", str(shards),
-                                   "--out", str(tmp_path / "r")), capture_output=True, text=True,
-                         env=subprocess_env(), timeout=300)
+    res = subprocess.run(
+        train_cmd(
+            *TINY,
+            "--backend",
+            backend,
+            "--num-workers",
+            "1",
+            "--shards",
+            str(shards),
+            "--out",
+            str(tmp_path / "r"),
+        ),
+        capture_output=True,
+        text=True,
+        env=subprocess_env(),
+        timeout=300,
+    )
     assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr[-2000:]
     rgb, root = re.escape(str(shards / "rgb")), re.escape(str(shards))
-    expected = {"torch": rf"Error: {rgb}/train-\d+\.tar: sample \w+: f\d\d\.jpg is not a decodable JPEG "
-                         rf".*--verify {root}`",
-                "dali": rf"Error: {rgb}: a frame of these shards is not a decodable JPEG .*--verify {root}`"}
+    expected = {
+        "torch": rf"Error: {rgb}/train-\d+\.tar: sample \w+: f\d\d\.jpg is not a decodable JPEG "
+        rf".*--verify {root}`",
+        "dali": rf"Error: {rgb}: a frame of these shards is not a decodable JPEG .*--verify {root}`",
+    }
     assert re.search(expected[backend], res.stderr.splitlines()[-1]), res.stderr[-2000:]
 
 
@@ -530,8 +853,18 @@ def test_mismatched_checkpoints_and_run_dirs_are_refused(learned_run, train_shar
     last = learned_run / "checkpoints" / "last.pt"
     res = cli(*TINY, "--shards", str(train_shards), "--out", str(tmp_path / "a"), "--resume", str(last))
     assert res.exit_code == 2 and f"{last}: checkpoint is of another architecture" in res.output
-    res = cli(*TINY, *LEARNED, "--shards", str(train_shards), "--out", str(tmp_path / "b"), "--resume", str(last),
-              "--stream", "flow")
+    res = cli(
+        *TINY,
+        *LEARNED,
+        "--shards",
+        str(train_shards),
+        "--out",
+        str(tmp_path / "b"),
+        "--resume",
+        str(last),
+        "--stream",
+        "flow",
+    )
     assert res.exit_code == 2 and f"{last}: checkpoint was trained on the rgb stream, not flow" in res.output
     res = cli(*TINY, *LEARNED, "--shards", str(train_shards), "--out", str(learned_run), "--lr", "0.01")
     assert res.exit_code == 2
@@ -540,21 +873,37 @@ def test_mismatched_checkpoints_and_run_dirs_are_refused(learned_run, train_shar
     junk.write_bytes(b"\x00" * 64)
     res = cli(*TINY, "--shards", str(train_shards), "--out", str(tmp_path / "c"), "--resume", str(junk))
     assert res.exit_code == 2 and "junk.pt: not a readable checkpoint" in res.output
-    res = CliRunner().invoke(main, ["train", *TINY, *LEARNED, "--shards", str(train_shards), "--out",
-                                    str(tmp_path / "d"), "--init-only"])
+    res = CliRunner().invoke(
+        main,
+        [
+            "train",
+            *TINY,
+            *LEARNED,
+            "--shards",
+            str(train_shards),
+            "--out",
+            str(tmp_path / "d"),
+            "--init-only",
+        ],
+    )
     assert res.exit_code == 0, res.output
     init = tmp_path / "d" / "checkpoints" / "init.pt"
-    res = cli(*TINY, *LEARNED, "--shards", str(train_shards), "--out", str(tmp_path / "e"), "--resume", str(init))
+    res = cli(
+        *TINY, *LEARNED, "--shards", str(train_shards), "--out", str(tmp_path / "e"), "--resume", str(init)
+    )
     assert res.exit_code == 2 and f"{init}: holds weights only" in res.output
 
 
 def _convert(tmp_path: Path, name: str, stream: str = "rgb", **kw) -> tuple[Path, dict[str, torch.Tensor]]:
     """A checkpoint in the reference layout (built without convert.py), converted with `memdpc convert`."""
     weights, ref = reference_weights(name, seed=5, widths=(4, 8, 16, 16), **kw)
-    torch.save({"epoch": 99, "state_dict": ref, "best_acc": 0.5, "optimizer": {}, "iteration": 10},
-               tmp_path / f"{name}.pth.tar")
-    res = CliRunner().invoke(main, ["convert", str(tmp_path / f"{name}.pth.tar"), str(tmp_path / f"{name}.pt"),
-                                    "--stream", stream])
+    torch.save(
+        {"epoch": 99, "state_dict": ref, "best_acc": 0.5, "optimizer": {}, "iteration": 10},
+        tmp_path / f"{name}.pth.tar",
+    )
+    res = CliRunner().invoke(
+        main, ["convert", str(tmp_path / f"{name}.pth.tar"), str(tmp_path / f"{name}.pt"), "--stream", stream]
+    )
     assert res.exit_code == 0, res.output
     return tmp_path / f"{name}.pt", weights
 
@@ -568,7 +917,9 @@ def test_init_starts_a_new_run_from_converted_weights(train_shards, tmp_path, on
     checkpoint) gives them back, where the run's own seeded initialisation is far from them."""
     init, weights = _convert(tmp_path, "memdpc_r18", mem_size=16)
     run = tmp_path / "run"
-    res = cli(*INIT, "--shards", str(train_shards), "--out", str(run), "--init", str(init), "--max-steps", "1")
+    res = cli(
+        *INIT, "--shards", str(train_shards), "--out", str(run), "--init", str(init), "--max-steps", "1"
+    )
     assert res.exit_code == 0, res.output
     ckpt = read_checkpoint(run / "checkpoints" / "last.pt")
     assert (ckpt["origin"], ckpt["step"], ckpt["config"]["init"]) == ("train", 1, str(init))
@@ -577,13 +928,20 @@ def test_init_starts_a_new_run_from_converted_weights(train_shards, tmp_path, on
     state = ckpt["optimizer"]["state"]
     for i, (name, _) in enumerate(model.named_parameters()):
         after = ckpt["model"][name]
-        step = (lr * (state[i]["exp_avg"] / (1 - beta1)) / ((state[i]["exp_avg_sq"] / (1 - beta2)).sqrt() + eps)
-                if i in state else 0)
+        step = (
+            lr * (state[i]["exp_avg"] / (1 - beta1)) / ((state[i]["exp_avg_sq"] / (1 - beta2)).sqrt() + eps)
+            if i in state
+            else 0
+        )
         torch.testing.assert_close(after + step, weights[name], atol=1e-6, rtol=0, msg=name)
     seeded = create_model(**ckpt["model_config"]).state_dict()
-    assert all(not torch.allclose(seeded[k], weights[k], atol=1e-2) for k in ("memory", "backbone.conv1.weight"))
+    assert all(
+        not torch.allclose(seeded[k], weights[k], atol=1e-2) for k in ("memory", "backbone.conv1.weight")
+    )
     # a run that resumes continues from its own checkpoint, not from --init
-    res = cli(*INIT, "--shards", str(train_shards), "--out", str(run), "--init", str(init), "--max-steps", "2")
+    res = cli(
+        *INIT, "--shards", str(train_shards), "--out", str(run), "--init", str(init), "--max-steps", "2"
+    )
     assert res.exit_code == 0 and "resuming" in res.output, res.output
     assert read_checkpoint(run / "checkpoints" / "last.pt")["step"] == 2
 
@@ -593,28 +951,59 @@ def test_init_checkpoints_that_cannot_start_the_run_are_one_line_errors(train_sh
     clf, _ = _convert(tmp_path, "classifier_r18", num_classes=3)
     cut = tmp_path / "cut.pt"
     cut.write_bytes(dpc.read_bytes()[:2048])
-    for path, text in ((dpc, "checkpoint is of another architecture: name 'dpc_r18' (this run: 'memdpc_r18')"),
-                       (clf, "holds a finetuned classifier (classifier_r18), not a pretrained MemDPC/DPC model"),
-                       (cut, "not a readable checkpoint")):
+    for path, text in (
+        (dpc, "checkpoint is of another architecture: name 'dpc_r18' (this run: 'memdpc_r18')"),
+        (clf, "holds a finetuned classifier (classifier_r18), not a pretrained MemDPC/DPC model"),
+        (cut, "not a readable checkpoint"),
+    ):
         res = cli(*INIT, "--shards", str(train_shards), "--out", str(tmp_path / "run"), "--init", str(path))
-        assert res.exit_code == 2 and f"{path}: {text}" in res.output and "Traceback" not in res.output, res.output
+        assert res.exit_code == 2 and f"{path}: {text}" in res.output and "Traceback" not in res.output, (
+            res.output
+        )
         assert not (tmp_path / "run").exists()
     assert INIT[:2] == ["--stream", "rgb"]  # without it, the default stream would be taken as asked for
     flow, _ = _convert(tmp_path, "memdpc_r18", stream="flow", mem_size=16)
     res = cli(*INIT[2:], "--shards", str(train_shards), "--out", str(tmp_path / "run"), "--init", str(flow))
-    assert res.exit_code == 2 and f"--init {flow}: say which stream the run trains on" in res.output, res.output
+    assert res.exit_code == 2 and f"--init {flow}: say which stream the run trains on" in res.output, (
+        res.output
+    )
     assert not (tmp_path / "run").exists()
-    res = cli(*INIT, "--arch", "dpc_r18", "--shards", str(train_shards), "--out", str(tmp_path / "run"),
-              "--resume", str(dpc))
+    res = cli(
+        *INIT,
+        "--arch",
+        "dpc_r18",
+        "--shards",
+        str(train_shards),
+        "--out",
+        str(tmp_path / "run"),
+        "--resume",
+        str(dpc),
+    )
     assert res.exit_code == 2 and f"{dpc}: holds weights only" in res.output, res.output
 
 
 def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(train_shards, tmp_path, one_thread):
     out = tmp_path / "nan"
-    res = cli(*TINY, "--shards", str(train_shards), "--out", str(out), "--lr", "1e30", "--lr-min", "1e29",
-              "--ckpt-every-steps", "1", "--val-split", "none")
+    res = cli(
+        *TINY,
+        "--shards",
+        str(train_shards),
+        "--out",
+        str(out),
+        "--lr",
+        "1e30",
+        "--lr-min",
+        "1e29",
+        "--ckpt-every-steps",
+        "1",
+        "--val-split",
+        "none",
+    )
     assert res.exit_code == 2
-    assert "loss is not finite (nan) at epoch 0, step 2: training stopped; the last good checkpoint is" in res.output
+    assert (
+        "loss is not finite (nan) at epoch 0, step 2: training stopped; the last good checkpoint is"
+        in res.output
+    )
     ckpt = read_checkpoint(out / "checkpoints" / "last.pt")
     assert ckpt["step"] == 1
     assert records(out, "train")[-1]["step"] == 1
@@ -624,22 +1013,44 @@ def test_nan_loss_between_reads_is_found_before_the_next_save(train_shards, tmp_
     """Read every 5 steps, saved every 3: the NaN of step 2 is noticed by the read before the save of step 3,
     named with its own step, and no checkpoint is written from the weights it left."""
     out = tmp_path / "nan"
-    res = cli(*TINY, "--shards", str(train_shards), "--out", str(out), "--lr", "1e30", "--lr-min", "1e29",
-              "--log-every", "5", "--ckpt-every-steps", "3", "--val-split", "none")
+    res = cli(
+        *TINY,
+        "--shards",
+        str(train_shards),
+        "--out",
+        str(out),
+        "--lr",
+        "1e30",
+        "--lr-min",
+        "1e29",
+        "--log-every",
+        "5",
+        "--ckpt-every-steps",
+        "3",
+        "--val-split",
+        "none",
+    )
     assert res.exit_code == 2
-    assert "loss is not finite (nan) at epoch 0, step 2: training stopped; no checkpoint had been written yet" \
+    assert (
+        "loss is not finite (nan) at epoch 0, step 2: training stopped; no checkpoint had been written yet"
         in res.output
+    )
     assert not (out / "checkpoints" / "last.pt").exists() and records(out, "train") == []
 
 
 def test_non_finite_weights_are_never_saved(tmp_path):
-    model = create_model("dpc_r18", widths=(4, 8, 16, 16), input_size=32, num_blocks=5, block_len=3, pred_steps=2)
+    model = create_model(
+        "dpc_r18", widths=(4, 8, 16, 16), input_size=32, num_blocks=5, block_len=3, pred_steps=2
+    )
     p = SimpleNamespace(env=DistEnv(0, 1, 0, torch.device("cpu")), run_dir=tmp_path)
     _check_weights(p, State(step=7), model)  # finite: no error
     with torch.no_grad():
         model.backbone.conv1.weight[0, 0, 0, 0, 0] = float("inf")
-    with pytest.raises(UserError, match="the weights are not finite after epoch 0, step 7: training stopped; no "
-                                        "checkpoint had been written yet"):
+    with pytest.raises(
+        UserError,
+        match="the weights are not finite after epoch 0, step 7: training stopped; no "
+        "checkpoint had been written yet",
+    ):
         _check_weights(p, State(step=7), model)
 
 
@@ -655,29 +1066,54 @@ def test_metrics_are_read_only_every_log_every_steps(train_shards, tmp_path, one
 
     monkeypatch.setattr(StepValues, "read", counted)
     out = tmp_path / "run"
-    res = cli(*TINY, "--shards", str(train_shards), "--out", str(out), "--epochs", "2", "--log-every", "3",
-              "--val-split", "none")
+    res = cli(
+        *TINY,
+        "--shards",
+        str(train_shards),
+        "--out",
+        str(out),
+        "--epochs",
+        "2",
+        "--log-every",
+        "3",
+        "--val-split",
+        "none",
+    )
     assert res.exit_code == 0, res.output
     assert [len(r) for r in reads if r] == [3, 1, 2, 2]
     train = records(out, "train")
     assert [r["step"] for r in train] == [3, 6]
     losses = [loss for r in reads for loss in r]
     assert train[0]["loss"] == sum(losses[:3]) / 3 and train[1]["loss"] == sum(losses[4:6]) / 2
-    assert read_checkpoint(out / "checkpoints" / "last.pt")["epoch_loss"] == [losses[4] + losses[5] + losses[6]
-                                                                              + losses[7], 4]
+    assert read_checkpoint(out / "checkpoints" / "last.pt")["epoch_loss"] == [
+        losses[4] + losses[5] + losses[6] + losses[7],
+        4,
+    ]
 
 
 def test_deterministic_reruns_are_bit_identical(train_shards, tmp_path, one_thread):
     """--deterministic: two runs of one command train the very same weights, optimiser state and RNG states."""
     for name in ("a", "b"):
-        res = cli(*TINY, "--shards", str(train_shards), "--out", str(tmp_path / name), "--epochs", "1",
-                  "--val-split", "none", "--deterministic")
+        res = cli(
+            *TINY,
+            "--shards",
+            str(train_shards),
+            "--out",
+            str(tmp_path / name),
+            "--epochs",
+            "1",
+            "--val-split",
+            "none",
+            "--deterministic",
+        )
         assert res.exit_code == 0, res.output
     assert_same_training(tmp_path / "a", tmp_path / "b")
 
 
 @pytest.mark.slow
-def test_full_disk_while_saving_keeps_the_previous_checkpoint(learned_run, train_shards, tmp_path, one_thread):
+def test_full_disk_while_saving_keeps_the_previous_checkpoint(
+    learned_run, train_shards, tmp_path, one_thread
+):
     """Resume a copy of the learned run for one more epoch under a real file-size limit (EFBIG)."""
     run = tmp_path / "run"
     shutil.copytree(learned_run, run)
@@ -692,7 +1128,10 @@ def test_full_disk_while_saving_keeps_the_previous_checkpoint(learned_run, train
         resource.setrlimit(resource.RLIMIT_FSIZE, old_limit)
         signal.signal(signal.SIGXFSZ, old_handler)
     assert res.exit_code == 2
-    assert f"{last}: could not write the checkpoint (File too large); the previous last.pt is unchanged" in res.output
+    assert (
+        f"{last}: could not write the checkpoint (File too large); the previous last.pt is unchanged"
+        in res.output
+    )
     assert last.read_bytes() == before
     assert sorted(p.name for p in last.parent.iterdir()) == ["best.pt", "last.pt"]
 
@@ -701,11 +1140,27 @@ def test_full_disk_while_saving_keeps_the_previous_checkpoint(learned_run, train
 def test_gpu_run_with_bf16_and_dali(train_shards, tmp_path):
     """One GPU: DALI mixed decoding, bf16 autocast, deterministic algorithms; weights stay finite."""
     out = tmp_path / "gpu"
-    res = cli(*TINY, "--shards", str(train_shards), "--out", str(out), "--device", "cuda", "--backend", "auto",
-              "--amp", "bf16", "--deterministic", "--epochs", "2")
+    res = cli(
+        *TINY,
+        "--shards",
+        str(train_shards),
+        "--out",
+        str(out),
+        "--device",
+        "cuda",
+        "--backend",
+        "auto",
+        "--amp",
+        "bf16",
+        "--deterministic",
+        "--epochs",
+        "2",
+    )
     assert res.exit_code == 0, res.output
     ckpt = read_checkpoint(out / "checkpoints" / "last.pt")
-    assert ckpt["step"] == 8 and all(torch.isfinite(v).all() for v in ckpt["model"].values() if v.is_floating_point())
+    assert ckpt["step"] == 8 and all(
+        torch.isfinite(v).all() for v in ckpt["model"].values() if v.is_floating_point()
+    )
     assert records(out, "val")
 
 
@@ -716,8 +1171,20 @@ def test_gpu_fast_defaults_follow_the_eager_losses(train_shards, tmp_path):
     losses = {}
     for name, extra in (("fast", []), ("eager", ["--no-fast"])):
         out = tmp_path / name
-        res = cli(*TINY, "--shards", str(train_shards), "--out", str(out), "--device", "cuda", "--epochs", "2",
-                  "--val-split", "none", *extra)
+        res = cli(
+            *TINY,
+            "--shards",
+            str(train_shards),
+            "--out",
+            str(out),
+            "--device",
+            "cuda",
+            "--epochs",
+            "2",
+            "--val-split",
+            "none",
+            *extra,
+        )
         assert res.exit_code == 0, res.output
         losses[name] = [r["loss"] for r in records(out, "train")]
     assert len(losses["fast"]) == 8
@@ -728,8 +1195,23 @@ def test_gpu_fast_defaults_follow_the_eager_losses(train_shards, tmp_path):
 def test_gpu_deterministic_reruns_with_cuda_graphs_are_bit_identical(train_shards, tmp_path):
     """--deterministic with the step in a CUDA graph (bf16): two runs of one command, the same weights."""
     for name in ("a", "b"):
-        res = cli(*TINY, "--shards", str(train_shards), "--out", str(tmp_path / name), "--device", "cuda",
-                  "--epochs", "3", "--val-split", "none", "--deterministic", "--cuda-graphs", "--amp", "bf16")
+        res = cli(
+            *TINY,
+            "--shards",
+            str(train_shards),
+            "--out",
+            str(tmp_path / name),
+            "--device",
+            "cuda",
+            "--epochs",
+            "3",
+            "--val-split",
+            "none",
+            "--deterministic",
+            "--cuda-graphs",
+            "--amp",
+            "bf16",
+        )
         assert res.exit_code == 0, res.output
     assert_same_training(tmp_path / "a", tmp_path / "b")
 
@@ -737,8 +1219,21 @@ def test_gpu_deterministic_reruns_with_cuda_graphs_are_bit_identical(train_shard
 @pytest.mark.gpu
 def test_gpu_bf16_training_at_the_fast_defaults_stays_finite(train_shards, tmp_path):
     out = tmp_path / "bf16"
-    res = cli(*TINY, "--shards", str(train_shards), "--out", str(out), "--device", "cuda", "--amp", "bf16",
-              "--epochs", "3", "--val-split", "none")
+    res = cli(
+        *TINY,
+        "--shards",
+        str(train_shards),
+        "--out",
+        str(out),
+        "--device",
+        "cuda",
+        "--amp",
+        "bf16",
+        "--epochs",
+        "3",
+        "--val-split",
+        "none",
+    )
     assert res.exit_code == 0, res.output
     ckpt = read_checkpoint(out / "checkpoints" / "last.pt")
     assert ckpt["step"] == 12 and ckpt["config"]["fast"] is True
@@ -748,8 +1243,17 @@ def test_gpu_bf16_training_at_the_fast_defaults_stays_finite(train_shards, tmp_p
 
 @pytest.mark.parametrize(("jitter", "crop_size"), [(True, 224), (False, 0)])
 def test_augmentation_settings_reach_the_loader(train_shards, jitter, crop_size):
-    config = TrainConfig(shards=str(train_shards), out="unused", backend="torch", size=32, num_blocks=5,
-                         block_len=3, pred_steps=2, jitter_flow=jitter, crop_size=crop_size)
+    config = TrainConfig(
+        shards=str(train_shards),
+        out="unused",
+        backend="torch",
+        size=32,
+        num_blocks=5,
+        block_len=3,
+        pred_steps=2,
+        jitter_flow=jitter,
+        crop_size=crop_size,
+    )
     env = DistEnv(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))
     spec = _loader(config, env, "train", ClipSpec(5, 3, stride=1), train=True).plan.spec
     assert spec.jitter_flow is jitter and spec.colour_on("flow") is jitter

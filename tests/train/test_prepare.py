@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from memdpc.errors import UserError
+from memdpc.common.errors import UserError
 from memdpc.pipeline.manifest import load_manifest
 from memdpc.train.config import TrainConfig
 from memdpc.train.prepare import (
@@ -134,8 +134,10 @@ def test_an_empty_recorded_config_counts_as_the_defaults(tmp_path):
 def test_videos_by_class_reads_the_labels_of_a_split(val_shards):
     assert videos_by_class(val_shards, "rgb", "val") == {0: {"v_MoveRight_g03"}, 1: {"v_MoveLeft_g03"}}
     every = videos_by_class(val_shards, "rgb", "train")
-    assert every == {c: {f"v_{name}_g{g:02d}" for g in range(3)}
-                     for c, name in enumerate(("MoveRight", "MoveLeft", "MoveUp"))}
+    assert every == {
+        c: {f"v_{name}_g{g:02d}" for g in range(3)}
+        for c, name in enumerate(("MoveRight", "MoveLeft", "MoveUp"))
+    }
     # with `until`, reading stops at the first window of the last class missing: fewer videos, every class
     first = videos_by_class(val_shards, "rgb", "train", until={0, 1, 2})
     assert first.keys() == {0, 1, 2} and sum(map(len, first.values())) < 9
@@ -152,23 +154,30 @@ def test_a_validation_split_missing_a_class_or_with_few_videos_is_warned_about(v
         "again)",
     ]
     by_knn = val_split_warnings(_config(val_shards, val_split="val", knn_every=1, best_by="knn"))
-    assert [w.split("; ")[1].split(" leaves")[0].split(" rests")[0] for w in by_knn] == \
-        ["the kNN monitor's R@1, which chooses best.pt,"] * 2
+    assert [w.split("; ")[1].split(" leaves")[0].split(" rests")[0] for w in by_knn] == [
+        "the kNN monitor's R@1, which chooses best.pt,"
+    ] * 2
     # the test split holds a video of every class, but only three videos
-    assert [w.split(": ", 1)[1].split(";")[0] for w in val_split_warnings(_config(val_shards, val_split="test"))] == [
-        "the test split holds only 3 videos, each 33 % of it"]
-    assert "the validation loss, which chooses best.pt, rests" in val_split_warnings(
-        _config(val_shards, val_split="test"))[0]
+    assert [
+        w.split(": ", 1)[1].split(";")[0] for w in val_split_warnings(_config(val_shards, val_split="test"))
+    ] == ["the test split holds only 3 videos, each 33 % of it"]
+    assert (
+        "the validation loss, which chooses best.pt, rests"
+        in val_split_warnings(_config(val_shards, val_split="test"))[0]
+    )
     assert val_split_warnings(_config(val_shards, val_split="none")) == []
     # a video of every class, but fewer than FEW_VAL_VIDEOS
     assert val_split_warnings(_config(val_shards, val_split="train", train_split="test")) == [
         f"{val_shards / 'rgb' / 'manifest-train.json'}: the train split holds only 9 videos, each 11 % of it; the "
         "validation loss, which chooses best.pt, rests on them alone (hold out more videos, e.g. memdpc index … "
-        "--val-per-class 2, and shard that split again)"]
+        "--val-per-class 2, and shard that split again)"
+    ]
 
 
 def test_auto_validates_on_the_val_split_where_the_shards_hold_one_else_on_test(train_shards, val_shards):
-    assert resolve_val_split(_config(val_shards)).val_split == "val"  # held out by memdpc index --val-per-class
+    assert (
+        resolve_val_split(_config(val_shards)).val_split == "val"
+    )  # held out by memdpc index --val-per-class
     assert resolve_val_split(_config(train_shards)).val_split == "test"
     assert resolve_val_split(_config(val_shards, val_split="test")).val_split == "test"  # asked for: kept
     assert resolve_val_split(_config(val_shards, val_split="none")).val_split == "none"

@@ -17,7 +17,7 @@ import torch
 import torch._inductor.config as inductor_config
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from memdpc.errors import UserError
+from memdpc.common.errors import UserError
 from memdpc.model import create_model
 from memdpc.model.names import PRETRAIN_NAMES
 from memdpc.train.config import TrainConfig
@@ -25,11 +25,43 @@ from memdpc.train.step import Stepper, make_optimizer, out_of_memory, place_clip
 
 CPU = torch.device("cpu")
 # a tiny network on 5 blocks of 3 frames of 32 px
-TINY = dict(shards="unused", out="unused", widths=[4, 8, 16, 16], size=32, mem_size=16, num_blocks=5, block_len=3,
-            pred_steps=2)
-TRAIN = ["--stream", "rgb", "--arch", "dpc_r18", "--widths", "4,8,16,16", "--size", "32", "--num-blocks", "5",
-         "--block-len", "3", "--pred-steps", "2", "--batch-size", "4", "--backend", "torch", "--num-workers", "0",
-         "--no-progress", "--log-every", "1", "--val-split", "none"]
+TINY = dict(
+    shards="unused",
+    out="unused",
+    widths=[4, 8, 16, 16],
+    size=32,
+    mem_size=16,
+    num_blocks=5,
+    block_len=3,
+    pred_steps=2,
+)
+TRAIN = [
+    "--stream",
+    "rgb",
+    "--arch",
+    "dpc_r18",
+    "--widths",
+    "4,8,16,16",
+    "--size",
+    "32",
+    "--num-blocks",
+    "5",
+    "--block-len",
+    "3",
+    "--pred-steps",
+    "2",
+    "--batch-size",
+    "4",
+    "--backend",
+    "torch",
+    "--num-workers",
+    "0",
+    "--no-progress",
+    "--log-every",
+    "1",
+    "--val-split",
+    "none",
+]
 
 
 @pytest.fixture(autouse=True)
@@ -45,8 +77,15 @@ def stepper(config: TrainConfig, device: torch.device = CPU, backend: str = "ind
     """A seeded model and its Stepper as ``memdpc train`` builds them; the warnings it gave."""
     model = place_model(create_model(**{**config.model_kwargs(), **model_kw}, seed=0), config, device).train()
     warnings: list[str] = []
-    step = Stepper(model, make_optimizer(model, config, device), torch.amp.GradScaler(device.type, enabled=False),
-                   config, device, warnings.append, backend=backend)
+    step = Stepper(
+        model,
+        make_optimizer(model, config, device),
+        torch.amp.GradScaler(device.type, enabled=False),
+        config,
+        device,
+        warnings.append,
+        backend=backend,
+    )
     return model, step, warnings
 
 
@@ -96,7 +135,9 @@ def test_the_channels_last_bf16_step_is_one_graph_too(one_thread):
     """The CUDA fast path's layout (channels_last_3d encoder and clips) under bf16 autocast, traced on the CPU:
     one graph, at each of three batch sizes (the third as a dynamic shape). (The values are not checked: this
     torch's CPU bf16 3D-convolution weight gradients are not deterministic, sometimes not finite.)"""
-    config = TrainConfig(**{**TINY, "size": 64}, arch="memdpc_r18", bidirectional=True, compile=True, amp="bf16")
+    config = TrainConfig(
+        **{**TINY, "size": 64}, arch="memdpc_r18", bidirectional=True, compile=True, amp="bf16"
+    )
     model, step, warnings = stepper(config, backend="eager")
     model.backbone.to(memory_format=torch.channels_last_3d)
     for batch in (2, 3, 4):
@@ -117,8 +158,11 @@ class _Dtypes(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         name = func.overloadpacket.__name__
         if name in self.OPS:
-            dtypes = {str(a.dtype).removeprefix("torch.") for a in args
-                      if isinstance(a, torch.Tensor) and a.is_floating_point()}
+            dtypes = {
+                str(a.dtype).removeprefix("torch.")
+                for a in args
+                if isinstance(a, torch.Tensor) and a.is_floating_point()
+            }
             self.seen[(name, tuple(sorted(dtypes)))] += 1
         return func(*args, **(kwargs or {}))
 
@@ -132,17 +176,21 @@ def test_bf16_autocast_reaches_every_convolution_and_matrix_product(one_thread):
         step(clips(config))
     # 20 encoder convolutions; per direction 3 GRU gates × (3 + 1) steps and 2 predictor convolutions × 2
     convolutions = 20 + 2 * (3 * 4 + 2 * 2)
-    assert dtypes.seen == {("convolution", ("bfloat16",)): convolutions,
-                           ("convolution_backward", ("bfloat16",)): convolutions,
-                           # the memory read per prediction, the loss's scores per direction: each and its two gradients
-                           ("bmm", ("bfloat16",)): 2 * 2 * 3,
-                           ("mm", ("bfloat16",)): 2 * 3,
-                           ("_log_softmax", ("float32",)): 2}
+    assert dtypes.seen == {
+        ("convolution", ("bfloat16",)): convolutions,
+        ("convolution_backward", ("bfloat16",)): convolutions,
+        # the memory read per prediction, the loss's scores per direction: each and its two gradients
+        ("bmm", ("bfloat16",)): 2 * 2 * 3,
+        ("mm", ("bfloat16",)): 2 * 3,
+        ("_log_softmax", ("float32",)): 2,
+    }
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("arch", "bidirectional"),
-                         [("memdpc_r18", True), ("memdpc_r34", False), ("dpc_r18", False), ("dpc_r34", True)])
+@pytest.mark.parametrize(
+    ("arch", "bidirectional"),
+    [("memdpc_r18", True), ("memdpc_r34", False), ("dpc_r18", False), ("dpc_r34", True)],
+)
 def test_compiled_step_equals_the_eager_step(arch, bidirectional, one_thread):
     """--compile's code (inductor's, on the CPU) computes the eager step: the same outputs, gradients and BatchNorm
     statistics up to the summation order (dropout drawn as eager draws it), and the same Adam update."""
@@ -157,18 +205,25 @@ def test_compiled_step_equals_the_eager_step(arch, bidirectional, one_thread):
         assert warnings == [] and step.compiled is cfg.compile
     (compiled, after), (eager, eager_after) = results
     for k in eager:
-        torch.testing.assert_close(compiled[k], eager[k], rtol=1e-5, atol=1e-6, msg=lambda m, k=k: f"{k}: {m}")
+        torch.testing.assert_close(
+            compiled[k], eager[k], rtol=1e-5, atol=1e-6, msg=lambda m, k=k: f"{k}: {m}"
+        )
     # gradients against the largest one (a sum that nearly cancels has a large relative error in any order)
     scale = max(float(v.abs().max()) for k, v in eager_after.items() if k.startswith("g."))
     for k, v in eager_after.items():
         if k.startswith("g."):
-            torch.testing.assert_close(after[k], v, rtol=1e-3, atol=1e-4 * scale, msg=lambda m, k=k: f"{k}: {m}")
+            torch.testing.assert_close(
+                after[k], v, rtol=1e-3, atol=1e-4 * scale, msg=lambda m, k=k: f"{k}: {m}"
+            )
         elif k.startswith("b."):
             torch.testing.assert_close(after[k], v, rtol=1e-4, atol=1e-6, msg=lambda m, k=k: f"{k}: {m}")
         else:  # Adam's first step moves each weight by about lr, whichever way a near-zero gradient points
-            torch.testing.assert_close(after[k], v, rtol=0, atol=2.1 * config.lr,
-                                       msg=lambda m, k=k: f"{k}: {m}")
-    assert any(not torch.equal(after[k], v) for k, v in eager_after.items() if k.startswith("g."))  # really compiled
+            torch.testing.assert_close(
+                after[k], v, rtol=0, atol=2.1 * config.lr, msg=lambda m, k=k: f"{k}: {m}"
+            )
+    assert any(
+        not torch.equal(after[k], v) for k, v in eager_after.items() if k.startswith("g.")
+    )  # really compiled
 
 
 def test_a_backend_that_cannot_compile_falls_back_to_the_eager_step_with_one_warning(one_thread):
@@ -184,7 +239,9 @@ def test_a_backend_that_cannot_compile_falls_back_to_the_eager_step_with_one_war
     assert not step.compiled
     assert len(warnings) == 1 and warnings[0].startswith("torch.compile failed (InvalidBackend: ")
     assert "'no_such_backend'" in warnings[0] and warnings[0].endswith("; training eagerly")
-    assert all(torch.equal(a, b) for a, b in zip(state(model).values(), state(eager_model).values(), strict=True))
+    assert all(
+        torch.equal(a, b) for a, b in zip(state(model).values(), state(eager_model).values(), strict=True)
+    )
 
 
 def test_cuda_graphs_on_a_cpu_warn_and_train_eagerly():
@@ -200,13 +257,21 @@ def test_cuda_graphs_refuse_fp16():
 
 
 def _train(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "memdpc.cli", "train", *args], capture_output=True, text=True,
-                          env={**os.environ, "OMP_NUM_THREADS": "1", **env}, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "memdpc.cli", "train", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1", **env},
+        timeout=600,
+    )
 
 
 def _losses(run: Path) -> list[float]:
-    return [r["loss"] for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())
-            if r["kind"] == "train"]
+    return [
+        r["loss"]
+        for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())
+        if r["kind"] == "train"
+    ]
 
 
 @pytest.mark.slow
@@ -214,12 +279,22 @@ def test_train_compile_without_a_cxx_compiler_warns_once_and_trains_as_eager(tra
     """`memdpc train --compile` where inductor finds no C++ compiler: one warning, then the eager run's very
     losses (the failed try left the BatchNorm statistics and random generators as they were)."""
     runs = {}
-    for name, extra, env in (("compiled", ["--compile"], {"CXX": str(tmp_path / "no-such-g++"),
-                                                          "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"),
-                                                          "TORCHINDUCTOR_FX_GRAPH_CACHE": "0"}),
-                             ("eager", [], {})):
-        runs[name] = _train([*TRAIN, "--shards", str(train_shards), "--out", str(tmp_path / name), "--epochs", "1",
-                             *extra], env)
+    for name, extra, env in (
+        (
+            "compiled",
+            ["--compile"],
+            {
+                "CXX": str(tmp_path / "no-such-g++"),
+                "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"),
+                "TORCHINDUCTOR_FX_GRAPH_CACHE": "0",
+            },
+        ),
+        ("eager", [], {}),
+    ):
+        runs[name] = _train(
+            [*TRAIN, "--shards", str(train_shards), "--out", str(tmp_path / name), "--epochs", "1", *extra],
+            env,
+        )
         assert runs[name].returncode == 0, runs[name].stderr
     warnings = [ln for ln in runs["compiled"].stderr.splitlines() if ln.startswith("warning:")]
     assert len(warnings) == 1 and "warning: torch.compile failed (" in warnings[0], runs["compiled"].stderr
@@ -240,15 +315,34 @@ def test_a_batch_that_does_not_fit_is_a_one_line_error_naming_its_size(train_sha
         "sys.argv = ['memdpc', 'train', *sys.argv[1:]]\n"
         "main()\n"
     )
-    args = [*TRAIN, "--widths", "64,128,256,256", "--size", "128", "--shards", str(train_shards), "--out",
-            str(tmp_path / "run"), "--epochs", "1"]
-    res = subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True, timeout=300,
-                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+    args = [
+        *TRAIN,
+        "--widths",
+        "64,128,256,256",
+        "--size",
+        "128",
+        "--shards",
+        str(train_shards),
+        "--out",
+        str(tmp_path / "run"),
+        "--epochs",
+        "1",
+    ]
+    res = subprocess.run(
+        [sys.executable, "-c", script, *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     assert res.returncode == 2, res.stderr
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1, res.stderr
-    assert re.fullmatch(r"Error: --batch-size 4 does not fit in the memory of cpu: a step asked for [\d.]+ [kMG]B "
-                        r"more than was free; lower --batch-size", lines[0]), lines[0]
+    assert re.fullmatch(
+        r"Error: --batch-size 4 does not fit in the memory of cpu: a step asked for [\d.]+ [kMG]B "
+        r"more than was free; lower --batch-size",
+        lines[0],
+    ), lines[0]
 
 
 def test_out_of_memory_reads_cuda_s_message():
@@ -256,10 +350,13 @@ def test_out_of_memory_reads_cuda_s_message():
     total; other errors are not memory errors."""
     error = torch.OutOfMemoryError(
         "CUDA out of memory. Tried to allocate 3.12 GiB. GPU 0 has a total capacity of 79.19 GiB of which 1.05 GiB "
-        "is free. Of the allocated memory 75.30 GiB is allocated by PyTorch.")
+        "is free. Of the allocated memory 75.30 GiB is allocated by PyTorch."
+    )
     message = str(out_of_memory(error, 64, CPU))
-    assert message == ("--batch-size 64 does not fit in the memory of cpu: a step asked for 3.12 GiB more than was "
-                       "free (it has 79.19 GiB in all); lower --batch-size")
+    assert message == (
+        "--batch-size 64 does not fit in the memory of cpu: a step asked for 3.12 GiB more than was "
+        "free (it has 79.19 GiB in all); lower --batch-size"
+    )
     assert out_of_memory(RuntimeError("shapes do not match"), 64, CPU) is None
 
 
@@ -282,8 +379,13 @@ def test_gpu_cuda_graph_steps_follow_the_eager_steps(amp):
     """Warm-up steps, the capture, replays, and a new capture after the learning rate changes: every step's loss
     and the final weights as the eager steps give them (no dropout: its draws differ inside a graph)."""
     cuda = torch.device("cuda")
-    config = TrainConfig(**{**TINY, "widths": [16, 32, 64, 64], "size": 64}, arch="memdpc_r18", bidirectional=True,
-                         amp=amp, cuda_graphs=True)
+    config = TrainConfig(
+        **{**TINY, "widths": [16, 32, 64, 64], "size": 64},
+        arch="memdpc_r18",
+        bidirectional=True,
+        amp=amp,
+        cuda_graphs=True,
+    )
     runs = []
     for cfg in (config, TrainConfig(**{**config.to_dict(), "cuda_graphs": False})):
         model, step, warnings = stepper(cfg, cuda, gru_dropout=0.0)

@@ -8,7 +8,7 @@ from typing import ClassVar
 import numpy as np
 import pytest
 
-from memdpc.errors import UserError
+from memdpc.common.errors import UserError
 from memdpc.preprocess.datasets import build_index
 from memdpc.preprocess.examples.layout import CODECS, ExampleConfig, write_example, write_video
 
@@ -44,7 +44,8 @@ def test_layout_and_splits_read_as_ucf101(tmp_path):
     lists = root / "ucfTrainTestlist"
     assert (lists / "classInd.txt").read_text() == "1 Dark\n2 Bright\n"
     assert (lists / "testlist02.txt").read_text().split() == [
-        "Dark/v_Dark_g02_c01.avi", "Bright/v_Bright_g02_c01.avi"
+        "Dark/v_Dark_g02_c01.avi",
+        "Bright/v_Bright_g02_c01.avi",
     ]  # split s tests the groups g with (g - 1) % 3 == s - 1
     for split in (1, 2, 3):
         records = build_index(root, "ucf101", split)
@@ -90,8 +91,22 @@ def test_validate_names_the_bad_option(cfg, message):
 @pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_a_signal_keeps_the_videos_written_and_the_same_command_resumes(tmp_path, sig, code):
     out = tmp_path / "syn"
-    cmd = [sys.executable, "-m", "memdpc.cli", "data", "synthetic", str(out), "--classes", "2",
-           "--videos-per-class", "40", "--frames", "24", "--size", "32"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "memdpc.cli",
+        "data",
+        "synthetic",
+        str(out),
+        "--classes",
+        "2",
+        "--videos-per-class",
+        "40",
+        "--frames",
+        "24",
+        "--size",
+        "32",
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
     while not list(out.rglob("v_*.avi")) and time.monotonic() < deadline:  # a video in place, not a temp file

@@ -6,7 +6,7 @@ import pytest
 from click.testing import CliRunner
 
 from memdpc.cli import main
-from memdpc.errors import UserError
+from memdpc.common.errors import UserError
 from memdpc.preprocess.datasets import build_index
 from memdpc.preprocess.examples import photos
 from memdpc.preprocess.examples.photos import (
@@ -94,16 +94,23 @@ def test_without_scikit_image_exit_2_says_what_to_install(tmp_path, monkeypatch)
 
 def test_cli_writes_the_family_and_says_what_next(tmp_path):
     res = CliRunner().invoke(
-        main, ["data", "photos", str(tmp_path / "p"), "--videos-per-class", "1", "--frames", "3", "--classes", "2"]
+        main,
+        ["data", "photos", str(tmp_path / "p"), "--videos-per-class", "1", "--frames", "3", "--classes", "2"],
     )
     assert res.exit_code == 0, res.output
     said = " ".join(res.output.split())  # rich wraps long lines at the terminal's width
-    assert f"wrote 2 classes × 1 videos to {tmp_path / 'p'} next: memdpc index {tmp_path / 'p'} --layout ucf101" == said
+    assert (
+        f"wrote 2 classes × 1 videos to {tmp_path / 'p'} next: memdpc index {tmp_path / 'p'} --layout ucf101"
+        == said
+    )
     assert len(list((tmp_path / "p").glob("UCF-101/*/*.avi"))) == 2
 
 
 def _colour_histogram(video: np.ndarray) -> np.ndarray:
-    return np.concatenate([np.histogram(video[..., c], bins=8, range=(0, 256))[0] for c in range(3)]) / video[..., 0].size
+    return (
+        np.concatenate([np.histogram(video[..., c], bins=8, range=(0, 256))[0] for c in range(3)])
+        / video[..., 0].size
+    )
 
 
 def _motion_statistics(video: np.ndarray) -> np.ndarray:
@@ -122,8 +129,15 @@ def _motion_statistics(video: np.ndarray) -> np.ndarray:
         radial = (flow[..., 0] * x + flow[..., 1] * y) / r
         tangential = (flow[..., 1] * x - flow[..., 0] * y) / r
         coherent = np.hypot(*flow[moving].mean(0)) / mag[moving].mean() if moving.any() else 0.0
-        stats.append([moving.mean(), np.hypot(*flow.reshape(-1, 2).mean(0)) / mag.mean(),
-                      abs(radial.mean()) / mag.mean(), abs(tangential.mean()) / mag.mean(), coherent])
+        stats.append(
+            [
+                moving.mean(),
+                np.hypot(*flow.reshape(-1, 2).mean(0)) / mag.mean(),
+                abs(radial.mean()) / mag.mean(),
+                abs(tangential.mean()) / mag.mean(),
+                coherent,
+            ]
+        )
     return np.mean(stats, 0)
 
 

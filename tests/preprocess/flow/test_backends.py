@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from memdpc.errors import UserError
+from memdpc.common.errors import UserError
 from memdpc.preprocess.examples.synthetic import render_video, texture
 from memdpc.preprocess.flow.backends import (
     BatchedFlowBackend,

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import torch
 
-from memdpc.errors import UserError
+from memdpc.common.errors import UserError
 from memdpc.preprocess.archive import archive_path, read_archive
 from memdpc.preprocess.datasets import build_index
 from memdpc.preprocess.decode import DecodeSpec
@@ -459,7 +459,9 @@ def test_the_triton_kernels_in_the_batched_run_give_the_torch_paths_archives(rec
     """The GPU path as a whole with the fused kernels (here in Triton's interpreter): the same flow
     images as the per-video torch path, and the report names the backend."""
     subset = [records[0], records[3]]  # one video of each frame size
-    report = run_preprocess(subset, config(tmp_path, streams=("flow",), flow_backend="triton"), progress=False)
+    report = run_preprocess(
+        subset, config(tmp_path, streams=("flow",), flow_backend="triton"), progress=False
+    )
     assert report["flow"]["backend"] == "triton" and report["summary"]["done"] == 2
     for rec in subset:
         meta, frames = read_archive(archive_path(tmp_path, "flow", rec.id))
@@ -484,7 +486,11 @@ def test_progress_events_count_every_pair(records, tmp_path):
     entries = list(run_batched(config(tmp_path, threads=1), records, ["cpu"], _collect(events, threads)))
     assert threads == {threading.get_ident()}
     pairs = {e["id"]: e["streams"]["flow"] for e in entries}
-    assert {v: n for k, v, n in events if k == "start"} == pairs == dict(zip([r.id for r in records], PAIRS, strict=True))
+    assert (
+        {v: n for k, v, n in events if k == "start"}
+        == pairs
+        == dict(zip([r.id for r in records], PAIRS, strict=True))
+    )
     assert sum(n for k, _, n in events if k == "units") == sum(PAIRS)
 
 
@@ -516,12 +522,31 @@ def test_a_signal_stops_the_batched_run_within_seconds_and_the_same_command_resu
     copies = [replace(r, id=f"{r.id}-{k}") for k in range(4) for r in records]
     write_index(copies, tmp_path / "index.jsonl")
     out = tmp_path / "out"
-    cmd = [MEMDPC, "preprocess", "flow", str(tmp_path / "index.jsonl"), "--out", str(out), "--size", "0",
-           "--streams", "rgb,flow", "--flow-backend", "torch", "--device", "cpu", "--threads", "1", *CHEAP_FLAGS]  # fmt: skip
+    cmd = [
+        MEMDPC,
+        "preprocess",
+        "flow",
+        str(tmp_path / "index.jsonl"),
+        "--out",
+        str(out),
+        "--size",
+        "0",
+        "--streams",
+        "rgb,flow",
+        "--flow-backend",
+        "torch",
+        "--device",
+        "cpu",
+        "--threads",
+        "1",
+        *CHEAP_FLAGS,
+    ]
     stopped = stop_midway(cmd, out, sig)
     assert stopped.returncode == 128 + sig and stopped.seconds < 5, stopped.stderr
     assert "Traceback" not in stopped.stderr and "terminate called" not in stopped.stderr
-    note = re.search(rf"interrupted \({sig.name}\): (\d+) of 20 videos done; the same command resumes", stopped.stderr)
+    note = re.search(
+        rf"interrupted \({sig.name}\): (\d+) of 20 videos done; the same command resumes", stopped.stderr
+    )
     assert note, stopped.stderr
     assert not list(out.rglob(".tmp-*"))
     done = {p.stem for p in (out / "flow").glob("*.tar")} & {p.stem for p in (out / "rgb").glob("*.tar")}

@@ -16,7 +16,7 @@ import cv2
 import numpy as np
 import pytest
 
-from memdpc.errors import UserError
+from memdpc.common.errors import UserError
 from memdpc.preprocess.archive import archive_path, read_archive
 from memdpc.preprocess.examples.layout import write_video
 from memdpc.preprocess.examples.synthetic import render_video, texture
@@ -91,8 +91,11 @@ OTHER_PARAMS = [
 ]
 
 
-@pytest.mark.parametrize("params", OTHER_PARAMS, ids=lambda p: ",".join(
-    f"{k}={v}" for k, v in p.to_dict().items() if v != getattr(TVL1Params(), k)))  # fmt: skip
+@pytest.mark.parametrize(
+    "params",
+    OTHER_PARAMS,
+    ids=lambda p: ",".join(f"{k}={v}" for k, v in p.to_dict().items() if v != getattr(TVL1Params(), k)),
+)
 def test_other_parameters_give_opencvs_flow(params):
     prev, nxt = rendered(48, 64, "RotateClockwise", 3)
     flow = assert_opencvs_flow(prev, nxt, params)
@@ -188,7 +191,7 @@ def test_refuses_what_it_does_not_do():
 
 _RESOLVE = """
 import json, sys
-from memdpc.errors import UserError
+from memdpc.common.errors import UserError
 from memdpc.preprocess.flow.backends import make_backend, resolve_backend
 if sys.argv[1] == "no-numba":
     sys.modules["numba"] = None  # this interpreter cannot import numba
@@ -208,9 +211,11 @@ def test_auto_falls_back_to_opencv_with_a_note_where_the_native_path_is_unavaila
     env = {**os.environ, ENV_SWITCH: "0" if how == "switched-off" else "1"}
     (tmp_path / "numba").mkdir()
     (tmp_path / "numba" / "__init__.py").write_text(
-        'raise OSError("libllvmlite.so: cannot open shared object file: No such file or directory")\n')
-    run = subprocess.run([sys.executable, "-c", _RESOLVE, how, str(tmp_path)], env=env, capture_output=True,
-                         text=True)
+        'raise OSError("libllvmlite.so: cannot open shared object file: No such file or directory")\n'
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", _RESOLVE, how, str(tmp_path)], env=env, capture_output=True, text=True
+    )
     assert run.returncode == 0, run.stderr[-2000:]
     result = json.loads(run.stdout)
     backend, devices, note = result["auto"]
@@ -266,8 +271,12 @@ def test_a_preprocess_run_on_the_native_backend_writes_the_opencv_archives(video
 
     out = tmp_path / "off"
     env = {**os.environ, ENV_SWITCH: "0"}
-    run = subprocess.run([MEMDPC, "preprocess", "flow", str(videos), "--out", str(out), "--size", "0",
-                          "--device", "cpu"], env=env, capture_output=True, text=True)  # fmt: skip
+    run = subprocess.run(
+        [MEMDPC, "preprocess", "flow", str(videos), "--out", str(out), "--size", "0", "--device", "cpu"],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert run.returncode == 0, run.stderr[-2000:]
     note = "native TV-L1 unavailable (switched off by MEMDPC_NATIVE_FLOW=0); using OpenCV"
     assert note in " ".join(run.stderr.split()) and "flow: opencv on cpu" in run.stdout

@@ -8,7 +8,7 @@ import dataclasses
 import cv2
 import pytest
 
-from memdpc.errors import UserError
+from memdpc.common.errors import UserError
 from memdpc.preprocess.flow.tvl1_params import TVL1Params
 
 GETTERS = {  # field → OpenCV getter of DualTVL1OpticalFlow
@@ -39,8 +39,19 @@ def test_defaults_equal_opencvs():
 
 
 def test_to_opencv_carries_every_field():
-    params = TVL1Params(tau=0.2, lambda_=0.1, theta=0.4, scales=3, scale_step=0.6, warps=2, epsilon=0.02,
-                        inner_iterations=7, outer_iterations=4, median_filtering=3, gamma=0.1)  # fmt: skip
+    params = TVL1Params(
+        tau=0.2,
+        lambda_=0.1,
+        theta=0.4,
+        scales=3,
+        scale_step=0.6,
+        warps=2,
+        epsilon=0.02,
+        inner_iterations=7,
+        outer_iterations=4,
+        median_filtering=3,
+        gamma=0.1,
+    )
     tv = params.to_opencv()
     assert isinstance(tv, cv2.optflow.DualTVL1OpticalFlow)
     assert _opencv_values(tv) == pytest.approx(params.to_dict())
@@ -49,9 +60,18 @@ def test_to_opencv_carries_every_field():
 
 def test_to_dict_holds_every_field_by_name():
     assert TVL1Params(warps=2).to_dict() == {
-        "tau": 0.25, "lambda_": 0.15, "theta": 0.3, "scales": 5, "scale_step": 0.8, "warps": 2,
-        "epsilon": 0.01, "inner_iterations": 30, "outer_iterations": 10, "median_filtering": 5, "gamma": 0.0,
-    }  # fmt: skip
+        "tau": 0.25,
+        "lambda_": 0.15,
+        "theta": 0.3,
+        "scales": 5,
+        "scale_step": 0.8,
+        "warps": 2,
+        "epsilon": 0.01,
+        "inner_iterations": 30,
+        "outer_iterations": 10,
+        "median_filtering": 5,
+        "gamma": 0.0,
+    }
 
 
 def test_defaults_and_edge_values_are_valid():

@@ -103,8 +103,10 @@ def test_on_cuda_the_lagged_checks_and_the_compaction_change_nothing():
     """On the GPU the host's copies of the flags arrive while it launches (the path the interpreter never
     takes): every way of checking gives the flows and iteration counts of waiting at every iteration."""
     rng = np.random.default_rng(1)
-    grey = [np.stack([cv2.cvtColor(f, cv2.COLOR_BGR2GRAY) for f in render_video(c, 64, 5, rng)])
-            for c in ("MoveRight", "ZoomIn", "RotateClockwise")]  # fmt: skip
+    grey = [
+        np.stack([cv2.cvtColor(f, cv2.COLOR_BGR2GRAY) for f in render_video(c, 64, 5, rng)])
+        for c in ("MoveRight", "ZoomIn", "RotateClockwise")
+    ]
     pairs = [np.concatenate([g[s] for g in grey]) for s in (np.s_[:-1], np.s_[1:])]
     prev, nxt = (torch.from_numpy(a).cuda() for a in pairs)
     ref, ref_counts = tvl1_triton.tvl1_flow_with_iterations(prev, nxt, checks=Checks(every=1, lagged=False))

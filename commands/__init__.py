@@ -1,0 +1,5 @@
+"""The command line's verbs, one module each; each parses its options and calls one library function.
+
+``memdpc.cli`` registers them. A verb imports its stage when it runs, so that ``memdpc --help`` starts without
+torch; the options are generated from the library's configs (:mod:`memdpc.commands.options`).
+"""

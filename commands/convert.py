@@ -1,0 +1,62 @@
+"""``memdpc convert``: checkpoints between the reference implementation's layout and memdpc's."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from memdpc.common.streams import STREAMS
+
+__all__ = ["convert_cmd"]
+
+
+@click.command("convert")
+@click.argument("checkpoint", type=click.Path(path_type=Path))
+@click.argument("out", type=click.Path(path_type=Path))
+@click.option(
+    "--to",
+    "to",
+    type=click.Choice(["memdpc", "reference"]),
+    default="memdpc",
+    show_default=True,
+    help="memdpc: import a reference MemDPC/DPC/classifier file; reference: export back to its layout.",
+)
+@click.option(
+    "--stream",
+    type=click.Choice(STREAMS),
+    default=None,
+    help="Stream the weights were trained on, recorded in the imported checkpoint (evaluation needs it).",
+)
+@click.option(
+    "--size",
+    "input_size",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Input size the weights were trained at, recorded as evaluation's default (unknown: 128).",
+)
+def convert_cmd(checkpoint: Path, out: Path, to: str, stream: str | None, input_size: int | None) -> None:
+    """Convert CHECKPOINT between the reference implementation's layout and memdpc's; write OUT."""
+    from memdpc.model.convert import convert_file
+
+    report = convert_file(checkpoint, out, to=to, stream=stream, input_size=input_size)
+    table = Table(title=f"{checkpoint} -> {out} ({report.kind}, {report.config['name']})")
+    table.add_column("keys")
+    table.add_column("count", justify="right")
+    table.add_column("names")
+    for label, keys in (
+        ("unused (in the source, not used)", report.unused),
+        ("missing (left at initial values)", report.missing),
+    ):
+        table.add_row(label, str(len(keys)), "\n".join(keys) or "-")
+    Console().print(table)
+    if to == "memdpc":
+        verb = "classify" if report.kind == "classifier" else "retrieve"
+        stream_opt = "" if stream else " --stream rgb|flow"
+        Console().print(
+            f"next: memdpc eval {verb} {out} --shards SHARDS --out EVAL_DIR{stream_opt}",
+            markup=False,
+            soft_wrap=True,
+        )

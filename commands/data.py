@@ -1,0 +1,43 @@
+"""``memdpc data``: the built-in example families, written in the UCF101 layout."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+from rich.console import Console
+
+from memdpc.commands.options import OUT_DIR, config_options
+from memdpc.preprocess.examples.layout import ExampleConfig
+from memdpc.preprocess.examples.photos import PhotoConfig, make_photos
+from memdpc.preprocess.examples.synthetic import SyntheticConfig, make_synthetic
+
+__all__ = ["data"]
+
+
+@click.group()
+def data() -> None:
+    """Built-in example data."""
+
+
+def _wrote(root: Path, cfg: ExampleConfig) -> None:
+    Console().print(f"wrote {cfg.num_classes} classes × {cfg.videos_per_class} videos to {root}")
+    Console().print(f"next: memdpc index {root} --layout ucf101")
+
+
+@data.command("synthetic")
+@click.argument("out", type=OUT_DIR)
+@config_options(ExampleConfig, defaults=SyntheticConfig())
+def data_synthetic(out: Path, **kw) -> None:
+    """Write the built-in motion-class dataset to OUT in the UCF101 layout."""
+    cfg = SyntheticConfig(**kw)
+    _wrote(make_synthetic(out, cfg), cfg)
+
+
+@data.command("photos")
+@click.argument("out", type=OUT_DIR)
+@config_options(ExampleConfig, defaults=PhotoConfig())
+def data_photos(out: Path, **kw) -> None:
+    """Write the held-out family (camera and object motions over photographs) to OUT in the UCF101 layout."""
+    cfg = PhotoConfig(**kw)
+    _wrote(make_photos(out, cfg), cfg)

@@ -1,0 +1,125 @@
+"""Click options generated from the library's configs: one option per setting (:func:`memdpc.common.settings.
+setting`), with the setting's default and help, so that no verb types a default or a help text again."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+__all__ = ["OUT_DIR", "config_options", "stack", "take"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+# an output folder: click rejects an existing file of that name before any work starts
+OUT_DIR = click.Path(path_type=Path, file_okay=False)
+_KINDS = {"int": int, "float": float, "str": str, "bool": bool, "Path": Path}
+
+
+def stack(*decorators: Callable[[F], F]) -> Callable[[F], F]:
+    """The decorators applied as if written one above the other, the first on top (options listed in order)."""
+
+    def wrap(fn: F) -> F:
+        for deco in reversed(decorators):
+            fn = deco(fn)
+        return fn
+
+    return wrap
+
+
+def _settings(cls: type, exclude: tuple[str, ...] = ()) -> Iterator[dataclasses.Field]:
+    """The fields of ``cls`` that are options, nested configs' own flattened in place."""
+    for f in dataclasses.fields(cls):
+        if f.name in exclude or not f.metadata.get("help") and not f.metadata.get("nested"):
+            continue
+        if f.metadata.get("nested"):
+            yield from _settings(
+                f.default.__class__ if f.default is not dataclasses.MISSING else f.type, exclude
+            )
+        else:
+            yield f
+
+
+def _kind(f: dataclasses.Field) -> str:
+    """The field's type as a name: int, float, str, bool, Path or list (``X | None`` reads as X)."""
+    text = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
+    text = text.replace(" | None", "").replace("None | ", "")
+    return "list" if text.startswith(("list", "tuple")) else text
+
+
+def _default(f: dataclasses.Field, defaults: Any) -> Any:
+    if defaults is not None and hasattr(defaults, f.name):
+        return getattr(defaults, f.name)
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return None
+
+
+def _type(f: dataclasses.Field, kind: str) -> click.ParamType | type:
+    meta = f.metadata
+    if "choices" in meta:
+        return click.Choice([str(c) for c in meta["choices"]])
+    if "min" in meta:
+        return click.FloatRange(min=meta["min"]) if kind == "float" else click.IntRange(min=meta["min"])
+    if kind == "Path":
+        return click.Path(path_type=Path, **meta.get("path", {}))
+    return _KINDS.get(kind, str)
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, (list, tuple)):
+        return ",".join(map(str, value))
+    return "none" if value in ("", None) else str(value)
+
+
+def _option(f: dataclasses.Field, defaults: Any, unset: bool) -> Callable[[F], F]:
+    meta, kind = f.metadata, _kind(f)
+    default = _default(f, defaults)
+    name = f.name
+    flags = tuple(meta.get("flags") or ("--" + name.rstrip("_").replace("_", "-"),))
+    text = meta["help"]
+    kw: dict[str, Any] = {"help": text}
+    if meta.get("metavar"):
+        kw["metavar"] = meta["metavar"]
+    if "option_default" in meta:  # "decided later", as the help says
+        default = meta["option_default"]
+    elif unset:  # "not given here": the value comes from a settings file, else the config's default
+        kw["help"] = f"{text} [default: {_shown(default)}]"
+        default = None
+    elif meta.get("required"):
+        kw["required"] = True
+        default = None
+    elif default is not None:
+        kw["show_default"] = True
+    if kind == "bool":  # an on/off pair where off must be sayable (default on, or unset); else a plain flag
+        if "/" not in flags[-1] and (unset or default):
+            flags = (*flags[:-1], f"{flags[-1]}/--no-{flags[-1][2:]}")
+        if "/" in flags[-1]:
+            return click.option(*flags, name, default=default, **kw)
+        kw.pop("show_default", None)  # a plain flag is off unless given
+        return click.option(*flags, name, is_flag=True, default=bool(default), **kw)
+    if "choices" in meta and default is not None:
+        default = str(default)
+    return click.option(*flags, name, type=_type(f, kind), default=default, **kw)
+
+
+def config_options(
+    cls: type, *, exclude: tuple[str, ...] = (), defaults: Any = None, unset: bool = False
+) -> Callable[[F], F]:
+    """One click option per setting of the dataclass ``cls``, in field order.
+
+    ``defaults``: an instance whose values are shown as the defaults (a family's or a task's own); ``unset``:
+    every option defaults to None ("not given"), its help naming the config's default — for verbs whose
+    settings files fill what the command line leaves out.
+    """
+    return stack(*(_option(f, defaults, unset) for f in _settings(cls, exclude)))
+
+
+def take(cls: type, kw: dict[str, Any], exclude: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Pop the options of ``cls``'s settings from the parsed ``kw`` (as keyword arguments of ``cls``)."""
+    return {f.name: kw.pop(f.name) for f in _settings(cls, exclude) if f.name in kw}

@@ -1,0 +1,62 @@
+"""``memdpc preprocess frames|flow``: decode every video of an index once into per-video frame archives."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+from rich.console import Console
+
+from memdpc.commands.options import config_options, stack, take
+from memdpc.common.streams import FLOW, RGB
+from memdpc.preprocess.flow.tvl1_params import TVL1Params
+from memdpc.preprocess.options import PreprocessOptions
+
+__all__ = ["preprocess"]
+
+
+@click.group()
+def preprocess() -> None:
+    """Decode videos once into per-video archives of RGB frames and/or TV-L1 flow."""
+
+
+def _options(streams: str):
+    return stack(
+        click.argument("index", type=click.Path(path_type=Path)),
+        config_options(PreprocessOptions, defaults=PreprocessOptions(streams=streams)),
+        click.option(
+            "--dry-run",
+            is_flag=True,
+            help="Print what the run will do (videos, frames, disk, and the time from a short timed warm-up) "
+            "and write nothing.",
+        ),
+    )
+
+
+def _run(index: Path, dry_run: bool, **kw) -> None:
+    from memdpc.preprocess.plan import plan
+    from memdpc.preprocess.run import preprocess as run
+    from memdpc.report.tables import print_preprocess_report
+
+    tvl1 = take(TVL1Params, kw)
+    if dry_run:
+        Console().print("\n".join(plan(index, tvl1=tvl1, **kw).lines()), markup=False, soft_wrap=True)
+        return
+    report = run(index, tvl1=tvl1, **kw)
+    print_preprocess_report(report, index, Console(), Console(stderr=True))
+    if report["failures"] and kw["strict"]:
+        raise SystemExit(1)
+
+
+@preprocess.command("frames")
+@_options(RGB)
+def preprocess_frames(index: Path, **kw) -> None:
+    """RGB JPEG frames of every video in INDEX (a video index JSONL from `memdpc index`)."""
+    _run(index, **kw)
+
+
+@preprocess.command("flow")
+@_options(FLOW)
+def preprocess_flow(index: Path, **kw) -> None:
+    """TV-L1 flow images of every video in INDEX, computed from the video (n frames → n − 1 flows)."""
+    _run(index, **kw)

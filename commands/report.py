@@ -1,0 +1,32 @@
+"""``memdpc report``: one static page of what a folder holds."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+from rich.console import Console
+
+from memdpc.commands.options import OUT_DIR
+
+__all__ = ["report_cmd"]
+
+
+@click.command("report")
+@click.argument("folder", type=click.Path(path_type=Path))
+@click.option(
+    "--out",
+    type=OUT_DIR,
+    default=None,
+    help="Folder for the page (index.html) and its pictures [default: FOLDER/report].",
+)
+def report_cmd(folder: Path, out: Path | None) -> None:
+    """One static page of what FOLDER holds (a quickstart folder, or a folder of runs, eval results, shards and
+    frame archives): results table, curves, sample clips, retrieval strips; it opens from the file system."""
+    from memdpc.report.page import write_report
+
+    page = write_report(folder, out)
+    Console().print(f"wrote {page} and its pictures in {page.parent}", markup=False, soft_wrap=True)
+    Console(stderr=True).print(
+        f"next: open {page.resolve().as_uri()} in a browser", markup=False, soft_wrap=True
+    )

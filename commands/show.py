@@ -1,0 +1,33 @@
+"""``memdpc show``: pictures of what a stage made."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+from rich.console import Console
+
+from memdpc.commands.options import OUT_DIR, config_options
+from memdpc.report.show_options import ShowOptions
+
+__all__ = ["show_cmd"]
+
+
+@click.command("show")
+@click.argument("path", type=click.Path(path_type=Path))
+@click.option("--out", type=OUT_DIR, required=True, help="Folder for the pictures (PNG, GIF).")
+@config_options(ShowOptions)
+def show_cmd(path: Path, out: Path, **kw) -> None:
+    """Pictures of PATH: a frame archive or folder of them (contact sheet + GIF, flow in colour), a shard or shard
+    folder (samples as the model reads them), a run folder (curves) or an eval folder (retrieval strips,
+    confusion matrices)."""
+    from memdpc.report.show import show
+
+    for written in show(path, out, ShowOptions(**kw)):
+        Console().print(f"wrote {written}", markup=False, soft_wrap=True)
+    Console(stderr=True).print(
+        "next: open them in an image viewer, or `memdpc report FOLDER` for one page of a whole run (e.g. a "
+        "quickstart folder)",
+        markup=False,
+        soft_wrap=True,
+    )

@@ -1,0 +1,87 @@
+"""``memdpc train``: self-supervised pretraining on one stream's shards."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+from rich.console import Console
+
+from memdpc.commands.options import config_options
+from memdpc.common.errors import UserError
+from memdpc.train.config import TrainConfig, config_from_dict, read_config_file
+
+__all__ = ["train_cmd"]
+
+
+@click.command("train")
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="YAML or TOML file of settings, or a recipe (path or short name: `memdpc recipes` lists them; its train "
+    "section); options given on the command line override it.",
+)
+@config_options(TrainConfig, unset=True)
+@click.option(
+    "--init-only",
+    is_flag=True,
+    help="Write the model the run starts from (untrained and seeded, or the --init weights) as "
+    "<out>/checkpoints/init.pt and stop (random-init baseline).",
+)
+@click.option(
+    "--bn-from-data",
+    is_flag=True,
+    help="With --init-only: BatchNorm statistics of the training split's clips (no weight changes), the fair "
+    "random-init baseline of frozen evaluations.",
+)
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Print what the run will do (clips and steps per epoch, global batch, schedule, disk, the wall time "
+    "estimated from a few timed steps on this device) and write nothing.",
+)
+def train_cmd(
+    config_file: Path | None, init_only: bool, bn_from_data: bool, dry_run: bool, **options
+) -> None:
+    """Self-supervised pretraining on one stream's shards (runs alone, under torchrun or srun).
+
+    Example: memdpc train --stream rgb --shards shards/ --out runs/rgb. A run directory that already holds
+    a checkpoint resumes exactly where it stopped; --init CHECKPOINT starts a new run from given weights.
+    SIGINT (Ctrl-C) and SIGTERM stop it at the next step, with checkpoints/last.pt saved there.
+    """
+    values = read_config_file(config_file) if config_file else {}
+    values.update({k: v for k, v in options.items() if v is not None})
+    config = config_from_dict(values, where=str(config_file or "options"))
+    if bn_from_data and not init_only:
+        raise UserError(
+            "--bn-from-data goes with --init-only (a training run's BatchNorm statistics are the data's)"
+        )
+    if config.init and "stream" not in values:
+        # --stream's default (rgb) would train weights of the other stream with a warning that --stream asked for it
+        raise UserError(f"--init {config.init}: say which stream the run trains on (--stream rgb|flow)")
+    if dry_run:
+        if init_only:
+            raise UserError(
+                "--dry-run plans a training run; --init-only writes one checkpoint and needs no plan"
+            )
+        from memdpc.train.dry_run import plan_run
+
+        plan = plan_run(config)
+        if plan is not None:  # rank 0
+            Console().print("\n".join(plan.lines()), markup=False, soft_wrap=True)
+        return
+    if init_only:
+        from memdpc.train.checkpoint import next_command, write_initial_checkpoint
+
+        path = write_initial_checkpoint(config, Path(config.out) / "checkpoints" / "init.pt", bn_from_data)
+        what = "the --init weights" if config.init else f"untrained, seed {config.seed}"
+        what += ", BatchNorm statistics of the training clips" if bn_from_data else ""
+        Console(stderr=True).print(
+            f"wrote {path} ({what})\nnext: {next_command(path, config.shards)}", markup=False, soft_wrap=True
+        )
+        return
+    from memdpc.train.loop import train
+
+    train(config)  # ends by naming what it wrote

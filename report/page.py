@@ -1,0 +1,370 @@
+"""``memdpc report DIR``: one static page of what DIR holds, ``DIR/report/index.html`` and its pictures.
+
+DIR is a quickstart folder or any folder of runs, eval results, shards and frame archives (found up to
+:data:`DEPTH` folders down). The page holds the results table (the quickstart's summary where there is one,
+then every results file), each run's curves (:func:`memdpc.report.show.run_curves`), sample clips of the shards
+and videos of the frame archives (flow in colour, with the colour wheel's legend), retrieval strips and
+confusion matrices, each drawn by :mod:`memdpc.report.show`. It needs no server and loads nothing from the
+network: plain HTML with its style inline, no script, every picture a file beside it, linked relatively,
+so that it opens from the file system (``file://``) and can be copied or archived as a folder. The page is
+written last, so it never points at a picture not yet there; a picture that cannot be drawn (e.g. the shards
+a result records have moved) is named on the page with the reason instead.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import numpy as np
+
+from memdpc.common import file_kinds
+from memdpc.common.atomic import atomic_path
+from memdpc.common.errors import UserError
+from memdpc.common.streams import FLOW, STREAMS
+from memdpc.common.wording import plural
+from memdpc.report.show import (
+    CLASSIFIER_KINDS,
+    RETRIEVAL_KINDS,
+    archives_in,
+    draw_archive,
+    draw_result,
+    draw_samples,
+    flow_legend,
+    is_run,
+    is_shard_folder,
+    results_in,
+    run_curves,
+)
+from memdpc.report.show_options import ShowOptions
+
+__all__ = ["write_report"]
+
+REPORT_DIR = "report"
+PAGE = "index.html"
+DEPTH = 3  # folders below DIR searched for runs, results, shards and archives
+SAMPLES = 2  # shard samples per stream
+VIDEOS = 3  # videos of an archive folder, spread over its ids
+METRIC_COLUMNS = ("R@1", "R@5", "R@10", "top1", "top5")
+SKIP = {REPORT_DIR, "checkpoints", "tb"}  # folders never searched
+
+
+@dataclass
+class Found:
+    """What a folder holds, each list in path order."""
+
+    runs: list[Path] = field(default_factory=list)
+    results: list[Path] = field(default_factory=list)
+    shards: list[Path] = field(default_factory=list)
+    archives: list[Path] = field(default_factory=list)  # folders holding <stream>/<id>.tar
+
+    def __bool__(self) -> bool:
+        return bool(self.runs or self.results or self.shards or self.archives)
+
+
+def find(folder: Path) -> Found:
+    """Runs, results files, shard folders and archive folders in ``folder`` and up to :data:`DEPTH` below."""
+    found = Found()
+
+    def visit(d: Path, depth: int) -> None:
+        if is_shard_folder(d) and not any(d.glob("manifest-*.json")):
+            found.shards.append(d)
+            return
+        if any(archives_in(d / s) for s in STREAMS if (d / s).is_dir()):
+            found.archives.append(d)
+            return
+        if is_run(d):
+            found.runs.append(d)
+        found.results += results_in(d)
+        if depth < DEPTH:
+            for sub in sorted(p for p in d.iterdir() if p.is_dir() and p.name not in SKIP):
+                visit(sub, depth + 1)
+
+    visit(folder, 0)
+    return found
+
+
+def write_report(folder: str | Path, out: str | Path | None = None) -> Path:
+    """Write the page of ``folder`` into ``out`` (default ``folder/report``); return the page's path."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise UserError(
+            f"{folder}: not a folder; memdpc report takes a folder of runs, eval results, shards or "
+            "frame archives, e.g. a quickstart folder"
+        )
+    out = Path(out) if out is not None else folder / REPORT_DIR
+    found = find(folder)
+    if not found:
+        raise UserError(
+            f"{folder}: holds no runs, eval results, shards or frame archives (searched {DEPTH} "
+            "folders down); give a quickstart folder or a folder of them"
+        )
+    page = Page(folder, out)
+    page.summary(found)
+    page.results(found.results)
+    page.runs(found.runs)
+    page.clips(found.shards, found.archives)
+    page.retrieval(found.results)
+    page.confusion(found.results)
+    path = out / PAGE
+    with atomic_path(path) as tmp:
+        tmp.write_text(page.html())
+    return path
+
+
+# ------------------------------------------------------------------------------------------------ page
+_STYLE = """
+body { font: 15px/1.45 system-ui, sans-serif; color: #222; max-width: 1280px; margin: 0 auto; padding: 1em 2em; }
+h1 { font-size: 1.6em; } h2 { margin-top: 2em; border-bottom: 1px solid #ccc; } h3 { font-size: 1em; }
+table { border-collapse: collapse; margin: 0.5em 0; } th, td { border: 1px solid #ccc; padding: 2px 8px; }
+td.n { text-align: right; font-variant-numeric: tabular-nums; } th { background: #f3f3f3; }
+figure { display: inline-block; margin: 0.5em 1em 1em 0; vertical-align: top; }
+img { max-width: 100%; border: 1px solid #eee; } figcaption { font-size: 0.85em; color: #555; max-width: 60em; }
+.note { color: #666; } .missing { color: #a00; }
+"""
+
+
+def _e(text: Any) -> str:
+    return html.escape(str(text))
+
+
+class Page:
+    """The page's sections, drawn into ``out`` as they are added."""
+
+    def __init__(self, folder: Path, out: Path) -> None:
+        self.folder, self.out = folder, out
+        self.parts: list[str] = []
+        self.options = ShowOptions(samples=SAMPLES)
+        self.legend_shown = False
+
+    def _rel(self, path: Path) -> str:
+        return os.path.relpath(path, self.folder)
+
+    def _slug(self, path: Path) -> str:
+        return self._rel(path).replace(os.sep, "-").strip(".-") or "top"
+
+    def _figure(self, image: Path, text: str) -> str:
+        src = quote(os.path.relpath(image, self.out).replace(os.sep, "/"))
+        return f'<figure><img src="{src}" alt="{_e(image.name)}"><figcaption>{_e(text)}</figcaption></figure>'
+
+    def _draw(self, what: str, draw: Callable[[], list[Path]]) -> list[Path]:
+        """Draw, or put on the page why not (the page still gets written)."""
+        try:
+            return draw()
+        except UserError as e:
+            self.parts.append(f'<p class="missing">{_e(what)}: not drawn ({_e(e)})</p>')
+            return []
+
+    def summary(self, found: Found) -> None:
+        held = [
+            plural(len(found.runs), "run"),
+            plural(len(found.results), "results file"),
+            plural(len(found.shards), "shard folder"),
+            plural(len(found.archives), "frame archive folder"),
+        ]
+        self.parts.append(
+            f"<h1>memdpc report: {_e(self.folder.resolve().name)}</h1>"
+            f'<p class="note">{_e(self.folder.resolve())}: {_e(", ".join(held))}.</p>'
+        )
+
+    def results(self, results: list[Path]) -> None:
+        quickstart = self.folder / file_kinds.QUICKSTART_TABLE
+        if not results and not quickstart.is_file():
+            return
+        self.parts.append("<h2>Results</h2>")
+        if quickstart.is_file():
+            self.parts.append(_quickstart_tables(self.folder))
+        rows = []
+        for path in results:  # the JSON alone (its arrays may be large)
+            result = json.loads(path.read_text())
+            metrics = result["metrics"]
+            cells = "".join(
+                f'<td class="n">{100 * metrics[m]:.1f}</td>' if m in metrics else "<td></td>"
+                for m in METRIC_COLUMNS
+            )
+            rows.append(
+                f"<tr><td>{_e(self._rel(path))}</td><td>{_e(result['kind'])}</td><td>{_e(result['stream'])}"
+                f"</td><td>{_e(result['split'])}</td>{cells}</tr>"
+            )
+        if rows:
+            head = "".join(
+                f"<th>{_e(m)}</th>" for m in ("results file", "kind", "stream", "split", *METRIC_COLUMNS)
+            )
+            self.parts.append(
+                f"<h3>Every results file (percent)</h3><table><tr>{head}</tr>{''.join(rows)}</table>"
+            )
+
+    def runs(self, runs: list[Path]) -> None:
+        if not runs:
+            return
+        self.parts.append("<h2>Training</h2>")
+        for run in runs:
+            drawn = self._draw(
+                self._rel(run), lambda run=run: [run_curves(run, self.out / f"{self._slug(run)}-curves.png")]
+            )
+            self.parts += [
+                self._figure(
+                    p,
+                    f"{self._rel(run)}: loss, pretext accuracy, kNN R@1 and learning rate "
+                    "against the step; the dashed line is best.pt",
+                )
+                for p in drawn
+            ]
+
+    def _legend(self) -> None:
+        """The colour wheel's legend, after the first picture of flow."""
+        if not self.legend_shown:
+            self.legend_shown = True
+            self.parts.append(
+                self._figure(
+                    flow_legend(self.out),
+                    "how flow is coloured: direction as hue, speed as "
+                    "saturation; each picture states its scale",
+                )
+            )
+
+    def clips(self, shards: list[Path], archives: list[Path]) -> None:
+        if not shards and not archives:
+            return
+        self.parts.append("<h2>Sample clips</h2>")
+        for root in shards:
+            for stream in STREAMS:
+                splits = sorted(
+                    p.stem.removeprefix("manifest-") for p in (root / stream).glob("manifest-*.json")
+                )
+                if not splits:
+                    continue
+                split = "train" if "train" in splits else splits[0]
+                drawn = self._draw(
+                    f"{self._rel(root)} {stream}",
+                    lambda r=root, s=stream, sp=split: draw_samples(
+                        r, s, sp, self.out / self._slug(r), self.options, legend=False
+                    ),
+                )
+                self.parts += [
+                    self._figure(
+                        p,
+                        f"{self._rel(root)}: a {stream} {split} sample as stored, as the model "
+                        "reads it: blocks in rows",
+                    )
+                    for p in drawn
+                ]
+                if drawn and stream == FLOW:
+                    self._legend()
+        for root in archives:
+            videos = archives_in(root / STREAMS[0]) or archives_in(root / STREAMS[1])
+            picks = sorted(
+                {videos[i] for i in np.linspace(0, len(videos) - 1, min(VIDEOS, len(videos))).astype(int)}
+            )
+            for archive in picks:
+                drawn = self._draw(
+                    self._rel(archive),
+                    lambda a=archive, r=root: draw_archive(
+                        a, self.out / self._slug(r), self.options, legend=False
+                    ),
+                )
+                self.parts += [
+                    self._figure(
+                        p,
+                        f"{self._rel(archive)}: "
+                        f"{'every frame, RGB beside flow' if p.suffix == '.gif' else 'contact sheet'}",
+                    )
+                    for p in drawn
+                ]
+                if drawn and (root / FLOW / archive.name).is_file():
+                    self._legend()
+
+    def _results_of(self, results: list[Path], kinds: tuple[str, ...]) -> Iterator[tuple[Path, dict]]:
+        for path in results:
+            result = json.loads(path.read_text())
+            if result.get("kind") in kinds:
+                yield path, result
+
+    def retrieval(self, results: list[Path]) -> None:
+        chosen = list(self._results_of(results, RETRIEVAL_KINDS))
+        if not chosen:
+            return
+        self.parts.append(
+            '<h2>Retrieval</h2><p class="note">Each row: a test video (query) and its three nearest '
+            "training videos, one frame per block of their first window; green: the same class.</p>"
+        )
+        for path, result in chosen:
+            streams = [s for s in STREAMS if s in result["stream"].split("+")]
+            drawn = self._draw(
+                self._rel(path),
+                lambda p=path, s=streams: draw_result(
+                    p, self.out / self._slug(p.parent), self.options, streams=s, legend=False
+                ),
+            )
+            r1 = result["metrics"].get("R@1")
+            for picture in drawn:
+                stream = picture.stem.rsplit("-", 1)[-1]
+                self.parts.append(
+                    self._figure(picture, f"{self._rel(path)} (R@1 {100 * r1:.1f}): {stream} frames")
+                )
+                if stream == FLOW:
+                    self._legend()
+
+    def confusion(self, results: list[Path]) -> None:
+        chosen = list(self._results_of(results, CLASSIFIER_KINDS))
+        if not chosen:
+            return
+        self.parts.append(
+            '<h2>Confusion matrices</h2><p class="note">Rows: the true class, normalised per row; '
+            "columns: the predicted one.</p>"
+        )
+        for path, result in chosen:
+            drawn = self._draw(
+                self._rel(path), lambda p=path: draw_result(p, self.out / self._slug(p.parent), self.options)
+            )
+            top1 = result["metrics"].get("top1")
+            self.parts += [self._figure(p, f"{self._rel(path)} (top-1 {100 * top1:.1f})") for p in drawn]
+
+    def html(self) -> str:
+        body = "\n".join(self.parts)
+        return (
+            f'<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
+            f'<meta name="viewport" content="width=device-width, initial-scale=1">'
+            f'<link rel="icon" href="data:,"><title>memdpc report: {_e(self.folder.resolve().name)}</title>'
+            f"<style>{_STYLE}</style></head>\n<body>\n{body}\n</body></html>\n"
+        )
+
+
+def _html_table(rows: list[dict]) -> str:
+    if not rows:
+        return ""
+    cols = list(rows[0])
+    head = "".join(f"<th>{_e(c)}</th>" for c in cols)
+    body = "".join(
+        "<tr>"
+        + "".join(
+            f'<td class="n">{_e(r[c])}</td>' if isinstance(r[c], int | float) else f"<td>{_e(r[c])}</td>"
+            for c in cols
+        )
+        + "</tr>"
+        for r in rows
+    )
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def _quickstart_tables(folder: Path) -> str:
+    """The quickstart's table, the line under it in its Markdown (what one video is worth), and its pretext table."""
+    rows = json.loads((folder / file_kinds.QUICKSTART_TABLE).read_text())
+    if not rows:
+        return ""
+    markdown = folder / file_kinds.QUICKSTART_MARKDOWN
+    lines = markdown.read_text().splitlines() if markdown.is_file() else []
+    note = next((line for line in lines if line.strip() and not line.startswith("|")), "")
+    html = f'<h3>The quickstart\'s table (percent)</h3>{_html_table(rows)}<p class="note">{_e(note)}</p>'
+    pretext = folder / file_kinds.QUICKSTART_PRETEXT
+    if pretext.is_file():
+        html += f"<h3>{_e(file_kinds.QUICKSTART_PRETEXT_TITLE)} (top-1 in percent)</h3>" + _html_table(
+            json.loads(pretext.read_text())
+        )
+    return html

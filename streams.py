@@ -1,9 +1,0 @@
-"""The input streams: the frames of a video (``rgb``) and its TV-L1 optical flow (``flow``).
-
-Every stage names them the same way: the archive folders ``<root>/<stream>/``, the shard folders, the
-training ``--stream`` and the eval results.
-"""
-
-RGB = "rgb"
-FLOW = "flow"
-STREAMS = (RGB, FLOW)

@@ -1,0 +1,245 @@
+"""show.py: `memdpc show` on what each stage really writes — frame archives of real videos with real TV-L1 flow
+(preprocess), shards of them (the shard writer), a run and eval results (a real tiny quickstart) — and its
+one-line error for anything else, through real `memdpc` processes."""
+
+from __future__ import annotations
+
+import json
+import tarfile
+
+import cv2
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from memdpc.common import file_kinds
+from memdpc.common.errors import UserError
+from memdpc.eval.results import save_result
+from memdpc.pipeline.shard import shard_stream
+from memdpc.preprocess.archive import archive_path, read_archive, write_archive
+from memdpc.preprocess.datasets import build_index
+from memdpc.preprocess.run import preprocess
+from memdpc.preprocess.video_index import write_index
+from memdpc.report.show import LEGEND, show
+from memdpc.report.show_options import ShowOptions
+from memdpc.viz.flow_colours import codes_colours
+from memdpc.viz.pictures import GAP, MIN_WIDTH, decode_frames
+
+from ..conftest import TINY, run_memdpc
+
+
+@pytest.fixture(scope="module")
+def frames(tiny_dataset, tmp_path_factory):
+    """Real archives of the tiny dataset's 9 videos (3 classes: MoveRight, MoveLeft, MoveUp; 30 frames, 32²):
+    RGB and OpenCV's TV-L1 flow, and the index they were made from."""
+    root = tmp_path_factory.mktemp("show")
+    records = build_index(tiny_dataset, "ucf101", 1)
+    write_index(records, root / "index.jsonl")
+    preprocess(
+        root / "index.jsonl",
+        root / "frames",
+        "rgb,flow",
+        size=32,
+        tvl1={"scales": 3, "warps": 3},
+        flow_backend="opencv",
+        workers=1,
+        progress=False,
+    )
+    return root / "frames", records
+
+
+@pytest.fixture(scope="module")
+def shards(frames):
+    root, records = frames
+    out = root.parent / "shards"
+    for stream in ("rgb", "flow"):
+        shard_stream(root, records, stream, out, "train", max_count=2, seed=0)
+    return out
+
+
+def read_gif(path) -> tuple[list[np.ndarray], int]:
+    with Image.open(path) as im:
+        frames = []
+        for k in range(im.n_frames):
+            im.seek(k)
+            frames.append(np.asarray(im.convert("RGB")))
+        return frames, im.info["duration"]
+
+
+@pytest.mark.parametrize("motion", ["MoveRight", "MoveUp"])
+def test_an_archive_gives_a_sheet_and_a_gif_of_its_video_with_flow_in_the_one_colouring(
+    frames, tmp_path, motion
+):
+    root, _ = frames
+    archive = root / "rgb" / f"v_{motion}_g01_c01.tar"
+    written = show(archive, tmp_path)
+    assert [p.name for p in written] == [f"{archive.stem}-sheet.png", f"{archive.stem}.gif", LEGEND]
+    sheet = np.asarray(Image.open(written[0]))
+    assert sheet.shape[1] >= MIN_WIDTH  # 8 frames a row, enlarged
+    gif, duration = read_gif(written[1])
+    meta, flow_jpegs = read_archive(root / "flow" / f"{archive.stem}.tar")
+    assert len(gif) == meta["num_frames"] == TINY.frames - 1  # every flow frame, its RGB frame beside it
+    assert duration == round(1000 / meta["fps"])
+    # each frame's flow half (below the caption, right of the RGB frame; two 32² frames enlarged alike), back at
+    # 32²: the archive's flow in flow_colours' colours, on one scale for the whole video (up to the GIF's palette)
+    factor = -(-360 // (2 * 32 + GAP))
+    drawn = np.stack([f[-32 * factor :: factor, (32 + GAP) * factor :: factor] for f in gif]).astype(int)
+    expected = codes_colours(decode_frames(flow_jpegs))
+    assert drawn.shape == expected.image.shape
+    off = np.abs(drawn - expected.image).max(axis=-1)
+    assert off.mean() < 3 and np.percentile(off, 95) < 8, (off.mean(), np.percentile(off, 95))
+    assert (drawn.max(axis=-1) - drawn.min(axis=-1) > 60).mean() > 0.2  # in colour, not grey codes
+    assert f"{expected.max_flow:.3g} px" in expected.note  # the scale its caption states
+
+
+def test_a_long_video_decodes_only_the_frames_it_shows_and_its_gif_keeps_the_pace(tmp_path):
+    """A 1000-frame archive whose frames are garbage but for the 16 of the sheet and the GIF's every 5th (so
+    decoding any other frame would fail): the sheet and a 200-frame GIF at 1/5 of the video's 25 fps."""
+    shown = set(np.linspace(0, 999, 16).round().astype(int).tolist()) | set(range(0, 1000, 5))
+
+    def good(k: int) -> bytes:  # frames that differ, so that the GIF writer merges none
+        return cv2.imencode(".jpg", np.full((24, 32, 3), k % 250, np.uint8))[1].tobytes()
+
+    path = archive_path(tmp_path / "frames", "rgb", "long")
+    write_archive(
+        path,
+        (good(k) if k in shown else b"not a jpeg" for k in range(1000)),
+        {"stream": "rgb", "fps": 25.0, "height": 24, "width": 32},
+    )
+    written = show(path, tmp_path / "out")
+    with Image.open(next(p for p in written if p.suffix == ".gif")) as gif:
+        assert (gif.n_frames, gif.info["duration"]) == (200, 200)  # 1000 / 5 frames, 5 × 40 ms
+
+
+def test_a_folder_of_archives_shows_its_first_videos_once_each(frames, tmp_path):
+    root, _ = frames
+    written = show(root, tmp_path, ShowOptions(samples=2))
+    assert [p.name for p in written] == [
+        "v_MoveLeft_g01_c01-sheet.png",
+        "v_MoveLeft_g01_c01.gif",
+        LEGEND,
+        "v_MoveLeft_g02_c01-sheet.png",
+        "v_MoveLeft_g02_c01.gif",
+    ]
+
+
+def test_shard_samples_are_the_blocks_by_frames_the_model_reads(shards, tmp_path):
+    written = show(shards, tmp_path, ShowOptions(samples=2))
+    names = [p.name for p in written]
+    assert len(names) == 5 and names[-1] == LEGEND
+    assert all(n.startswith("rgb-train-v_") for n in names[:2])
+    assert names[2:4] == [n.replace("rgb-", "flow-") for n in names[:2]]  # the same keys in both streams
+    keys = [json.loads(line)["id"] for line in (shards.parent / "index.jsonl").read_text().splitlines()]
+    assert all(n.split("-train-")[1].rsplit("_", 1)[0] in keys for n in names[:4])  # <video id>_<start>
+    picture = np.asarray(Image.open(written[0]))
+    factor = -(-MIN_WIDTH // (5 * 32 + 4 * GAP))  # 5 frames of 32² a row, 8 rows (blocks)
+    assert picture.shape[1] == (5 * 32 + 4 * GAP) * factor
+    assert picture.shape[0] > (8 * 32 + 7 * GAP) * factor  # and a caption above
+
+
+def test_a_split_the_shard_folder_lacks_is_named_with_those_it_has(shards, tmp_path):
+    with pytest.raises(
+        UserError, match=r"shards: no val shards \(it holds train\); give one of them with --split"
+    ):
+        show(shards, tmp_path, ShowOptions(split="val"))
+    assert not any(tmp_path.iterdir())  # nothing drawn
+
+
+def test_augmented_samples_go_through_the_training_transform(shards, tmp_path):
+    tar = sorted((shards / "flow").glob("train-*.tar"))[0]
+    options = ShowOptions(samples=1, augment=True, size=16, crop_size=0, seed=3)
+    first = show(tar, tmp_path / "a", options)
+    again = show(tar, tmp_path / "b", options)
+    other = show(tar, tmp_path / "c", ShowOptions(samples=1, augment=True, size=16, crop_size=0, seed=4))
+    assert first[0].name.endswith("-augmented.png") and first[0].read_bytes() == again[0].read_bytes()
+    assert other[0].read_bytes() != first[0].read_bytes()  # other draws: another crop, flip or jitter
+    picture = np.asarray(Image.open(first[0]))
+    factor = -(-MIN_WIDTH // (5 * 16 + 4 * GAP))
+    assert picture.shape[1] == (5 * 16 + 4 * GAP) * factor  # the training size, not the stored 32²
+    plain = np.asarray(Image.open(show(tar, tmp_path / "d", ShowOptions(samples=1))[0]))
+    assert plain.shape[1] != picture.shape[1]
+
+
+@pytest.mark.slow
+def test_a_run_folder_gives_its_curves_and_an_eval_folder_its_strips_and_matrix(tiny_quickstart, tmp_path):
+    run = show(tiny_quickstart / "runs" / "flow", tmp_path)
+    assert [p.name for p in run] == ["flow-curves.png"] and Image.open(run[0]).size == (1000, 650)
+    written = show(tiny_quickstart / "eval" / "memdpc-flow", tmp_path)
+    assert [p.name for p in written] == [
+        "probe-linear-flow-confusion.png",
+        "retrieval-flow-strips-rgb.png",
+        "retrieval-flow-strips-flow.png",
+        LEGEND,
+    ]
+    flow = np.asarray(Image.open(written[2]).convert("RGB")).astype(int)
+    assert (flow.max(axis=-1) - flow.min(axis=-1) > 80).mean() > 0.05  # flow in colour, no longer grey
+    fused = show(tiny_quickstart / "eval" / "memdpc-fused" / "retrieval.json", tmp_path)
+    assert [p.name for p in fused] == ["retrieval-strips-rgb.png", "retrieval-strips-flow.png", LEGEND]
+
+
+def test_a_result_whose_shards_moved_asks_for_them(tmp_path):
+    result = {
+        "kind": "retrieval",
+        "stream": "rgb",
+        "dataset": "d",
+        "split": "test",
+        "classes": ["a"],
+        "metrics": {"R@1": 1.0},
+        "config": {"shards": str(tmp_path / "gone")},
+    }
+    path = save_result(
+        tmp_path / "retrieval-rgb.json",
+        result,
+        {
+            "video_ids": np.array(["v"]),
+            "labels": np.zeros(1),
+            "gallery_ids": np.array(["w"]),
+            "gallery_labels": np.zeros(1),
+            "neighbours": np.zeros((1, 1), int),
+        },
+    )
+    with pytest.raises(
+        UserError, match="records .*gone, which is not there; give the shards .* with --shards"
+    ):
+        show(path, tmp_path / "out")
+
+
+def test_the_command_prints_every_file_it_wrote(frames, tmp_path):
+    archive = frames[0] / "flow" / "v_MoveUp_g01_c01.tar"
+    res = run_memdpc("show", archive, "--out", tmp_path / "out", "--max-flow", "2")
+    assert res.returncode == 0, res.stderr
+    wrote = [line.removeprefix("wrote ") for line in res.stdout.splitlines()]
+    assert sorted(wrote) == sorted(str(p) for p in (tmp_path / "out").iterdir()) and len(wrote) == 3
+    assert "memdpc report" in res.stderr
+
+
+@pytest.mark.parametrize(
+    "given, kind",
+    [
+        ("v.avi", "a video file"),
+        ("best.pt", "a PyTorch file, such as a checkpoint"),
+        ("empty", "a folder of nothing memdpc show knows"),
+        ("qs", "a quickstart folder; `memdpc report"),
+        ("run/metrics.jsonl", "a run's metrics; give its run folder"),
+        ("notes.tar", "a tar archive"),
+    ],
+)
+def test_anything_else_is_a_one_line_error_saying_what_it_is(tiny_dataset, tmp_path, given, kind):
+    (tmp_path / "v.avi").write_bytes(next(tiny_dataset.rglob("*.avi")).read_bytes())
+    torch.save({"model": {}}, tmp_path / "best.pt")
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "qs").mkdir()
+    (tmp_path / "qs" / file_kinds.QUICKSTART_RECORD).write_text("{}")
+    (tmp_path / "run" / "checkpoints").mkdir(parents=True)
+    (tmp_path / "run" / "config.yaml").write_text("stream: rgb\nshards: s\n")
+    (tmp_path / "run" / "metrics.jsonl").write_text(
+        json.dumps({"kind": "train", "step": 1, "loss": 1.0}) + "\n"
+    )
+    with tarfile.open(tmp_path / "notes.tar", "w") as tar:
+        tar.add(tmp_path / "qs" / file_kinds.QUICKSTART_RECORD, "notes.txt")
+    res = run_memdpc("show", tmp_path / given, "--out", tmp_path / "out")
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    error = res.stderr.strip().splitlines()[-1]
+    assert error.startswith(f"Error: {tmp_path / given}: {kind}") and "memdpc show takes " in error
+    assert not (tmp_path / "out").exists()
