@@ -1,1 +1,2 @@
-"""Benchmarks: each prints a table and writes JSON; `memdpc bench loader` runs bench/loader.py."""
+"""The developers' benchmarks, outside the installed package: run from the checkout as ``python -m bench.NAME``
+(README.md here lists them); each prints a table and writes JSON under ``bench/results/``."""

@@ -105,7 +105,9 @@ def _option(f: dataclasses.Field, defaults: Any, unset: bool) -> Callable[[F], F
         return click.option(*flags, name, is_flag=True, default=bool(default), **kw)
     if "choices" in meta and default is not None:
         default = str(default)
-    return click.option(*flags, name, type=_type(f, kind), default=default, **kw)
+    if not kw.get("required"):  # a required option has no default at all (click counts None as given)
+        kw["default"] = default
+    return click.option(*flags, name, type=_type(f, kind), **kw)
 
 
 def config_options(

@@ -10,6 +10,7 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -20,6 +21,7 @@ from memdpc.eval.data import EvalData
 from memdpc.eval.features import run_windows, video_mean
 from memdpc.eval.pretrained import default_size, load_encoder
 from memdpc.model.checkpoint import read_checkpoint, resolve_stream
+from memdpc.pipeline.clip import ClipSpec
 from memdpc.pipeline.shard import run_shard
 from memdpc.preprocess.decode import DecodeSpec
 from memdpc.preprocess.run import preprocess
@@ -70,14 +72,16 @@ def video_features(
     videos: Sequence[str | os.PathLike],
     *,
     frame_size: int = DecodeSpec.size,
+    clip_stride: int = ClipSpec.stride,
     work: str | os.PathLike | None = None,
-    **options,
+    **options: Any,
 ) -> VideoFeatures:
     """Per-video features of video files: each is decoded (frames resized so the short side is
     ``frame_size``, as ``memdpc preprocess --size``), its flow computed for a flow checkpoint, cut into the
-    evaluation windows (``memdpc shard --split test``) and encoded as :func:`shard_features` (``options``)
-    does. The intermediate archives and shards go to ``work`` (default: a temporary folder, removed after).
-    A video that does not decode is a :class:`UserError` naming it."""
+    evaluation windows of the checkpoint's blocks (``clip_stride`` source frames apart, as ``memdpc shard
+    --clip-stride``) and encoded as :func:`shard_features` (``options``) does. The intermediate archives and
+    shards go to ``work`` (default: a temporary folder, removed after). A video that does not decode is a
+    :class:`UserError` naming it."""
     paths = [Path(v).resolve() for v in videos]
     if not paths:
         raise UserError("video_features: no videos given")
@@ -95,6 +99,12 @@ def video_features(
         if report["failures"]:
             bad = report["failures"][0]
             raise UserError(f"{bad['path']}: {bad['reason']}")
-        run_shard(root / "frames", records, stream, root / "shards", "test", overwrite=True)
+        model = ckpt["model_config"]
+        clip = ClipSpec(
+            model.get("num_blocks", ClipSpec.num_blocks),
+            model.get("block_len", ClipSpec.block_len),
+            clip_stride,
+        )
+        run_shard(root / "frames", records, stream, root / "shards", "test", clip=clip, overwrite=True)
         with torch.inference_mode():
             return shard_features(checkpoint, root / "shards", "test", **{**options, "stream": stream})

@@ -69,6 +69,7 @@ def make_loader(
     DataLoader worker count (torch) or the DALI thread count; ``device`` is where normalised clips land
     (``cuda`` also switches DALI to GPU decoding and augmentation). ``clips_per_video`` k ≥ 1 makes every epoch
     take k windows of each video, drawn anew every epoch (:mod:`memdpc.pipeline.epoch_draw`); 0 takes them all.
+    ``clip``: the clip geometry the caller expects (shards of another are refused); None: the shards' own.
     """
     backend = resolve_backend(backend)
     plan = plan_loader(
@@ -119,7 +120,7 @@ def plan_loader(
     _check_request(batch_size, size, crops, rank, world_size, device)
     manifest = load_manifest(shard_dir, stream, split)
     where = manifest_path(shard_dir, stream, split)
-    clip = clip or ClipSpec()
+    clip = clip or ClipSpec(**manifest.get("clip", {}))  # None: the shards' own geometry
     if manifest.get("clip") != clip.to_dict():
         raise UserError(
             f"{where}: shards hold clips {manifest.get('clip')}, the loader expects {clip.to_dict()}"

@@ -101,6 +101,28 @@ def test_the_command_line_keeps_every_verb_and_option():
     assert differences(old, command_line()) == []
 
 
+def test_a_required_option_is_still_refused_when_missing():
+    """click counts a default of None as given: a required option must have no default at all."""
+    old = json.loads(SNAPSHOT.read_text())
+    given = []
+    for path, params in _commands():
+        for p in params:
+            if old.get(path, {}).get(p.name, {}).get("required") and type(p.default).__name__ != "Sentinel":
+                given.append(f"{path} {p.opts}")
+    assert given == []
+
+
+def _commands(group: click.Group = main, path: str = "memdpc"):
+    ctx = click.Context(group)
+    yield path, group.params
+    for name in group.list_commands(ctx):
+        cmd = group.get_command(ctx, name)
+        if isinstance(cmd, click.Group):
+            yield from _commands(cmd, f"{path} {name}")
+        else:
+            yield f"{path} {name}", cmd.params
+
+
 def test_the_snapshot_check_sees_a_changed_default_and_a_removed_option():
     old = json.loads(SNAPSHOT.read_text())
     changed = json.loads(json.dumps(old))

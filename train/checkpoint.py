@@ -1,13 +1,9 @@
-"""Training-state specifics of checkpoints: RNG states for exact resume, the resume and ``--init`` checks,
-the model a run starts from, and the untrained (init-only) checkpoint.
+"""Training-state specifics of checkpoints: the entries a training checkpoint adds (:data:`TRAINING_KEYS`, their
+one home), RNG states for exact resume, the resume and ``--init`` checks, the model a run starts from, and the
+untrained (init-only) checkpoint.
 
-A training checkpoint is built by :func:`memdpc.model.checkpoint.build_checkpoint` (origin ``train``) and
-adds to the common entries: ``optimizer``, ``scheduler``, ``scaler``, ``epoch`` (epoch in progress), ``step``
-(optimiser steps done), ``epoch_step`` (batches of ``epoch`` already consumed: the loader position),
-``epoch_loss``, ``rng`` (per rank: python, numpy, torch, cuda, now and at the start of the epoch),
-``rank_digests``, ``config`` (the training config), ``world_size``, ``best_val`` (the best watched value, lower
-is better: the validation loss, or minus the kNN R@1), ``best_epoch`` (its epoch; absent in older checkpoints)
-and ``stale`` (epochs since it improved; absent in checkpoints written before early stopping, read as 0).
+A training checkpoint is built by :func:`memdpc.model.checkpoint.build_checkpoint` (origin ``train``) with the
+entries of :func:`training_entries` and read back by :func:`read_training_entries`.
 """
 
 from __future__ import annotations
@@ -38,7 +34,57 @@ from memdpc.train.bn_stats import data_batchnorm_stats
 from memdpc.train.config import TrainConfig, config_from_dict
 from memdpc.train.prepare import check_shards, split_loader
 
-__all__ = ["next_command", "rng_state", "set_rng_state", "write_initial_checkpoint"]
+__all__ = [
+    "OPTIONAL",
+    "TRAINING_KEYS",
+    "is_training_checkpoint",
+    "next_command",
+    "read_training_entries",
+    "rng_state",
+    "set_rng_state",
+    "training_entries",
+    "write_initial_checkpoint",
+]
+
+# The entries a training checkpoint adds to the common ones, and what each holds. A key in OPTIONAL may be missing
+# from a checkpoint (written before it existed) and is read as the value given there.
+TRAINING_KEYS = {
+    "optimizer": "the optimiser's state dict",
+    "scheduler": "the learning-rate scheduler's state dict (None: constant)",
+    "scaler": "the fp16 loss scaler's state dict",
+    "epoch": "the epoch in progress",
+    "step": "optimiser steps done",
+    "epoch_step": "batches of the epoch already consumed: the loader position",
+    "epoch_loss": "sum and count of the epoch's training loss so far",
+    "rng": "per rank: the python, numpy, torch and cuda generators, now and at the start of the epoch",
+    "rank_digests": "per rank: the digest of its weights (equal on every rank)",
+    "config": "the training config",
+    "world_size": "the number of processes that wrote it (a resume needs as many)",
+    "best_val": "the best watched value so far, lower is better: the validation loss, or minus the kNN R@1",
+    "best_epoch": "the epoch of best_val (None: no epoch finished yet)",
+    "stale": "epochs since best_val last improved (--early-stop)",
+}
+OPTIONAL = {"best_epoch": None, "stale": 0}
+
+
+def training_entries(**values: Any) -> dict[str, Any]:
+    """The entries of a training checkpoint: exactly :data:`TRAINING_KEYS`, each given."""
+    if set(values) != set(TRAINING_KEYS):
+        raise ValueError(
+            f"training entries differ from TRAINING_KEYS: {sorted(set(values) ^ set(TRAINING_KEYS))}"
+        )
+    return values
+
+
+def is_training_checkpoint(ckpt: dict[str, Any]) -> bool:
+    """Whether ``ckpt`` holds the state a run resumes from (a training checkpoint), not only weights."""
+    return all(k in ckpt for k in TRAINING_KEYS if k not in OPTIONAL)
+
+
+def read_training_entries(ckpt: dict[str, Any]) -> dict[str, Any]:
+    """A training checkpoint's :data:`TRAINING_KEYS`, the optional ones missing read as :data:`OPTIONAL` says."""
+    return {k: ckpt[k] if k in ckpt else OPTIONAL[k] for k in TRAINING_KEYS}
+
 
 BN_BATCHES = 100  # training batches whose clips give an untrained encoder its BatchNorm statistics
 BN_STATS = (

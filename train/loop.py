@@ -73,13 +73,13 @@ __all__ = ["train"]
 
 @dataclass
 class State:
-    """Where training stands; everything here goes into the checkpoint."""
+    """Where training stands; everything here goes into the checkpoint (``train.checkpoint.TRAINING_KEYS``)."""
 
     epoch: int = 0
     step: int = 0
     epoch_step: int = 0
     best_val: float = math.inf  # the best watched value so far (--best-by: loss, or -R@1); lower is better
-    best_epoch: int | None = None  # the epoch of best_val (None: no epoch finished, or an older checkpoint)
+    best_epoch: int | None = None  # the epoch of best_val (None: no epoch finished yet)
     stale: int = 0  # epochs since best_val last improved (--early-stop)
     epoch_loss: list[float] = field(
         default_factory=lambda: [0.0, 0.0]
@@ -173,7 +173,7 @@ def _train(config: TrainConfig, env: dd.DistEnv) -> Path:
 
 def _read_resume(path: Path, config: TrainConfig, env: dd.DistEnv) -> dict[str, Any]:
     ckpt = mc.read_checkpoint(path)
-    if "optimizer" not in ckpt or "rng" not in ckpt:
+    if not ck.is_training_checkpoint(ckpt):
         raise UserError(
             f"{path}: holds weights only (no optimiser, RNG or loader state), so training cannot "
             "resume from it; start a new run from its weights with --init"
@@ -317,20 +317,22 @@ def _save(p: Parts, s: State, names: list[str]) -> None:
                 p.config.stream,
                 "train",
                 input_size=p.config.size,
-                optimizer=p.optimizer.state_dict(),
-                scheduler=p.scheduler.state_dict() if p.scheduler is not None else None,
-                scaler=p.scaler.state_dict(),
-                epoch=s.epoch,
-                step=s.step,
-                epoch_step=s.epoch_step,
-                best_val=s.best_val,
-                best_epoch=s.best_epoch,
-                stale=s.stale,
-                epoch_loss=list(s.epoch_loss),
-                rng=ranks,
-                rank_digests=digests,
-                world_size=p.env.world_size,
-                config=p.config.to_dict(),
+                **ck.training_entries(
+                    optimizer=p.optimizer.state_dict(),
+                    scheduler=p.scheduler.state_dict() if p.scheduler is not None else None,
+                    scaler=p.scaler.state_dict(),
+                    epoch=s.epoch,
+                    step=s.step,
+                    epoch_step=s.epoch_step,
+                    epoch_loss=list(s.epoch_loss),
+                    rng=ranks,
+                    rank_digests=digests,
+                    config=p.config.to_dict(),
+                    world_size=p.env.world_size,
+                    best_val=s.best_val,
+                    best_epoch=s.best_epoch,
+                    stale=s.stale,
+                ),
             )
         )
         try:
@@ -349,25 +351,26 @@ def _restore(p: Parts, ckpt: dict[str, Any], path: Path) -> State:
     model = ck.unwrap(p.model)
     mc.check_compatible(ckpt, path, model.config)
     model.load_state_dict(ckpt["model"])
+    t = ck.read_training_entries(ckpt)
     p.optimizer.load_state_dict(
         _this_runs_kernel(
-            ckpt["optimizer"], fused_adam(p.config, p.env.device), uses_graphs(p.config, p.env.device)
+            t["optimizer"], fused_adam(p.config, p.env.device), uses_graphs(p.config, p.env.device)
         )
     )
     if p.scheduler is not None:
-        p.scheduler.load_state_dict(ckpt["scheduler"])
-    p.scaler.load_state_dict(ckpt["scaler"])
-    rng = ckpt["rng"][p.env.rank]
+        p.scheduler.load_state_dict(t["scheduler"])
+    p.scaler.load_state_dict(t["scaler"])
+    rng = t["rng"][p.env.rank]
     ck.set_rng_state(rng["now"])
-    p.logger.message(f"resuming {path} at epoch {ckpt['epoch']}, step {ckpt['step']}", markup=False)
+    p.logger.message(f"resuming {path} at epoch {t['epoch']}, step {t['step']}", markup=False)
     return State(
-        ckpt["epoch"],
-        ckpt["step"],
-        ckpt["epoch_step"],
-        ckpt["best_val"],
-        ckpt.get("best_epoch"),
-        ckpt.get("stale", 0),
-        list(ckpt["epoch_loss"]),
+        t["epoch"],
+        t["step"],
+        t["epoch_step"],
+        t["best_val"],
+        t["best_epoch"],
+        t["stale"],
+        list(t["epoch_loss"]),
         rng["epoch_start"],
     )
 

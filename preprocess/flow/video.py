@@ -25,8 +25,8 @@ def video_flow(
 ) -> np.ndarray:
     """Flow from frame k to k + 1 of every pair of consecutive frames of the video at ``path``, frames resized
     so the short side is ``size`` (0: as decoded): (T − 1, H, W, 2) float32 pixels (x right, y down), by
-    ``backend`` (``native``: OpenCV's TV-L1 bit for bit, compiled; ``opencv``). ``stored``: as the flow
-    archives hold it instead (clipped to ±20 px and rounded to the 8-bit codes, read back as pixels).
+    ``backend`` (``native``: OpenCV's TV-L1 bit for bit, compiled; ``opencv``). ``stored``: clipped to ±20 px and
+    rounded to the 8-bit codes the flow archives store (before their JPEG encoding), read back as pixels.
     A file that does not decode is a :class:`UserError` naming it."""
     flow_backend = make_backend(backend, params)
     flows: list[np.ndarray] = []

@@ -13,6 +13,8 @@ import pytest
 
 from memdpc.common import interrupts
 
+from ..conftest import STOP_WITHIN
+
 
 def _run(body: str) -> subprocess.CompletedProcess:
     code = (
@@ -91,4 +93,4 @@ def test_a_worker_leaves_signals_to_its_parent_and_ends_on_the_parents_sigterm()
     started = time.monotonic()
     worker.terminate()
     worker.join(10)
-    assert worker.exitcode == 0 and time.monotonic() - started < 5
+    assert worker.exitcode == 0 and time.monotonic() - started < STOP_WITHIN

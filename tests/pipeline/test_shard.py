@@ -26,7 +26,7 @@ from memdpc.pipeline.shard_plan import usable_frames
 from memdpc.preprocess.archive import archive_path, read_archive, write_archive
 from memdpc.preprocess.video_index import hold_out
 
-from ..conftest import jpeg
+from ..conftest import STOP_WITHIN, jpeg
 
 CLIP = ClipSpec()
 NF = CLIP.num_frames
@@ -307,7 +307,7 @@ def test_sigint_and_sigterm_stop_within_seconds_say_what_was_kept_and_the_rerun_
         _wait_for_shards(tmp_path, at_least, proc)
         sent = time.time()
         proc.send_signal(sig)
-        assert proc.wait(timeout=10) == code and time.time() - sent < 5
+        assert proc.wait(timeout=10) == code and time.time() - sent < STOP_WITHIN
         done = len(list(tmp_path.glob("flow/train-*.tar")))
         assert at_least <= done < 5 and not (tmp_path / "flow" / "manifest-train.json").exists()
         err = proc.stderr.read().decode()

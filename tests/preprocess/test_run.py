@@ -30,6 +30,8 @@ from memdpc.preprocess.flow.tvl1_params import TVL1Params
 from memdpc.preprocess.run import PreprocessConfig, preprocess, run_preprocess
 from memdpc.preprocess.video_index import VideoRecord, read_index, write_index
 
+from ..conftest import STOP_WITHIN
+
 MEMDPC = str(Path(sys.executable).parent / "memdpc")
 FAST = {
     "scales": 2,
@@ -543,7 +545,7 @@ def test_a_signal_stops_the_workers_within_seconds_and_the_same_command_resumes(
         "1",
     ]
     stopped = stop_midway(cmd, out, sig)
-    assert stopped.returncode == 128 + sig and stopped.seconds < 5, stopped.stderr
+    assert stopped.returncode == 128 + sig and stopped.seconds < STOP_WITHIN, stopped.stderr
     assert "Traceback" not in stopped.stderr and "Aborted" not in stopped.stderr
     note = re.search(
         rf"interrupted \({sig.name}\): (\d) of 6 videos done; the same command resumes; report: "

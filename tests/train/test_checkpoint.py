@@ -11,6 +11,13 @@ from memdpc.model import checkpoint as mc
 from memdpc.model import create_model
 from memdpc.model.convert import convert_file
 from memdpc.train import checkpoint as ck
+from memdpc.train.checkpoint import (
+    OPTIONAL,
+    TRAINING_KEYS,
+    is_training_checkpoint,
+    read_training_entries,
+    training_entries,
+)
 from memdpc.train.config import TrainConfig
 from memdpc.train.seeding import seed_everything
 
@@ -116,3 +123,15 @@ def test_init_checkpoints_that_cannot_start_the_run_are_refused(tmp_path):
     (tmp_path / "cut.pt").write_bytes(own.read_bytes()[:1000])
     with pytest.raises(UserError, match="cut.pt: not a readable checkpoint"):
         ck.read_init(tmp_path / "cut.pt", config)
+
+
+def test_the_training_entries_have_one_home():
+    entries = {k: k for k in TRAINING_KEYS}
+    assert training_entries(**entries) == entries
+    with pytest.raises(ValueError, match="best_epoch"):
+        training_entries(**{k: v for k, v in entries.items() if k != "best_epoch"})
+    with pytest.raises(ValueError, match="extra"):
+        training_entries(**entries, extra=1)
+    older = {k: k for k in TRAINING_KEYS if k not in OPTIONAL}  # written before the optional ones existed
+    assert is_training_checkpoint(older) and not is_training_checkpoint({"model": {}})
+    assert read_training_entries(older) == {**older, **OPTIONAL}

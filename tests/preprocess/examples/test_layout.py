@@ -12,7 +12,7 @@ from memdpc.common.errors import UserError
 from memdpc.preprocess.datasets import build_index
 from memdpc.preprocess.examples.layout import CODECS, ExampleConfig, write_example, write_video
 
-from ...conftest import decode_video
+from ...conftest import STOP_WITHIN, decode_video
 
 
 @dataclass(frozen=True)
@@ -114,7 +114,7 @@ def test_a_signal_keeps_the_videos_written_and_the_same_command_resumes(tmp_path
     proc.send_signal(sig)
     sent = time.monotonic()
     _, err = proc.communicate(timeout=30)
-    assert proc.returncode == code and time.monotonic() - sent < 5
+    assert proc.returncode == code and time.monotonic() - sent < STOP_WITHIN
     kept = len(list(out.rglob("*.avi")))
     assert 0 < kept < 80 and not list(out.rglob(".tmp-*"))
     assert f"): {kept} of 80 videos written to {out}; the same command resumes" in " ".join(err.split())

@@ -1,4 +1,4 @@
-"""``memdpc bench loader`` (bench/loader.py) on shards made by README's recipe: the clip geometry and frame
+"""``memdpc bench loader`` (pipeline/loader_bench.py) on shards made by README's recipe: the clip geometry and frame
 sizes come from the manifest, and a wrong folder is a one-line error."""
 
 from __future__ import annotations

@@ -1,0 +1,42 @@
+"""A checkpoint's pretext score on a split is the validation the training loop logged for the same weights."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from memdpc.train.config import TrainConfig
+from memdpc.train.loop import train
+from memdpc.train.pretext import pretext_scores
+
+TINY = dict(
+    stream="rgb",
+    arch="memdpc_r18",
+    widths=[4, 8, 16, 16],
+    size=32,
+    num_blocks=5,
+    block_len=3,
+    pred_steps=2,
+    mem_size=16,
+    batch_size=2,
+    backend="torch",
+    num_workers=0,
+    progress=False,
+    epochs=1,
+    val_split="test",
+)
+
+
+def test_the_score_is_the_validation_the_loop_logged(train_shards, tmp_path, one_thread):
+    config = TrainConfig(shards=str(train_shards), out=str(tmp_path / "run"), **TINY)
+    run = train(config)
+    (val,) = [
+        r
+        for line in (run / "metrics.jsonl").read_text().splitlines()
+        if (r := json.loads(line))["kind"] == "val"
+    ]
+    scores = pretext_scores(run / "checkpoints" / "last.pt", config, "test")
+    assert scores["batches"] == 3  # 6 test clips, batches of 2
+    assert scores["loss"] == pytest.approx(val["loss"], rel=1e-5)
+    assert scores["top1"] == pytest.approx(val["top1"], rel=1e-5)
