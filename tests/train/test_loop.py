@@ -33,7 +33,7 @@ from memdpc.train.loop import State, _check_weights, _loader
 from memdpc.train.metrics import StepValues
 from memdpc.train.prepare import val_split_warnings
 
-from ..conftest import reference_weights
+from ..conftest import STOP_WITHIN, reference_weights
 from .conftest import CLIP, tb_images, tb_scalars
 
 # A tiny network on 5×3-frame clips of 32 px; each run adds its own settings.
@@ -94,10 +94,6 @@ def train_cmd(*args: str) -> list[str]:
 def records(run: Path, kind: str) -> list[dict]:
     lines = (run / "metrics.jsonl").read_text().splitlines()
     return [r for r in map(json.loads, lines) if r["kind"] == kind]
-
-
-# seconds from a signal to the exit: the step in progress, the save, the loaders' shutdown, the interpreter's exit
-STOP_WITHIN = 5.0
 
 
 def start(cmd: list[str], log: Path) -> subprocess.Popen:
