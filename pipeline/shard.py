@@ -3,7 +3,8 @@ manifest, atomically and resumably.
 
 Layout: ``<out>/<stream>/<split>-NNNNNN.tar`` + ``<split>-NNNNNN.idx`` (the text DALI's ``wds2idx`` writes)
 + ``<split>-NNNNNN.sha256`` + ``plan-<split>.json`` (written first: configuration and every shard's keys) + ``manifest-<split>.json``
-(written last). Members per sample: ``<key>.f00.jpg … <key>.f39.jpg`` (JPEG bytes copied from the archives,
+(written last, with the ``provenance`` of the shards: the index, the frame archive folder, each video's label and
+archive identity). Members per sample: ``<key>.f00.jpg … <key>.f39.jpg`` (JPEG bytes copied from the archives,
 never re-encoded), ``<key>.cls`` (int32 little-endian label), ``<key>.json``; key ``<video_id>_<start:05d>``
 (all named in :mod:`memdpc.pipeline.sample`).
 Tars are plain USTAR with fixed owner, mode and mtime, so the same inputs and seed give identical bytes.
@@ -12,8 +13,9 @@ Resuming: the plan (see :mod:`memdpc.pipeline.shard_plan`) fixes which samples g
 written to a temporary name and renamed when complete (its index and checksum first), so on a re-run every shard already
 in place is checked against the plan and kept, and only the missing ones are written; SIGINT and SIGTERM stop a
 run between two writes and say how many shards are in place. An output folder whose plan differs (other
-options, other videos, or archives rewritten, written or lost since) is refused, or with ``overwrite`` the
-split's shards are deleted and written anew.
+options, other videos or labels, or archives rewritten, written or lost since) is refused, or with ``overwrite``
+the split's shards are deleted and written anew. An index whose record names another file than the one an
+archive was made from (its ``meta.json`` ``source``) is refused before anything is written.
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ Every link is read from the record of the next one: a result's ``source`` (the c
 ``shards`` (each split it read: the manifest's path and SHA-256); the checkpoint's ``config`` (its run) and
 ``shards`` (the splits the run trained and validated on); a manifest's ``provenance`` (the index and the frame
 archive folder) and ``skipped`` videos; the frame archive folder's preprocess reports (the videos that failed).
-A link with a recorded digest says whether the file there now is still what was recorded. Results of one
+A link with a recorded digest says whether the file there now is still what was recorded; a checkpoint or a
+manifest changed since is not followed further (it tells of other shards or another run state). Results of one
 checkpoint share a chain; a fused result joins the chain of each of its inputs.
 """
 
@@ -49,12 +50,15 @@ class Link:
 @dataclass
 class Chain:
     """The links that made the results of one checkpoint (``checkpoint`` None: results that record none), and
-    the folders they name (resolved: frame archives, shards, the run), which the page shows and no others."""
+    the folders they name (resolved: frame archives, shards, the run), which the page shows and no others;
+    ``complete``: every result records the shards it read (one written before results recorded them leaves its
+    shard and archive folders unknown)."""
 
     checkpoint: Path | None
     links: list[Link] = field(default_factory=list)
     results: list[Path] = field(default_factory=list)
     folders: set[Path] = field(default_factory=set)
+    complete: bool = True
 
 
 def _now(path: Path, digest: str | None, actual) -> str:
@@ -67,11 +71,16 @@ def _now(path: Path, digest: str | None, actual) -> str:
         return CHANGED  # no longer readable as what it was
 
 
-def _checkpoint(path: Path | None) -> dict[str, Any] | None:
+def _checkpoint(path: Path | None, digest: str | None) -> tuple[str, dict[str, Any] | None]:
+    """What the checkpoint at ``path`` is now against the recorded ``digest``, and its contents where it is the
+    one recorded (a checkpoint changed since, e.g. best.pt after more training, tells of another run state)."""
+    if path is None:
+        return "", None
+    now = _now(path, digest, file_sha256)
     try:
-        return read_checkpoint(path) if path is not None and path.is_file() else None
+        return now, read_checkpoint(path) if now == AS_RECORDED else None
     except UserError:
-        return None
+        return now, None
 
 
 def _index_link(index: dict[str, Any]) -> Link:
@@ -136,9 +145,7 @@ def _run_link(path: Path, ckpt: dict[str, Any]) -> Link | None:
     return Link("run", run, what)
 
 
-def _checkpoint_what(ckpt: dict[str, Any] | None) -> str:
-    if ckpt is None:
-        return "not readable"
+def _checkpoint_what(ckpt: dict[str, Any]) -> str:
     origin, c = ckpt.get("origin"), ckpt.get("config") or {}
     if origin == "train":
         return f"trained: step {ckpt.get('step')}, {plural(ckpt.get('epoch', 0), 'epoch')} done"
@@ -157,7 +164,7 @@ def _result_link(path: Path, result: dict[str, Any]) -> Link:
 def _chain(checkpoint: str | None, digest: str | None, results: list[tuple[Path, dict[str, Any]]]) -> Chain:
     path = Path(checkpoint) if checkpoint else None
     chain = Chain(path, results=[p for p, _ in results])
-    ckpt = _checkpoint(path)
+    now, ckpt = _checkpoint(path, digest)
     roles: dict[tuple[str, str], list[str]] = {}  # (manifest, recorded sha256) → what the chain read it for
     uses = {"train": "trained on", "val": "validated on"}
     for role, record in ((ckpt or {}).get("shards") or {}).items():
@@ -184,6 +191,7 @@ def _chain(checkpoint: str | None, digest: str | None, results: list[tuple[Path,
     chain.folders |= {root.resolve() for root in frames.values()}
     chain.links += shards
     if unrecorded:
+        chain.complete = False
         names = ", ".join(p.name for p in unrecorded)
         chain.links.append(
             Link("shards", None, f"not recorded by {names} (written before results recorded them)")
@@ -193,10 +201,8 @@ def _chain(checkpoint: str | None, digest: str | None, results: list[tuple[Path,
         chain.links.append(run)
         chain.folders.add(run.path.resolve())
     if path is not None:
-        now = _now(path, digest, file_sha256)
-        chain.links.append(
-            Link("checkpoint", path, _checkpoint_what(ckpt) if now != GONE else "", digest[:12], now)
-        )
+        what = _checkpoint_what(ckpt) if ckpt is not None else ""
+        chain.links.append(Link("checkpoint", path, what, digest[:12], now))
     chain.links += [_result_link(p, result) for p, result in results]
     return chain
 

@@ -128,8 +128,8 @@ def write_report(folder: str | Path, out: str | Path | None = None) -> Path:
 
 def _keep_chained(found: Found, made: list[Chain]) -> list[Path]:
     """Keep in ``found`` the runs, shard folders and frame archive folders of the chains ``made`` (all of them
-    where there is no chain); return those left out."""
-    if not made:
+    where there is no chain, or one of a result that does not record its shards); return those left out."""
+    if not made or not all(c.complete for c in made):
         return []
     keep = set().union(*(c.folders for c in made))
     left = []

@@ -237,7 +237,7 @@ def plan_run(config: TrainConfig, overwrite: bool = False) -> RunPlan | None:
     the same checks as the run itself (a run directory of another config is refused, and a checkpoint the run
     would not resume from, e.g. of other shards; ``overwrite`` as :func:`memdpc.train.loop.train` takes it), then
     the counts and a timed warm-up on this process's device. Writes nothing."""
-    config = resolve_val_split(config)
+    config = resolve_val_split(config, fresh=overwrite)
     rank, world_size, local_rank = dd.read_env()
     if rank != 0:
         return None

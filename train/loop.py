@@ -116,7 +116,7 @@ def train(config: TrainConfig, overwrite: bool = False) -> Path:
     what changed); ``overwrite`` starts it afresh instead, removing its checkpoints, metrics and TensorBoard logs
     (:func:`memdpc.train.prepare.clear_run`) after saying so. Raises :class:`~memdpc.common.interrupts.Interrupted`
     on SIGINT or SIGTERM, after saving where the run stopped (module docstring)."""
-    config = resolve_val_split(config)
+    config = resolve_val_split(config, fresh=overwrite)
     env = dd.setup(config.device)
     finished = False
     run_dir = None

@@ -121,14 +121,14 @@ def videos_by_class(
 FEW_VAL_VIDEOS = 10  # below this, one video moves the kNN R@1 by more than 10 points
 
 
-def resolve_val_split(config: TrainConfig) -> TrainConfig:
+def resolve_val_split(config: TrainConfig, fresh: bool = False) -> TrainConfig:
     """``--val-split auto`` made concrete: what the run directory's config recorded (a resume keeps validating
-    on the split it started with, even if a ``val`` split was sharded since), else the shards' ``val`` split of
-    the stream where there is one (videos held out of training by ``memdpc index --val-per-class``), else
-    ``test`` (the reference validates on it)."""
+    on the split it started with, even if a ``val`` split was sharded since; not when the run starts ``fresh``,
+    as with ``--overwrite``), else the shards' ``val`` split of the stream where there is one (videos held out of
+    training by ``memdpc index --val-per-class``), else ``test`` (the reference validates on it)."""
     if config.val_split != AUTO_VAL_SPLIT:
         return config
-    recorded = Path(config.out) / CONFIG_NAME if config.out else None
+    recorded = Path(config.out) / CONFIG_NAME if config.out and not fresh else None
     if recorded is not None and recorded.is_file():
         try:
             split = (yaml.safe_load(recorded.read_text()) or {}).get("val_split")

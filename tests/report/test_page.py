@@ -212,7 +212,10 @@ def test_the_quickstart_page_opens_from_the_file_system_with_every_picture(
         )
     text = browser.evaluate("document.body.innerText")
     best = tiny_quickstart / "runs" / "rgb" / "checkpoints" / "best.pt"
-    chain = text[text.index("runs/rgb/checkpoints/best.pt") : text.index("runs/flow/checkpoints/best.pt")]
+    chain = browser.evaluate(  # the table under the heading of the rgb run's checkpoint
+        "Array.from(document.querySelectorAll('h3')).find(h => h.textContent == 'runs/rgb/checkpoints/best.pt')"
+        ".nextElementSibling.innerText"
+    )
     for line in (
         f"index\tindex.jsonl\t15 videos: 6 train, 3 val, 6 test\t{_sha(tiny_quickstart / 'index.jsonl')}\tas recorded",
         "shards\tshards/rgb/manifest-val.json\tvalidated on: rgb/val, 3 videos",
