@@ -51,6 +51,7 @@ __all__ = [
     "TRAIN_SPLITS",
     "UNUSABLE",
     "make_plan",
+    "preprocess_outcomes",
     "usable_frames",
 ]
 
