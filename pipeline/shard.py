@@ -3,7 +3,8 @@ manifest, atomically and resumably.
 
 Layout: ``<out>/<stream>/<split>-NNNNNN.tar`` + ``<split>-NNNNNN.idx`` (the text DALI's ``wds2idx`` writes)
 + ``<split>-NNNNNN.sha256`` + ``plan-<split>.json`` (written first: configuration and every shard's keys) + ``manifest-<split>.json``
-(written last). Members per sample: ``<key>.f00.jpg … <key>.f39.jpg`` (JPEG bytes copied from the archives,
+(written last, with the ``provenance`` of the shards: the index, the frame archive folder, each video's label and
+archive identity). Members per sample: ``<key>.f00.jpg … <key>.f39.jpg`` (JPEG bytes copied from the archives,
 never re-encoded), ``<key>.cls`` (int32 little-endian label), ``<key>.json``; key ``<video_id>_<start:05d>``
 (all named in :mod:`memdpc.pipeline.sample`).
 Tars are plain USTAR with fixed owner, mode and mtime, so the same inputs and seed give identical bytes.
@@ -12,8 +13,9 @@ Resuming: the plan (see :mod:`memdpc.pipeline.shard_plan`) fixes which samples g
 written to a temporary name and renamed when complete (its index and checksum first), so on a re-run every shard already
 in place is checked against the plan and kept, and only the missing ones are written; SIGINT and SIGTERM stop a
 run between two writes and say how many shards are in place. An output folder whose plan differs (other
-options, other videos, or archives rewritten, written or lost since) is refused, or with ``overwrite`` the
-split's shards are deleted and written anew.
+options, other videos or labels, or archives rewritten, written or lost since) is refused, or with ``overwrite``
+the split's shards are deleted and written anew. An index whose record names another file than the one an
+archive was made from (its ``meta.json`` ``source``) is refused before anything is written.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from memdpc.pipeline.manifest import (
     stream_dir,
     write_manifest,
 )
+from memdpc.pipeline.provenance import records_digest
 from memdpc.pipeline.sample import FRAME_PATTERN, INFO, LABEL, encode_label, frame_member, member_name
 from memdpc.pipeline.shard_plan import (
     DEFAULT_CLIP,
@@ -201,6 +204,9 @@ def _claim(folder: Path, split: str, plan: Plan, overwrite: bool) -> None:
             old = {}
         if old == new:
             return
+        if "labels_sha256" not in old and old == {k: v for k, v in new.items() if k != "labels_sha256"}:
+            write_json_atomic(path, new)  # planned alike before plans recorded the labels: taken as this plan
+            return
         if not overwrite:
             raise UserError(_difference(folder, split, old, new))
         _discard(folder, split, old)
@@ -237,6 +243,8 @@ def _difference(folder: Path, split: str, old: dict, new: dict) -> str:
             f"{folder}: {len(changed)} of the {len(now)} archives of its {split} shards changed since they "
             f"were planned (e.g. {vid}: its archive was {what} since); {fix}"
         )
+    if old.get("labels_sha256") not in (None, new["labels_sha256"]):
+        return f"{folder}: holds {split} shards planned when the index gave some of their videos other classes; {fix}"
     return f"{folder}: holds {split} shards of another configuration (the input videos or frames); {fix}"
 
 
@@ -271,7 +279,24 @@ def _frame_sizes(plan: Plan) -> list[dict[str, Any]]:
     ]
 
 
-def _manifest(plan: Plan, entries: list[dict], folder: Path) -> dict[str, Any]:
+def _provenance(
+    plan: Plan, records: list[VideoRecord], index: str | None, archive_root: str | os.PathLike
+) -> dict[str, Any]:
+    """What the shards were made from (:mod:`memdpc.pipeline.provenance`): the index (its resolved path, None
+    for records given as a list, and the digest of its records), the frame archive folder, and per video of the
+    split its label and its archive's identity (None: skipped)."""
+    labels = {r.id: r.label for r in records}
+    return {
+        "index": {
+            "path": str(Path(index).resolve()) if index is not None else None,
+            "sha256": records_digest(records),
+        },
+        "frames": str(Path(archive_root).resolve()),
+        "videos": {vid: [labels[vid], digest] for vid, digest in plan.archives.items()},
+    }
+
+
+def _manifest(plan: Plan, entries: list[dict], folder: Path, provenance: dict[str, Any]) -> dict[str, Any]:
     metas = [plan.sources[vid].meta for vid in {s.video_id for sh in plan.shards for s in sh.samples}]
     sizes = _frame_sizes(plan)
     size = [sizes[0]["height"], sizes[0]["width"]] if len(sizes) == 1 else None  # None: see frame_sizes
@@ -296,6 +321,7 @@ def _manifest(plan: Plan, entries: list[dict], folder: Path) -> dict[str, Any]:
         "num_short": plan.short,
         "skipped": plan.skipped,
         "shards": entries,
+        "provenance": provenance,
     }
 
 
@@ -463,9 +489,10 @@ def run_shard(
     it re-raises :class:`memdpc.common.interrupts.Interrupted` saying how many shards are in place.
     Returns the :class:`ShardReport` (rendered by :func:`memdpc.report.tables.print_shard_report`)."""
     t0 = time.perf_counter()
-    source = "video index"
-    if not isinstance(index_records, list):
-        source, index_records = str(index_records), read_index(index_records)
+    index = None if isinstance(index_records, list) else str(index_records)  # None: records given as a list
+    if index is not None:
+        index_records = read_index(index)
+    source = index or "video index"
     plan = report = None
     try:
         with progress_bar("{task.fields[unit]}", console=console, disable=console is None) as bar:
@@ -489,7 +516,7 @@ def run_shard(
             report = ShardReport(manifest_path(out_dir, stream, split), plan.num_samples, len(plan.shards))
             report.short, report.skipped = plan.short, plan.skipped
             entries = _write(folder, plan, report, bar)
-        manifest = _manifest(plan, entries, folder)
+        manifest = _manifest(plan, entries, folder, _provenance(plan, index_records, index, archive_root))
         write_manifest(report.manifest, manifest)
     except KeyboardInterrupt as e:
         raise _interrupted(e, plan, report) from None

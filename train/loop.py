@@ -46,14 +46,16 @@ from memdpc.common.errors import UserError
 from memdpc.model import checkpoint as mc
 from memdpc.pipeline.clip import ClipSpec
 from memdpc.train import checkpoint as ck
-from memdpc.train.config import TrainConfig, config_differences, write_config
+from memdpc.train.config import TrainConfig, write_config
 from memdpc.train.knn import knn_recall
 from memdpc.train.metrics import Meter, MetricsLogger, StepValues, truncate_jsonl
 from memdpc.train.prepare import (
     CONFIG_NAME,
     check_run_dir,
     check_shards,
+    clear_run,
     resolve_val_split,
+    shard_records,
     split_loader,
     val_split_warnings,
 )
@@ -102,22 +104,25 @@ class Parts:
     logger: MetricsLogger
     steps: StepValues  # the steps' metrics not read yet (on the device)
     meter: Meter  # the logging window (host)
+    shards: dict[str, dict[str, Any]]  # what the run records of its shards (train.prepare.shard_records)
     stepper: Stepper | None = None  # runs each optimiser step (eager, compiled or as a CUDA graph)
     saved: tuple[int, int, int] | None = None  # (epoch, step, epoch_step) that checkpoints/last.pt holds
 
 
-def train(config: TrainConfig) -> Path:
+def train(config: TrainConfig, overwrite: bool = False) -> Path:
     """Train (or resume) the run ``config.out``; return the run directory. Rank 0 ends by naming what it wrote.
 
-    Raises :class:`~memdpc.common.interrupts.Interrupted` on SIGINT or SIGTERM, after saving where the run stopped
-    (module docstring)."""
-    config = resolve_val_split(config)
+    A run resumes only on the shards it was trained on (:func:`memdpc.train.checkpoint.check_same_shards` names
+    what changed); ``overwrite`` starts it afresh instead, removing its checkpoints, metrics and TensorBoard logs
+    (:func:`memdpc.train.prepare.clear_run`) after saying so. Raises :class:`~memdpc.common.interrupts.Interrupted`
+    on SIGINT or SIGTERM, after saving where the run stopped (module docstring)."""
+    config = resolve_val_split(config, fresh=overwrite)
     env = dd.setup(config.device)
     finished = False
     run_dir = None
     try:
         with interrupts.deferred():
-            run_dir = _train(config, env)
+            run_dir = _train(config, env, overwrite)
         finished = True
         return run_dir
     except interrupts.Interrupted as stop:
@@ -129,17 +134,22 @@ def train(config: TrainConfig) -> Path:
         dd.cleanup(env, finished)
 
 
-def _train(config: TrainConfig, env: dd.DistEnv) -> Path:
-    resume_from = check_run_dir(config)
-    ckpt = _read_resume(resume_from, config, env) if resume_from else None
+def _train(config: TrainConfig, env: dd.DistEnv, overwrite: bool) -> Path:
+    resume_from = check_run_dir(config, overwrite)
+    ckpt = ck.read_resume(resume_from, config, env.world_size) if resume_from else None
     init = _read_init(config, env) if ckpt is None and config.init else None
     manifests = check_shards(config)
+    shards = shard_records(config)
+    if ckpt is not None:
+        ck.check_same_shards(ckpt, resume_from, shards)
     if env.is_main:
         for warning in val_split_warnings(config):
             Console(stderr=True).print("[yellow]warning:[/]", escape(warning), soft_wrap=True)
     dd.barrier(env)
     run_dir = Path(config.out)
     if env.is_main:
+        if overwrite:
+            clear_run(run_dir, lambda text: Console(stderr=True).print(text, markup=False, soft_wrap=True))
         (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
         remove_stale_tmp(run_dir / "checkpoints")
         write_config(config, run_dir / CONFIG_NAME)
@@ -148,7 +158,7 @@ def _train(config: TrainConfig, env: dd.DistEnv) -> Path:
         truncate_jsonl(run_dir / "metrics.jsonl", ckpt["step"] if ckpt is not None else -1)
     dd.barrier(env)
     set_determinism(config.deterministic)
-    parts = _build(config, env, run_dir, ClipSpec(**manifests["train"]["clip"]), init)
+    parts = _build(config, env, run_dir, ClipSpec(**manifests["train"]["clip"]), init, shards)
     state = State()
     if ckpt is not None:
         state = _restore(parts, ckpt, resume_from)
@@ -171,25 +181,6 @@ def _train(config: TrainConfig, env: dd.DistEnv) -> Path:
     return run_dir
 
 
-def _read_resume(path: Path, config: TrainConfig, env: dd.DistEnv) -> dict[str, Any]:
-    ckpt = mc.read_checkpoint(path)
-    if not ck.is_training_checkpoint(ckpt):
-        raise UserError(
-            f"{path}: holds weights only (no optimiser, RNG or loader state), so training cannot "
-            "resume from it; start a new run from its weights with --init"
-        )
-    ck.check_config_compatible(ckpt, path, config.stream, config.model_kwargs())
-    diff = config_differences(ckpt["config"], config)
-    if diff:
-        raise UserError(f"{path}: checkpoint of a different config ({'; '.join(diff)})")
-    if ckpt["world_size"] != env.world_size:
-        raise UserError(
-            f"{path}: written by {ckpt['world_size']} process(es); resume it with the same number "
-            f"(now {env.world_size}) so that data order and RNG continue exactly"
-        )
-    return ckpt
-
-
 def _read_init(config: TrainConfig, env: dd.DistEnv) -> dict[str, Any]:
     """The ``--init`` checkpoint of a new run (checked before the run directory is made)."""
     init, warning = ck.read_init(config.init, config)
@@ -200,7 +191,12 @@ def _read_init(config: TrainConfig, env: dd.DistEnv) -> dict[str, Any]:
 
 # ---------------------------------------------------------------------------------------------- building
 def _build(
-    config: TrainConfig, env: dd.DistEnv, run_dir: Path, clip: ClipSpec, init: dict[str, Any] | None
+    config: TrainConfig,
+    env: dd.DistEnv,
+    run_dir: Path,
+    clip: ClipSpec,
+    init: dict[str, Any] | None,
+    shards: dict[str, dict[str, Any]],
 ) -> Parts:
     train_loader = _loader(config, env, config.train_split, clip, train=True)
     if len(train_loader) == 0:
@@ -235,6 +231,7 @@ def _build(
         MetricsLogger(run_dir, env.is_main, config.progress),
         StepValues(config.log_every),
         Meter(),
+        shards,
     )
     parts.stepper = Stepper(
         wrapped,
@@ -332,6 +329,7 @@ def _save(p: Parts, s: State, names: list[str]) -> None:
                     best_val=s.best_val,
                     best_epoch=s.best_epoch,
                     stale=s.stale,
+                    shards=p.shards,
                 ),
             )
         )

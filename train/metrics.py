@@ -28,10 +28,19 @@ from memdpc.common.progress import progress_bar
 from memdpc.pipeline.augment import AugmentSpec, denormalise
 from memdpc.viz.pictures import clip_picture
 
-__all__ = ["METRICS_NAME", "Meter", "MetricsLogger", "StepValues", "read_metrics", "truncate_jsonl"]
+__all__ = [
+    "METRICS_NAME",
+    "TB_NAME",
+    "Meter",
+    "MetricsLogger",
+    "StepValues",
+    "read_metrics",
+    "truncate_jsonl",
+]
 
 METRICS_NAME = file_kinds.RUN_METRICS
 """The run folder's metrics file: one JSON record per line."""
+TB_NAME = "tb"  # the run folder's TensorBoard logs
 CLIPS_SHOWN = 2  # clips of a batch that :meth:`MetricsLogger.clips` draws
 
 
@@ -126,7 +135,7 @@ class MetricsLogger:
         if not enabled:
             return
         self._file = open(self.path, "a")  # noqa: SIM115 — closed in close()
-        self._tb = SummaryWriter(str(run_dir / "tb"))
+        self._tb = SummaryWriter(str(run_dir / TB_NAME))
         if progress:
             self._progress = progress_bar("{task.fields[info]}", bold=True)
             self._progress.start()

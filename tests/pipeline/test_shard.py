@@ -5,12 +5,14 @@ from __future__ import annotations
 import io
 import json
 import os
+import shutil
 import signal
 import struct
 import subprocess
 import sys
 import tarfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import cv2
@@ -24,7 +26,9 @@ from memdpc.pipeline.manifest import load_manifest, shard_paths, verify_shards
 from memdpc.pipeline.shard import THROTTLE_ENV, run_shard, shard_stream
 from memdpc.pipeline.shard_plan import usable_frames
 from memdpc.preprocess.archive import archive_path, read_archive, write_archive
-from memdpc.preprocess.video_index import hold_out
+from memdpc.preprocess.datasets import build_index
+from memdpc.preprocess.run import preprocess
+from memdpc.preprocess.video_index import hold_out, write_index
 
 from ..conftest import STOP_WITHIN, jpeg
 
@@ -259,9 +263,10 @@ def _cli(*args: str, env=None) -> subprocess.Popen:
 
 @pytest.fixture(scope="module")
 def flow_train_ref(long_archives, tmp_path_factory) -> Path:
-    """flow/train shards of ``long_archives`` with --max-count 2 (5 shards), written without interruption."""
+    """flow/train shards of ``long_archives`` with --max-count 2 (5 shards), written without interruption from
+    its index file (as the command line's runs below: the manifest records the index it was given)."""
     out = tmp_path_factory.mktemp("ref")
-    run_shard(long_archives.root, long_archives.records, "flow", out, "train", max_count=2)
+    run_shard(long_archives.root, long_archives.index, "flow", out, "train", max_count=2)
     return out / "flow"
 
 
@@ -667,3 +672,56 @@ def test_a_damaged_plan_file_is_named(tiny_archives, tmp_path):
     )
     run_shard(tiny_archives.root, tiny_archives.records, "rgb", out, "test", overwrite=True)
     assert json.loads(plan.read_text())["config"]["split"] == "test"
+
+
+def test_an_index_naming_other_files_for_the_archives_ids_is_refused_naming_both(tiny_dataset, tmp_path):
+    """``shard FRAMES --index OTHER.jsonl``: an index of another folder whose ids are those of the archives (the
+    same videos copied elsewhere) is refused as preprocess refuses it, naming both files; the right one shards."""
+    records = build_index(tiny_dataset, "ucf101", 1)
+    write_index(records, tmp_path / "index.jsonl")
+    preprocess(tmp_path / "index.jsonl", tmp_path / "frames", "rgb", size=32, workers=1, progress=False)
+    other = build_index(shutil.copytree(tiny_dataset, tmp_path / "copy"), "ucf101", 1)
+    write_index(other, tmp_path / "other.jsonl")
+    assert [r.id for r in other] == [r.id for r in records]
+    with pytest.raises(UserError, match=r"made with other settings or from another source"):
+        preprocess(tmp_path / "other.jsonl", tmp_path / "frames", "rgb", size=32, workers=1, progress=False)
+    out = tmp_path / "shards"
+    res = _run_cli(tmp_path / "frames", "--index", tmp_path / "other.jsonl", "--stream", "rgb", "--out", out)
+    first, mine = next(r for r in other if r.split == "train"), next(r for r in records if r.split == "train")
+    assert res.exit_code == 2 and res.output.splitlines()[-1] == (
+        f"Error: {tmp_path / 'other.jsonl'}: the archives of 6 of its 6 train videos were made from other files "
+        f"than it names (e.g. {archive_path(tmp_path / 'frames', 'rgb', first.id)} from {mine.path}, but the index "
+        f"names {first.path} for {first.id}); give the index those archives were made with, or preprocess this "
+        "one into another frames folder"
+    )
+    assert not out.exists()  # refused before anything was written
+    res = _run_cli(tmp_path / "frames", "--index", tmp_path / "index.jsonl", "--stream", "rgb", "--out", out)
+    assert res.exit_code == 0, res.output
+    assert load_manifest(out, "rgb", "train")["provenance"]["index"]["path"] == str(tmp_path / "index.jsonl")
+
+
+def test_an_index_that_gives_a_video_another_class_is_not_resumed_over(long_archives, tmp_path):
+    out = tmp_path / "shards"
+    run_shard(long_archives.root, long_archives.records, "rgb", out, "train", max_count=2)
+    plan = out / "rgb" / "plan-train.json"
+    older = {k: v for k, v in json.loads(plan.read_text()).items() if k != "labels_sha256"}
+    plan.write_text(json.dumps(older))  # a plan written before plans recorded the labels: resumed as before
+    again = run_shard(long_archives.root, long_archives.records, "rgb", out, "train", max_count=2)
+    assert (again.kept, again.written) == (again.shards, 0)
+    assert "labels_sha256" in json.loads(plan.read_text())
+    first = next(r for r in long_archives.records if r.split == "train")
+    other = next(r for r in long_archives.records if r.label != first.label)
+    relabelled = [
+        replace(r, label=other.label, label_name=other.label_name) if r is first else r
+        for r in long_archives.records
+    ]
+    with pytest.raises(UserError) as e:
+        run_shard(long_archives.root, relabelled, "rgb", out, "train", max_count=2)
+    assert str(e.value) == (
+        f"{out / 'rgb'}: holds train shards planned when the index gave some of their videos other classes; add "
+        "--overwrite to rewrite the train shards, or use another --out"
+    )
+    run_shard(long_archives.root, relabelled, "rgb", out, "train", max_count=2, overwrite=True)
+    samples = all_samples(out, "rgb", "train")
+    labels = {struct.unpack("<i", s["cls"])[0] for k, s in samples.items() if k.rsplit("_", 1)[0] == first.id}
+    assert labels == {other.label}

@@ -34,7 +34,8 @@ def one_thread():
     torch.set_num_threads(before)
 
 
-def _record(ci: int, g: int, split: str) -> VideoRecord:
+def video_record(ci: int, g: int, split: str) -> VideoRecord:
+    """The index record of rendered video ``g`` of class ``ci`` (its archive: ``v_<class>_g<g>``) in ``split``."""
     vid = f"v_{CLASSES[ci]}_g{g:02d}"
     return VideoRecord(vid, f"/nowhere/{vid}.avi", ci, CLASSES[ci], split, 25.0, FRAMES)
 
@@ -51,7 +52,7 @@ def train_shards(tmp_path_factory) -> Path:
         for g in range(4):
             frames = render_video(cls, SIZE, FRAMES, np.random.default_rng([ci, g]))
             write_jpeg_archive(root / "archives", "rgb", f"v_{cls}_g{g:02d}", frames, 25.0)
-            records.append(_record(ci, g, "test" if g == 3 else "train"))
+            records.append(video_record(ci, g, "test" if g == 3 else "train"))
     out = root / "shards"
     for split in ("train", "test"):
         shard_stream(
@@ -67,7 +68,7 @@ def val_shards(train_shards, tmp_path_factory) -> Path:
 
     out = tmp_path_factory.mktemp("val_data") / "shards"
     shutil.copytree(train_shards, out)
-    records = [_record(0, 3, "val"), _record(1, 3, "val")]
+    records = [video_record(0, 3, "val"), video_record(1, 3, "val")]
     shard_stream(train_shards.parent / "archives", records, "rgb", out, "val", clip=CLIP, max_count=4, seed=0)
     return out
 

@@ -3,6 +3,7 @@ processes, both loaders, torchrun/gloo), what a run says at its end, refusals.""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -26,6 +27,7 @@ from memdpc.common.errors import UserError
 from memdpc.model import create_model
 from memdpc.model.checkpoint import load_model, read_checkpoint
 from memdpc.pipeline.clip import ClipSpec
+from memdpc.pipeline.shard import run_shard
 from memdpc.train.checkpoint import initial_model, param_digest
 from memdpc.train.config import TrainConfig
 from memdpc.train.knn import knn_recall
@@ -34,7 +36,7 @@ from memdpc.train.metrics import StepValues
 from memdpc.train.prepare import val_split_warnings
 
 from ..conftest import STOP_WITHIN, reference_weights
-from .conftest import CLIP, tb_images, tb_scalars
+from .conftest import CLIP, tb_images, tb_scalars, video_record
 
 # A tiny network on 5×3-frame clips of 32 px; each run adds its own settings.
 TINY = [
@@ -1254,3 +1256,58 @@ def test_augmentation_settings_reach_the_loader(train_shards, jitter, crop_size)
     spec = _loader(config, env, "train", ClipSpec(5, 3, stride=1), train=True).plan.spec
     assert spec.jitter_flow is jitter and spec.colour_on("flow") is jitter
     assert spec.crop_size == (crop_size or None)
+
+
+def _shard_videos(shards: Path, archives: Path, val: set[tuple[int, int]]) -> None:
+    """The train and val shards of the 12 videos of ``train_shards``' archives (class, video) with the videos
+    ``val`` held out for validation and the rest trained on, cut anew (``--overwrite``) as a re-indexed run is."""
+    records = [video_record(ci, g, "val" if (ci, g) in val else "train") for ci in range(3) for g in range(4)]
+    for split in ("train", "val"):
+        run_shard(
+            archives, records, "rgb", shards, split, clip=CLIP, window_step=8, max_count=4, overwrite=True
+        )
+
+
+def test_a_run_resumes_only_on_the_shards_it_was_trained_on(train_shards, tmp_path, one_thread):
+    """Re-indexed and re-sharded after a run (two training videos now validation ones): the resume is refused
+    naming the change, by the run and by --dry-run; --overwrite starts afresh after saying what it removes. The
+    same shards copied elsewhere still resume."""
+    shards, out = tmp_path / "shards", tmp_path / "run"
+    _shard_videos(shards, train_shards.parent / "archives", {(0, 3), (1, 3), (2, 3)})
+    run = [*TINY, "--shards", str(shards), "--out", str(out)]
+    assert cli(*run, "--epochs", "1").exit_code == 0
+    last = out / "checkpoints" / "last.pt"
+    recorded = read_checkpoint(last)["shards"]
+    assert {role: r["sha256"] for role, r in recorded.items()} == {
+        role: hashlib.sha256((shards / "rgb" / f"manifest-{role}.json").read_bytes()).hexdigest()
+        for role in ("train", "val")
+    }
+    copied = tmp_path / "copied"
+    shutil.copytree(shards, copied)
+    res = cli(*TINY, "--shards", str(copied), "--out", str(out), "--epochs", "2")
+    assert res.exit_code == 0 and f"resuming {last} at epoch 1" in res.output
+    _shard_videos(shards, train_shards.parent / "archives", {(0, 3), (1, 3), (2, 3), (0, 2), (1, 2)})
+    refusal = (
+        f"Error: {last}: shards changed since this run: 2 videos moved from train to val; --overwrite starts "
+        "afresh (or train on the shards it was trained on)"
+    )
+    for dry in ([], ["--dry-run"]):
+        res = cli(*run, "--epochs", "3", *dry)
+        assert res.exit_code == 2 and res.output.splitlines()[-1] == refusal, res.output
+    assert read_checkpoint(last)["step"] == 8  # untouched
+    res = cli(*run, "--epochs", "3", "--dry-run", "--overwrite")
+    assert res.exit_code == 0, res.output
+    removed = ["checkpoints/best.pt", "checkpoints/last.pt", "metrics.jsonl", "tb"]
+    assert f"afresh (--overwrite removes {', '.join(str(out / p) for p in removed)} first)" in res.output
+    assert last.is_file()  # a dry run writes (and removes) nothing
+    res = cli(*run, "--epochs", "1", "--overwrite")
+    assert res.exit_code == 0, res.output
+    assert f"--overwrite: removing {', '.join(removed)} from {out} to start the run afresh" in res.output
+    assert "resuming" not in res.output
+    ckpt = read_checkpoint(last)
+    assert (ckpt["epoch"], ckpt["step"]) == (1, 3)  # 7 training videos: 14 clips, 3 batches of 4
+    assert [r["step"] for r in records(out, "train")] == [1, 2, 3]  # the old run's records are gone
+    assert (
+        ckpt["shards"]["train"]["sha256"]
+        == hashlib.sha256((shards / "rgb" / "manifest-train.json").read_bytes()).hexdigest()
+    )
