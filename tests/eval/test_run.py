@@ -23,7 +23,7 @@ from memdpc.eval.run import evaluate, fuse
 from memdpc.pipeline.provenance import manifest_identity
 from memdpc.pipeline.shard import run_shard
 
-from ..conftest import STOP_WITHIN
+from ..limits import STOP_WITHIN
 from .conftest import CLIP
 
 pytestmark = pytest.mark.slow

@@ -30,7 +30,8 @@ from memdpc.preprocess.datasets import build_index
 from memdpc.preprocess.run import preprocess
 from memdpc.preprocess.video_index import hold_out, write_index
 
-from ..conftest import STOP_WITHIN, jpeg
+from ..conftest import jpeg
+from ..limits import STOP_WITHIN
 
 CLIP = ClipSpec()
 NF = CLIP.num_frames

@@ -30,7 +30,7 @@ from memdpc.preprocess.flow.tvl1_params import TVL1Params
 from memdpc.preprocess.run import PreprocessConfig, preprocess, run_preprocess
 from memdpc.preprocess.video_index import VideoRecord, read_index, write_index
 
-from ..conftest import STOP_WITHIN
+from ..limits import STOP_WITHIN
 
 MEMDPC = str(Path(sys.executable).parent / "memdpc")
 FAST = {

@@ -35,7 +35,8 @@ from memdpc.train.loop import State, _check_weights, _loader
 from memdpc.train.metrics import StepValues
 from memdpc.train.prepare import val_split_warnings
 
-from ..conftest import STOP_WITHIN, reference_weights
+from ..conftest import reference_weights
+from ..limits import STOP_WITHIN
 from .conftest import CLIP, tb_images, tb_scalars, video_record
 
 # A tiny network on 5×3-frame clips of 32 px; each run adds its own settings.
