@@ -160,7 +160,8 @@ def _train(config: TrainConfig, env: dd.DistEnv) -> Path:
     dd.barrier(env)
     set_determinism(config.deterministic)
     parts = _build(config, env, run_dir, ClipSpec(**manifests["train"]["clip"]), init)
-    parts.logger.message(f"loader: {backend_words(config.backend)}", markup=False)
+    if config.backend == "auto":  # which one it is depends on the machine: say so
+        parts.logger.message(f"loader: {backend_words(config.backend)}", markup=False)
     state = State()
     if ckpt is not None:
         state = _restore(parts, ckpt, resume_from)
