@@ -70,7 +70,7 @@ def progress_bar(
 
 class LogLines(Progress):
     """A progress display for a log file or a pipe: tasks are counted as :class:`Progress` counts them, and each
-    writes one whole line (``description n/total · detail · elapsed``) every :data:`LOG_EVERY` seconds and a last
+    writes one whole line (``description n/total detail · elapsed``) every :data:`LOG_EVERY` seconds and a last
     one when it is removed or the display stops (its final counts: a stage may update a task after its count is
     complete); ``quiet``: no line at all (a bar that would vanish)."""
 
@@ -81,13 +81,11 @@ class LogLines(Progress):
         self._done: set[TaskID] = set()  # tasks whose last line is written
 
     def line(self, task: Task) -> str:
-        """The task's progress as one line of text."""
+        """The task's progress as one line of text: what the bar shows beside it, and the time it took."""
         done = f"{task.completed:,.0f}" + (f"/{task.total:,.0f}" if task.total is not None else "")
-        parts = [f"{Text.from_markup(task.description).plain} {done}"]
-        if self.detail is not None:
-            parts.append(Text.from_markup(self.detail.format(task=task)).plain)
-        parts.append(duration_text(task.elapsed or 0.0))
-        return " · ".join(p for p in parts if p.strip())
+        detail = Text.from_markup(self.detail.format(task=task)).plain if self.detail is not None else ""
+        shown = " ".join(p for p in (Text.from_markup(task.description).plain, done, detail) if p.strip())
+        return f"{shown} · {duration_text(task.elapsed or 0.0)}"
 
     def _write(self, task_id: TaskID, last: bool = False) -> None:
         task = self._tasks.get(task_id)

@@ -851,7 +851,8 @@ def test_val_split_warnings_are_printed_once_at_the_start(val_shards, tmp_path, 
             TrainConfig(shards=str(val_shards), val_split="val", knn_every=1, num_blocks=5, block_len=3)
         )
     ]
-    assert sum(line.startswith("warning:") for line in lines) == 2
+    # once; the summary may add its own, of a validation loss at chance (a tiny run on 2 videos)
+    assert sum(line.startswith("warning:") and "at chance" not in line for line in lines) == 2
 
 
 def test_wrong_stream_shards_are_refused(train_shards, tmp_path):
