@@ -68,6 +68,7 @@ from memdpc.preprocess.video_index import VideoRecord, read_index
 
 __all__ = ["run_shard", "shard_stream", "write_shard", "ShardReport", "THROTTLE_ENV"]
 
+SHORT_DROPPED = "shorter than one window (--short drop)"
 THROTTLE_ENV = "MEMDPC_SHARD_THROTTLE"
 """Seconds to sleep after each sample written: limits I/O on shared storage, and lets tests interrupt a run."""
 
@@ -410,6 +411,30 @@ def _warnings(plan: Plan, records: list[VideoRecord], out_dir: str | os.PathLike
     return out + _sibling_warnings(out_dir, plan)
 
 
+def _missing_classes(plan: Plan, records: list[VideoRecord], source: str) -> str | None:
+    """Why the split would lose classes: those with videos of the split in the index but no samples (their videos
+    failed in preprocess, are not written yet, unusable, or too short to keep), with what became of their
+    videos; None when every class of the split keeps samples."""
+    stream, split = plan.config["stream"], plan.config["split"]
+    have = {s.label for sh in plan.shards for s in sh.samples}
+    chosen = [r for r in records if (split == "all" or r.split == split) and r.label >= 0]
+    lost = sorted({r.label for r in chosen} - have)
+    if not lost:
+        return None
+    skipped = {s["video_id"]: s for s in plan.skipped}
+    videos = [r for r in chosen if r.label in lost]
+    fates = Counter(SKIP_KINDS[skipped[r.id]["kind"]] if r.id in skipped else SHORT_DROPPED for r in videos)
+    example = next((r for r in videos if r.id in skipped), None)
+    e_g = f"; e.g. {example.id}: {skipped[example.id]['reason']}" if example is not None else ""
+    return (
+        f"{source}: {stream}/{split} would have no samples of {plural(len(lost), 'class')}: "
+        f"{name_list([plan.classes[label] for label in lost])} (their {plural(len(videos), 'video')}: "
+        f"{'; '.join(f'{n} {fate}' for fate, n in sorted(fates.items()))}{e_g}); shard once preprocess has "
+        "written them (a held-out split: see preprocess's summary to draw it again), or add "
+        "--allow-missing-classes to shard without them"
+    )
+
+
 def _sibling_warnings(out_dir: str | os.PathLike, plan: Plan) -> list[str]:
     """Shards of other splits or streams in ``out_dir`` cut from archives of other settings (the same stream:
     any setting; the other stream: the decoding, which the two streams share)."""
@@ -478,15 +503,18 @@ def run_shard(
     seed: int = ShardSettings.seed,
     strict: bool = False,
     overwrite: bool = False,
+    allow_missing_classes: bool = False,
     console: Console | None = None,
 ) -> ShardReport:
     """Shard one stream and split (see the module docstring); with ``console``, show progress there.
 
     ``clip`` is the samples' geometry (:class:`ClipSpec`); ``window_step``, ``short``, ``max_count``, ``max_size``
     and ``seed`` are :class:`ShardSettings`' (their help says what each does); ``strict``: stop at the first bad
-    video (default: skip it and report it). ``overwrite``: an output folder holding the split's shards of another plan (other options, videos or
-    archives) gets them deleted and written anew instead of refused. On SIGINT/SIGTERM (``KeyboardInterrupt``)
-    it re-raises :class:`memdpc.common.interrupts.Interrupted` saying how many shards are in place.
+    video (default: skip it and report it). ``overwrite``: an output folder holding the split's shards of another
+    plan (other options, videos or archives) gets them deleted and written anew instead of refused. A class with
+    videos in the split but no samples (its videos failed in preprocess, or are not written yet) is refused before
+    anything is written (UserError), unless ``allow_missing_classes``: the shards then leave it out, with a
+    warning. On SIGINT/SIGTERM (``KeyboardInterrupt``) it re-raises :class:`memdpc.common.interrupts.Interrupted` saying how many shards are in place.
     Returns the :class:`ShardReport` (rendered by :func:`memdpc.report.tables.print_shard_report`)."""
     t0 = time.perf_counter()
     index = None if isinstance(index_records, list) else str(index_records)  # None: records given as a list
@@ -512,6 +540,9 @@ def run_shard(
                 source=source,
                 on_video=lambda i, n: bar.update(scan, completed=i + 1, total=n),
             )
+            missing = None if allow_missing_classes else _missing_classes(plan, index_records, source)
+            if missing:
+                raise UserError(missing)
             folder = _prepare(out_dir, plan, overwrite)
             report = ShardReport(manifest_path(out_dir, stream, split), plan.num_samples, len(plan.shards))
             report.short, report.skipped = plan.short, plan.skipped

@@ -48,6 +48,7 @@ from memdpc.report.show import (
     run_curves,
 )
 from memdpc.report.show_options import ShowOptions
+from memdpc.train.metrics import chance_summary, read_metrics
 
 __all__ = ["write_report"]
 
@@ -264,10 +265,13 @@ class Page:
                 self._figure(
                     p,
                     f"{self._rel(run)}: loss, pretext accuracy, kNN R@1 and learning rate "
-                    "against the step; the dashed line is best.pt",
+                    "against the step; the dashed line is best.pt, the dotted one the loss at chance",
                 )
                 for p in drawn
             ]
+            chance = chance_summary(read_metrics(run))
+            if chance:
+                self.parts.append(f'<p class="missing">{_e(self._rel(run))}: {_e(chance)}</p>')
 
     def _legend(self) -> None:
         """The colour wheel's legend, after the first picture of flow."""

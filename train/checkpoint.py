@@ -68,9 +68,10 @@ TRAINING_KEYS = {
     "best_val": "the best watched value so far, lower is better: the validation loss, or minus the kNN R@1",
     "best_epoch": "the epoch of best_val (None: no epoch finished yet)",
     "stale": "epochs since best_val last improved (--early-stop)",
+    "first_val": "the watched value after epoch 0 (None: not finished yet): what best_val is measured against",
     "shards": "per role (train, val): what the run records of the split it reads (train.prepare.shard_records)",
 }
-OPTIONAL = {"best_epoch": None, "stale": 0, "shards": None}
+OPTIONAL = {"best_epoch": None, "stale": 0, "first_val": None, "shards": None}
 
 
 def training_entries(**values: Any) -> dict[str, Any]:

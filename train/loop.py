@@ -45,10 +45,20 @@ from memdpc.common.atomic import remove_stale_tmp
 from memdpc.common.errors import UserError
 from memdpc.model import checkpoint as mc
 from memdpc.pipeline.clip import ClipSpec
+from memdpc.pipeline.loader import backend_words
 from memdpc.train import checkpoint as ck
 from memdpc.train.config import TrainConfig, write_config
 from memdpc.train.knn import knn_recall
-from memdpc.train.metrics import Meter, MetricsLogger, StepValues, truncate_jsonl
+from memdpc.train.metrics import (
+    Meter,
+    MetricsLogger,
+    StepValues,
+    at_chance,
+    chance_note,
+    chance_summary,
+    read_metrics,
+    truncate_jsonl,
+)
 from memdpc.train.prepare import (
     CONFIG_NAME,
     check_run_dir,
@@ -83,6 +93,7 @@ class State:
     best_val: float = math.inf  # the best watched value so far (--best-by: loss, or -R@1); lower is better
     best_epoch: int | None = None  # the epoch of best_val (None: no epoch finished yet)
     stale: int = 0  # epochs since best_val last improved (--early-stop)
+    first_val: float | None = None  # the watched value after epoch 0 (None: not finished yet)
     epoch_loss: list[float] = field(
         default_factory=lambda: [0.0, 0.0]
     )  # sum, count of this epoch's train loss
@@ -159,6 +170,8 @@ def _train(config: TrainConfig, env: dd.DistEnv, overwrite: bool) -> Path:
     dd.barrier(env)
     set_determinism(config.deterministic)
     parts = _build(config, env, run_dir, ClipSpec(**manifests["train"]["clip"]), init, shards)
+    if config.backend == "auto":  # which one it is depends on the machine: say so
+        parts.logger.message(f"loader: {backend_words(config.backend)}", markup=False)
     state = State()
     if ckpt is not None:
         state = _restore(parts, ckpt, resume_from)
@@ -330,6 +343,7 @@ def _save(p: Parts, s: State, names: list[str]) -> None:
                     best_epoch=s.best_epoch,
                     stale=s.stale,
                     shards=p.shards,
+                    first_val=s.first_val,
                 ),
             )
         )
@@ -368,6 +382,7 @@ def _restore(p: Parts, ckpt: dict[str, Any], path: Path) -> State:
         t["best_val"],
         t["best_epoch"],
         t["stale"],
+        t["first_val"],
         list(t["epoch_loss"]),
         rng["epoch_start"],
     )
@@ -441,8 +456,20 @@ def _watched(p: Parts, value: float) -> str:
     return f"{'val' if p.val_loader is not None else 'train'} loss {value:.4f}"
 
 
+def _margin(p: Parts, s: State) -> str:
+    """How far best.pt's watched value is ahead of epoch 0's: '; 0.3972 below epoch 0's 2.1972'."""
+    if s.first_val is None or s.best_epoch is None:
+        return ""
+    if s.best_epoch == 0:
+        return "; no later epoch did better"
+    if p.config.best_by == "knn":
+        return f"; {s.first_val - s.best_val:.3f} above epoch 0's {-s.first_val:.3f}"
+    return f"; {s.first_val - s.best_val:.4f} below epoch 0's {s.first_val:.4f}"
+
+
 def _finished(p: Parts, s: State) -> str:
-    """The end message: what the run wrote, and what to run next."""
+    """The end message: what the run wrote, which checkpoint is best and by how much over epoch 0, whether the
+    validation loss stayed at chance, and what to run next."""
     ckpts = p.run_dir / "checkpoints"
     done = (
         f"{s.epoch} epochs"
@@ -454,12 +481,14 @@ def _finished(p: Parts, s: State) -> str:
         best_line = "no best.pt: no epoch finished"
     else:
         at = f"epoch {s.best_epoch}, " if s.best_epoch is not None else ""
-        best_line = f"best: {best} ({at}{_watched(p, s.best_val)})"
+        best_line = f"best: {best} ({at}{_watched(p, s.best_val)}{_margin(p, s)})"
     chosen = best if math.isfinite(s.best_val) else _last(p)
+    chance = chance_summary(read_metrics(p.run_dir)) if p.env.is_main else None  # rank 0 wrote them
     return "\n".join(
         [
             f"trained {p.run_dir}: {done}, {s.step} steps",
             best_line,
+            *([f"warning: {chance}"] if chance else []),
             f"last: {_last(p)}",
             f"metrics: {p.run_dir / 'metrics.jsonl'}; tensorboard --logdir {p.run_dir / 'tb'}",
             f"next: {ck.next_command(chosen, p.config.shards)}",
@@ -623,13 +652,22 @@ def _end_epoch(p: Parts, s: State) -> None:
     best = watched < s.best_val
     if best:
         s.best_val, s.best_epoch = watched, s.epoch
+    if s.epoch == 0:
+        s.first_val = watched
     s.stale = 0 if best else s.stale + 1
     s.epoch, s.epoch_step, s.epoch_rng = s.epoch + 1, 0, None
     names = ["last.pt"] + (["best.pt"] if best else [])
     if c.keep_every and s.epoch % c.keep_every == 0:
         names.append(f"epoch-{s.epoch:04d}.pt")
     _save(p, s, names)
-    p.logger.message(f"epoch {s.epoch - 1}: {_watched(p, watched)}, lr {_lr(p):g}{' (best)' if best else ''}")
+    flag = ""
+    if val is not None and at_chance(val):
+        flag = f" — val loss {val['loss']:.4f} " if c.best_by == "knn" else " — "
+        flag += chance_note(val["chance"])
+    p.logger.message(
+        f"epoch {s.epoch - 1}: {_watched(p, watched)}, lr {_lr(p):g}{' (best)' if best else ''}{flag}",
+        markup=False,
+    )
 
 
 def _knn(p: Parts) -> float:

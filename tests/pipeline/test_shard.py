@@ -30,7 +30,7 @@ from memdpc.preprocess.datasets import build_index
 from memdpc.preprocess.run import preprocess
 from memdpc.preprocess.video_index import hold_out, write_index
 
-from ..conftest import jpeg
+from ..conftest import jpeg, run_memdpc
 from ..limits import STOP_WITHIN
 
 CLIP = ClipSpec()
@@ -370,7 +370,9 @@ def test_bad_archives_are_skipped_and_reported_or_refused_with_strict(long_archi
     data = archive_path(root, "rgb", test_ids[1]).read_bytes()
     archive_path(root, "rgb", test_ids[1]).write_bytes(data[: len(data) // 2])  # truncated
     archive_path(root, "rgb", test_ids[2]).write_bytes(b"not a tar at all" * 100)  # corrupt
-    report = run_shard(root, long_archives.records, "rgb", tmp_path / "out", "test")
+    report = run_shard(
+        root, long_archives.records, "rgb", tmp_path / "out", "test", allow_missing_classes=True
+    )  # one class is left without samples
     reasons = {s["video_id"]: s["reason"] for s in report.skipped}
     assert set(reasons) == set(test_ids[:3])
     assert "not written yet" in reasons[test_ids[0]]
@@ -495,7 +497,12 @@ def _run_cli(*args: str):
     return CliRunner(env={"COLUMNS": "300"}).invoke(main, ["shard", *map(str, args)])
 
 
-def test_shard_tells_videos_failed_in_preprocess_from_archives_not_written_yet(tiny_archives, tmp_path):
+def test_a_class_left_without_samples_is_refused_before_anything_is_written_or_allowed_with_a_warning(
+    tiny_archives, tmp_path
+):
+    """The test split's videos of two classes: one failed in preprocess, one not written yet (preprocess still
+    running). shard refuses (exit 2, no shard, no "next"); --allow-missing-classes writes the others and says
+    what is missing, each video told apart by why."""
     root = _copy_archives(tiny_archives, tmp_path)
     failed, pending, kept = [r for r in tiny_archives.records if r.split == "test"]
     for r in (failed, pending):
@@ -506,9 +513,22 @@ def test_shard_tells_videos_failed_in_preprocess_from_archives_not_written_yet(t
     ]
     (root / "preprocess-report.json").write_text(json.dumps({"videos": videos}))
     out = tmp_path / "shards"
-    res = _run_cli(root, "--index", tiny_archives.index, "--stream", "rgb", "--out", out, "--split", "test")
-    assert res.exit_code == 0, res.output
-    lines = res.output.splitlines()
+    args = [root, "--index", tiny_archives.index, "--stream", "rgb", "--out", out, "--split", "test"]
+    res = run_memdpc("shard", *args)
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert res.stderr.strip().splitlines()[-1] == (
+        f"Error: {tiny_archives.index}: rgb/test would have no samples of 2 classes: {failed.label_name}, "
+        f"{pending.label_name} (their 2 videos: 1 failed in preprocess; 1 not written yet (preprocess not run on "
+        f"them, or still running); e.g. {failed.id}: failed in preprocess: moov atom not found); shard once "
+        "preprocess has written them (a held-out split: see preprocess's summary to draw it again), or add "
+        "--allow-missing-classes to shard without them"
+    )
+    assert "next:" not in res.stdout + res.stderr
+    assert not (out / "rgb").exists() or not any((out / "rgb").iterdir())
+
+    res = run_memdpc("shard", *args, "--allow-missing-classes")
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
     expected = [
         "skipped 2 videos: 1 failed in preprocess; 1 not written yet (preprocess not run on them, or still "
         "running)",
@@ -529,18 +549,28 @@ def test_shard_tells_videos_failed_in_preprocess_from_archives_not_written_yet(t
     assert kinds == [(failed.id, "failed"), (pending.id, "not-written")]
 
 
-def test_a_class_without_samples_is_a_warning(tiny_archives, tmp_path):
+def test_a_class_without_training_samples_is_refused_and_a_video_left_out_of_a_kept_class_is_a_warning(
+    tiny_archives, tmp_path
+):
     root = _copy_archives(tiny_archives, tmp_path)
     gone = [r for r in tiny_archives.records if r.split == "train" and r.label == 2]
-    for r in gone:
-        archive_path(root, "flow", r.id).unlink()
-    report = run_shard(root, tiny_archives.records, "flow", tmp_path / "shards", "train")
+    archive_path(root, "flow", gone[0].id).unlink()  # one of the class's two: the class keeps samples
+    report = run_shard(root, tiny_archives.records, "flow", tmp_path / "one", "train")
     assert report.warnings == [
-        f"2 of the 6 train videos have no flow archive yet (preprocess not run on them, or still running; e.g. "
+        f"1 of the 6 train videos has no flow archive yet (preprocess not run on them, or still running; e.g. "
         f"{gone[0].id}): these shards leave them out; once preprocess has finished, run the same command with "
         "--overwrite",
-        f"1 class has no samples in flow/train: {gone[0].label_name}",
     ]
+    archive_path(root, "flow", gone[1].id).unlink()
+    with pytest.raises(
+        UserError, match=rf"flow/train would have no samples of 1 class: {gone[0].label_name} "
+    ):
+        run_shard(root, tiny_archives.records, "flow", tmp_path / "shards", "train")
+    assert not (tmp_path / "shards" / "flow").exists()
+    report = run_shard(
+        root, tiny_archives.records, "flow", tmp_path / "shards", "train", allow_missing_classes=True
+    )
+    assert report.warnings[1:] == [f"1 class has no samples in flow/train: {gone[0].label_name}"]
     train = f"memdpc train --stream flow --shards {tmp_path / 'shards'} --out runs/flow"
     assert report.next_step == (
         f"the same command with --split test (evaluation tests on it; train validates on it), then {train}"

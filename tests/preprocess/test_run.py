@@ -596,7 +596,7 @@ def test_the_bar_counts_the_pairs_of_one_long_video(clips, tmp_path):
         *SMALL[2:],
     )
     assert res.returncode == 0, res.stderr
-    assert re.search(r"preprocess flow .* 40/40 pairs · [\d.]+ pairs/s · 1/1 videos", res.stderr), res.stderr
+    assert re.search(r"preprocess flow .*40/40 pairs · [\d.]+ pairs/s · 1/1 videos", res.stderr), res.stderr
 
 
 @pytest.mark.parametrize("workers", ["1", "2"])

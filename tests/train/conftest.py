@@ -73,6 +73,32 @@ def val_shards(train_shards, tmp_path_factory) -> Path:
     return out
 
 
+@pytest.fixture(scope="session")
+def blank_shards(tmp_path_factory) -> Path:
+    """RGB shards (train and test) of 9 videos of one flat grey, 3 classes: no clip, step or position tells
+    apart from another, so no model can score a target above the others (the validation loss is chance's)."""
+    from memdpc.pipeline.shard import shard_stream
+
+    root = tmp_path_factory.mktemp("blank_data")
+    records = []
+    for ci, cls in enumerate(CLASSES[:3]):
+        for g in range(3):
+            write_jpeg_archive(
+                root / "archives",
+                "rgb",
+                f"v_{cls}_g{g:02d}",
+                np.full((FRAMES, SIZE, SIZE, 3), 128, np.uint8),
+                25.0,
+            )
+            records.append(video_record(ci, g, "test" if g == 2 else "train"))
+    out = root / "shards"
+    for split in ("train", "test"):
+        shard_stream(
+            root / "archives", records, "rgb", out, split, clip=CLIP, window_step=8, max_count=4, seed=0
+        )
+    return out
+
+
 def tb_scalars(log_dir: Path) -> dict[str, list[tuple[int, float]]]:
     """Every scalar in the TensorBoard event files of ``log_dir``: {tag: [(step, value), ...]} in order."""
     acc = EventAccumulator(str(log_dir))
