@@ -18,12 +18,18 @@ RESULT = {
     "dataset": "d",
     "split": "test",
     "classes": ["a"],
-    "metrics": {},
+}
+ARRAYS = {
+    "video_ids": np.array(["q"]),
+    "labels": np.zeros(1, int),
+    "gallery_ids": np.array(["g"]),
+    "gallery_labels": np.zeros(1, int),
+    "neighbours": np.zeros((1, 1), int),
 }
 
 
 def _results_of(out: Outputs) -> None:
-    save_result(out.claim("retrieval-rgb.json"), {**RESULT, **out.record()}, {"labels": np.zeros(1)})
+    save_result(out.claim("retrieval-rgb.json"), {**RESULT, **out.record()}, ARRAYS)
 
 
 def test_results_are_replaced_only_by_the_same_checkpoint_bytes(tmp_path):
@@ -53,9 +59,7 @@ def test_results_are_replaced_only_by_the_same_checkpoint_bytes(tmp_path):
     assert (
         Outputs(folder, b).claim("probe-linear-rgb.json") == folder / "probe-linear-rgb.json"
     )  # another result
-    save_result(
-        folder / "old.json", RESULT, {"labels": np.zeros(1)}
-    )  # written before results recorded a source
+    save_result(folder / "old.json", RESULT, ARRAYS)  # written before results recorded a source
     with pytest.raises(UserError, match="holds results of a checkpoint it does not record"):
         Outputs(folder, a).claim("old.json")
 
