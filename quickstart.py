@@ -52,7 +52,8 @@ COMPARED = (
     ("probe-linear", "top1"),
 )  # MemDPC against each baseline, per stream and fused
 BASELINES = ("random", "random_bn")
-VERDICTS = {"a": "MemDPC better", "b": "baseline better", None: "no reliable difference"}
+VERDICTS = {"a": "MemDPC", "b": "baseline", None: "neither"}  # which is better at p < 0.05 (column "better")
+INTERVAL = " 95%"  # the tables' column of the interval of the column before it (its name + this)
 BELOW_INIT = (
     "no epoch beat the untrained encoder"  # a MemDPC row's note: the kNN monitor's best ≤ its step-0 value
 )
@@ -303,7 +304,7 @@ def _notes(monitors: dict[str, dict[str, Any]]) -> dict[tuple[str, str], str]:
 
 def summary_table(results: dict, notes: dict[tuple[str, str], str] | None = None) -> list[dict[str, Any]]:
     """One row per (model, stream): ``n`` (test videos), R@1, R@5 and linear-probe top-1 in percent, each with
-    its 95 % interval (``[lo, hi]``, the column's name + " 95%"), and a note ("" or what the row's numbers are
+    its 95 % interval (``[lo, hi]``, the column's name + :data:`INTERVAL`), and a note ("" or what the row's numbers are
     not: :data:`BELOW_INIT`)."""
     rows = []
     for model in MODELS:
@@ -314,7 +315,7 @@ def summary_table(results: dict, notes: dict[tuple[str, str], str] | None = None
                 result = _result(results[model, stream, kind])
                 name = column(kind, metric)
                 row[name] = _percent(result["metrics"][metric])
-                row[f"{name} 95%"] = [_percent(x) for x in result["intervals"][metric]]
+                row[name + INTERVAL] = [_percent(x) for x in result["intervals"][metric]]
             row["note"] = (notes or {}).get((model, stream), "")
             rows.append(row)
     return rows
@@ -323,25 +324,24 @@ def summary_table(results: dict, notes: dict[tuple[str, str], str] | None = None
 def comparison_table(results: dict) -> list[dict[str, Any]]:
     """MemDPC against each baseline (:data:`COMPARED`, per stream and fused), paired on the same test videos by
     :func:`memdpc.eval.compare.compare_results`: the difference in points, its 95 % interval, the test's
-    p-value, the discordant videos (MemDPC right and the baseline wrong / the reverse) and the verdict."""
+    p-value, the discordant videos (MemDPC right and the baseline wrong / the reverse) and which is better
+    (:data:`VERDICTS`)."""
     rows = []
     for baseline in BASELINES:
         for stream in (*STREAMS, "fused"):
             for kind, metric in COMPARED:
-                m = compare_results(results["memdpc", stream, kind], results[baseline, stream, kind])[
-                    "metrics"
-                ]
-                m = m[metric]
+                pair = (results["memdpc", stream, kind], results[baseline, stream, kind])
+                m = compare_results(*pair)["metrics"][metric]
                 rows.append(
                     {
-                        "MemDPC against": MODEL_NAMES[baseline],
+                        "baseline": MODEL_NAMES[baseline],
                         "stream": stream,
                         "metric": column(kind, metric),
                         "difference": _percent(m["difference"]),
-                        "difference 95%": [_percent(x) for x in m["interval"]],
+                        "difference" + INTERVAL: [_percent(x) for x in m["interval"]],
                         "p": float(f"{m['p']:.2g}"),
                         "discordant": f"{m['discordant']['a_only']}/{m['discordant']['b_only']}",
-                        "verdict": VERDICTS[winner(m)],
+                        "better": VERDICTS[winner(m)],
                     }
                 )
     return rows
@@ -351,11 +351,11 @@ def comparison_summary(rows: list[dict[str, Any]], videos: int) -> str:
     """The sentence that answers "does pretraining beat random init?" from :func:`comparison_table`."""
     counts = []
     for baseline in BASELINES:
-        mine = [r for r in rows if r["MemDPC against"] == MODEL_NAMES[baseline]]
-        better = sum(r["verdict"] == VERDICTS["a"] for r in mine)
-        worse = sum(r["verdict"] == VERDICTS["b"] for r in mine)
+        mine = [r for r in rows if r["baseline"] == MODEL_NAMES[baseline]]
+        better = sum(r["better"] == VERDICTS["a"] for r in mine)
+        worse = sum(r["better"] == VERDICTS["b"] for r in mine)
         counts.append(f"better than {MODEL_NAMES[baseline]} in {better} of {len(mine)}, worse in {worse}")
-    everywhere = all(r["verdict"] == VERDICTS["a"] for r in rows)
+    everywhere = all(r["better"] == VERDICTS["a"] for r in rows)
     head = "Pretraining beats random init" if everywhere else "Pretraining does not reliably beat random init"
     return (
         f"{head}: MemDPC is {'; '.join(counts)} (R@1 and probe top-1, per stream and fused, paired on the same "
@@ -389,9 +389,9 @@ def sample_note(results: dict) -> str:
     test set."""
     result = _result(results["random", "rgb", "retrieval"])
     videos, gallery = result["counts"]["videos"], result["counts"]["gallery"]
-    small = f" ({result['small_test_set']})" if result["small_test_set"] else ""
+    small = f"; {result['small_test_set']}" if result["small_test_set"] else ""
     return (
-        f"{videos} test videos (one video = {100 / videos:.1f} points){small}, each retrieving among {gallery} "
+        f"{videos} test videos (one video = {100 / videos:.1f} points{small}), each retrieving among {gallery} "
         "train videos; the probes are scored on the same test videos; 95 % intervals: Wilson."
     )
 
@@ -431,15 +431,23 @@ def _markdown(
     )
 
 
-_LEFT = ("model", "stream", "split", "note", "MemDPC against", "metric", "verdict")  # columns of words
+_LEFT = ("model", "stream", "split", "note", "baseline", "metric", "better")  # columns of words
 
 
 def _rich_table(rows: list[dict[str, Any]], title: str, caption: str | None = None) -> Table:
+    """The rows for a terminal: a value and its interval in one cell, "23.3 [11.8–40.9]" (which wraps between
+    the two, so that a table fits 80 columns)."""
     table = Table(title=title, caption=caption)
-    for c in rows[0]:
-        table.add_column(c, justify="left" if c in _LEFT else "right")
+    cols = [c for c in rows[0] if not c.endswith(INTERVAL)]
+    for c in cols:  # a word too long for its column folds onto the next line, never cut
+        table.add_column(c, justify="left" if c in _LEFT else "right", overflow="fold")
     for r in rows:
-        table.add_row(*(cell_text(v) for v in r.values()))
+        table.add_row(
+            *(
+                f"{cell_text(r[c])} [{cell_text(r[c + INTERVAL])}]" if c + INTERVAL in r else cell_text(r[c])
+                for c in cols
+            )
+        )
     return table
 
 

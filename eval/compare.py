@@ -4,8 +4,8 @@ Two results are compared only when they score the same way (classifiers with cla
 finetuning, a scored classifier, a fusion of them —, retrieval with retrieval, Oops with Oops) on the same
 dataset, split and classes, the same test videos with the same labels (retrieval: the same gallery too; Oops:
 the same test windows). Every metric both define is paired video by video (:func:`memdpc.eval.stats.paired`):
-A − B, its paired bootstrap interval, McNemar's exact test on the discordant videos for a proportion (top-k,
-R@k) or the paired bootstrap's p-value otherwise, and a one-line verdict.
+A − B, its interval and a test that agree — McNemar's exact test on the discordant videos and its exact
+interval for a proportion (top-k, R@k), the paired bootstrap otherwise — and a one-line verdict.
 """
 
 from __future__ import annotations

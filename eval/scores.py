@@ -198,8 +198,8 @@ def score(result: dict[str, Any], arrays: dict[str, np.ndarray]) -> dict[str, An
     if count["smallest_class"] < SMALL_CLASS:
         held = " holding a step of it" if family(result["kind"]) == "oops" else ""
         small = (
-            f"small test set: {plural(count['smallest_class'], 'test video')}{held} in its smallest class "
-            f"(fewer than {SMALL_CLASS})"
+            f"small test set: {plural(count['smallest_class'], 'test video')}{held} in its smallest class, "
+            f"fewer than {SMALL_CLASS}"
         )
     return {
         "metrics": metrics,

@@ -11,9 +11,15 @@ a paired comparison of two results on the same units. Intervals:
   bootstrap over the units, :data:`RESAMPLES` resamples drawn from :data:`SEED` (deterministic); a
   per-class mean resamples within each class, so that every resample has every class.
 
-Paired comparison of two results on the same units (:func:`paired`): the difference and its paired bootstrap
-interval (the same resampled units for both); the test is McNemar's exact test on the discordant units for a
-proportion, the paired bootstrap's two-sided p-value otherwise.
+Paired comparison of two results on the same units (:func:`paired`), A − B with an interval and a test that
+agree (the interval leaves out 0 when p < 1 − confidence; for the bootstrap, up to its resampling):
+
+* a proportion: McNemar's exact test on the discordant units (those only one of the two gets right), and the
+  exact interval conditional on them: Clopper–Pearson for the share A gets right, b / (b + c), turned into
+  A − B = (b + c) / n · (2 · share − 1). Being conditional, it takes the number of discordant units as given
+  (with none, A − B is 0 on these units: [0, 0]);
+* anything else: the paired bootstrap (the same resampled units for both), its percentile interval and the
+  two-sided p-value that goes with it.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ __all__ = [
     "Statistic",
     "bootstrap",
     "class_mean",
+    "clopper_pearson",
     "interval",
     "mcnemar",
     "paired",
@@ -162,6 +169,39 @@ def wilson(successes: int, n: int, confidence: float = CONFIDENCE) -> tuple[floa
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
+def _binomial_cdf(k: int, n: int, p: float) -> float:
+    """P(X ≤ k) for X ~ Binomial(n, p), summed in log space (no overflow for large n)."""
+    if k < 0:
+        return 0.0
+    if k >= n or p <= 0.0:
+        return 1.0
+    if p >= 1.0:
+        return 0.0
+    i = np.arange(k + 1)
+    log_comb = math.lgamma(n + 1) - np.array([math.lgamma(j + 1) + math.lgamma(n - j + 1) for j in i])
+    return float(np.exp(log_comb + i * math.log(p) + (n - i) * math.log1p(-p)).sum())
+
+
+def _solve(f, target: float) -> float:
+    """The p in [0, 1] where the decreasing function ``f`` crosses ``target``, by bisection."""
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if f(mid) > target else (lo, mid)
+    return (lo + hi) / 2
+
+
+def clopper_pearson(successes: int, n: int, confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """The exact (Clopper–Pearson) interval of the proportion ``successes / n``: the proportions for which
+    neither binomial tail of the observed count falls below (1 − confidence) / 2."""
+    if n <= 0:
+        raise ValueError("a proportion of no units has no interval")
+    tail = (1 - confidence) / 2
+    lo = 0.0 if successes == 0 else _solve(lambda p: _binomial_cdf(successes - 1, n, p), 1 - tail)
+    hi = 1.0 if successes == n else _solve(lambda p: _binomial_cdf(successes, n, p), tail)
+    return lo, hi
+
+
 def _resamples(units: int, strata: np.ndarray | None, resamples: int, seed: int) -> Iterator[np.ndarray]:
     """Chunks of resampled unit indices (rows: resamples), drawn with replacement from all units or, with
     ``strata``, within each stratum (every resample keeps each stratum's size)."""
@@ -212,8 +252,8 @@ def mcnemar(a_hits: np.ndarray, b_hits: np.ndarray) -> tuple[float, int, int]:
 
 @dataclass(frozen=True)
 class Paired:
-    """A − B on the same units: the difference, its paired bootstrap interval, the test and its p-value;
-    for McNemar's test the discordant units (``only_a``: A hits and B misses; ``only_b``: the reverse)."""
+    """A − B on the same units: the difference, its interval, the test and its p-value; for McNemar's test the
+    discordant units (``only_a``: A hits and B misses; ``only_b``: the reverse)."""
 
     a: float
     b: float
@@ -227,16 +267,22 @@ class Paired:
 
 def paired(a: Statistic, b: Statistic, confidence: float = CONFIDENCE) -> Paired:
     """Compare two results' metric on the same units (row i of both is the same test video)."""
-    if a.rule != b.rule:
-        raise ValueError(f"cannot pair a {a.rule} with a {b.rule}")
-    a_values, b_values = bootstrap([a, b])
-    diffs = a_values - b_values
-    lo_hi = _percentiles(diffs, confidence)
-    common = dict(a=a.value, b=b.value, difference=a.value - b.value, interval=lo_hi)
+    if a.rule != b.rule or a.units != b.units:
+        raise ValueError(f"cannot pair a {a.rule} of {a.units} units with a {b.rule} of {b.units}")
+    common = dict(a=a.value, b=b.value, difference=a.value - b.value)
     if a.is_proportion:
         p, only_a, only_b = mcnemar(a.parts[0], b.parts[0])
-        return Paired(**common, test=MCNEMAR, p=p, only_a=only_a, only_b=only_b)
+        discordant = only_a + only_b
+        if discordant == 0:  # the two agree on every unit: A − B is 0 on them
+            lo_hi = (0.0, 0.0)
+        else:
+            share = clopper_pearson(only_a, discordant, confidence)
+            lo_hi = tuple(discordant / a.units * (2 * s - 1) for s in share)
+        return Paired(**common, interval=lo_hi, test=MCNEMAR, p=p, only_a=only_a, only_b=only_b)
+    a_values, b_values = bootstrap([a, b])
+    diffs = a_values - b_values
     diffs = diffs[~np.isnan(diffs)]
+    common["interval"] = _percentiles(diffs, confidence)
     # the smallest level at which the percentile interval leaves out 0 (+1: the observed resample itself)
     below, above = np.sum(diffs <= 0), np.sum(diffs >= 0)
     p = min(1.0, 2 * (min(below, above) + 1) / (len(diffs) + 1))

@@ -145,13 +145,13 @@ def print_verify(results: list[VerifyResult], console: Console) -> bool:
 
 
 def cell_text(value: Any) -> str:
-    """A cell of a table of rows (the quickstart's): an interval ``[lo, hi]`` as ``lo–hi``, None (a metric that
-    cannot mean anything) as ``n/a``, anything else as it is."""
+    """A cell of a table of rows (the quickstart's): an interval ``[lo, hi]`` as ``lo–hi`` (``lo to hi`` where a
+    bound is negative), None (a metric that cannot mean anything) as ``n/a``, anything else as it is."""
     if value is None:
         return "n/a"
     if isinstance(value, list | tuple):
         lo, hi = value
-        return f"{lo}–{hi}"
+        return f"{lo} to {hi}" if min(lo, hi) < 0 else f"{lo}–{hi}"
     return str(value)
 
 

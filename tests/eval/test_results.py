@@ -31,7 +31,7 @@ def test_round_trip_with_the_scores_of_the_arrays(tmp_path):
     assert back["undefined"] == {"top5": "top-5 of 2 classes: every class is among the first 5"}
     assert back["methods"] == {"top1": "wilson", "mean_class_top1": "bootstrap"}
     assert back["intervals"]["top1"] == pytest.approx(wilson(3, 4))
-    assert back["small_test_set"] == "small test set: 2 test videos in its smallest class (fewer than 5)"
+    assert back["small_test_set"] == "small test set: 2 test videos in its smallest class, fewer than 5"
     assert back["interval_settings"] == {
         "confidence": 0.95,
         "bootstrap": {"resamples": 2000, "seed": 0, "over": "test videos"},

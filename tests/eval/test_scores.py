@@ -35,7 +35,7 @@ def test_classifier_top_k_by_hand_and_ties_as_training_counts_them():
     assert (out["metrics"]["top1"], out["metrics"]["top5"]) == (top1.item(), top5.item())  # training's rule
     assert out["intervals"]["top1"] == list(wilson(2, 4)) and out["intervals"]["top5"] == list(wilson(3, 4))
     assert out["counts"] == {"videos": 4, "classes": 6, "smallest_class": 0}  # c1, c3, c5: no test video
-    assert out["small_test_set"] == "small test set: 0 test videos in its smallest class (fewer than 5)"
+    assert out["small_test_set"] == "small test set: 0 test videos in its smallest class, fewer than 5"
     assert out["undefined"] == {} and units(_result("finetune"), arrays).tolist() == ["a", "b", "c", "d"]
 
 

@@ -1,6 +1,6 @@
 """eval/stats.py against reference calculations: Wilson intervals against scipy and a textbook example, the
 percentile bootstrap and the paired bootstrap against scipy.stats.bootstrap, McNemar's exact test against
-scipy's binomial test and hand-counted cases."""
+scipy's binomial test and hand-counted cases, its exact (Clopper–Pearson) interval against scipy's."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from memdpc.eval.stats import (
     WILSON,
     bootstrap,
     class_mean,
+    clopper_pearson,
     interval,
     mcnemar,
     paired,
@@ -116,16 +117,35 @@ def test_mcnemar_by_hand():
     assert (only_a, only_b, p) == (1, 5, 2 * (1 + 6) / 64)
 
 
-def test_paired_proportions_use_mcnemar_and_the_paired_bootstrap_interval():
+@pytest.mark.parametrize("k,n", [(0, 1), (1, 1), (3, 10), (0, 7), (7, 7), (1, 15), (40, 100), (1234, 3000)])
+def test_clopper_pearson_matches_scipy(k, n):
+    ci = reference.binomtest(k, n).proportion_ci(confidence_level=0.95, method="exact")
+    assert clopper_pearson(k, n) == pytest.approx((ci.low, ci.high), abs=1e-9)
+
+
+def test_paired_proportions_use_mcnemar_and_its_exact_interval():
     a = proportion(np.array([1] * 18 + [0] * 2))
     b = proportion(np.array([0] * 12 + [1] * 6 + [0] * 2))
     result = paired(a, b)
     assert result.test == MCNEMAR and (result.only_a, result.only_b) == (12, 0)
     assert result.difference == pytest.approx(0.6) and result.p == pytest.approx(2 / 2**12)
-    lo, hi = result.interval
-    assert 0 < lo < 0.6 < hi <= 1
+    # A gets all 12 discordant videos right: the share's exact interval is [0.7354, 1], A − B = 12/20 (2s − 1)
+    share = clopper_pearson(12, 12)
+    assert result.interval == pytest.approx((0.6 * (2 * share[0] - 1), 0.6)) and share[0] == pytest.approx(
+        0.7354, abs=1e-4
+    )
     same = paired(a, a)
     assert (same.difference, same.p, same.interval, same.only_a) == (0.0, 1.0, (0.0, 0.0), 0)
+
+
+def test_the_exact_interval_leaves_out_0_exactly_when_mcnemar_rejects():
+    for only_a in range(16):
+        for only_b in range(16):
+            a = proportion(np.array([1] * only_a + [0] * only_b + [1, 0]))
+            b = proportion(np.array([0] * only_a + [1] * only_b + [1, 0]))
+            result = paired(a, b)
+            lo, hi = result.interval
+            assert (lo > 0 or hi < 0) == (result.p < 0.05), (only_a, only_b, result)
 
 
 def test_paired_bootstrap_matches_scipy_and_its_p_value_agrees_with_its_interval():

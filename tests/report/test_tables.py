@@ -190,7 +190,7 @@ def test_result_metrics_with_intervals_counts_na_and_a_small_test_set(tmp_path):
         "R@10 n/a: R@10 with a gallery of 9 videos: every gallery video is among the first 10",
         "R@20 n/a: R@20 with a gallery of 9 videos: every gallery video is among the first 20",
         "R@50 n/a: R@50 with a gallery of 9 videos: every gallery video is among the first 50",
-        "warning: small test set: 3 test videos in its smallest class (fewer than 5)",
+        "warning: small test set: 3 test videos in its smallest class, fewer than 5",
         f"wrote {path} and {tmp_path / 'r.npz'}",
     ]
 
