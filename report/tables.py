@@ -231,11 +231,12 @@ def print_comparison(
         title=f"A − B on the same {plural(comparison['videos'], 'test video')}",
         caption=f"A: {a}\nB: {b}",
     )
-    for col in ("metric", "A", "B", "A − B", "95 % interval", "test", "p", "discordant A/B"):
-        table.add_column(col, justify="left" if col in ("metric", "test") else "right")
+    for col in ("metric", "A", "B", "A − B [95 % interval]", "test", "p", "discordant A/B"):
+        # a word too long for its column folds onto the next line (80 columns), never cut
+        table.add_column(col, justify="left" if col in ("metric", "test") else "right", overflow="fold")
     for name, m in comparison["metrics"].items():
         if "undefined" in m:
-            table.add_row(name, "n/a", "n/a", "", "", "", "", "")
+            table.add_row(name, "n/a", "n/a", "", "", "", "")
             continue
         lo, hi = m["interval"]
         discordant = m.get("discordant")
@@ -243,8 +244,7 @@ def print_comparison(
             name,
             f"{100 * m['a']:.1f}",
             f"{100 * m['b']:.1f}",
-            f"{100 * m['difference']:+.1f}",
-            f"{100 * lo:+.1f} to {100 * hi:+.1f}",
+            f"{100 * m['difference']:+.1f} [{100 * lo:+.1f} to {100 * hi:+.1f}]",
             m["test"],
             f"{m['p']:.2g}",
             f"{discordant['a_only']}/{discordant['b_only']}" if discordant else "",
