@@ -2,8 +2,9 @@
 makes by hand (see README: each step has its command-line equivalent).
 
 synthetic videos → index → preprocess rgb + flow → shards → train rgb, train flow → retrieval and linear
-probe of the MemDPC encoders and of randomly initialised ones → late fusion → one table (JSON + Markdown) and
-one page of everything it made (``report/index.html``).
+probe of the MemDPC encoders and of randomly initialised ones → late fusion → one table (JSON + Markdown), with
+every figure's 95 % interval and the number of test videos, MemDPC paired against each baseline on the same
+test videos (``memdpc eval compare``), and one page of everything it made (``report/index.html``).
 Every step resumes: re-running the command after a kill finishes the job without redoing finished work.
 
 The table says where the kNN monitor, which chooses each MemDPC checkpoint, found no trained epoch better than
@@ -25,6 +26,7 @@ from memdpc.common import file_kinds
 from memdpc.common.atomic import atomic_path, write_json_atomic
 from memdpc.common.errors import UserError
 from memdpc.common.streams import STREAMS
+from memdpc.eval.compare import compare_results, winner
 from memdpc.eval.run import evaluate, fuse
 from memdpc.pipeline.clip import ClipSpec
 from memdpc.pipeline.shard import run_shard
@@ -33,18 +35,25 @@ from memdpc.preprocess.examples.families import EXAMPLE_FAMILIES
 from memdpc.preprocess.run import preprocess
 from memdpc.preprocess.video_index import hold_out, write_index
 from memdpc.report.page import write_report
-from memdpc.report.tables import print_result, print_shard_report
+from memdpc.report.tables import cell_text, print_result, print_shard_report
 from memdpc.train.checkpoint import write_initial_checkpoint
 from memdpc.train.config import TrainConfig
 from memdpc.train.loop import train
 from memdpc.train.metrics import read_metrics
 from memdpc.train.pretext import pretext_scores
 
-__all__ = ["COLUMNS", "MODEL_NAMES", "PROFILES", "quickstart"]
+__all__ = ["COLUMNS", "COMPARED", "MODEL_NAMES", "PROFILES", "column", "quickstart"]
 
 MODELS = ("random", "random_bn", "memdpc")
 MODEL_NAMES = {"random": "random init", "random_bn": "random init, data BN", "memdpc": "MemDPC"}
 COLUMNS = (("retrieval", "R@1"), ("retrieval", "R@5"), ("probe-linear", "top1"))
+COMPARED = (
+    ("retrieval", "R@1"),
+    ("probe-linear", "top1"),
+)  # MemDPC against each baseline, per stream and fused
+BASELINES = ("random", "random_bn")
+VERDICTS = {"a": "MemDPC", "b": "baseline", None: "neither"}  # which is better at p < 0.05 (column "better")
+INTERVAL = " 95%"  # the tables' column of the interval of the column before it (its name + this)
 BELOW_INIT = (
     "no epoch beat the untrained encoder"  # a MemDPC row's note: the kNN monitor's best ≤ its step-0 value
 )
@@ -249,8 +258,17 @@ def _evaluate(
     return results
 
 
-def _metrics(result: Path) -> dict[str, Any]:
-    return json.loads(Path(result).read_text())["metrics"]
+def _result(path: Path) -> dict[str, Any]:
+    return json.loads(Path(path).read_text())
+
+
+def column(kind: str, metric: str) -> str:
+    """The summary table's name of a metric of a kind of result."""
+    return "probe top-1" if kind.startswith("probe") else metric
+
+
+def _percent(x: float) -> float:
+    return round(100 * x, 1)
 
 
 def knn_monitor(run: Path) -> dict[str, Any]:
@@ -285,19 +303,64 @@ def _notes(monitors: dict[str, dict[str, Any]]) -> dict[tuple[str, str], str]:
 
 
 def summary_table(results: dict, notes: dict[tuple[str, str], str] | None = None) -> list[dict[str, Any]]:
-    """One row per (model, stream): R@1, R@5 and linear-probe top-1 in percent, and a note ("" or what the
-    row's numbers are not: :data:`BELOW_INIT`)."""
+    """One row per (model, stream): ``n`` (test videos), R@1, R@5 and linear-probe top-1 in percent, each with
+    its 95 % interval (``[lo, hi]``, the column's name + :data:`INTERVAL`), and a note ("" or what the row's numbers are
+    not: :data:`BELOW_INIT`)."""
     rows = []
     for model in MODELS:
         for stream in (*STREAMS, "fused"):
             row: dict[str, Any] = {"model": MODEL_NAMES[model], "stream": stream}
+            row["n"] = _result(results[model, stream, COLUMNS[0][0]])["counts"]["videos"]
             for kind, metric in COLUMNS:
-                metrics = _metrics(results[model, stream, kind])
-                name = "probe top-1" if kind.startswith("probe") else metric
-                row[name] = round(100 * metrics[metric], 1)
+                result = _result(results[model, stream, kind])
+                name = column(kind, metric)
+                row[name] = _percent(result["metrics"][metric])
+                row[name + INTERVAL] = [_percent(x) for x in result["intervals"][metric]]
             row["note"] = (notes or {}).get((model, stream), "")
             rows.append(row)
     return rows
+
+
+def comparison_table(results: dict) -> list[dict[str, Any]]:
+    """MemDPC against each baseline (:data:`COMPARED`, per stream and fused), paired on the same test videos by
+    :func:`memdpc.eval.compare.compare_results`: the difference in points, its 95 % interval, the test's
+    p-value, the discordant videos (MemDPC right and the baseline wrong / the reverse) and which is better
+    (:data:`VERDICTS`)."""
+    rows = []
+    for baseline in BASELINES:
+        for stream in (*STREAMS, "fused"):
+            for kind, metric in COMPARED:
+                pair = (results["memdpc", stream, kind], results[baseline, stream, kind])
+                m = compare_results(*pair)["metrics"][metric]
+                rows.append(
+                    {
+                        "baseline": MODEL_NAMES[baseline],
+                        "stream": stream,
+                        "metric": column(kind, metric),
+                        "difference": _percent(m["difference"]),
+                        "difference" + INTERVAL: [_percent(x) for x in m["interval"]],
+                        "p": float(f"{m['p']:.2g}"),
+                        "discordant": f"{m['discordant']['a_only']}/{m['discordant']['b_only']}",
+                        "better": VERDICTS[winner(m)],
+                    }
+                )
+    return rows
+
+
+def comparison_summary(rows: list[dict[str, Any]], videos: int) -> str:
+    """The sentence that answers "does pretraining beat random init?" from :func:`comparison_table`."""
+    counts = []
+    for baseline in BASELINES:
+        mine = [r for r in rows if r["baseline"] == MODEL_NAMES[baseline]]
+        better = sum(r["better"] == VERDICTS["a"] for r in mine)
+        worse = sum(r["better"] == VERDICTS["b"] for r in mine)
+        counts.append(f"better than {MODEL_NAMES[baseline]} in {better} of {len(mine)}, worse in {worse}")
+    everywhere = all(r["better"] == VERDICTS["a"] for r in rows)
+    head = "Pretraining beats random init" if everywhere else "Pretraining does not reliably beat random init"
+    return (
+        f"{head}: MemDPC is {'; '.join(counts)} (R@1 and probe top-1, per stream and fused, paired on the same "
+        f"{videos} test videos; McNemar's exact test at p < 0.05, not corrected for {len(rows)} tests)."
+    )
 
 
 def pretext_table(ckpts: dict, configs: dict[str, TrainConfig]) -> list[dict[str, Any]]:
@@ -322,50 +385,100 @@ def pretext_table(ckpts: dict, configs: dict[str, TrainConfig]) -> list[dict[str
 
 
 def sample_note(results: dict) -> str:
-    """How many videos the percentages count, so that a reader can tell a difference from noise."""
-    metrics = _metrics(results["random", "rgb", "retrieval"])
-    queries, gallery = metrics["queries"], metrics["gallery"]
+    """How many videos the percentages count, so that a reader can tell a difference from noise, and a small
+    test set."""
+    result = _result(results["random", "rgb", "retrieval"])
+    videos, gallery = result["counts"]["videos"], result["counts"]["gallery"]
+    small = f"; {result['small_test_set']}" if result["small_test_set"] else ""
     return (
-        f"{queries} test videos (one video = {100 / queries:.1f} points), each retrieving among {gallery} "
-        "train videos; the probes are scored on the same test videos."
+        f"{videos} test videos (one video = {100 / videos:.1f} points{small}), each retrieving among {gallery} "
+        "train videos; the probes are scored on the same test videos; 95 % intervals: Wilson."
     )
 
 
 def _markdown_table(rows: list[dict[str, Any]]) -> list[str]:
     cols = list(rows[0])
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    return lines + ["| " + " | ".join(str(r[c]) for c in cols) + " |" for r in rows]
+    return lines + ["| " + " | ".join(cell_text(r[c]) for c in cols) + " |" for r in rows]
 
 
-def _markdown(rows: list[dict[str, Any]], note: str, pretext: list[dict[str, Any]]) -> str:
-    title = f"{file_kinds.QUICKSTART_PRETEXT_TITLE}:"
-    return "\n".join([*_markdown_table(rows), "", note, "", title, "", *_markdown_table(pretext)]) + "\n"
+def _markdown(
+    rows: list[dict[str, Any]],
+    note: str,
+    pretext: list[dict[str, Any]],
+    compared: list[dict[str, Any]],
+    summary: str,
+) -> str:
+    return (
+        "\n".join(
+            [
+                *_markdown_table(rows),
+                "",
+                note,
+                "",
+                f"{file_kinds.QUICKSTART_PRETEXT_TITLE}:",
+                "",
+                *_markdown_table(pretext),
+                "",
+                f"{file_kinds.QUICKSTART_COMPARE_TITLE}:",
+                "",
+                *_markdown_table(compared),
+                "",
+                summary,
+            ]
+        )
+        + "\n"
+    )
+
+
+_LEFT = ("model", "stream", "split", "note", "baseline", "metric", "better")  # columns of words
 
 
 def _rich_table(rows: list[dict[str, Any]], title: str, caption: str | None = None) -> Table:
+    """The rows for a terminal: a value and its interval in one cell, "23.3 [11.8–40.9]" (which wraps between
+    the two, so that a table fits 80 columns)."""
     table = Table(title=title, caption=caption)
-    for c in rows[0]:
-        table.add_column(c, justify="left" if c in ("model", "stream", "split", "note") else "right")
+    cols = [c for c in rows[0] if not c.endswith(INTERVAL)]
+    for c in cols:  # a word too long for its column folds onto the next line, never cut
+        table.add_column(c, justify="left" if c in _LEFT else "right", overflow="fold")
     for r in rows:
-        table.add_row(*(str(v) for v in r.values()))
+        table.add_row(
+            *(
+                f"{cell_text(r[c])} [{cell_text(r[c + INTERVAL])}]" if c + INTERVAL in r else cell_text(r[c])
+                for c in cols
+            )
+        )
     return table
 
 
 def _write(
-    out: Path, rows: list[dict[str, Any]], note: str, pretext: list[dict[str, Any]], console: Console
+    out: Path,
+    rows: list[dict[str, Any]],
+    note: str,
+    pretext: list[dict[str, Any]],
+    compared: list[dict[str, Any]],
+    console: Console,
 ) -> None:
     _step(console, "6/6 summary")
-    table, pretext_path, markdown = (
+    table, pretext_path, compare_path, markdown = (
         out / n
-        for n in (file_kinds.QUICKSTART_TABLE, file_kinds.QUICKSTART_PRETEXT, file_kinds.QUICKSTART_MARKDOWN)
+        for n in (
+            file_kinds.QUICKSTART_TABLE,
+            file_kinds.QUICKSTART_PRETEXT,
+            file_kinds.QUICKSTART_COMPARE,
+            file_kinds.QUICKSTART_MARKDOWN,
+        )
     )
+    summary = comparison_summary(compared, rows[0]["n"])
     write_json_atomic(table, rows)
     write_json_atomic(pretext_path, pretext)
+    write_json_atomic(compare_path, {"comparisons": compared, "summary": summary})
     with atomic_path(markdown) as tmp:
-        tmp.write_text(_markdown(rows, note, pretext))
-    Console().print(_rich_table(rows, "memdpc quickstart (percent)", note))
+        tmp.write_text(_markdown(rows, note, pretext, compared, summary))
+    Console().print(_rich_table(rows, "memdpc quickstart (percent, 95 % intervals)", note))
     Console().print(_rich_table(pretext, file_kinds.QUICKSTART_PRETEXT_TITLE + " (top-1 in percent)"))
-    console.print(f"wrote {table}, {pretext_path} and {markdown}")
+    Console().print(_rich_table(compared, file_kinds.QUICKSTART_COMPARE_TITLE + " (points)", summary))
+    console.print(f"wrote {table}, {pretext_path}, {compare_path} and {markdown}")
 
 
 def quickstart(
@@ -391,7 +504,7 @@ def quickstart(
     ckpts = _checkpoints(configs, console)
     results = _evaluate(out, shards, ckpts, p, workers, backend, console)
     rows = summary_table(results, _notes({s: knn_monitor(Path(c.out)) for s, c in configs.items()}))
-    _write(out, rows, sample_note(results), pretext_table(ckpts, configs), console)
+    _write(out, rows, sample_note(results), pretext_table(ckpts, configs), comparison_table(results), console)
     _report(out, console)
     return rows
 

@@ -33,10 +33,10 @@ from rich.table import Table
 from memdpc.common.atomic import atomic_path, write_json_atomic
 from memdpc.common.streams import STREAMS
 from memdpc.preprocess.examples.families import EXAMPLE_FAMILIES
-from memdpc.quickstart import COLUMNS, MODEL_NAMES
+from memdpc.quickstart import COLUMNS, MODEL_NAMES, column
 
 KERNELS = {"default": None, "avx2": "avx2"}  # name -> ATEN_CPU_CAPABILITY
-METRICS = tuple("probe top-1" if kind.startswith("probe") else metric for kind, metric in COLUMNS)
+METRICS = tuple(column(kind, metric) for kind, metric in COLUMNS)
 
 
 def run_quickstart(work: Path, family: str, seed: int, kernel: str) -> list[dict]:

@@ -1,5 +1,6 @@
-"""``memdpc eval``: retrieval, probes, finetuning, scoring a classifier and Oops on a checkpoint, and late fusion
-of two results (``eval fuse``, or ``eval --fuse`` as the design card has it)."""
+"""``memdpc eval``: retrieval, probes, finetuning, scoring a classifier and Oops on a checkpoint, late fusion
+of two results (``eval fuse``, or ``eval --fuse`` as the design card has it) and their paired comparison
+(``eval compare``)."""
 
 from __future__ import annotations
 
@@ -281,3 +282,22 @@ def eval_oops(checkpoint: Path, **kw) -> None:
 def eval_fuse(result_a: Path, result_b: Path, weights, out: Path | None, overwrite: bool) -> None:
     """Late fusion of two results (RGB and flow): mean probabilities or summed similarities."""
     _fuse(result_a, result_b, out=out, weights=weights, overwrite=overwrite)
+
+
+@eval_group.command("compare")
+@click.argument("result_a", type=click.Path(path_type=Path))
+@click.argument("result_b", type=click.Path(path_type=Path))
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Also write the comparison as JSON here.",
+)
+def eval_compare(result_a: Path, result_b: Path, out: Path | None) -> None:
+    """Does A beat B on the same test videos? Per metric: A − B, its 95 % interval and a paired test
+    (McNemar for top-k and R@k, paired bootstrap otherwise); refused when they are not on the same videos."""
+    with interrupts.deferred():  # a signal during the imports (torch) is raised after them
+        from memdpc.eval.compare import write_comparison
+        from memdpc.report.tables import print_comparison
+
+    print_comparison(write_comparison(result_a, result_b, out), Console(), out)

@@ -20,14 +20,17 @@ RESULTS = "a results file of `memdpc eval`"
 BINARY = "a binary file"
 INDEX_KIND = "a video index"
 QUICKSTART = "a quickstart folder"
-# what `memdpc quickstart` writes in its folder: its options, its table (JSON and Markdown), the pretext table
+# what `memdpc quickstart` writes in its folder: its options, its table (JSON and Markdown), the pretext table,
+# MemDPC's paired comparison with each baseline
 QUICKSTART_RECORD = "quickstart-run.json"
-QUICKSTART_TABLE, QUICKSTART_MARKDOWN, QUICKSTART_PRETEXT = (
+QUICKSTART_TABLE, QUICKSTART_MARKDOWN, QUICKSTART_PRETEXT, QUICKSTART_COMPARE = (
     "quickstart.json",
     "quickstart.md",
     "quickstart-pretext.json",
+    "quickstart-compare.json",
 )
 QUICKSTART_PRETEXT_TITLE = "The pretext task (dense prediction) on the val videos, before and after training"
+QUICKSTART_COMPARE_TITLE = "MemDPC against each baseline on the same test videos (memdpc eval compare)"
 _ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")
 _TORCH_LEGACY = (
     b"\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19"  # torch.save's pre-zip magic number

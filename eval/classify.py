@@ -17,7 +17,7 @@ from memdpc.common.distenv import DistEnv
 from memdpc.common.errors import UserError
 from memdpc.eval.data import EvalData
 from memdpc.eval.features import Windows, run_windows, split_classes
-from memdpc.eval.multicrop import VideoAccumulator, classification_metrics
+from memdpc.eval.multicrop import VideoAccumulator
 from memdpc.eval.outputs import Outputs
 from memdpc.eval.plots import confusion_matrix
 from memdpc.eval.pretrained import load_classifier
@@ -74,7 +74,6 @@ def run_classify(
         "dataset": data.dataset_name,
         "split": data.test_split,
         "classes": classes,
-        "metrics": classification_metrics(probs, labels),
         "config": {"checkpoint": str(checkpoint), "crops": crops, "size": data.size},
         **out.record(data, (data.test_split,)),
     }

@@ -31,7 +31,6 @@ from memdpc.eval.classify import score_videos
 from memdpc.eval.data import EvalData
 from memdpc.eval.features import loader_batches, same_classes
 from memdpc.eval.fit import FINETUNE_DROPOUT, FINETUNE_FIT, FitConfig
-from memdpc.eval.multicrop import classification_metrics
 from memdpc.eval.optim import adam_with_plateau
 from memdpc.eval.outputs import Outputs
 from memdpc.eval.plots import confusion_matrix
@@ -309,7 +308,6 @@ def run_finetune(
         "dataset": data.dataset_name,
         "split": data.test_split,
         "classes": classes,
-        "metrics": classification_metrics(probs, labels),
         "train_loss": losses,
         "config": {**settings, "crops": crops, "train_videos": None if keep is None else len(keep)},
         **out.record(data, (data.train_split, data.test_split)),

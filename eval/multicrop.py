@@ -1,10 +1,10 @@
 """Video-level predictions from window-level outputs (ARCHITECTURE.md §3.6).
 
 The test protocol: softmax per window and crop, averaged over all windows of a video (per crop), then
-over the 1, 5 or 10 crops; top-1/top-5 on the per-video probabilities. Windows are identified by their
-shard key, so a window seen twice (a padded last batch, a sample repeated across ranks) counts once. The
-windows come from :func:`memdpc.eval.features.run_windows`, which refuses a split evaluated with windows
-missing.
+over the 1, 5 or 10 crops; :mod:`memdpc.eval.scores` scores the per-video probabilities. Windows are
+identified by their shard key, so a window seen twice (a padded last batch, a sample repeated across ranks)
+counts once. The windows come from :func:`memdpc.eval.features.run_windows`, which refuses a split evaluated
+with windows missing.
 """
 
 from __future__ import annotations
@@ -15,9 +15,8 @@ import numpy as np
 import torch
 
 from memdpc.common.errors import UserError
-from memdpc.model.loss import topk_accuracy
 
-__all__ = ["VideoAccumulator", "classification_metrics"]
+__all__ = ["VideoAccumulator"]
 
 
 class VideoAccumulator:
@@ -63,24 +62,3 @@ class VideoAccumulator:
             labels.append(entries[0][0])
             counts.append(len(entries))
         return ids, np.asarray(labels, dtype=np.int64), np.stack(probs), np.asarray(counts, dtype=np.int64)
-
-
-def classification_metrics(probs: np.ndarray, labels: np.ndarray) -> dict[str, float]:
-    """Video-level top-1 and top-5 accuracy (:func:`memdpc.model.loss.topk_accuracy`), and the mean per-class
-    top-1."""
-    if len(labels) == 0:
-        raise UserError("no videos to score")
-    top1, top5 = topk_accuracy(
-        torch.from_numpy(np.asarray(probs)),
-        torch.from_numpy(np.asarray(labels, dtype=np.int64)),
-        (1, 5),
-        dtype=torch.float64,
-    )
-    pred = probs.argmax(axis=1)
-    per_class = [float(np.mean(pred[labels == c] == c)) for c in np.unique(labels)]
-    return {
-        "top1": float(top1),
-        "top5": float(top5),
-        "mean_class_top1": float(np.mean(per_class)),
-        "videos": int(len(labels)),
-    }

@@ -10,7 +10,8 @@ come from the video's failure time (the ``t`` of the Oops index, see :mod:`memdp
   oversampling becomes its expectation, a class weight in the loss (a streaming loader cannot repeat
   chosen windows).
 
-Metrics: accuracy over all time steps of all test windows, per-class recall and their mean.
+Metrics (:mod:`memdpc.eval.scores`): accuracy over all time steps of all test windows, per-class recall and
+their mean, with intervals from a bootstrap over the test videos (a video's steps are not independent).
 """
 
 from __future__ import annotations
@@ -71,20 +72,6 @@ def window_labels(
 def _steps(values: np.ndarray) -> np.ndarray:
     """(W, 1, N, F) window outputs -> (W·(N−1), F): every step but the first."""
     return values[:, 0, 1:].reshape(-1, values.shape[-1])
-
-
-def step_metrics(pred: np.ndarray, labels: np.ndarray) -> dict[str, float]:
-    recall = {
-        f"recall_{name}": float(np.mean(pred[labels == c] == c))
-        for c, name in enumerate(CLASSES)
-        if np.any(labels == c)
-    }
-    return {
-        "accuracy": float(np.mean(pred == labels)),
-        **recall,
-        "mean_class_accuracy": float(np.mean(list(recall.values()))),
-        "steps": int(len(labels)),
-    }
 
 
 class StepClassifier(nn.Module):
@@ -225,7 +212,6 @@ def run_oops(
         "dataset": data.dataset_name,
         "split": data.test_split,
         "classes": CLASSES,
-        "metrics": step_metrics(pred, labels.reshape(-1)),
         "train_loss": losses,
         "config": settings,
         **out.record(data, (data.train_split, data.test_split)),

@@ -22,7 +22,7 @@ from memdpc.common.errors import UserError
 from memdpc.eval.data import EvalData
 from memdpc.eval.features import Windows, same_classes, task_features
 from memdpc.eval.fit import PROBE_DROPOUT, PROBE_FIT, FitConfig
-from memdpc.eval.multicrop import VideoAccumulator, classification_metrics
+from memdpc.eval.multicrop import VideoAccumulator
 from memdpc.eval.optim import adam_with_plateau
 from memdpc.eval.outputs import Outputs
 from memdpc.eval.plots import confusion_matrix
@@ -130,7 +130,6 @@ def run_probe(
         "dataset": data.dataset_name,
         "split": data.test_split,
         "classes": classes,
-        "metrics": classification_metrics(probs, labels),
         "train_loss": losses,
         "config": {"checkpoint": str(checkpoint), "crops": crops, "dropout": dropout, **fit.__dict__},
         **out.record(data, (data.train_split, data.test_split)),

@@ -51,7 +51,7 @@ def run_retrieval(
         return None
     g_ids, g_labels, g_feats = video_mean(sets[data.train_split])
     q_ids, q_labels, q_feats = video_mean(sets[data.test_split])
-    metrics, neighbours = retrieve([q_feats], [g_feats], q_labels, g_labels, chunk=chunk)
+    _, neighbours = retrieve([q_feats], [g_feats], q_labels, g_labels, chunk=chunk)
     arrays = {
         "video_ids": np.array(q_ids),
         "labels": q_labels,
@@ -86,7 +86,6 @@ def run_retrieval(
         "dataset": data.dataset_name,
         "split": data.test_split,
         "classes": classes,
-        "metrics": {**metrics, "queries": len(q_ids), "gallery": len(g_ids)},
         "config": {
             "checkpoint": str(checkpoint),
             "shards": str(Path(data.shards).resolve()),

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 
 from memdpc.model.names import NEGATIVES
 
-__all__ = ["content_share", "dense_infonce", "topk_accuracy"]
+__all__ = ["content_share", "dense_infonce", "label_rank", "topk_accuracy"]
 
 
 def _flatten(x: torch.Tensor) -> torch.Tensor:
@@ -49,11 +49,16 @@ def topk_accuracy(
     the data, so that the training step compiles to one graph and can run in a CUDA graph (nothing waits for
     the device).
     """
+    rank = label_rank(scores, labels)
+    return [(rank < k).to(dtype).mean() for k in ks]
+
+
+def label_rank(scores: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Each row's rank of its label's score (0: the highest): the columns with a higher score, and those
+    with an equal score in a lower column (:func:`topk_accuracy`'s rule for ties). (rows, C) -> (rows,)"""
     own = scores.gather(1, labels[:, None])  # (rows, 1)
     columns = torch.arange(scores.shape[1], device=scores.device)
-    # columns ranked above the label's: higher scores, and equal ones in a lower column
-    rank = (scores > own).sum(dim=1) + ((scores == own) & (columns < labels[:, None])).sum(dim=1)
-    return [(rank < k).to(dtype).mean() for k in ks]
+    return (scores > own).sum(dim=1) + ((scores == own) & (columns < labels[:, None])).sum(dim=1)
 
 
 def _grouped(x: torch.Tensor, group: int) -> torch.Tensor:

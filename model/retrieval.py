@@ -15,7 +15,7 @@ import torch
 
 from memdpc.common.errors import UserError
 
-__all__ = ["RECALL_KS", "center_normalize", "recall_at_k", "retrieve", "topk_neighbours"]
+__all__ = ["RECALL_KS", "center_normalize", "first_hits", "recall_at_k", "retrieve", "topk_neighbours"]
 
 RECALL_KS = (1, 5, 10, 20, 50)
 
@@ -65,6 +65,13 @@ def topk_neighbours(
     return idx_out, sim_out
 
 
+def first_hits(neighbours: np.ndarray, query_labels: np.ndarray, gallery_labels: np.ndarray) -> np.ndarray:
+    """Each query's rank of its first gallery video of the same class among its neighbours (0: the nearest),
+    or the int64 maximum where none of them is: a query counts for R@k when its rank is below k. (Q,)"""
+    hits = np.asarray(gallery_labels)[neighbours] == np.asarray(query_labels)[:, None]  # (Q, kmax)
+    return np.where(hits.any(axis=1), hits.argmax(axis=1), np.iinfo(np.int64).max)
+
+
 def recall_at_k(
     neighbours: np.ndarray,
     query_labels: np.ndarray,
@@ -74,8 +81,7 @@ def recall_at_k(
     """R@k: the fraction of queries with at least one gallery video of their class among the top k."""
     if len(query_labels) == 0:
         raise UserError("retrieval needs at least one query video")
-    hits = gallery_labels[neighbours] == np.asarray(query_labels)[:, None]  # (Q, kmax)
-    first = np.where(hits.any(axis=1), hits.argmax(axis=1), np.iinfo(np.int64).max)
+    first = first_hits(neighbours, query_labels, gallery_labels)
     return {f"R@{k}": float(np.mean(first < k)) for k in ks}
 
 

@@ -33,10 +33,10 @@ from memdpc.common.atomic import atomic_path
 from memdpc.common.errors import UserError
 from memdpc.common.streams import FLOW, STREAMS
 from memdpc.common.wording import name_list, plural
+from memdpc.eval.results import load_result
+from memdpc.eval.scores import CLASSIFIER_KINDS, RETRIEVAL_KINDS
 from memdpc.report.chain import AS_RECORDED, Chain, chains
 from memdpc.report.show import (
-    CLASSIFIER_KINDS,
-    RETRIEVAL_KINDS,
     archives_in,
     draw_archive,
     draw_result,
@@ -48,6 +48,7 @@ from memdpc.report.show import (
     run_curves,
 )
 from memdpc.report.show_options import ShowOptions
+from memdpc.report.tables import cell_text, metric_text
 from memdpc.train.metrics import chance_summary, read_metrics
 
 __all__ = ["write_report"]
@@ -234,23 +235,28 @@ class Page:
         if quickstart.is_file():
             self.parts.append(_quickstart_tables(self.folder))
         rows = []
-        for path in results:  # the JSON alone (its arrays may be large)
-            result = json.loads(path.read_text())
+        for path in results:
+            result = _read(path)
             metrics = result["metrics"]
             cells = "".join(
-                f'<td class="n">{100 * metrics[m]:.1f}</td>' if m in metrics else "<td></td>"
+                f'<td class="n">{_e(metric_text(result, m))}</td>' if m in metrics else "<td></td>"
                 for m in METRIC_COLUMNS
             )
             rows.append(
                 f"<tr><td>{_e(self._rel(path))}</td><td>{_e(result['kind'])}</td><td>{_e(result['stream'])}"
-                f"</td><td>{_e(result['split'])}</td>{cells}</tr>"
+                f'</td><td>{_e(result["split"])}</td><td class="n">{result["counts"]["videos"]}</td>{cells}'
+                f"<td>{_e(result['small_test_set'] or '')}</td></tr>"
             )
         if rows:
             head = "".join(
-                f"<th>{_e(m)}</th>" for m in ("results file", "kind", "stream", "split", *METRIC_COLUMNS)
+                f"<th>{_e(m)}</th>"
+                for m in ("results file", "kind", "stream", "split", "test videos", *METRIC_COLUMNS, "note")
             )
             self.parts.append(
-                f"<h3>Every results file (percent)</h3><table><tr>{head}</tr>{''.join(rows)}</table>"
+                "<h3>Every results file (percent, with its 95 % interval)</h3>"
+                f"<table><tr>{head}</tr>{''.join(rows)}</table>"
+                f'<p class="note">n/a: a metric that cannot mean anything (R@k of a gallery of k videos or '
+                "fewer, top-k of k classes or fewer).</p>"
             )
 
     def runs(self, runs: list[Path]) -> None:
@@ -338,8 +344,8 @@ class Page:
 
     def _results_of(self, results: list[Path], kinds: tuple[str, ...]) -> Iterator[tuple[Path, dict]]:
         for path in results:
-            result = json.loads(path.read_text())
-            if result.get("kind") in kinds:
+            result = _read(path)
+            if result["kind"] in kinds:
                 yield path, result
 
     def retrieval(self, results: list[Path]) -> None:
@@ -358,11 +364,12 @@ class Page:
                     p, self.out / self._slug(p.parent), self.options, streams=s, legend=False
                 ),
             )
-            r1 = result["metrics"].get("R@1")
             for picture in drawn:
                 stream = picture.stem.rsplit("-", 1)[-1]
                 self.parts.append(
-                    self._figure(picture, f"{self._rel(path)} (R@1 {100 * r1:.1f}): {stream} frames")
+                    self._figure(
+                        picture, f"{self._rel(path)} (R@1 {metric_text(result, 'R@1')}): {stream} frames"
+                    )
                 )
                 if stream == FLOW:
                     self._legend()
@@ -379,8 +386,8 @@ class Page:
             drawn = self._draw(
                 self._rel(path), lambda p=path: draw_result(p, self.out / self._slug(p.parent), self.options)
             )
-            top1 = result["metrics"].get("top1")
-            self.parts += [self._figure(p, f"{self._rel(path)} (top-1 {100 * top1:.1f})") for p in drawn]
+            top1 = metric_text(result, "top1")
+            self.parts += [self._figure(p, f"{self._rel(path)} (top-1 {top1})") for p in drawn]
 
     def html(self) -> str:
         body = "\n".join(self.parts)
@@ -392,6 +399,13 @@ class Page:
         )
 
 
+def _read(path: Path) -> dict[str, Any]:
+    """A results file's JSON alone (its arrays may be large); one written before the scores (schema 1) is read
+    with its arrays, which its scores are computed from."""
+    result = json.loads(path.read_text())
+    return result if "intervals" in result else load_result(path)[0]
+
+
 def _html_table(rows: list[dict]) -> str:
     if not rows:
         return ""
@@ -400,7 +414,9 @@ def _html_table(rows: list[dict]) -> str:
     body = "".join(
         "<tr>"
         + "".join(
-            f'<td class="n">{_e(r[c])}</td>' if isinstance(r[c], int | float) else f"<td>{_e(r[c])}</td>"
+            f'<td class="n">{_e(cell_text(r[c]))}</td>'
+            if isinstance(r[c], int | float | list) or r[c] is None
+            else f"<td>{_e(r[c])}</td>"
             for c in cols
         )
         + "</tr>"
@@ -410,17 +426,28 @@ def _html_table(rows: list[dict]) -> str:
 
 
 def _quickstart_tables(folder: Path) -> str:
-    """The quickstart's table, the line under it in its Markdown (what one video is worth), and its pretext table."""
+    """The quickstart's table, the line under it in its Markdown (what one video is worth), its pretext table
+    and MemDPC's comparison with each baseline."""
     rows = json.loads((folder / file_kinds.QUICKSTART_TABLE).read_text())
     if not rows:
         return ""
     markdown = folder / file_kinds.QUICKSTART_MARKDOWN
     lines = markdown.read_text().splitlines() if markdown.is_file() else []
     note = next((line for line in lines if line.strip() and not line.startswith("|")), "")
-    html = f'<h3>The quickstart\'s table (percent)</h3>{_html_table(rows)}<p class="note">{_e(note)}</p>'
+    html = (
+        "<h3>The quickstart's table (percent, 95 % intervals)</h3>"
+        f'{_html_table(rows)}<p class="note">{_e(note)}</p>'
+    )
     pretext = folder / file_kinds.QUICKSTART_PRETEXT
     if pretext.is_file():
         html += f"<h3>{_e(file_kinds.QUICKSTART_PRETEXT_TITLE)} (top-1 in percent)</h3>" + _html_table(
             json.loads(pretext.read_text())
+        )
+    compared = folder / file_kinds.QUICKSTART_COMPARE
+    if compared.is_file():
+        comparison = json.loads(compared.read_text())
+        html += (
+            f"<h3>{_e(file_kinds.QUICKSTART_COMPARE_TITLE)} (percentage points)</h3>"
+            f"{_html_table(comparison['comparisons'])}<p>{_e(comparison['summary'])}</p>"
         )
     return html

@@ -31,9 +31,9 @@ from memdpc.common.atomic import atomic_path
 from memdpc.common.errors import UserError
 from memdpc.common.streams import FLOW, RGB, STREAMS
 from memdpc.eval.data import EvalData
-from memdpc.eval.fusion import CLASSIFY_KINDS
 from memdpc.eval.plots import confusion_matrix, retrieval_examples
 from memdpc.eval.results import load_result
+from memdpc.eval.scores import CLASSIFIER_KINDS, RETRIEVAL_KINDS
 from memdpc.model.checkpoint import read_checkpoint
 from memdpc.pipeline.clip import ClipSpec
 from memdpc.pipeline.loader import plan_loader
@@ -60,8 +60,6 @@ from memdpc.viz.pictures import (
 )
 
 __all__ = [
-    "CLASSIFIER_KINDS",
-    "RETRIEVAL_KINDS",
     "archives_in",
     "draw_archive",
     "draw_result",
@@ -77,8 +75,6 @@ __all__ = [
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402 — after choosing the backend
 
-CLASSIFIER_KINDS = (*CLASSIFY_KINDS, "fusion-classify")
-RETRIEVAL_KINDS = ("retrieval", "fusion-retrieval")
 GIF_FRAMES = 200  # a longer video's GIF takes every k-th frame
 
 

@@ -1,6 +1,7 @@
 """The command line's tables of the library's reports: what ``memdpc preprocess`` did, what ``memdpc shard``
 (and the quickstart) wrote, ``memdpc shard --verify``, the metrics of an evaluation result (``memdpc
-eval``) and the recipes (``memdpc recipes``). The library returns the reports; only the front ends print them.
+eval``), the comparison of two (``memdpc eval compare``) and the recipes (``memdpc recipes``). The library
+returns the reports; only the front ends print them.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from memdpc.common.wording import name_list, plural
+from memdpc.eval.compare import verdict
 from memdpc.eval.results import FILE_ROLES, load_result
 from memdpc.pipeline.manifest import VerifyResult
 from memdpc.pipeline.shard import ShardReport
@@ -21,7 +23,18 @@ from memdpc.pipeline.shard_plan import SKIP_KINDS, UNUSABLE
 from memdpc.preprocess.job import PreprocessConfig
 from memdpc.recipes.recipe import Recipe
 
-__all__ = ["print_preprocess_report", "print_recipes", "print_result", "print_shard_report", "print_verify"]
+__all__ = [
+    "cell_text",
+    "counts_text",
+    "interval_text",
+    "metric_text",
+    "print_comparison",
+    "print_preprocess_report",
+    "print_recipes",
+    "print_result",
+    "print_shard_report",
+    "print_verify",
+]
 
 SKIPPED_LISTED = 20  # skipped videos listed per kind; the manifest's "skipped" lists them all
 MAX_FAILURES = 10  # failed videos named one by one after a preprocess run; the report holds them all
@@ -162,28 +175,116 @@ def print_verify(results: list[VerifyResult], console: Console) -> bool:
     return not any(r.problems for r in results)
 
 
+def cell_text(value: Any) -> str:
+    """A cell of a table of rows (the quickstart's): an interval ``[lo, hi]`` as ``lo–hi`` (``lo to hi`` where a
+    bound is negative), None (a metric that cannot mean anything) as ``n/a``, anything else as it is."""
+    if value is None:
+        return "n/a"
+    if isinstance(value, list | tuple):
+        lo, hi = value
+        return f"{lo} to {hi}" if min(lo, hi) < 0 else f"{lo}–{hi}"
+    return str(value)
+
+
+def interval_text(lo_hi: list[float] | tuple[float, float]) -> str:
+    """An interval of fractions in percent: ``24.6–57.7``."""
+    lo, hi = lo_hi
+    return f"{100 * lo:.1f}–{100 * hi:.1f}"
+
+
+def metric_text(result: dict[str, Any], name: str) -> str:
+    """A metric of a results file as a reader sees it: ``40.0 [24.6–57.7]`` (percent, its 95 % interval), or
+    ``n/a`` where it cannot mean anything (R@10 of a 9-video gallery)."""
+    value = result["metrics"][name]
+    if value is None:
+        return "n/a"
+    return f"{100 * value:.1f} [{interval_text(result['intervals'][name])}]"
+
+
+def counts_text(result: dict[str, Any]) -> str:
+    """What a result's metrics count: ``30 test videos of 10 classes (3 in the smallest class), gallery of 40
+    videos``; Oops adds its windows and time steps."""
+    c = result["counts"]
+    text = (
+        f"{plural(c['videos'], 'test video')} of {plural(c['classes'], 'class')} ({c['smallest_class']} in the "
+        "smallest class)"
+    )
+    if "gallery" in c:
+        text += f", gallery of {plural(c['gallery'], 'video')}"
+    if "steps" in c:
+        text += f", {plural(c['windows'], 'window')}, {plural(c['steps'], 'time step')}"
+    return text
+
+
 def metrics_table(result: dict[str, Any]) -> Table:
-    """A rich table of one result's metrics (percentages for values in [0, 1])."""
-    table = Table(title=f"{result['kind']} · {result['stream']} · {result['dataset']}/{result['split']}")
-    table.add_column("metric")
-    table.add_column("value", justify="right")
+    """A rich table of one result's metrics: the value and its 95 % interval in percent and the interval's
+    method; under it what they count and, in yellow, a small test set."""
+    table = Table(
+        title=f"{result['kind']} · {result['stream']} · {result['dataset']}/{result['split']}",
+        caption=counts_text(result),
+    )
+    for col in ("metric", "value", "95 % interval", "method"):
+        table.add_column(col, justify="left" if col in ("metric", "method") else "right")
     for name, value in result["metrics"].items():
-        shown = f"{100 * value:.2f}%" if isinstance(value, float) and 0.0 <= value <= 1.0 else str(value)
-        table.add_row(name, shown)
+        if value is None:
+            table.add_row(name, "n/a", "", "")
+        else:
+            interval = f"{interval_text(result['intervals'][name])}%"
+            table.add_row(name, f"{100 * value:.1f}%", interval, result["methods"][name])
     return table
 
 
 def print_result(path: str | os.PathLike, console: Console) -> None:
-    """The metrics table of the results file ``path``, then every file the evaluation wrote."""
+    """The metrics table of the results file ``path``, why a metric is n/a, a small test set, then every file
+    the evaluation wrote."""
     path = Path(path)
     result = load_result(path)[0]
     console.print(metrics_table(result))
+    for name, why in result["undefined"].items():
+        console.print(f"{name} n/a: {why}", markup=False, soft_wrap=True)
+    if result["small_test_set"]:
+        console.print(f"[yellow]warning:[/] {result['small_test_set']}", soft_wrap=True)
     console.print(f"wrote {path} and {path.with_name(result['arrays'])}", markup=False, soft_wrap=True)
     for role, names in (result.get("files") or {}).items():
         label = FILE_ROLES.get(role, role)
         console.print(
             f"{label}: {' '.join(str(path.parent / n) for n in names)}", markup=False, soft_wrap=True
         )
+
+
+def print_comparison(
+    comparison: dict[str, Any], console: Console, out: str | os.PathLike | None = None
+) -> None:
+    """``memdpc eval compare``: per metric A, B, A − B and its 95 % interval (percentage points), the test, its
+    p-value and the discordant videos (A right and B wrong / the reverse); then one verdict per metric."""
+    a, b = comparison["a"]["path"], comparison["b"]["path"]
+    table = Table(
+        title=f"A − B on the same {plural(comparison['videos'], 'test video')}",
+        caption=f"A: {a}\nB: {b}",
+    )
+    for col in ("metric", "A", "B", "A − B [95 % interval]", "test", "p", "discordant A/B"):
+        # a word too long for its column folds onto the next line (80 columns), never cut
+        table.add_column(col, justify="left" if col in ("metric", "test") else "right", overflow="fold")
+    for name, m in comparison["metrics"].items():
+        if "undefined" in m:
+            table.add_row(name, "n/a", "n/a", "", "", "", "")
+            continue
+        lo, hi = m["interval"]
+        discordant = m.get("discordant")
+        table.add_row(
+            name,
+            f"{100 * m['a']:.1f}",
+            f"{100 * m['b']:.1f}",
+            f"{100 * m['difference']:+.1f} [{100 * lo:+.1f} to {100 * hi:+.1f}]",
+            m["test"],
+            f"{m['p']:.2g}",
+            f"{discordant['a_only']}/{discordant['b_only']}" if discordant else "",
+        )
+    console.print(table)
+    for name, m in comparison["metrics"].items():
+        console.print(verdict(name, m, "A", "B", comparison["videos"]), markup=False, soft_wrap=True)
+    if out is not None:
+        console.print(f"wrote {out}", markup=False, soft_wrap=True)
 
 
 def print_recipes(recipes: list[Recipe], console: Console) -> None:

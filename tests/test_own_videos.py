@@ -83,6 +83,6 @@ def test_readme_own_videos_block_runs_on_a_messy_folder_to_the_fused_tables(mess
         for kind in ("retrieval", "probe")
     }
     assert {f["stream"] for f in fused.values()} == {"rgb+flow"}
-    assert {"R@1", "R@5"} <= fused["retrieval"]["metrics"].keys() and fused["probe"]["metrics"]["videos"] == 3
+    assert {"R@1", "R@5"} <= fused["retrieval"]["metrics"].keys() and fused["probe"]["counts"]["videos"] == 3
     for kind in fused:
         assert f"wrote {work / 'eval' / f'fused-{kind}.json'}" in output

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from memdpc.common.streams import STREAMS
-from memdpc.quickstart import BELOW_INIT, COLUMNS, MODEL_NAMES
+from memdpc.quickstart import BELOW_INIT, COLUMNS, COMPARED, MODEL_NAMES, VERDICTS
 
 MEMDPC = str(Path(sys.executable).parent / "memdpc")
 
@@ -27,9 +27,13 @@ def _check_table(out: Path) -> list[dict]:
     assert {(r["model"], r["stream"]) for r in rows} == expected
     metrics = ["R@1", "R@5", "probe top-1"]
     assert len(metrics) == len(COLUMNS)
+    tests = json.loads((out / "shards" / "rgb" / "manifest-test.json").read_text())["num_videos"]
     for r in rows:
+        assert r["n"] == tests  # every figure says how many test videos it counts
         for m in metrics:
             assert isinstance(r[m], float) and not math.isnan(r[m]) and 0 <= r[m] <= 100, r
+            lo, hi = r[f"{m} 95%"]  # and its interval
+            assert 0 <= lo <= r[m] <= hi <= 100, r
     # a MemDPC row says when no trained epoch beat the untrained encoder on the kNN monitor (which chose best.pt)
     below = set()
     for s in STREAMS:
@@ -50,12 +54,26 @@ def _check_table(out: Path) -> list[dict]:
     for r in pretext:
         assert all(0 <= r[k] <= 100 for k in ("top-1 before", "top-1 after"))
         assert all(r[k] > 0 for k in ("loss before", "loss after"))
+    # MemDPC against each baseline, paired on the same test videos by `memdpc eval compare`
+    compared = json.loads((out / "quickstart-compare.json").read_text())
+    assert len(compared["comparisons"]) == 2 * 3 * len(COMPARED)
+    for c in compared["comparisons"]:
+        lo, hi = c[
+            "difference 95%"
+        ]  # the exact interval that goes with McNemar's test: it leaves out 0 when p < 0.05
+        assert (lo > 0 or hi < 0) == (c["p"] < 0.05) == (c["better"] != VERDICTS[None]), c
+        assert lo <= c["difference"] <= hi and 0 < c["p"] <= 1 and c["better"] in VERDICTS.values(), c
+    assert (
+        compared["summary"].startswith("Pretraining ") and f"same {tests} test videos" in compared["summary"]
+    )
     md = (out / "quickstart.md").read_text().splitlines()
-    assert len(md) == 2 + len(expected) + 2 + 3 + 2 + len(pretext) and all(m in md[0] for m in metrics)
-    tests = json.loads((out / "shards" / "rgb" / "manifest-test.json").read_text())["num_videos"]
+    at_pretext = 2 + len(expected) + 2 + 3
+    at_compared = at_pretext + 2 + len(pretext) + 3
+    assert len(md) == at_compared + 2 + len(compared["comparisons"]) + 2 and all(m in md[0] for m in metrics)
     note = md[2 + len(expected) + 1]
-    assert note.startswith(f"{tests} test videos (one video = {100 / tests:.1f} points)"), note
-    assert "top-1 before" in md[-4] and md[-1].startswith("| flow | val |")
+    assert note.startswith(f"{tests} test videos (one video = {100 / tests:.1f} points"), note
+    assert "top-1 before" in md[at_pretext] and md[at_compared - 4].startswith("| flow | val |")
+    assert "| baseline | stream | metric | difference |" in md[at_compared] and md[-1] == compared["summary"]
     return rows
 
 

@@ -52,9 +52,15 @@ def test_what_the_stages_write(tmp_path):
         "dataset": "d",
         "split": "test",
         "classes": ["c"] * 2000,
-        "metrics": {"R@1": 0.5},
     }  # longer than the first 4 KiB read
-    path = save_result(tmp_path / "retrieval-rgb.json", result, {"labels": np.zeros(1)})
+    arrays = {
+        "video_ids": np.array(["q"]),
+        "labels": np.zeros(1, int),
+        "gallery_ids": np.array(["g0", "g1"]),
+        "gallery_labels": np.zeros(2, int),
+        "neighbours": np.array([[0, 1]]),
+    }
+    path = save_result(tmp_path / "retrieval-rgb.json", result, arrays)
     assert file_kinds.describe(path) == file_kinds.RESULTS
     assert file_kinds.describe(path.with_suffix(".npz")).startswith("a numpy .npz file")
     (tmp_path / "m.jsonl").write_text(json.dumps({"kind": "train", "step": 4, "loss": 1.0}) + "\n" * 2)

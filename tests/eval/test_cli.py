@@ -135,7 +135,6 @@ def _probs_result(path, stream, probs, **over):
         "dataset": "syn",
         "split": "test",
         "classes": ["a", "b"],
-        "metrics": {},
         **over,
     }
     arrays = {

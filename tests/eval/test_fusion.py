@@ -20,7 +20,6 @@ def _classify(path, stream, ids, probs, labels, **over):
         "dataset": "syn",
         "split": "test",
         "classes": CLASSES,
-        "metrics": {},
         **over,
     }
     arrays = {"video_ids": np.array(ids), "labels": np.array(labels), "probs": np.array(probs, np.float32)}
@@ -35,7 +34,8 @@ def test_fused_probabilities_are_the_mean_matched_by_video_id(tmp_path):
     np.testing.assert_allclose(arrays["probs"], [[0.4, 0.5, 0.1], [0.15, 0.5, 0.35]], atol=1e-6)
     assert arrays["video_ids"].tolist() == ["v1", "v2"]
     # v1 (class 0) -> argmax 1: miss; v2 (class 1) -> argmax 1: hit
-    assert result["metrics"]["top1"] == 0.5 and result["stream"] == "rgb+flow"
+    fused = load_result(save_result(tmp_path / "fused.json", result, arrays))[0]
+    assert fused["metrics"]["top1"] == 0.5 and fused["stream"] == "rgb+flow"
     _, weighted = fuse_results(rgb, flow, weights=(3, 1))
     np.testing.assert_allclose(
         weighted["probs"][0], [0.75 * 0.6 + 0.25 * 0.2, 0.75 * 0.3 + 0.25 * 0.7, 0.1], atol=1e-6
@@ -61,14 +61,13 @@ def test_different_video_sets_are_refused(tmp_path):
 
 
 def test_retrieval_fusion_uses_the_sum_of_similarities(tmp_path):
-    def save(name, q, g):
+    def save(name, q, g, neighbours):
         result = {
             "kind": "retrieval",
             "stream": name,
             "dataset": "syn",
             "split": "test",
             "classes": CLASSES,
-            "metrics": {},
         }
         arrays = {
             "video_ids": np.array(["q"]),
@@ -77,22 +76,32 @@ def test_retrieval_fusion_uses_the_sum_of_similarities(tmp_path):
             "gallery": np.array(g, np.float32),
             "gallery_ids": np.array(["g0", "g1", "g2", "g3"]),
             "gallery_labels": np.array([0, 1, 2, 2]),
+            "neighbours": np.array([neighbours]),
         }
         return save_result(tmp_path / f"{name}.json", result, arrays)
 
     # stored features are already normalised; with a query [1] the similarities are the gallery values:
     # stream A ranks g1 first (.96), stream B ranks g2 first; their sums [1.8, 1.46, 1.46, -2] rank g0 first
-    a = save("rgb", [[1.0]], [[0.9], [0.96], [0.5], [-1]])
-    b = save("flow", [[1.0]], [[0.9], [0.5], [0.96], [-1]])
-    assert load_result(a)[0]["metrics"] == {}
+    a = save("rgb", [[1.0]], [[0.9], [0.96], [0.5], [-1]], [1, 0, 2, 3])
+    b = save("flow", [[1.0]], [[0.9], [0.5], [0.96], [-1]], [2, 0, 1, 3])
+    assert load_result(a)[0]["metrics"]["R@1"] == 0.0  # g1 is of another class
     result, arrays = fuse_results(a, b)
     assert arrays["neighbours"][0].tolist() == [0, 1, 2, 3]
-    assert result["metrics"]["R@1"] == 1.0 and result["kind"] == "fusion-retrieval"
+    path = save_result(tmp_path / "fused.json", result, arrays)
+    assert load_result(path)[0]["metrics"]["R@1"] == 1.0 and result["kind"] == "fusion-retrieval"
 
 
 def test_classifier_and_retrieval_results_do_not_fuse(tmp_path):
     rgb = _classify(tmp_path / "rgb.json", "rgb", ["v1"], [[1, 0, 0]], [0])
-    flow = _classify(tmp_path / "flow.json", "flow", ["v1"], [[1, 0, 0]], [0], kind="retrieval")
+    retrieval = {"kind": "retrieval", "stream": "flow", "dataset": "syn", "split": "test", "classes": CLASSES}
+    arrays = {
+        "video_ids": np.array(["v1"]),
+        "labels": np.array([0]),
+        "gallery_ids": np.array(["g0", "g1"]),
+        "gallery_labels": np.array([0, 1]),
+        "neighbours": np.array([[0, 1]]),
+    }
+    flow = save_result(tmp_path / "flow.json", retrieval, arrays)
     with pytest.raises(UserError, match="cannot fuse"):
         fuse_results(rgb, flow)
     assert center_normalize(np.eye(2)).shape == (2, 2)

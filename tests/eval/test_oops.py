@@ -35,7 +35,8 @@ def test_oops_step_labels_and_metrics(eval_data, checkpoints, tmp_path, mode):
     for key, labels in zip(arrays["keys"], arrays["labels"], strict=True):
         w = info[str(key)]
         assert labels.tolist() == step_labels(w["start"], w["fps"], times[w["video_id"]], spec)[1:].tolist()
-    assert result["metrics"]["steps"] == 12 * 4
+    assert result["counts"]["steps"] == 12 * 4 and result["counts"]["videos"] == 6
+    assert result["counts"]["windows"] == len(arrays["keys"])
     assert arrays["pred"].shape == arrays["labels"].shape
     pred, labels = (
         arrays["pred"].reshape(-1),

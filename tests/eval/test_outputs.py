@@ -19,7 +19,13 @@ RESULT = {
     "dataset": "d",
     "split": "test",
     "classes": ["a"],
-    "metrics": {},
+}
+ARRAYS = {
+    "video_ids": np.array(["q"]),
+    "labels": np.zeros(1, int),
+    "gallery_ids": np.array(["g"]),
+    "gallery_labels": np.zeros(1, int),
+    "neighbours": np.zeros((1, 1), int),
 }
 
 
@@ -36,7 +42,7 @@ def _results_of(out: Outputs) -> None:
             "sha256": hashlib.sha256(manifest.read_bytes()).hexdigest(),
         }
     }
-    save_result(out.claim("retrieval-rgb.json"), {**RESULT, **record}, {"labels": np.zeros(1)})
+    save_result(out.claim("retrieval-rgb.json"), {**RESULT, **record}, ARRAYS)
 
 
 def test_results_are_replaced_only_by_the_same_checkpoint_bytes(tmp_path):
@@ -66,9 +72,7 @@ def test_results_are_replaced_only_by_the_same_checkpoint_bytes(tmp_path):
     assert (
         Outputs(folder, b).claim("probe-linear-rgb.json") == folder / "probe-linear-rgb.json"
     )  # another result
-    save_result(
-        folder / "old.json", RESULT, {"labels": np.zeros(1)}
-    )  # written before results recorded a source
+    save_result(folder / "old.json", RESULT, ARRAYS)  # written before results recorded a source
     with pytest.raises(UserError, match="holds results of a checkpoint it does not record"):
         Outputs(folder, a).claim("old.json")
 

@@ -1,4 +1,5 @@
-"""Results files: JSON + npz written atomically, read back, clear errors for bad files."""
+"""Results files: JSON + npz written atomically with the scores of the arrays, read back, clear errors for bad
+files."""
 
 from __future__ import annotations
 
@@ -10,22 +11,54 @@ import torch
 
 from memdpc.common.errors import UserError
 from memdpc.eval.results import arrays_path, load_result, save_result
+from memdpc.eval.scores import SCORE_KEYS
+from memdpc.eval.stats import wilson
+
+PROBE = {"kind": "probe-linear", "stream": "rgb", "dataset": "syn", "split": "test", "classes": ["a", "b"]}
+# 4 videos: labels 0, 0, 1, 1; the first three ranked right (top-1 3 of 4)
+PROBE_ARRAYS = {
+    "video_ids": np.array(["v1", "v2", "v3", "v4"]),
+    "labels": np.array([0, 0, 1, 1]),
+    "probs": np.array([[0.9, 0.1], [0.6, 0.4], [0.2, 0.8], [0.7, 0.3]], np.float32),
+}
 
 
-def test_round_trip(tmp_path):
-    result = {
-        "kind": "probe-linear",
-        "stream": "rgb",
-        "dataset": "syn",
-        "split": "test",
-        "classes": ["a"],
-        "metrics": {"top1": 0.5, "videos": 4},
-    }
-    path = save_result(tmp_path / "r.json", result, {"video_ids": np.array(["v"]), "probs": np.ones((1, 1))})
+def test_round_trip_with_the_scores_of_the_arrays(tmp_path):
+    path = save_result(tmp_path / "r.json", PROBE, PROBE_ARRAYS)
     back, arrays = load_result(path)
-    assert back["metrics"] == {"top1": 0.5, "videos": 4} and back["schema"] == 1
-    assert arrays["video_ids"].tolist() == ["v"] and arrays_path(path).is_file()
+    assert back["schema"] == 2 and back["counts"] == {"videos": 4, "classes": 2, "smallest_class": 2}
+    assert back["metrics"] == {"top1": 0.75, "top5": None, "mean_class_top1": 0.75}
+    assert back["undefined"] == {"top5": "top-5 of 2 classes: every class is among the first 5"}
+    assert back["methods"] == {"top1": "wilson", "mean_class_top1": "bootstrap"}
+    assert back["intervals"]["top1"] == pytest.approx(wilson(3, 4))
+    assert back["small_test_set"] == "small test set: 2 test videos in its smallest class, fewer than 5"
+    assert back["interval_settings"] == {
+        "confidence": 0.95,
+        "bootstrap": {"resamples": 2000, "seed": 0, "over": "test videos"},
+    }
+    assert arrays["video_ids"].tolist() == ["v1", "v2", "v3", "v4"] and arrays_path(path).is_file()
     assert not list(tmp_path.glob(".tmp-*"))
+    assert save_result(tmp_path / "again.json", PROBE, PROBE_ARRAYS).read_text() == path.read_text().replace(
+        '"r.npz"', '"again.npz"'
+    )  # deterministic, the bootstrap too
+    with pytest.raises(ValueError, match="computed from its arrays"):
+        save_result(tmp_path / "x.json", {**PROBE, "metrics": {"top1": 1.0}}, PROBE_ARRAYS)
+
+
+def test_a_result_written_before_the_scores_gets_them_when_read(tmp_path):
+    path = save_result(tmp_path / "r.json", PROBE, PROBE_ARRAYS)
+    old = json.loads(path.read_text())
+    old = {k: v for k, v in old.items() if k not in SCORE_KEYS}
+    path.write_text(json.dumps({**old, "schema": 1, "metrics": {"top1": 0.75, "top5": 1.0, "videos": 4}}))
+    back, _ = load_result(path)
+    assert back["metrics"]["top5"] is None and back["counts"]["videos"] == 4 and "top1" in back["intervals"]
+
+
+def test_no_test_video_is_refused(tmp_path):
+    empty = {"video_ids": np.array([], str), "labels": np.array([], int), "probs": np.zeros((0, 2))}
+    with pytest.raises(UserError, match="no test videos to score"):
+        save_result(tmp_path / "r.json", PROBE, empty)
+    assert not list(tmp_path.iterdir())
 
 
 def test_bad_files_are_refused(tmp_path):
@@ -39,15 +72,7 @@ def test_bad_files_are_refused(tmp_path):
     (tmp_path / "other.json").write_text(json.dumps({"kind": "x"}))
     with pytest.raises(UserError, match=r"other.json: not a results file \(it looks like a JSON file\)"):
         load_result(tmp_path / "other.json")
-    result = {
-        "kind": "finetune",
-        "stream": "rgb",
-        "dataset": "d",
-        "split": "test",
-        "classes": [],
-        "metrics": {},
-    }
-    path = save_result(tmp_path / "r.json", result, {"labels": np.zeros(1)})
+    path = save_result(tmp_path / "r.json", PROBE, PROBE_ARRAYS)
     arrays_path(path).unlink()
     with pytest.raises(UserError, match="missing"):
         load_result(path)
@@ -63,15 +88,7 @@ def test_a_checkpoint_npz_or_folder_given_as_results_says_which_json_to_give(tmp
         f"{ckpt}: not a results file (it looks like a PyTorch file, such as a checkpoint); give "
         "the .json files eval wrote, e.g. eval/rgb/retrieval-rgb.json"
     )
-    result = {
-        "kind": "finetune",
-        "stream": "rgb",
-        "dataset": "d",
-        "split": "test",
-        "classes": [],
-        "metrics": {},
-    }
-    path = save_result(tmp_path / "finetune-rgb.json", result, {"labels": np.zeros(1)})
+    path = save_result(tmp_path / "finetune-rgb.json", {**PROBE, "kind": "finetune"}, PROBE_ARRAYS)
     with pytest.raises(
         UserError, match=f"finetune-rgb.npz: not a results file .*; its results file is {path}$"
     ):

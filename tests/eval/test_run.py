@@ -63,7 +63,6 @@ def test_fused_result_goes_beside_the_first_by_default(tmp_path):
                 "dataset": "syn",
                 "split": "test",
                 "classes": ["a", "b"],
-                "metrics": {},
             },
             {**arrays, "probs": np.eye(2, dtype=np.float32)},
         )

@@ -20,6 +20,7 @@ from PIL import Image
 
 from memdpc.common.errors import UserError
 from memdpc.report.page import PAGE, write_report
+from memdpc.report.tables import cell_text, metric_text
 
 from ..conftest import run_memdpc
 
@@ -225,12 +226,27 @@ def test_the_quickstart_page_opens_from_the_file_system_with_every_picture(
     ):
         assert line in chain, (line, chain)
     assert _sha(best) in chain
-    for row in json.loads(
-        (tiny_quickstart / "quickstart.json").read_text()
-    ):  # the quickstart's table, on the page
-        assert f"{row['model']}\t{row['stream']}\t{row['R@1']}\t{row['R@5']}\t{row['probe top-1']}" in text
-    for row in json.loads((tiny_quickstart / "quickstart-pretext.json").read_text()):  # and its pretext table
+    for row in json.loads((tiny_quickstart / "quickstart.json").read_text()):  # the quickstart's table
+        assert "\t".join(cell_text(v) for k, v in row.items() if k != "note") in text
+    for row in json.loads((tiny_quickstart / "quickstart-pretext.json").read_text()):  # its pretext table
         assert "\t".join(str(v) for v in row.values()) in text
+    compared = json.loads(
+        (tiny_quickstart / "quickstart-compare.json").read_text()
+    )  # MemDPC against each baseline
+    for row in compared["comparisons"]:
+        assert "\t".join(cell_text(v) for v in row.values()) in text
+    assert compared["summary"] in text
+    # every results file with its test videos and intervals; top-5 of the 3 classes is no number
+    flow_probe = json.loads((tiny_quickstart / "eval" / "memdpc-flow" / "probe-linear-flow.json").read_text())
+    cells = [
+        str(flow_probe["counts"]["videos"]),
+        "",
+        "",
+        "",
+        *(metric_text(flow_probe, m) for m in ("top1", "top5")),
+    ]
+    assert "\t".join(cells) in text and cells[-1] == "n/a"
+    assert flow_probe["small_test_set"] in text
     assert "test videos" in text and "| " not in text  # the note under the table, and no Markdown left raw
     assert any(src.endswith(".gif") for src, _, _ in images) and any(
         "strips-flow" in src for src, _, _ in images

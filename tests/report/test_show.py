@@ -226,7 +226,6 @@ def test_a_result_whose_shards_moved_asks_for_them(tmp_path):
         "dataset": "d",
         "split": "test",
         "classes": ["a"],
-        "metrics": {"R@1": 1.0},
         "config": {"shards": str(tmp_path / "gone")},
     }
     path = save_result(

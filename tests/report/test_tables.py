@@ -12,6 +12,7 @@ import pytest
 from rich.console import Console
 
 from memdpc.eval.results import save_result
+from memdpc.eval.stats import wilson
 from memdpc.pipeline.clip import ClipSpec
 from memdpc.pipeline.manifest import verify_shards
 from memdpc.pipeline.shard import ShardReport, run_shard
@@ -147,24 +148,51 @@ def test_verify_table_of_good_and_damaged_shards(shards, tmp_path):
         assert f"rgb/{p}" in text
 
 
-def test_result_metrics_as_percentages_and_counts(tmp_path):
+def test_result_metrics_with_intervals_counts_na_and_a_small_test_set(tmp_path):
+    """R@10 of a 9-video gallery was printed as 100 %, with no count and no interval."""
+    labels = np.repeat(np.arange(3), 3)  # 9 test videos of 3 classes, querying a gallery of the same 9 labels
+    neighbours = np.array([[i, *(j for j in range(9) if j != i)] for i in range(9)])  # itself first: R@1 = 1
+    neighbours[0] = [3, 0, 1, 2, 4, 5, 6, 7, 8]  # query 0 (class 0) finds its class second
     result = {
-        "kind": "probe-linear",
+        "kind": "retrieval",
         "stream": "rgb",
         "dataset": "syn",
         "split": "test",
-        "classes": ["a"],
-        "metrics": {"top1": 0.5, "top5": 1.0, "videos": 4},
+        "classes": ["a", "b", "c"],
     }
-    path = save_result(tmp_path / "r.json", result, {"video_ids": np.array(["v"]), "probs": np.ones((1, 1))})
+    arrays = {
+        "video_ids": np.array([f"q{i}" for i in range(9)]),
+        "labels": labels,
+        "gallery_ids": np.array([f"g{i}" for i in range(9)]),
+        "gallery_labels": labels,
+        "neighbours": neighbours,
+    }
+    path = save_result(tmp_path / "r.json", result, arrays)
     console = _console()
     print_result(path, console)
     text = console.export_text()
-    assert (
-        " ".join(text.split()[:5]) == "probe-linear · rgb · syn/test"
-    )  # the title, wrapped to the table's width
-    assert _rows(text) == [["metric", "value"], ["top1", "50.00%"], ["top5", "100.00%"], ["videos", "4"]]
-    assert text.rstrip().endswith(f"wrote {path} and {tmp_path / 'r.npz'}")
+    assert " ".join(text.split()[:5]) == "retrieval · rgb · syn/test"  # the title
+    r1 = wilson(8, 9)
+    r5 = wilson(9, 9)
+    assert _rows(text) == [
+        ["metric", "value", "95 % interval", "method"],
+        ["R@1", "88.9%", f"{100 * r1[0]:.1f}–{100 * r1[1]:.1f}%", "wilson"],
+        ["R@5", "100.0%", f"{100 * r5[0]:.1f}–100.0%", "wilson"],
+        ["R@10", "n/a", "", ""],
+        ["R@20", "n/a", "", ""],
+        ["R@50", "n/a", "", ""],
+    ]
+    lines = text.rstrip().splitlines()
+    assert "9 test videos of 3 classes (3 in the smallest class), gallery of 9 videos" in " ".join(
+        text.split()
+    )
+    assert lines[-5:] == [
+        "R@10 n/a: R@10 with a gallery of 9 videos: every gallery video is among the first 10",
+        "R@20 n/a: R@20 with a gallery of 9 videos: every gallery video is among the first 20",
+        "R@50 n/a: R@50 with a gallery of 9 videos: every gallery video is among the first 50",
+        "warning: small test set: 3 test videos in its smallest class, fewer than 5",
+        f"wrote {path} and {tmp_path / 'r.npz'}",
+    ]
 
 
 def test_preprocess_report_names_what_it_wrote_what_comes_next_and_caps_the_failures(tiny_dataset, tmp_path):
@@ -231,11 +259,11 @@ def test_result_names_every_file_it_lists(tmp_path):
         "stream": "rgb",
         "dataset": "syn",
         "split": "test",
-        "classes": ["a"],
-        "metrics": {"top1": 0.5},
+        "classes": ["a", "b"],
         "files": {"features": ["f-train.npz", "f-test.npz"], "plots": ["c.png"]},
     }
-    path = save_result(tmp_path / "finetune-rgb.json", result, {"probs": np.ones((1, 1))})
+    arrays = {"video_ids": np.array(["v"]), "labels": np.array([0]), "probs": np.array([[0.9, 0.1]])}
+    path = save_result(tmp_path / "finetune-rgb.json", result, arrays)
     console = _console()
     print_result(path, console)
     lines = console.export_text().rstrip().splitlines()[-3:]
