@@ -184,7 +184,7 @@ def test_results_record_their_shards_and_caches_of_other_shards_or_checkpoints_a
     )
     result, now = retrieve(checkpoints["rgb"])  # test re-sharded: its cache made anew, the train one reused
     assert (now["train"], now["test"] != made["test"]) == (made["train"], True)
-    assert result["metrics"]["queries"] == len(test) - 1
+    assert result["counts"]["videos"] == len(test) - 1
     assert result["shards"]["test"] == manifest_identity(shards, "rgb", "test")
     result, other = retrieve(other_rgb)  # another checkpoint: neither cache reused
     assert other["train"] != now["train"] and other["test"] != now["test"]
