@@ -18,7 +18,8 @@ Schema of the JSON (``schema`` = 1)::
 
 The ``.npz`` holds ``video_ids`` (str), ``labels`` (int64), and per kind ``probs`` (V, C) for classifiers or
 the centred, L2-normalised ``query``/``gallery`` features plus ``gallery_ids``/``gallery_labels`` for
-retrieval. Both files are written atomically (npz first, so a JSON never points at a missing array file).
+retrieval. Both files are written in full under temporary names before either is renamed into place (the npz
+first, so a JSON never points at a missing array file): a full disk leaves the results there were, whole.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from memdpc.common import file_kinds
-from memdpc.common.atomic import atomic_path, write_json_atomic
+from memdpc.common.atomic import atomic_path
 from memdpc.common.errors import UserError
 
 __all__ = ["FILE_ROLES", "load_result", "save_result"]
@@ -59,10 +60,12 @@ def save_result(path: str | os.PathLike, result: dict[str, Any], arrays: dict[st
     if missing:
         raise ValueError(f"result lacks {missing}")
     npz = arrays_path(path)
-    with atomic_path(npz) as tmp:
-        with open(tmp, "wb") as f:
-            np.savez(f, **arrays)
-    write_json_atomic(path, {"schema": SCHEMA, **result, "arrays": npz.name})
+    text = json.dumps({"schema": SCHEMA, **result, "arrays": npz.name}, indent=2, sort_keys=False) + "\n"
+    with atomic_path(path) as tmp_json:  # both written before either is renamed; the npz renamed first
+        with atomic_path(npz) as tmp_npz:
+            with open(tmp_npz, "wb") as f:
+                np.savez(f, **arrays)
+            tmp_json.write_text(text)
     return path
 
 
