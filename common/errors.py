@@ -80,7 +80,7 @@ RESOURCE_ERRNOS = {
         "disk quota exceeded on the file system of {folder}",
         "free space there or raise the quota",
     ),
-    errno.EFBIG: ("file-size limit reached writing in {folder}", "raise the limit (ulimit -f)"),
+    errno.EFBIG: ("file-size limit reached in {folder}", "raise the limit (ulimit -f)"),
     errno.EROFS: ("{folder} is on a read-only file system", "make it writable"),
     errno.EACCES: ("no permission to write in {folder}", "make it writable"),
     errno.EPERM: ("no permission to write in {folder}", "make it writable"),

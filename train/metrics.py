@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -131,6 +132,8 @@ class MetricsLogger:
             self._file = open(self.path, "a")  # noqa: SIM115 — closed in close()
         with output_faults(self._tb_dir / "events"):
             self._tb = SummaryWriter(str(self._tb_dir))
+        self._excepthook = threading.excepthook
+        threading.excepthook = self._writer_thread_failed
         if progress:
             self._progress = progress_bar("{task.fields[info]}", bold=True)
             self._progress.start()
@@ -182,6 +185,14 @@ class MetricsLogger:
         console = self._progress.console if self._progress is not None else Console(stderr=True)
         console.print(text, markup=markup, soft_wrap=True)
 
+    def _writer_thread_failed(self, args: threading.ExceptHookArgs) -> None:
+        """TensorBoard's writer thread dies of a full disk (or the like) with a traceback of its own; its error
+        comes out at the logger's next write as a ResourceFault, so the thread's traceback is not printed."""
+        if not (args.thread is not None and type(args.thread).__name__ == "_AsyncWriterThread"):
+            self._excepthook(args)
+        elif not isinstance(args.exc_value, OSError):
+            self._excepthook(args)
+
     def close(self) -> None:
         """Stop the display and close the files (all of them, also when one fails: a full disk raises
         :class:`~memdpc.common.errors.ResourceFault` after)."""
@@ -194,6 +205,8 @@ class MetricsLogger:
                 with output_faults(self._tb_dir / "events"):
                     tb.close()
         finally:
+            if tb is not None:
+                threading.excepthook = self._excepthook
             if file is not None:
                 with output_faults(self.path):
                     file.close()
