@@ -233,7 +233,10 @@ def run_preprocess(
     (``memdpc.preprocess.flow.batched``) unless the run goes to Dask, and ``flow.stage`` then says per device
     where its time went (:attr:`~memdpc.preprocess.flow.batched.DeviceStage.stats`); the OpenCV backend runs
     in per-video jobs. On SIGINT/SIGTERM (KeyboardInterrupt) the report of what was done is written and the
-    interrupt re-raised as :class:`memdpc.common.interrupts.Interrupted` with a note of what was kept.
+    interrupt re-raised as :class:`memdpc.common.interrupts.Interrupted` with a note of what was kept; a fault
+    of the output (a full disk) is re-raised the same way, as :class:`~memdpc.common.errors.ResourceFault`,
+    after the report (``stopped``). A warning goes to stderr first when the archives will not fit in the free
+    space, by :func:`memdpc.preprocess.plan.disk_estimate`.
 
     ``observe`` (for callers that time the run) is called in this thread with each progress event of the
     videos (``("start", id, units promised)``, ``("units", id, n)`` as units are written) and with

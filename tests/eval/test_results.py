@@ -1,4 +1,5 @@
-"""Results files: JSON + npz written atomically, read back, clear errors for bad files."""
+"""Results files: JSON + npz written atomically (a full disk, on a real tmpfs, leaves the pair there was), read
+back, clear errors for bad files."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from memdpc.common.errors import UserError
+from memdpc.common.errors import ResourceFault, UserError
 from memdpc.eval.results import arrays_path, load_result, save_result
 
 
@@ -26,6 +27,21 @@ def test_round_trip(tmp_path):
     assert back["metrics"] == {"top1": 0.5, "videos": 4} and back["schema"] == 1
     assert arrays["video_ids"].tolist() == ["v"] and arrays_path(path).is_file()
     assert not list(tmp_path.glob(".tmp-*"))
+
+
+def test_a_full_disk_leaves_the_results_there_were_whole(small_disk):
+    """Results written again (a rerun) on a real file system too small for the new arrays: the JSON and the
+    npz there stay as they were, a matching pair, and no temporary is left."""
+    small_disk.resize(256 * 1024)
+    result = {"kind": "probe-linear", "stream": "rgb", "dataset": "syn", "split": "test", "classes": ["a"]}
+    path = save_result(
+        small_disk.path / "r.json", {**result, "metrics": {"top1": 0.5}}, {"probs": np.ones(4)}
+    )
+    before = {p.name: p.read_bytes() for p in small_disk.path.iterdir()}
+    with pytest.raises(ResourceFault, match=r"no space left on the file system of .*, writing r\.(npz|json)"):
+        save_result(path, {**result, "metrics": {"top1": 0.7}}, {"probs": np.ones(100_000)})
+    assert {p.name: p.read_bytes() for p in small_disk.path.iterdir()} == before
+    assert load_result(path)[0]["metrics"] == {"top1": 0.5}
 
 
 def test_bad_files_are_refused(tmp_path):
