@@ -279,6 +279,8 @@ class TorchLoader:
                     keys=out["key"],
                     video_ids=out["video_id"],
                 )
+        except UserError:  # a damaged sample, which a worker sent
+            raise
         except Exception:
             # A SIGINT or SIGTERM sent to the whole process group can reach a worker that has not yet left it to
             # this process (worker_init_fn). The loader then fails in whatever it was doing with that worker:
@@ -306,7 +308,8 @@ def _sigchld_kept() -> Iterator[None]:
     try:
         yield
     finally:
-        signal.signal(signal.SIGCHLD, previous)
+        if previous is not None:  # None: a handler not set from Python, which cannot be put back
+            signal.signal(signal.SIGCHLD, previous)
 
 
 WORKER_REAPED = 1.0  # seconds a worker whose pipe broke may take to be seen dead

@@ -175,10 +175,16 @@ def pool_results(cfg: PreprocessConfig, todo: list[VideoRecord], progress: Progr
                 for w in workers[1:]:
                     _close([w])
                 workers = workers[:1] or [_start(ctx, cfg)]
-            for w in workers:
+            for w in list(workers):
                 if w.video is None and queued:
+                    try:
+                        w.conn.send(queued[0][0])
+                    except OSError:  # it died idle: a new one takes the video
+                        workers.remove(w)
+                        _terminate([w])
+                        workers.append(_start(ctx, cfg))
+                        continue
                     w.video, w.died_before = queued.popleft()
-                    w.conn.send(w.video)
             busy = [w for w in workers if w.video is not None]
             if not busy:
                 break
