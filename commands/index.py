@@ -7,8 +7,10 @@ from pathlib import Path
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
+from memdpc.common.wording import name_list, plural
 from memdpc.preprocess.datasets import READERS, make_index
 
 __all__ = ["index_cmd"]
@@ -70,6 +72,16 @@ def index_cmd(dataset_root: Path, layout: str, **kw) -> None:
     table.add_row("[bold]total", *(f"[bold]{sum(c.values())}" for c in counts.values()))
     Console().print(table)
     err = Console(stderr=True)
+    if report.passed_over:
+        files = name_list([f"{path} ({why})" for path, why in report.passed_over])
+        err.print(
+            "[yellow]warning:[/yellow]",
+            escape(
+                f"held out only videos whose files read: passed over {plural(len(report.passed_over), 'file')}, "
+                f"left in train, where preprocess reports them: {files}"
+            ),
+            soft_wrap=True,
+        )
     for w in report.warnings:
         err.print(f"[yellow]warning:[/yellow] {w}", soft_wrap=True)
     err.print(

@@ -30,16 +30,12 @@ def stack(*decorators: Callable[[F], F]) -> Callable[[F], F]:
     return wrap
 
 
-def _settings(cls: type, exclude: tuple[str, ...] = ()) -> Iterator[dataclasses.Field]:
-    """The fields of ``cls`` that are options, nested configs' own flattened in place."""
+def _settings(cls: type) -> Iterator[dataclasses.Field]:
+    """The fields of ``cls`` that are options (those with help), nested configs' own flattened in place."""
     for f in dataclasses.fields(cls):
-        if f.name in exclude or not f.metadata.get("help") and not f.metadata.get("nested"):
-            continue
         if f.metadata.get("nested"):
-            yield from _settings(
-                f.default.__class__ if f.default is not dataclasses.MISSING else f.type, exclude
-            )
-        else:
+            yield from _settings(type(f.default))
+        elif f.metadata.get("help"):
             yield f
 
 
@@ -84,8 +80,6 @@ def _option(f: dataclasses.Field, defaults: Any, unset: bool) -> Callable[[F], F
     flags = tuple(meta.get("flags") or ("--" + name.rstrip("_").replace("_", "-"),))
     text = meta["help"]
     kw: dict[str, Any] = {"help": text}
-    if meta.get("metavar"):
-        kw["metavar"] = meta["metavar"]
     if "option_default" in meta:  # "decided later", as the help says
         default = meta["option_default"]
     elif unset:  # "not given here": the value comes from a settings file, else the config's default
@@ -110,18 +104,16 @@ def _option(f: dataclasses.Field, defaults: Any, unset: bool) -> Callable[[F], F
     return click.option(*flags, name, type=_type(f, kind), **kw)
 
 
-def config_options(
-    cls: type, *, exclude: tuple[str, ...] = (), defaults: Any = None, unset: bool = False
-) -> Callable[[F], F]:
+def config_options(cls: type, *, defaults: Any = None, unset: bool = False) -> Callable[[F], F]:
     """One click option per setting of the dataclass ``cls``, in field order.
 
     ``defaults``: an instance whose values are shown as the defaults (a family's or a task's own); ``unset``:
     every option defaults to None ("not given"), its help naming the config's default — for verbs whose
     settings files fill what the command line leaves out.
     """
-    return stack(*(_option(f, defaults, unset) for f in _settings(cls, exclude)))
+    return stack(*(_option(f, defaults, unset) for f in _settings(cls)))
 
 
-def take(cls: type, kw: dict[str, Any], exclude: tuple[str, ...] = ()) -> dict[str, Any]:
+def take(cls: type, kw: dict[str, Any]) -> dict[str, Any]:
     """Pop the options of ``cls``'s settings from the parsed ``kw`` (as keyword arguments of ``cls``)."""
-    return {f.name: kw.pop(f.name) for f in _settings(cls, exclude) if f.name in kw}
+    return {f.name: kw.pop(f.name) for f in _settings(cls) if f.name in kw}

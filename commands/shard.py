@@ -33,6 +33,12 @@ __all__ = ["shard_cmd"]
 @config_options(ClipSpec)
 @click.option("--strict", is_flag=True, help="Stop at the first bad video (default: skip and report it).")
 @click.option(
+    "--allow-missing-classes",
+    is_flag=True,
+    help="Shard a split although classes with videos in it have no samples (failed in preprocess, or not "
+    "written yet), leaving them out (default: refuse, before writing).",
+)
+@click.option(
     "--overwrite",
     is_flag=True,
     help="Rewrite the split's shards in --out made with other options or from archives changed since "

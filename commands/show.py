@@ -5,7 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
+from click.core import ParameterSource
 from rich.console import Console
+from rich.markup import escape
 
 from memdpc.commands.options import OUT_DIR, config_options
 from memdpc.report.show_options import ShowOptions
@@ -23,9 +25,17 @@ def show_cmd(path: Path, out: Path, **kw) -> None:
     confusion matrices)."""
     from memdpc.report.show import show
 
-    for written in show(path, out, ShowOptions(**kw)):
+    if click.get_current_context().get_parameter_source("crop_size") is ParameterSource.DEFAULT:
+        # not given: ShowOptions' own default (the shards' frame size), not the value the option keeps (train's)
+        del kw["crop_size"]
+    err = Console(stderr=True)
+
+    def warn(text: str) -> None:
+        err.print("[yellow]warning:[/yellow]", escape(text), soft_wrap=True)
+
+    for written in show(path, out, ShowOptions(**kw), warn):
         Console().print(f"wrote {written}", markup=False, soft_wrap=True)
-    Console(stderr=True).print(
+    err.print(
         "next: open them in an image viewer, or `memdpc report FOLDER` for one page of a whole run (e.g. a "
         "quickstart folder)",
         markup=False,

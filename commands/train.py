@@ -37,18 +37,25 @@ __all__ = ["train_cmd"]
     "random-init baseline of frozen evaluations.",
 )
 @click.option(
+    "--overwrite",
+    is_flag=True,
+    help="Start the run afresh: remove the run directory's checkpoints, metrics and TensorBoard logs (after saying "
+    "so) instead of resuming, e.g. when its shards changed since.",
+)
+@click.option(
     "--dry-run",
     is_flag=True,
     help="Print what the run will do (clips and steps per epoch, global batch, schedule, disk, the wall time "
     "estimated from a few timed steps on this device) and write nothing.",
 )
 def train_cmd(
-    config_file: Path | None, init_only: bool, bn_from_data: bool, dry_run: bool, **options
+    config_file: Path | None, init_only: bool, bn_from_data: bool, overwrite: bool, dry_run: bool, **options
 ) -> None:
     """Self-supervised pretraining on one stream's shards (runs alone, under torchrun or srun).
 
     Example: memdpc train --stream rgb --shards shards/ --out runs/rgb. A run directory that already holds
-    a checkpoint resumes exactly where it stopped; --init CHECKPOINT starts a new run from given weights.
+    a checkpoint resumes exactly where it stopped, on the shards it was trained on (other shards are refused,
+    naming the change; --overwrite starts afresh); --init CHECKPOINT starts a new run from given weights.
     SIGINT (Ctrl-C) and SIGTERM stop it at the next step, with checkpoints/last.pt saved there.
     """
     values = read_config_file(config_file) if config_file else {}
@@ -61,6 +68,10 @@ def train_cmd(
     if config.init and "stream" not in values:
         # --stream's default (rgb) would train weights of the other stream with a warning that --stream asked for it
         raise UserError(f"--init {config.init}: say which stream the run trains on (--stream rgb|flow)")
+    if overwrite and init_only:
+        raise UserError(
+            "--overwrite starts a training run afresh; --init-only writes one checkpoint: give one of them"
+        )
     if dry_run:
         if init_only:
             raise UserError(
@@ -68,7 +79,7 @@ def train_cmd(
             )
         from memdpc.train.dry_run import plan_run
 
-        plan = plan_run(config)
+        plan = plan_run(config, overwrite)
         if plan is not None:  # rank 0
             Console().print("\n".join(plan.lines()), markup=False, soft_wrap=True)
         return
@@ -84,4 +95,4 @@ def train_cmd(
         return
     from memdpc.train.loop import train
 
-    train(config)  # ends by naming what it wrote
+    train(config, overwrite)  # ends by naming what it wrote

@@ -15,10 +15,10 @@ def setting(default: Any, help: str = "", **cli: Any) -> Any:
 
     ``cli`` says how the command line shows it, where the field's name and type do not: ``flags`` (the option's
     flags, e.g. ``("--blocks",)`` or ``("--linear/--mlp",)``), ``choices``, ``min`` (an integer or float range),
-    ``required``, ``path`` (``click.Path`` settings), ``metavar``, ``option_default`` (the option's default where
-    it differs from the field's, e.g. None for "decided later", which the help then explains), ``nested`` (a
-    dataclass whose own settings become options). A field without help is not an option. ``default`` may be
-    ``dataclasses.MISSING``: a field without a default.
+    ``required``, ``path`` (``click.Path`` settings), ``option_default`` (the option's default where it differs
+    from the field's, e.g. None for "decided later", which the help then explains), ``nested`` (a dataclass
+    whose own settings become options; its default is an instance). A field without help is not an option.
+    ``default`` may be ``dataclasses.MISSING``: a field without a default.
     """
     metadata = {"help": help, **cli}
     if isinstance(default, list):

@@ -7,10 +7,11 @@ __all__ = ["duration_text", "error_line", "name_list", "plural", "size_text"]
 
 
 def plural(n: int, noun: str) -> str:
-    """``1 video``, ``2 videos``, ``3 classes``, ``4 batches``, ``9,537 videos``."""
-    return (
-        f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}{'es' if noun.endswith(('s', 'sh', 'ch', 'x')) else 's'}"
-    )
+    """``1 video``, ``2 videos``, ``3 classes``, ``4 batches``, ``2 epochs``, ``9,537 videos``."""
+    if n == 1:
+        return f"{n:,} {noun}"
+    es = noun.endswith(("s", "sh", "ch", "x")) and not noun.endswith("och")  # epoch: the ch of a k
+    return f"{n:,} {noun}{'es' if es else 's'}"
 
 
 def name_list(names: list[str], most: int = 10) -> str:

@@ -76,7 +76,7 @@ def run_classify(
         "classes": classes,
         "metrics": classification_metrics(probs, labels),
         "config": {"checkpoint": str(checkpoint), "crops": crops, "size": data.size},
-        **out.record(),
+        **out.record(data, (data.test_split,)),
     }
     return save_result(
         path,

@@ -10,7 +10,6 @@ manifest and the settings.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from collections.abc import Callable, Iterable, Iterator
@@ -32,6 +31,7 @@ from memdpc.eval.outputs import Outputs
 from memdpc.pipeline.clip import ClipSpec
 from memdpc.pipeline.loader import make_loader
 from memdpc.pipeline.manifest import load_manifest, manifest_path
+from memdpc.pipeline.provenance import manifest_identity
 from memdpc.pipeline.sample import parse_key
 
 __all__ = [
@@ -196,11 +196,10 @@ def fingerprint(source: dict[str, str], data: EvalData, split: str, **settings: 
     """Identifies what a checkpoint gives on a split: the checkpoint's bytes (``source``, see
     :func:`~memdpc.eval.outputs.checkpoint_source`: never another checkpoint's features), the split's manifest
     (which lists its shards' checksums), the input size, the loader backend and ``settings``."""
-    manifest = manifest_path(data.shards, data.stream, split).read_bytes()
     return json.dumps(
         {
             "checkpoint_sha256": source["sha256"],
-            "manifest_sha256": hashlib.sha256(manifest).hexdigest(),
+            "manifest_sha256": manifest_identity(data.shards, data.stream, split)["sha256"],
             "stream": data.stream,
             "split": split,
             "size": data.size,

@@ -45,13 +45,19 @@ from memdpc.model.memdpc import finish_config
 from memdpc.pipeline.clip import ClipSpec
 from memdpc.pipeline.loader import make_loader
 from memdpc.pipeline.manifest import load_manifest
+from memdpc.pipeline.provenance import manifest_identity
 
-__all__ = ["kept_batches", "run_finetune", "train_epochs", "train_loader"]
+__all__ = ["TRAIN_SHARDS", "kept_batches", "run_finetune", "train_epochs", "train_loader"]
 
 RESUMABLE = (
     "epochs",
     "checkpoint",
 )  # a resumed finetuning may grow, or read its checkpoint (same bytes) elsewhere
+TRAIN_SHARDS = (
+    "train_manifest_sha256"  # the setting naming the train split's shards (SHA-256 of its manifest)
+)
+# settings a state written by an earlier memdpc lacks: compared only where the state records them
+RECORDED_SINCE = (TRAIN_SHARDS,)
 Batches = Callable[[int], Iterator[tuple[torch.Tensor, list[str], torch.Tensor]]]
 
 
@@ -174,7 +180,7 @@ def _read_state(
     diff = [
         f"{k} {_short(before.get(k))} → {_short(now.get(k))}"
         for k in sorted(set(before) | set(now))
-        if k not in RESUMABLE and before.get(k) != now.get(k)
+        if k not in RESUMABLE and before.get(k) != now.get(k) and (k in before or k not in RECORDED_SINCE)
     ]
     if diff:
         raise UserError(
@@ -260,6 +266,7 @@ def run_finetune(
     settings = {
         "checkpoint": out.source["checkpoint"],
         "checkpoint_sha256": out.source["sha256"],
+        TRAIN_SHARDS: manifest_identity(data.shards, data.stream, data.train_split)["sha256"],
         "label_fraction": label_fraction,
         "random_init": random_init,
         "dropout": dropout,
@@ -305,7 +312,7 @@ def run_finetune(
         "metrics": classification_metrics(probs, labels),
         "train_loss": losses,
         "config": {**settings, "crops": crops, "train_videos": None if keep is None else len(keep)},
-        **out.record(),
+        **out.record(data, (data.train_split, data.test_split)),
     }
     return save_result(
         path, result, {"video_ids": np.array(ids), "labels": labels, "probs": probs.astype(np.float32)}

@@ -27,7 +27,7 @@ from memdpc.common import distenv as dd
 from memdpc.common.errors import UserError
 from memdpc.eval.data import EvalData
 from memdpc.eval.features import run_windows, split_classes, task_features
-from memdpc.eval.finetune import kept_batches, train_epochs, train_loader
+from memdpc.eval.finetune import TRAIN_SHARDS, kept_batches, train_epochs, train_loader
 from memdpc.eval.fit import OOPS_FIT, OOPS_MODES, FitConfig
 from memdpc.eval.oops_labels import CLASSES, TRANSITIONAL, oversample, step_labels
 from memdpc.eval.outputs import Outputs
@@ -39,6 +39,7 @@ from memdpc.eval.shard_meta import window_info
 from memdpc.model import OopsHead
 from memdpc.pipeline.clip import ClipSpec
 from memdpc.pipeline.manifest import load_manifest
+from memdpc.pipeline.provenance import manifest_identity
 from memdpc.preprocess.video_index import read_index
 
 __all__ = ["run_oops"]
@@ -194,6 +195,7 @@ def run_oops(
     settings = {
         "checkpoint": out.source["checkpoint"],
         "checkpoint_sha256": out.source["sha256"],
+        TRAIN_SHARDS: manifest_identity(data.shards, data.stream, data.train_split)["sha256"],
         "index": str(index),
         "size": data.size,
         **asdict(fit),
@@ -226,7 +228,7 @@ def run_oops(
         "metrics": step_metrics(pred, labels.reshape(-1)),
         "train_loss": losses,
         "config": settings,
-        **out.record(),
+        **out.record(data, (data.train_split, data.test_split)),
     }
     arrays = {
         "video_ids": np.array(test.video_ids),

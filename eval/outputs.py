@@ -1,6 +1,7 @@
-"""The files one ``memdpc eval`` task writes under ``--out``, and the checkpoint they come from.
+"""The files one ``memdpc eval`` task writes under ``--out``, the checkpoint and the shards they come from.
 
-Results files record the checkpoint they were made from (its path and SHA-256, ``source``), so a task
+Results files record the checkpoint they were made from (its path and SHA-256, ``source``) and each split of
+shards they read (its manifest's path and SHA-256, ``shards``), so a task
 refuses to replace results of another checkpoint (or of the same file since changed) unless told
 ``--overwrite``; the same checkpoint evaluated again rewrites its own. Every file a task writes or keeps
 (feature caches, the finetune state, the finetuned classifier, plots) is added here: the results file lists
@@ -18,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from memdpc.common.errors import UserError
+from memdpc.eval.data import EvalData
+from memdpc.pipeline.provenance import manifest_identity
 
 __all__ = ["Outputs"]
 
@@ -91,6 +94,8 @@ class Outputs:
             return [f"nothing written to {self.folder} yet; {then}the same command starts again"]
         return [*notes, f"{then}the same command resumes"]
 
-    def record(self) -> dict[str, Any]:
-        """What the results file records of its outputs: ``source`` and ``files``."""
-        return {"source": self.source, "files": self.listing()}
+    def record(self, data: EvalData, splits: tuple[str, ...]) -> dict[str, Any]:
+        """What the results file records of its inputs and outputs: ``source``, ``shards`` (per split of
+        ``data`` the task read: :func:`~memdpc.pipeline.provenance.manifest_identity`) and ``files``."""
+        shards = {split: manifest_identity(data.shards, data.stream, split) for split in splits}
+        return {"source": self.source, "shards": shards, "files": self.listing()}

@@ -35,9 +35,14 @@ if TYPE_CHECKING:
     from memdpc.eval.data import EvalData
 
 
+DPI = 100
+# the width a retrieval strip's frame is drawn at: small frames enlarged, large ones shrunk
+STRIP_FRAME_PX = 96
+
+
 def _save(fig, path: str | os.PathLike) -> Path:
     with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=100, format="png")
+        fig.savefig(tmp, dpi=DPI, format="png")
     plt.close(fig)
     return Path(path)
 
@@ -70,7 +75,8 @@ def retrieval_examples(
     """Queries (the first ``rows`` test videos) and their top-3 neighbours as frame strips.
 
     Frames come from the first window of each video in the shards of ``stream`` (default: the evaluated
-    stream; pass "rgb" to show RGB frames for a flow model, as the paper does); flow is drawn in colour.
+    stream; pass "rgb" to show RGB frames for a flow model, as the paper does); flow is drawn in colour. Every
+    frame is drawn :data:`STRIP_FRAME_PX` pixels wide (the figure is sized to it), whatever the frames' size.
     """
     stream = stream or data.stream
     num_blocks = int(load_manifest(data.shards, stream, data.test_split)["clip"]["num_blocks"])
@@ -81,27 +87,36 @@ def retrieval_examples(
     )
     g_keys = [sample_key(g_ids[j], 0) for j in np.unique(top)]
     g_frames = window_frames(data.shards, stream, data.train_split, g_keys)
-    fig, axes = plt.subplots(
-        rows, 1 + top.shape[1], figsize=(4 * (1 + top.shape[1]), 1.2 * rows + 0.5), squeeze=False
-    )
+    grid = []  # per row: (strip or None, title, colour) of the query and its neighbours
     for i in range(rows):
         cells = [(q_frames.get(sample_key(q_ids[i], 0)), f"query: {classes[q_labels[i]]}", "black")]
         for j in top[i]:
             color = "green" if g_labels[j] == q_labels[i] else "red"
             cells.append((g_frames.get(sample_key(g_ids[j], 0)), classes[g_labels[j]], color))
-        for ax, (jpegs, title, color) in zip(axes[i], cells, strict=False):
-            ax.axis("off")
+        row = []
+        for jpegs, title, color in cells:
+            strip = None
             if jpegs:
                 strip, top_speed = frame_strip(jpegs, num_blocks, stream)
-                ax.imshow(strip, interpolation="nearest")  # the frames' own pixels (and smaller files)
                 if top_speed is not None:
                     title += f" (full colour: {top_speed:.2g} px)"
+            row.append((strip, title, color))
+        grid.append(row)
+    aspect = max((s.shape[0] / s.shape[1] for row in grid for s, _, _ in row if s is not None), default=0.75)
+    columns, top_edge = 1 + top.shape[1], 0.93 if stream != FLOW else 0.88
+    strip_w = num_blocks * STRIP_FRAME_PX  # each axis's width in pixels: the figure is sized to it
+    width = strip_w * (columns + 0.05 * (columns - 1)) / 0.98
+    height = strip_w * aspect * (rows + 0.3 * (rows - 1)) / (top_edge - 0.01)
+    fig, axes = plt.subplots(rows, columns, figsize=(width / DPI, height / DPI), squeeze=False)
+    for i, row in enumerate(grid):
+        for ax, (strip, title, color) in zip(axes[i], row, strict=False):
+            ax.axis("off")
+            if strip is not None:
+                ax.imshow(strip, interpolation="nearest")
             ax.set_title(title, fontsize=8, color=color)
     if stream == FLOW:
         fig.suptitle(f"{FLOW_KEY}; each strip on its own scale, its full colour in its title", fontsize=9)
-    fig.subplots_adjust(
-        left=0.01, right=0.99, bottom=0.01, top=0.93 if stream != FLOW else 0.88, wspace=0.05, hspace=0.3
-    )
+    fig.subplots_adjust(left=0.01, right=0.99, bottom=0.01, top=top_edge, wspace=0.05, hspace=0.3)
     return _save(fig, path)
 
 

@@ -133,7 +133,7 @@ def run_probe(
         "metrics": classification_metrics(probs, labels),
         "train_loss": losses,
         "config": {"checkpoint": str(checkpoint), "crops": crops, "dropout": dropout, **fit.__dict__},
-        **out.record(),
+        **out.record(data, (data.train_split, data.test_split)),
     }
     return save_result(
         path, result, {"video_ids": np.array(ids), "labels": labels, "probs": probs.astype(np.float32)}

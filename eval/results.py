@@ -13,6 +13,8 @@ Schema of the JSON (``schema`` = 1)::
     arrays    the name of the ``.npz`` beside it
     source    the checkpoint evaluated: {"checkpoint": its resolved path, "sha256": of its bytes} (not in fusion
               results); results of another checkpoint are not replaced without ``--overwrite``
+    shards    each split the task read: {split: {"manifest": its resolved path, "sha256": of its bytes}} (not in
+              fusion results, which name their ``inputs`` in ``config``)
     files     {role: names relative to the JSON's folder} of the other files the task wrote or kept, roles
               as in :data:`FILE_ROLES` (absent when none)
 

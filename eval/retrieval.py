@@ -93,6 +93,6 @@ def run_retrieval(
             "train_split": data.train_split,
             "size": data.size,
         },
-        **out.record(),
+        **out.record(data, (data.train_split, data.test_split)),
     }
     return save_result(path, result, arrays)

@@ -95,9 +95,7 @@ def evaluate(
         for note in outputs.kept():
             stop.keep(note)
         raise stop from None
-    except (
-        ResourceFault
-    ) as fault:  # the output's disk full (atomic writes: nothing half-written), a worker killed
+    except ResourceFault as fault:  # a full disk (atomic writes: nothing half-written), a worker killed
         for note in outputs.kept(fault.remedy):
             fault.keep(note)
         raise

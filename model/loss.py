@@ -76,7 +76,9 @@ def dense_infonce(
     (every rank must hold the same batch size). ``negatives`` (:data:`~memdpc.model.names.NEGATIVES`): "all"
     targets of the batch (the paper), only those at the prediction's own map position ("same_position"), or
     only those of every clip at its own position and step ("other_clips"). Returns scalar ``loss`` (mean
-    cross-entropy), ``top1``, ``top5``.
+    cross-entropy), ``top1``, ``top5`` and ``chance``: the loss of a uniform guess, ln of the number of candidates
+    each prediction is scored against (e.g. 10 clips × 3 steps × a 1×1 map, all negatives: ln 30), which a model
+    that learnt nothing the loss can see stays at.
     """
     if pred.shape != target.shape:
         raise ValueError(f"prediction {tuple(pred.shape)} and target {tuple(target.shape)} differ in shape")
@@ -102,7 +104,8 @@ def dense_infonce(
         scores = scores / temperature
     loss = F.cross_entropy(scores.float(), labels)
     top1, top5 = topk_accuracy(scores.detach(), labels)
-    return {"loss": loss, "top1": top1, "top5": top5}
+    chance = torch.full((), scores.shape[1], dtype=torch.float32, device=scores.device).log()
+    return {"loss": loss, "top1": top1, "top5": top5, "chance": chance}
 
 
 def content_share(z: torch.Tensor) -> torch.Tensor:

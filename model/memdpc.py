@@ -160,9 +160,11 @@ class MemDPC(nn.Module):
 
     def forward(self, clips: torch.Tensor) -> dict[str, torch.Tensor]:
         """clips (B, N, 3, SL, H, W) -> scalar ``loss``, ``top1``, ``top5`` and per direction ``*_f``/``*_b``,
-        and the encoder features' ``content_share`` (see :func:`~memdpc.model.loss.content_share`).
+        ``chance`` (the loss of a uniform guess, see :func:`~memdpc.model.loss.dense_infonce`) and the encoder
+        features' ``content_share`` (see :func:`~memdpc.model.loss.content_share`).
 
-        ``loss`` is the sum of the per-direction mean losses (the reference), top-k the mean over directions.
+        ``loss`` is the sum of the per-direction mean losses (the reference), and so is ``chance``; top-k the mean
+        over directions.
         """
         if clips.dim() != 6 or clips.shape[1] <= self.pred_steps:
             raise ValueError(f"clips must be (B, N>{self.pred_steps}, C, SL, H, W), got {tuple(clips.shape)}")
@@ -172,14 +174,17 @@ class MemDPC(nn.Module):
         if self.agg_b is not None:
             dirs.append(("b", self.agg_b, z.flip(1)))
         out: dict[str, torch.Tensor] = {}
+        chance = []
         for tag, agg, seq in dirs:
             preds = self.rollout(agg, seq)
             with part("loss"):
                 res = dense_infonce(
                     preds, seq[:, -self.pred_steps :], self.temperature, self.global_negatives, self.negatives
                 )
+            chance.append(res.pop("chance"))
             out.update({f"{k}_{tag}": v for k, v in res.items()})
         out["loss"] = sum(out[f"loss_{t}"] for t, _, _ in dirs)
+        out["chance"] = sum(chance)
         for k in ("top1", "top5"):
             out[k] = torch.stack([out[f"{k}_{t}"] for t, _, _ in dirs]).mean()
         out["content_share"] = content_share(z)

@@ -21,11 +21,20 @@ from memdpc.pipeline.manifest import frame_sizes, load_manifest, manifest_path, 
 from memdpc.pipeline.plan import LoaderPlan
 from memdpc.pipeline.torch_loader import TorchLoader
 
-__all__ = ["dali_available", "make_loader", "plan_loader"]
+__all__ = ["backend_words", "dali_available", "make_loader", "plan_loader"]
 
 
 def dali_available() -> bool:
     return importlib.util.find_spec("nvidia.dali") is not None
+
+
+def backend_words(backend: str) -> str:
+    """The loader ``backend`` resolves to, in words for a log: ``torch``, or for ``auto`` why it is that one."""
+    name = resolve_backend(backend)
+    if backend != "auto":
+        return name
+    why = "nvidia-dali is installed" if name == "dali" else "nvidia-dali is not installed"
+    return f"{name} (auto: {why})"
 
 
 def resolve_backend(backend: str) -> str:

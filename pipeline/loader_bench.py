@@ -138,7 +138,7 @@ def _manifest(cfg: LoaderBench) -> dict:
 
 
 def _print(cfg: LoaderBench, manifest: dict, side: int, rows: list[dict], console: Console) -> None:
-    sizes = [f"{h}×{w}" for h, w in frame_sizes(manifest)] or ["mixed-size"]
+    sizes = [f"{w}×{h}" for h, w in frame_sizes(manifest)] or ["mixed-size"]  # width×height, as every message
     clip = ClipSpec(**manifest["clip"])
     table = Table(
         title=f"loaders on {cfg.shards}/{cfg.stream} ({', '.join(sizes)} JPEG frames, {clip.num_frames} per "

@@ -4,7 +4,9 @@ The manifest is written last (atomically), so its presence means every shard it 
 holds the configuration (stream, split, clip geometry, window rule, seed, shard limits), the frame
 encoding, the frame sizes (``frame_sizes``: each size with its video and sample counts; ``frame_size``:
 the one size, or None where the videos have several), class names (index = label), sample and video
-counts, and per shard its tar name, index name, sample count, size and SHA-256. The names of the files
+counts, per shard its tar name, index name, sample count, size and SHA-256, and ``provenance``: what the shards
+were made from (the index, the frame archive folder, each video's label and archive; :mod:`memdpc.pipeline.shard`
+writes it, :mod:`memdpc.pipeline.provenance` reads it). The names of the files
 in a stream's folder are spelled here (:func:`manifest_path`, :func:`shard_name`, :func:`checksum_path`;
 the index: ``wds_index.index_path``).
 """

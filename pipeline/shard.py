@@ -3,7 +3,8 @@ manifest, atomically and resumably.
 
 Layout: ``<out>/<stream>/<split>-NNNNNN.tar`` + ``<split>-NNNNNN.idx`` (the text DALI's ``wds2idx`` writes)
 + ``<split>-NNNNNN.sha256`` + ``plan-<split>.json`` (written first: configuration and every shard's keys) + ``manifest-<split>.json``
-(written last). Members per sample: ``<key>.f00.jpg … <key>.f39.jpg`` (JPEG bytes copied from the archives,
+(written last, with the ``provenance`` of the shards: the index, the frame archive folder, each video's label and
+archive identity). Members per sample: ``<key>.f00.jpg … <key>.f39.jpg`` (JPEG bytes copied from the archives,
 never re-encoded), ``<key>.cls`` (int32 little-endian label), ``<key>.json``; key ``<video_id>_<start:05d>``
 (all named in :mod:`memdpc.pipeline.sample`).
 Tars are plain USTAR with fixed owner, mode and mtime, so the same inputs and seed give identical bytes.
@@ -12,8 +13,9 @@ Resuming: the plan (see :mod:`memdpc.pipeline.shard_plan`) fixes which samples g
 written to a temporary name and renamed when complete (its index and checksum first), so on a re-run every shard already
 in place is checked against the plan and kept, and only the missing ones are written; SIGINT and SIGTERM stop a
 run between two writes and say how many shards are in place. An output folder whose plan differs (other
-options, other videos, or archives rewritten, written or lost since) is refused, or with ``overwrite`` the
-split's shards are deleted and written anew.
+options, other videos or labels, or archives rewritten, written or lost since) is refused, or with ``overwrite``
+the split's shards are deleted and written anew. An index whose record names another file than the one an
+archive was made from (its ``meta.json`` ``source``) is refused before anything is written.
 
 Faults: the run has no worker processes (one process reads the archives and writes the shards), so a killed
 shard run is killed whole, and the same command resumes it to the same bytes. A fault of the output (its disk
@@ -53,6 +55,7 @@ from memdpc.pipeline.manifest import (
     stream_dir,
     write_manifest,
 )
+from memdpc.pipeline.provenance import records_digest
 from memdpc.pipeline.sample import FRAME_PATTERN, INFO, LABEL, encode_label, frame_member, member_name
 from memdpc.pipeline.shard_plan import (
     DEFAULT_CLIP,
@@ -73,6 +76,7 @@ from memdpc.preprocess.video_index import VideoRecord, read_index
 
 __all__ = ["run_shard", "shard_stream", "write_shard", "ShardReport", "THROTTLE_ENV"]
 
+SHORT_DROPPED = "shorter than one window (--short drop)"
 THROTTLE_ENV = "MEMDPC_SHARD_THROTTLE"
 """Seconds to sleep after each sample written: limits I/O on shared storage, and lets tests interrupt a run."""
 
@@ -219,6 +223,9 @@ def _claim(folder: Path, split: str, plan: Plan, overwrite: bool) -> None:
             old = {}
         if old == new:
             return
+        if "labels_sha256" not in old and old == {k: v for k, v in new.items() if k != "labels_sha256"}:
+            write_json_atomic(path, new)  # planned alike before plans recorded the labels: taken as this plan
+            return
         if not overwrite:
             raise UserError(_difference(folder, split, old, new))
         _discard(folder, split, old)
@@ -255,6 +262,8 @@ def _difference(folder: Path, split: str, old: dict, new: dict) -> str:
             f"{folder}: {len(changed)} of the {len(now)} archives of its {split} shards changed since they "
             f"were planned (e.g. {vid}: its archive was {what} since); {fix}"
         )
+    if old.get("labels_sha256") not in (None, new["labels_sha256"]):
+        return f"{folder}: holds {split} shards planned when the index gave some of their videos other classes; {fix}"
     return f"{folder}: holds {split} shards of another configuration (the input videos or frames); {fix}"
 
 
@@ -289,7 +298,24 @@ def _frame_sizes(plan: Plan) -> list[dict[str, Any]]:
     ]
 
 
-def _manifest(plan: Plan, entries: list[dict], folder: Path) -> dict[str, Any]:
+def _provenance(
+    plan: Plan, records: list[VideoRecord], index: str | None, archive_root: str | os.PathLike
+) -> dict[str, Any]:
+    """What the shards were made from (:mod:`memdpc.pipeline.provenance`): the index (its resolved path, None
+    for records given as a list, and the digest of its records), the frame archive folder, and per video of the
+    split its label and its archive's identity (None: skipped)."""
+    labels = {r.id: r.label for r in records}
+    return {
+        "index": {
+            "path": str(Path(index).resolve()) if index is not None else None,
+            "sha256": records_digest(records),
+        },
+        "frames": str(Path(archive_root).resolve()),
+        "videos": {vid: [labels[vid], digest] for vid, digest in plan.archives.items()},
+    }
+
+
+def _manifest(plan: Plan, entries: list[dict], folder: Path, provenance: dict[str, Any]) -> dict[str, Any]:
     metas = [plan.sources[vid].meta for vid in {s.video_id for sh in plan.shards for s in sh.samples}]
     sizes = _frame_sizes(plan)
     size = [sizes[0]["height"], sizes[0]["width"]] if len(sizes) == 1 else None  # None: see frame_sizes
@@ -314,6 +340,7 @@ def _manifest(plan: Plan, entries: list[dict], folder: Path) -> dict[str, Any]:
         "num_short": plan.short,
         "skipped": plan.skipped,
         "shards": entries,
+        "provenance": provenance,
     }
 
 
@@ -410,6 +437,30 @@ def _warnings(plan: Plan, records: list[VideoRecord], out_dir: str | os.PathLike
     return out + _sibling_warnings(out_dir, plan)
 
 
+def _missing_classes(plan: Plan, records: list[VideoRecord], source: str) -> str | None:
+    """Why the split would lose classes: those with videos of the split in the index but no samples (their videos
+    failed in preprocess, are not written yet, unusable, or too short to keep), with what became of their
+    videos; None when every class of the split keeps samples."""
+    stream, split = plan.config["stream"], plan.config["split"]
+    have = {s.label for sh in plan.shards for s in sh.samples}
+    chosen = [r for r in records if (split == "all" or r.split == split) and r.label >= 0]
+    lost = sorted({r.label for r in chosen} - have)
+    if not lost:
+        return None
+    skipped = {s["video_id"]: s for s in plan.skipped}
+    videos = [r for r in chosen if r.label in lost]
+    fates = Counter(SKIP_KINDS[skipped[r.id]["kind"]] if r.id in skipped else SHORT_DROPPED for r in videos)
+    example = next((r for r in videos if r.id in skipped), None)
+    e_g = f"; e.g. {example.id}: {skipped[example.id]['reason']}" if example is not None else ""
+    return (
+        f"{source}: {stream}/{split} would have no samples of {plural(len(lost), 'class')}: "
+        f"{name_list([plan.classes[label] for label in lost])} (their {plural(len(videos), 'video')}: "
+        f"{'; '.join(f'{n} {fate}' for fate, n in sorted(fates.items()))}{e_g}); shard once preprocess has "
+        "written them (a held-out split: see preprocess's summary to draw it again), or add "
+        "--allow-missing-classes to shard without them"
+    )
+
+
 def _sibling_warnings(out_dir: str | os.PathLike, plan: Plan) -> list[str]:
     """Shards of other splits or streams in ``out_dir`` cut from archives of other settings (the same stream:
     any setting; the other stream: the decoding, which the two streams share)."""
@@ -489,21 +540,26 @@ def run_shard(
     seed: int = ShardSettings.seed,
     strict: bool = False,
     overwrite: bool = False,
+    allow_missing_classes: bool = False,
     console: Console | None = None,
 ) -> ShardReport:
     """Shard one stream and split (see the module docstring); with ``console``, show progress there.
 
     ``clip`` is the samples' geometry (:class:`ClipSpec`); ``window_step``, ``short``, ``max_count``, ``max_size``
     and ``seed`` are :class:`ShardSettings`' (their help says what each does); ``strict``: stop at the first bad
-    video (default: skip it and report it). ``overwrite``: an output folder holding the split's shards of another plan (other options, videos or
-    archives) gets them deleted and written anew instead of refused. On SIGINT/SIGTERM (``KeyboardInterrupt``)
-    it re-raises :class:`memdpc.common.interrupts.Interrupted` saying how many shards are in place, and on a
-    fault of the output (a full disk) the :class:`~memdpc.common.errors.ResourceFault` the same way.
+    video (default: skip it and report it). ``overwrite``: an output folder holding the split's shards of another
+    plan (other options, videos or archives) gets them deleted and written anew instead of refused. A class with
+    videos in the split but no samples (its videos failed in preprocess, or are not written yet) is refused before
+    anything is written (UserError), unless ``allow_missing_classes``: the shards then leave it out, with a
+    warning. On SIGINT/SIGTERM (``KeyboardInterrupt``) it re-raises :class:`memdpc.common.interrupts.Interrupted`
+    saying how many shards are in place, and on a fault of the output (a full disk) the
+    :class:`~memdpc.common.errors.ResourceFault` the same way.
     Returns the :class:`ShardReport` (rendered by :func:`memdpc.report.tables.print_shard_report`)."""
     t0 = time.perf_counter()
-    source = "video index"
-    if not isinstance(index_records, list):
-        source, index_records = str(index_records), read_index(index_records)
+    index = None if isinstance(index_records, list) else str(index_records)  # None: records given as a list
+    if index is not None:
+        index_records = read_index(index)
+    source = index or "video index"
     plan = report = None
     try:
         with progress_bar("{task.fields[unit]}", console=console, disable=console is None) as bar:
@@ -523,11 +579,14 @@ def run_shard(
                 source=source,
                 on_video=lambda i, n: bar.update(scan, completed=i + 1, total=n),
             )
+            missing = None if allow_missing_classes else _missing_classes(plan, index_records, source)
+            if missing:
+                raise UserError(missing)
             folder = _prepare(out_dir, plan, overwrite)
             report = ShardReport(manifest_path(out_dir, stream, split), plan.num_samples, len(plan.shards))
             report.short, report.skipped = plan.short, plan.skipped
             entries = _write(folder, plan, report, bar)
-        manifest = _manifest(plan, entries, folder)
+        manifest = _manifest(plan, entries, folder, _provenance(plan, index_records, index, archive_root))
         write_manifest(report.manifest, manifest)
     except KeyboardInterrupt as e:
         raise _interrupted(e, plan, report) from None

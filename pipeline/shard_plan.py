@@ -28,6 +28,7 @@ import numpy as np
 from memdpc.common.errors import UserError
 from memdpc.common.settings import setting
 from memdpc.common.streams import STREAMS
+from memdpc.common.wording import plural
 from memdpc.pipeline import ustar
 from memdpc.pipeline.clip import ClipSpec
 from memdpc.pipeline.manifest import shard_name
@@ -50,6 +51,7 @@ __all__ = [
     "TRAIN_SPLITS",
     "UNUSABLE",
     "make_plan",
+    "preprocess_outcomes",
     "usable_frames",
 ]
 
@@ -161,9 +163,11 @@ class Plan:
 
     def fingerprint(self) -> dict[str, Any]:
         """What a finished output directory must match to be resumed: config, the archives' settings and
-        identities (so archives rewritten since are noticed), and every shard's keys."""
+        identities (so archives rewritten since are noticed), every shard's keys and the videos' labels (so an
+        index that gives a video another class is noticed: the samples hold it)."""
         keys = [[s.key for s in sh.samples] for sh in self.shards]
         digest = hashlib.sha256(json.dumps(keys).encode()).hexdigest()
+        labels = sorted({s.video_id: s.label for sh in self.shards for s in sh.samples}.items())
         shards = [{"name": sh.name, "num_samples": len(sh.samples), "bytes": sh.bytes} for sh in self.shards]
         return {
             "format": FORMAT,
@@ -171,6 +175,7 @@ class Plan:
             "settings": self.settings,
             "archives": self.archives,
             "samples_sha256": digest,
+            "labels_sha256": hashlib.sha256(json.dumps(labels).encode()).hexdigest(),
             "shards": shards,
         }
 
@@ -434,6 +439,7 @@ def make_plan(
     samples: list[Sample] = []
     skipped: list[dict[str, str]] = []
     num_short = 0
+    foreign: list[tuple[VideoRecord, Path, str]] = []
     for i, rec in enumerate(chosen):
         if on_video:
             on_video(i, len(chosen))
@@ -452,6 +458,9 @@ def make_plan(
                 raise UserError(f"{rec.id}: {skip['reason']}")
             skipped.append({"video_id": rec.id, **skip})
             continue
+        recorded = src.meta.get("source")
+        if recorded is not None and recorded != rec.path:  # an archive of another video with this id
+            foreign.append((rec, src.path, recorded))
         archives[rec.id], metas[rec.id] = archive_digest(src), src.meta
         if usable_frames(stream, src.num_frames) < clip.span:
             num_short += 1
@@ -459,6 +468,14 @@ def make_plan(
                 continue
         sources[rec.id] = src
         samples.extend(_video_samples(rec, src, stream, clip, train, window_step))
+    if foreign:
+        rec, path, recorded = foreign[0]
+        raise UserError(
+            f"{source}: the archives of {len(foreign)} of its {plural(len(chosen), split + ' video')} were made "
+            f"from other files than it names (e.g. {path} from {recorded}, but the index names {rec.path} "
+            f"for {rec.id}); give the index those archives were made with, or preprocess this one into another "
+            "frames folder"
+        )
     settings = _check_settings(metas, root / stream)
     if train:
         samples = [samples[i] for i in np.random.default_rng(seed).permutation(len(samples))]

@@ -31,7 +31,7 @@ from collections.abc import Iterator
 from functools import partial
 from itertools import islice
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import cv2
 import numpy as np
@@ -202,10 +202,25 @@ def _read_drawn(samples: list[tuple[str, tuple[int, int]]]) -> Iterator[dict]:
 def _init_worker(worker_id: int) -> None:
     """``worker_init_fn``. The objects a forked worker inherits are frozen out of its garbage collector: one may
     be a DALI pipeline the parent no longer references (freed only by a collection, a reference cycle), whose
-    destructor aborts or hangs in a process without the pipeline's threads. The main process stops its workers
-    through the loader (interrupts.py)."""
+    destructor aborts or hangs in a process without the pipeline's threads. The worker starts with its collector
+    off (:func:`_start_workers`), so nothing is collected before this runs; it is turned on after the freeze.
+    The main process stops its workers through the loader (interrupts.py)."""
     gc.freeze()
+    gc.enable()
     interrupts.leave_signals_to_parent()
+
+
+def _start_workers(loader: DataLoader) -> Iterator[Any]:
+    """The loader's iterator, its worker processes forked with the garbage collector off: a worker allocates
+    (torch seeds itself, formatting a stack) before its ``worker_init_fn`` runs, and a collection there could
+    destroy an inherited DALI pipeline (a hang, seen under load)."""
+    was_on = gc.isenabled()
+    gc.disable()
+    try:
+        return iter(loader)
+    finally:
+        if was_on:
+            gc.enable()
 
 
 class TorchLoader:
@@ -265,9 +280,10 @@ class TorchLoader:
             pin_memory=p.device.startswith("cuda"),
         )
         device = torch.device(p.device)
-        with _sigchld_kept():
-            batches = iter(loader)  # starts the workers
+        batches = None
         try:
+            with _sigchld_kept():
+                batches = _start_workers(loader)
             for i, out in enumerate(batches):
                 if i >= self._len:
                     break

@@ -11,11 +11,12 @@ import json
 import os
 import statistics
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from memdpc.common.errors import UserError
 from memdpc.common.wording import name_list, plural
+from memdpc.preprocess.decode import DecodeError, StderrCapture, read_header
 from memdpc.preprocess.video_index import (
     SPLIT_NAMES,
     VIDEO_EXTS,
@@ -293,15 +294,27 @@ def index_warnings(records: list[VideoRecord], layout: str) -> list[str]:
 
 @dataclass
 class IndexReport:
-    """What ``memdpc index`` wrote: the index file, its records and the warnings about its splits."""
+    """What ``memdpc index`` wrote: the index file, its records, the warnings about its splits, and the files
+    passed over when videos were held out (path, why it would not read; they stay in ``train``)."""
 
     path: Path
     records: list[VideoRecord]
     warnings: list[str]
+    passed_over: list[tuple[str, str]] = field(default_factory=list)
 
 
 def default_index_path(root: str | os.PathLike, layout: str, split: int) -> Path:
     return Path(root) / f"index_{layout}_split{split}.jsonl"
+
+
+def _unreadable(rec: VideoRecord) -> str | None:
+    """Why ``rec``'s file will not preprocess, as its header and its last frame tell (the header as
+    ``memdpc preprocess --dry-run`` reads it: :func:`~memdpc.preprocess.decode.read_header`); None: they read."""
+    try:
+        read_header(rec.path, end=True)
+    except (DecodeError, OSError) as e:
+        return str(e).strip() or type(e).__name__
+    return None
 
 
 def make_index(
@@ -314,15 +327,25 @@ def make_index(
     seed: int | None = None,
     out: str | os.PathLike | None = None,
 ) -> IndexReport:
-    """``memdpc index``: read the dataset, hold videos out (:func:`~memdpc.preprocess.video_index.hold_out`),
-    write the index (default :func:`default_index_path`) and say what is missing from its splits."""
+    """``memdpc index``: read the dataset, hold videos out (:func:`~memdpc.preprocess.video_index.hold_out`) among
+    those whose files read (:func:`_unreadable`), write the index (default :func:`default_index_path`) and say
+    what is missing from its splits and which files the hold-out passed over."""
     records = build_index(root, layout, split)
     if test_per_class and any(r.split == "test" for r in records):
         raise UserError(
             f"{root}: already holds a test split (the {layout} layout's); --test-per-class would add "
             "training videos to it: leave it out (--val-per-class holds videos out for validation)"
         )
-    records = hold_out(records, val_per_class, test_per_class, seed=seed)
+    passed_over: list[tuple[str, str]] = []
+
+    def check(rec: VideoRecord) -> str | None:
+        why = _unreadable(rec)
+        if why is not None:
+            passed_over.append((rec.path, why))
+        return why
+
+    with StderrCapture():  # FFmpeg's complaints about a broken file: the reason recorded says enough
+        records = hold_out(records, val_per_class, test_per_class, seed=seed, check=check)
     path = Path(out) if out is not None else default_index_path(root, layout, split)
     write_index(records, path)
-    return IndexReport(path, records, index_warnings(records, layout))
+    return IndexReport(path, records, index_warnings(records, layout), passed_over)

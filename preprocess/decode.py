@@ -24,7 +24,7 @@ import numpy as np
 
 from memdpc.common.errors import UserError
 
-__all__ = ["DecodeError", "DecodeSpec", "PartialVideo", "StderrCapture", "VideoStream"]
+__all__ = ["DecodeError", "DecodeSpec", "PartialVideo", "StderrCapture", "VideoStream", "read_header"]
 
 MAX_FPS = 1000.0  # a header claiming more than this is treated as a missing frame rate
 
@@ -111,6 +111,12 @@ class VideoStream:
         pass: frame rate resampling and the completeness check count from the start)."""
         self._cap.set(cv2.CAP_PROP_POS_FRAMES, index)
 
+    def decodes(self, index: int) -> bool:
+        """Whether source frame ``index`` decodes, reached by one seek (a look into the file, not a pass over it:
+        iterate a fresh stream for the frames)."""
+        self.seek(index)
+        return bool(self._cap.read()[0])
+
     def close(self) -> None:
         """Release the file (iterating to the end releases it too)."""
         self._cap.release()
@@ -160,6 +166,31 @@ class VideoStream:
             raise PartialVideo(
                 f"decoded only {self.num_decoded} of {self.expected_frames} frames (truncated or corrupt file)"
             )
+
+
+def read_header(
+    path: str | os.PathLike, spec: DecodeSpec = DecodeSpec(), *, end: bool = False
+) -> VideoStream:
+    """``path`` as a run will read it, from its header: a frame rate (:class:`VideoStream`'s check) and a frame
+    size; with ``end``, also the frame that a run's completeness check needs last (one before the header's count,
+    the slack it allows), reached by one seek, so that a file cut short fails here as it would fail the run. A
+    file damaged in its middle passes: nothing else is decoded. The file is released again; :class:`DecodeError`
+    (or ``OSError``) says what is wrong."""
+    src = VideoStream(path, spec)
+    try:
+        w, h = src.source_size
+        if w <= 0 or h <= 0:
+            raise DecodeError("no frame size in the file's header")
+        if end:
+            last = max(src.expected_frames - 2, 0)
+            if not src.decodes(last):
+                raise DecodeError(
+                    f"frame {last + 1} of the {src.expected_frames} its header promises does not decode "
+                    "(truncated or corrupt file)"
+                )
+    finally:
+        src.close()
+    return src
 
 
 class StderrCapture:

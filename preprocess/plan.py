@@ -25,7 +25,7 @@ from pathlib import Path
 from memdpc.common.errors import UserError, free_bytes
 from memdpc.common.wording import duration_text, name_list, plural, size_text
 from memdpc.preprocess.archive import archive_path
-from memdpc.preprocess.decode import DecodeError, StderrCapture, VideoStream
+from memdpc.preprocess.decode import DecodeError, StderrCapture, VideoStream, read_header
 from memdpc.preprocess.flow.backends import (
     BatchedFlowBackend,
     FlowBackend,
@@ -292,13 +292,10 @@ class PreprocessPlan:
 
 def _probe(rec: VideoRecord, cfg: PreprocessConfig) -> Header | tuple[str, str]:
     try:
-        src = VideoStream(rec.path, cfg.decode)
+        src = read_header(rec.path, cfg.decode)
     except (DecodeError, OSError) as e:
         return rec.path, failure_reason(e)
-    src.close()
     w, h = src.source_size
-    if w <= 0 or h <= 0:
-        return rec.path, "no frame size in the file's header"
     return Header(
         rec.id,
         src.expected_frames,

@@ -295,6 +295,7 @@ def run_preprocess(
         remove_temporaries(cfg.out, cfg.streams, {r.id for r in todo if r.id not in entries})
     this_run = [entries[r.id] for r in mine if r.id in entries]
     videos = _merged(mine, entries, earlier)
+    by_id = {r.id: r for r in mine}
     report = {
         "command": "preprocess",
         "config": {**asdict(cfg), "streams": list(cfg.streams), "part": list(cfg.part)},
@@ -305,7 +306,13 @@ def run_preprocess(
         **({"flow": {**flow, "stage": stage_stats} if stage_stats else flow} if flow else {}),
         "summary": _summary(this_run, time.perf_counter() - t0, len(mine) - len(this_run)),
         "failures": [
-            {"id": v["id"], "path": v["path"], "reason": v["reason"]}
+            {
+                "id": v["id"],
+                "path": v["path"],
+                "reason": v["reason"],
+                "split": by_id[v["id"]].split,
+                "label_name": by_id[v["id"]].label_name,
+            }
             for v in videos
             if v["status"] == "failed"
         ],

@@ -12,6 +12,7 @@ import json
 import os
 import re
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -115,7 +116,12 @@ def read_index(path: str | os.PathLike) -> list[VideoRecord]:
 
 
 def hold_out(
-    records: list[VideoRecord], val_per_class: int = 0, test_per_class: int = 0, *, seed: int | None = None
+    records: list[VideoRecord],
+    val_per_class: int = 0,
+    test_per_class: int = 0,
+    *,
+    seed: int | None = None,
+    check: Callable[[VideoRecord], str | None] | None = None,
 ) -> list[VideoRecord]:
     """Move training videos of each class to split ``test`` (first) and then to ``val``.
 
@@ -123,7 +129,9 @@ def hold_out(
     and ``--best-by knn`` choose on). Without ``seed`` the held-out videos are the last training videos of each
     class in id order (``test`` the last ``test_per_class``, ``val`` the last ``val_per_class`` of the rest, so
     ``val`` alone is what it was before ``test_per_class`` existed); with ``seed`` they are drawn at random per
-    class (classes in label order, one generator). Every class must keep a training video.
+    class (classes in label order, one generator). ``check`` (a video → why it is unusable, or None) is asked
+    about the videos in that order until enough pass: those it refuses are passed over and stay in ``train``,
+    so that a held-out split is not lost to files that will not read. Every class must keep a training video.
     """
     for option, n in (("--val-per-class", val_per_class), ("--test-per-class", test_per_class)):
         if n < 0:
@@ -137,20 +145,49 @@ def hold_out(
     for r in records:
         if r.split == "train":
             by_class[r.label].append(r.id)
+    by_id = {r.id: r for r in records}
+    names = {r.label: r.label_name for r in records}
     rng = None if seed is None else np.random.default_rng(seed)
     moved: dict[str, str] = {}
     for label, ids in sorted(by_class.items()):
+        name = names[label]
         if len(ids) <= want:
-            name = next(r.label_name for r in records if r.label == label)
             raise UserError(
                 f"class '{name}' has {plural(len(ids), 'training video')}: too few to hold out "
                 f"{_held(val_per_class, test_per_class)} and still train on one"
             )
         ids = sorted(ids)
         order = ids[::-1] if rng is None else [ids[i] for i in rng.permutation(len(ids))]
+        if check is not None:
+            order, refused = _usable(order, want, lambda i: check(by_id[i]))
+            if len(order) < want:
+                path, why = by_id[refused[0][0]].path, refused[0][1]
+                raise UserError(
+                    f"class '{name}': only {len(order)} of its {plural(len(ids), 'training video')} "
+                    f"{'reads' if len(order) == 1 else 'read'}, too few to hold out "
+                    f"{_held(val_per_class, test_per_class)} (e.g. {path}: {why})"
+                )
         moved.update(dict.fromkeys(order[:test_per_class], "test"))
         moved.update(dict.fromkeys(order[test_per_class:want], "val"))
     return [replace(r, split=moved[r.id]) if r.id in moved else r for r in records]
+
+
+def _usable(
+    order: list[str], want: int, check: Callable[[str], str | None]
+) -> tuple[list[str], list[tuple[str, str]]]:
+    """The first ``want`` ids of ``order`` that ``check`` passes (fewer when too few do), and those it refused
+    on the way, with why."""
+    taken: list[str] = []
+    refused: list[tuple[str, str]] = []
+    for vid in order:
+        if len(taken) == want:
+            break
+        why = check(vid)
+        if why is None:
+            taken.append(vid)
+        else:
+            refused.append((vid, why))
+    return taken, refused
 
 
 def _held(val: int, test: int) -> str:

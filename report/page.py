@@ -2,13 +2,17 @@
 
 DIR is a quickstart folder or any folder of runs, eval results, shards and frame archives (found up to
 :data:`DEPTH` folders down). The page holds the results table (the quickstart's summary where there is one,
-then every results file), each run's curves (:func:`memdpc.report.show.run_curves`), sample clips of the shards
+then every results file), the chain that made each result (:mod:`memdpc.report.chain`: index → frame archives,
+with the videos that failed → shards → run → checkpoint → results, each link checked against what is there now),
+each run's curves (:func:`memdpc.report.show.run_curves`), sample clips of the shards
 and videos of the frame archives (flow in colour, with the colour wheel's legend), retrieval strips and
 confusion matrices, each drawn by :mod:`memdpc.report.show`. It needs no server and loads nothing from the
 network: plain HTML with its style inline, no script, every picture a file beside it, linked relatively,
 so that it opens from the file system (``file://``) and can be copied or archived as a folder. The page is
 written last, so it never points at a picture not yet there; a picture that cannot be drawn (e.g. the shards
-a result records have moved) is named on the page with the reason instead.
+a result records have moved) is named on the page with the reason instead. Where DIR holds results, the runs,
+shards and frame archives shown are those of their chains; other folders found beside them (scratch, older
+attempts) are only named, as left out.
 """
 
 from __future__ import annotations
@@ -28,7 +32,8 @@ from memdpc.common import file_kinds
 from memdpc.common.atomic import atomic_path
 from memdpc.common.errors import UserError
 from memdpc.common.streams import FLOW, STREAMS
-from memdpc.common.wording import plural
+from memdpc.common.wording import name_list, plural
+from memdpc.report.chain import AS_RECORDED, Chain, chains
 from memdpc.report.show import (
     CLASSIFIER_KINDS,
     RETRIEVAL_KINDS,
@@ -43,6 +48,7 @@ from memdpc.report.show import (
     run_curves,
 )
 from memdpc.report.show_options import ShowOptions
+from memdpc.train.metrics import chance_summary, read_metrics
 
 __all__ = ["write_report"]
 
@@ -106,8 +112,11 @@ def write_report(folder: str | Path, out: str | Path | None = None) -> Path:
             "folders down); give a quickstart folder or a folder of them"
         )
     page = Page(folder, out)
-    page.summary(found)
+    made = chains(found.results)
+    left_out = _keep_chained(found, made)
+    page.summary(found, left_out)
     page.results(found.results)
+    page.provenance(made)
     page.runs(found.runs)
     page.clips(found.shards, found.archives)
     page.retrieval(found.results)
@@ -116,6 +125,20 @@ def write_report(folder: str | Path, out: str | Path | None = None) -> Path:
     with atomic_path(path) as tmp:
         tmp.write_text(page.html())
     return path
+
+
+def _keep_chained(found: Found, made: list[Chain]) -> list[Path]:
+    """Keep in ``found`` the runs, shard folders and frame archive folders of the chains ``made`` (all of them
+    where there is no chain, or one of a result that does not record its shards); return those left out."""
+    if not made or not all(c.complete for c in made):
+        return []
+    keep = set().union(*(c.folders for c in made))
+    left = []
+    for kind in ("runs", "shards", "archives"):
+        paths = getattr(found, kind)
+        setattr(found, kind, [p for p in paths if p.resolve() in keep])
+        left += [p for p in paths if p.resolve() not in keep]
+    return sorted(left)
 
 
 # ------------------------------------------------------------------------------------------------ page
@@ -161,17 +184,47 @@ class Page:
             self.parts.append(f'<p class="missing">{_e(what)}: not drawn ({_e(e)})</p>')
             return []
 
-    def summary(self, found: Found) -> None:
+    def _name(self, path: Path) -> str:
+        """``path`` relative to the page's folder where it is inside it, else in full."""
+        resolved, top = path.resolve(), self.folder.resolve()
+        return str(resolved.relative_to(top)) if resolved.is_relative_to(top) else str(resolved)
+
+    def summary(self, found: Found, left_out: list[Path]) -> None:
         held = [
             plural(len(found.runs), "run"),
             plural(len(found.results), "results file"),
             plural(len(found.shards), "shard folder"),
             plural(len(found.archives), "frame archive folder"),
         ]
+        left = (
+            f" Left out, not part of any result's chain: {name_list([self._rel(p) for p in left_out])}."
+            if left_out
+            else ""
+        )
         self.parts.append(
             f"<h1>memdpc report: {_e(self.folder.resolve().name)}</h1>"
-            f'<p class="note">{_e(self.folder.resolve())}: {_e(", ".join(held))}.</p>'
+            f'<p class="note">{_e(self.folder.resolve())}: {_e(", ".join(held))}.{_e(left)}</p>'
         )
+
+    def provenance(self, made: list[Chain]) -> None:
+        """Each chain as a table: one row per link, from the index to the results."""
+        if not made:
+            return
+        self.parts.append(
+            '<h2>Provenance</h2><p class="note">How each result was made, from what its files record: the video '
+            "index, the frame archives (and the videos that failed), the shards, the run, the checkpoint. "
+            "<i>now</i>: whether the file there now is what was recorded (its SHA-256).</p>"
+        )
+        head = "".join(f"<th>{h}</th>" for h in ("link", "path", "what it holds", "recorded SHA-256", "now"))
+        for chain in made:
+            title = self._name(chain.checkpoint) if chain.checkpoint else "results that record no checkpoint"
+            rows = "".join(
+                f"<tr><td>{_e(link.stage)}</td><td>{_e(self._name(link.path) if link.path else '')}</td>"
+                f"<td>{_e(link.what)}</td><td><code>{_e(link.digest)}</code></td>"
+                f"<td{'' if link.now in ('', AS_RECORDED) else ' class=missing'}>{_e(link.now)}</td></tr>"
+                for link in chain.links
+            )
+            self.parts.append(f"<h3>{_e(title)}</h3><table><tr>{head}</tr>{rows}</table>")
 
     def results(self, results: list[Path]) -> None:
         quickstart = self.folder / file_kinds.QUICKSTART_TABLE
@@ -212,10 +265,13 @@ class Page:
                 self._figure(
                     p,
                     f"{self._rel(run)}: loss, pretext accuracy, kNN R@1 and learning rate "
-                    "against the step; the dashed line is best.pt",
+                    "against the step; the dashed line is best.pt, the dotted one the loss at chance",
                 )
                 for p in drawn
             ]
+            chance = chance_summary(read_metrics(run))
+            if chance:
+                self.parts.append(f'<p class="missing">{_e(self._rel(run))}: {_e(chance)}</p>')
 
     def _legend(self) -> None:
         """The colour wheel's legend, after the first picture of flow."""

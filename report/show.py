@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import math
 import tarfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,10 +37,10 @@ from memdpc.eval.results import load_result
 from memdpc.model.checkpoint import read_checkpoint
 from memdpc.pipeline.clip import ClipSpec
 from memdpc.pipeline.loader import plan_loader
-from memdpc.pipeline.manifest import load_manifest, manifest_path, shard_paths
-from memdpc.pipeline.sample import INFO, LABEL, decode_label, is_frame_member, sample_key
+from memdpc.pipeline.manifest import frame_sizes, load_manifest, manifest_path, shard_paths
+from memdpc.pipeline.sample import INFO, LABEL, decode_label, is_frame_member, parse_key, sample_key
 from memdpc.pipeline.torch_loader import ClipTransform
-from memdpc.pipeline.wds_index import split_name
+from memdpc.pipeline.wds_index import index_path, read_index, split_name
 from memdpc.preprocess.archive import META, archive_path, frame_index, read_meta
 from memdpc.report.show_options import TAKES, ShowOptions
 from memdpc.train.config import TrainConfig
@@ -82,10 +82,22 @@ RETRIEVAL_KINDS = ("retrieval", "fusion-retrieval")
 GIF_FRAMES = 200  # a longer video's GIF takes every k-th frame
 
 
-def show(path: str | Path, out: str | Path, options: ShowOptions | None = None) -> list[Path]:
-    """Draw what ``path`` holds into the folder ``out``; return the files written, in order."""
+Warn = Callable[[str], None]
+"""Where ``show`` tells what is wrong with what it was asked to draw (a line each)."""
+
+
+def _ignore(text: str) -> None:
+    """A :data:`Warn` that drops the line."""
+
+
+def show(
+    path: str | Path, out: str | Path, options: ShowOptions | None = None, warn: Warn = _ignore
+) -> list[Path]:
+    """Draw what ``path`` holds into the folder ``out``; return the files written, in order. Settings that hide
+    what is drawn (a crop larger than the frames) are told to ``warn``."""
     path, out = Path(path), Path(out)
-    return list(dict.fromkeys(DRAW[recognise(path)](path, out, options or ShowOptions())))  # the legend once
+    written = DRAW[recognise(path)](path, out, options or ShowOptions(), warn)
+    return list(dict.fromkeys(written))  # the legend once
 
 
 LEGEND = "flow-colours.png"
@@ -295,31 +307,67 @@ def draw_archive(archive: Path, out: Path, o: ShowOptions, legend: bool = True) 
     return [sheet, gif, *([flow_legend(out)] if legend and FLOW in seen else [])]
 
 
-def _draw_archives(folder: Path, out: Path, o: ShowOptions) -> list[Path]:
+def _draw_archives(folder: Path, out: Path, o: ShowOptions, warn: Warn) -> list[Path]:
     return [p for archive in archives_in(folder)[: o.samples] for p in draw_archive(archive, out, o)]
 
 
 # ----------------------------------------------------------------------------------------------- shards
-def read_samples(tars: list[Path], count: int) -> Iterator[dict[str, bytes]]:
-    """The first ``count`` samples of the shards, in order, each as {member (after the key): bytes}."""
-    sample: dict[str, bytes] = {}
-    key = None
-    for tar_path in tars:
-        with tarfile.open(tar_path, "r:") as tar:
-            for member in tar:
-                if not member.isfile():
-                    continue
-                base, name = split_name(member.name)
-                if base != key and sample:
-                    yield sample
-                    count -= 1
-                    if count == 0:
-                        return
-                    sample = {}
-                key = base
-                sample[name] = tar.extractfile(member).read()
-    if sample:
-        yield sample
+SPREAD_SHARDS = 8  # shards of a split whose samples are chosen from, evenly over its shards
+CANDIDATES = 4  # videos looked at per sample shown, to find it a class not shown yet
+
+
+def _windows(tars: list[Path]) -> dict[str, list[tuple[Path, dict[str, tuple[int, int]]]]]:
+    """{video id: its windows (shard, {member: (offset, size)})} of up to :data:`SPREAD_SHARDS` of ``tars``,
+    spread evenly over them, from their DALI indexes (nothing of the tars read)."""
+    spread = np.linspace(0, len(tars) - 1, min(len(tars), SPREAD_SHARDS)).round().astype(int)
+    windows: dict[str, list[tuple[Path, dict[str, tuple[int, int]]]]] = {}
+    for tar in (tars[i] for i in sorted(set(spread.tolist()))):
+        idx = index_path(tar)
+        if not idx.is_file():
+            raise UserError(f"{idx}: the DALI index of shard {tar.name} is missing; memdpc shard writes it")
+        for members in read_index(idx):
+            key = split_name(next(iter(members)))[0]
+            windows.setdefault(parse_key(key)[0], []).append((tar, members))
+    return windows
+
+
+def _read_members(tar: Path, members: dict[str, tuple[int, int]], names: list[str] | None = None) -> dict:
+    """{member (after the key): bytes} of one sample, each read with one seek (all members, or ``names``)."""
+    out = {}
+    with open(tar, "rb") as f:
+        for name, (offset, size) in members.items():
+            member = split_name(name)[1]
+            if names is None or member in names:
+                f.seek(offset)
+                out[member] = f.read(size)
+    return out
+
+
+def _spread_samples(tars: list[Path], count: int) -> list[dict[str, bytes]]:
+    """``count`` samples of the shards ``tars`` (of one split) that show as much of it as that many can: from
+    videos spread over the split (up to :data:`SPREAD_SHARDS` shards of it), one per class in turn while
+    classes not shown yet are left, the middle window of each video; where the split has fewer videos than
+    ``count``, further windows of them. Each sample is {member (after the key): bytes}."""
+    windows = _windows(tars)
+    videos = list(windows)
+    looked = [
+        videos[i] for i in np.linspace(0, len(videos) - 1, min(len(videos), count * CANDIDATES)).astype(int)
+    ]
+    by_class: dict[int, list[str]] = {}
+    for video in dict.fromkeys(looked):
+        tar, members = windows[video][len(windows[video]) // 2]
+        by_class.setdefault(decode_label(_read_members(tar, members, [LABEL])[LABEL]), []).append(video)
+    order: list[str] = []  # one video of each class in turn
+    while any(by_class.values()):
+        order += [queue.pop(0) for queue in by_class.values() if queue]
+    chosen: list[tuple[Path, dict[str, tuple[int, int]]]] = []
+    for round_ in range(max(len(w) for w in windows.values())):  # the middle window first, then the others
+        for video in order:
+            ws = windows[video]
+            k = (len(ws) // 2 + round_) % len(ws)
+            if round_ < len(ws) and len(chosen) < count:
+                chosen.append(ws[k])
+    return [_read_members(tar, members) for tar, members in chosen]
 
 
 def _shard_streams(folder: Path) -> tuple[Path, list[str]]:
@@ -336,6 +384,27 @@ def _default_split(root: Path, stream: str, split: str | None) -> str:
     return "train" if "train" in splits else splits[0]
 
 
+def _crop_size(
+    root: Path, stream: str, split: str, manifest: dict[str, Any], o: ShowOptions, warn: Warn
+) -> int:
+    """The crop ``--augment`` draws with: ``o.crop_size``, or where it is not given the short side of the shards'
+    most common frame size (the paper's 224 only enlarges smaller frames); a crop larger than that is warned
+    of."""
+    sizes = frame_sizes(manifest)
+    if not sizes:  # a manifest written before it listed its frame sizes
+        return TrainConfig.crop_size if o.crop_size is None else o.crop_size
+    h, w = sizes[0]
+    if o.crop_size is None:
+        return min(h, w)
+    if o.crop_size > min(h, w):
+        warn(
+            f"--crop-size {o.crop_size} exceeds the {w}×{h} frames of {root / stream} ({split}): each crop is "
+            f"enlarged to {o.crop_size}, then resized to --size {o.size}; without --crop-size, show crops to the "
+            f"frames' short side ({min(h, w)}), and `memdpc train --crop-size 0` resizes straight to --size"
+        )
+    return o.crop_size
+
+
 def draw_samples(
     root: Path,
     stream: str,
@@ -344,20 +413,23 @@ def draw_samples(
     o: ShowOptions,
     tars: list[Path] | None = None,
     legend: bool = True,
+    warn: Warn = _ignore,
 ) -> list[Path]:
-    """The first ``o.samples`` samples of a split (or of the shards ``tars`` of it), one picture each
-    (``<stream>-<split>-<key>[-augmented].png``): the frames as stored, or after the training augmentation;
-    with ``legend``, the flow legend after flow samples."""
+    """``o.samples`` samples of a split (or of the shards ``tars`` of it), spread over its videos and classes
+    (:func:`_spread_samples`), one picture each (``<stream>-<split>-<key>[-augmented].png``): the frames as
+    stored, or after the training augmentation (what is wrong with its settings told to ``warn``); with
+    ``legend``, the flow legend after flow samples."""
     manifest = load_manifest(root, stream, split)
     clip = ClipSpec(**manifest["clip"])
     tars = tars or [tar for tar, _ in shard_paths(root, manifest)]
     transform = rng = None
     if o.augment:
+        crop = _crop_size(root, stream, split, manifest, o, warn)
         config = TrainConfig(
             stream=stream,
             shards=str(root),
             size=o.size,
-            crop_size=o.crop_size,
+            crop_size=crop,
             jitter_flow=o.jitter_flow,
             seed=o.seed,
         )
@@ -384,13 +456,13 @@ def draw_samples(
             np.random.default_rng([o.seed, 0, 0, 0]),
         )  # a loader worker's draws
     written = []
-    for sample in read_samples(tars, o.samples):
+    for sample in _spread_samples(tars, o.samples):
         info = json.loads(sample[INFO])
         key = sample_key(info["video_id"], info["start"])
         if transform is not None:
             frames = transform(sample, rng)["video"]
             how = (
-                f"after the training augmentation: size {o.size}, crop {o.crop_size or 'none'}, "
+                f"after the training augmentation: size {o.size}, crop {crop or 'none'}, "
                 f"flow jitter {'on' if o.jitter_flow else 'off'}, seed {o.seed}"
             )
         else:
@@ -406,17 +478,17 @@ def draw_samples(
     return written + ([flow_legend(out)] if legend and stream == FLOW and written else [])
 
 
-def _draw_shard(tar: Path, out: Path, o: ShowOptions) -> list[Path]:
+def _draw_shard(tar: Path, out: Path, o: ShowOptions, warn: Warn) -> list[Path]:
     root, stream, split = tar.parent.parent, tar.parent.name, tar.stem.rsplit("-", 1)[0]
     if not manifest_path(root, stream, split).is_file():
         raise UserError(
             f"{tar}: a shard without its manifest ({manifest_path(root, stream, split)}); show takes "
             "shards in the folder `memdpc shard` wrote"
         )
-    return draw_samples(root, stream, split, out, o, tars=[tar])
+    return draw_samples(root, stream, split, out, o, tars=[tar], warn=warn)
 
 
-def _draw_shards(folder: Path, out: Path, o: ShowOptions) -> list[Path]:
+def _draw_shards(folder: Path, out: Path, o: ShowOptions, warn: Warn) -> list[Path]:
     root, streams = _shard_streams(folder)
     having = [s for s in streams if manifest_path(root, s, _default_split(root, s, o.split)).is_file()]
     if not having:
@@ -426,7 +498,9 @@ def _draw_shards(folder: Path, out: Path, o: ShowOptions) -> list[Path]:
         raise UserError(
             f"{folder}: no {o.split} shards (it holds {', '.join(splits)}); give one of them with --split"
         )
-    return [p for s in having for p in draw_samples(root, s, _default_split(root, s, o.split), out, o)]
+    return [
+        p for s in having for p in draw_samples(root, s, _default_split(root, s, o.split), out, o, warn=warn)
+    ]
 
 
 # ------------------------------------------------------------------------------------------------- runs
@@ -448,9 +522,21 @@ _PANELS = (  # (title, [(kind, key, label)], log scale)
 )
 
 
+def _chance_level(records: list[dict[str, Any]]) -> float | None:
+    """The loss of a uniform guess: the last validation record's, else the last train record's (None in runs
+    written before the model gave it)."""
+    for kind in ("val", "train"):
+        levels = [
+            r["chance"] for r in records if r["kind"] == kind and isinstance(r.get("chance"), int | float)
+        ]
+        if levels:
+            return levels[-1]
+    return None
+
+
 def run_curves(run: Path, path: Path) -> Path:
     """The curves of a run's metrics (loss, pretext accuracy, kNN R@1, learning rate) against the step, with
-    best.pt's step marked; one PNG."""
+    best.pt's step and the loss at chance marked; one PNG."""
     records = read_metrics(run)
     if not records:
         raise UserError(
@@ -470,6 +556,9 @@ def run_curves(run: Path, path: Path) -> Path:
                 steps, values = zip(*points, strict=True)
                 ax.plot(steps, values, marker="o" if len(points) < 30 else None, markersize=3, label=label)
                 drawn = True
+        chance = _chance_level(records) if title == "loss" and drawn else None
+        if chance is not None:
+            ax.axhline(chance, color="grey", linestyle=":", linewidth=1, label="chance (a uniform guess)")
         if best is not None and drawn:
             ax.axvline(
                 best["step"],
@@ -495,7 +584,7 @@ def run_curves(run: Path, path: Path) -> Path:
     return path
 
 
-def _draw_run(run: Path, out: Path, o: ShowOptions) -> list[Path]:
+def _draw_run(run: Path, out: Path, o: ShowOptions, warn: Warn) -> list[Path]:
     return [run_curves(run, out / f"{run.name}-curves.png")]
 
 
@@ -557,14 +646,14 @@ def draw_result(
     return written + ([flow_legend(out)] if legend and written[-1].stem.endswith(f"-{FLOW}") else [])
 
 
-def _draw_eval(path: Path, out: Path, o: ShowOptions) -> list[Path]:
+def _draw_eval(path: Path, out: Path, o: ShowOptions, warn: Warn) -> list[Path]:
     return [
         p for result in (results_in(path) if path.is_dir() else [path]) for p in draw_result(result, out, o)
     ]
 
 
-DRAW: dict[str, Callable[[Path, Path, ShowOptions], list[Path]]] = {
-    ARCHIVE: draw_archive,
+DRAW: dict[str, Callable[[Path, Path, ShowOptions, Warn], list[Path]]] = {
+    ARCHIVE: lambda archive, out, o, warn: draw_archive(archive, out, o),
     ARCHIVES: _draw_archives,
     SHARD: _draw_shard,
     SHARDS: _draw_shards,

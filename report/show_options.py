@@ -30,8 +30,14 @@ class ShowOptions:
     size: int = setting(
         TrainConfig.size, "With --augment: the training size, as `memdpc train --size`.", min=1
     )
-    crop_size: int = setting(
-        TrainConfig.crop_size, "With --augment: as `memdpc train --crop-size` (0: straight to --size).", min=0
+    # None: the short side of the shards' most common frame size. The option keeps train's default as its value
+    # (the command line's snapshot), which the verb leaves out when it is not given.
+    crop_size: int | None = setting(
+        None,
+        "With --augment: as `memdpc train --crop-size` (0: straight to --size) [default: the short side of the "
+        "shards' frames].",
+        min=0,
+        option_default=TrainConfig.crop_size,
     )
     jitter_flow: bool = setting(
         TrainConfig.jitter_flow, "With --augment: colour jitter on flow too, as `memdpc train`."

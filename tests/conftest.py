@@ -31,11 +31,6 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
-# How long a stop (a signal, a cancelled queue, an abort) may take before a test calls it a hang. The promise is
-# seconds, and the tests check what a stop keeps and cancels; this bound only tells a hang from a stop, with room
-# to spare on a cold or loaded machine, so that no wall clock decides a test of working code.
-STOP_WITHIN = 30.0
-
 TINY = SyntheticConfig(videos_per_class=3, frames=30, size=32, num_classes=3, seed=0)
 
 

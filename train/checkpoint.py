@@ -1,6 +1,7 @@
 """Training-state specifics of checkpoints: the entries a training checkpoint adds (:data:`TRAINING_KEYS`, their
-one home), RNG states for exact resume, the resume and ``--init`` checks, the model a run starts from, and the
-untrained (init-only) checkpoint.
+one home), RNG states for exact resume, the resume checks (:func:`read_resume`: the config and the world size;
+:func:`check_same_shards`: the shards the run was trained on) and the ``--init`` ones, the model a run starts
+from, and the untrained (init-only) checkpoint.
 
 A training checkpoint is built by :func:`memdpc.model.checkpoint.build_checkpoint` (origin ``train``) with the
 entries of :func:`training_entries` and read back by :func:`read_training_entries`.
@@ -18,6 +19,7 @@ import torch
 from torch import nn
 
 from memdpc.common import interrupts
+from memdpc.common.errors import UserError
 from memdpc.model import create_model
 from memdpc.model.checkpoint import (
     WEIGHT_KEYS,
@@ -30,15 +32,18 @@ from memdpc.model.checkpoint import (
     write_checkpoint,
 )
 from memdpc.pipeline.clip import ClipSpec
+from memdpc.pipeline.provenance import shard_changes, split_record
 from memdpc.train.bn_stats import data_batchnorm_stats
-from memdpc.train.config import TrainConfig, config_from_dict
+from memdpc.train.config import TrainConfig, config_differences, config_from_dict
 from memdpc.train.prepare import check_shards, split_loader
 
 __all__ = [
     "OPTIONAL",
     "TRAINING_KEYS",
+    "check_same_shards",
     "is_training_checkpoint",
     "next_command",
+    "read_resume",
     "read_training_entries",
     "rng_state",
     "set_rng_state",
@@ -63,8 +68,10 @@ TRAINING_KEYS = {
     "best_val": "the best watched value so far, lower is better: the validation loss, or minus the kNN R@1",
     "best_epoch": "the epoch of best_val (None: no epoch finished yet)",
     "stale": "epochs since best_val last improved (--early-stop)",
+    "first_val": "the watched value after epoch 0 (None: not finished yet): what best_val is measured against",
+    "shards": "per role (train, val): what the run records of the split it reads (train.prepare.shard_records)",
 }
-OPTIONAL = {"best_epoch": None, "stale": 0}
+OPTIONAL = {"best_epoch": None, "stale": 0, "first_val": None, "shards": None}
 
 
 def training_entries(**values: Any) -> dict[str, Any]:
@@ -157,6 +164,42 @@ def check_config_compatible(
     check_compatible({"model_config": theirs}, path, model_kwargs)
 
 
+def read_resume(path: Path, config: TrainConfig, world_size: int) -> dict[str, Any]:
+    """The checkpoint a run of ``config`` resumes from, with ``world_size`` processes. Refuses a weights-only
+    checkpoint, one of another stream, model or config, and one of another world size (its shards are checked
+    against the run's by :func:`check_same_shards`, once the shards are read)."""
+    ckpt = read_checkpoint(path)
+    if not is_training_checkpoint(ckpt):
+        raise UserError(
+            f"{path}: holds weights only (no optimiser, RNG or loader state), so training cannot "
+            "resume from it; start a new run from its weights with --init"
+        )
+    check_config_compatible(ckpt, path, config.stream, config.model_kwargs())
+    diff = config_differences(ckpt["config"], config)
+    if diff:
+        raise UserError(f"{path}: checkpoint of a different config ({'; '.join(diff)})")
+    if ckpt["world_size"] != world_size:
+        raise UserError(
+            f"{path}: written by {ckpt['world_size']} process(es); resume it with the same number "
+            f"(now {world_size}) so that data order and RNG continue exactly"
+        )
+    return ckpt
+
+
+def check_same_shards(ckpt: dict[str, Any], path: Path, shards: dict[str, dict[str, Any]]) -> None:
+    """Refuse to resume the checkpoint ``ckpt`` (read from ``path``) on shards other than those it was trained
+    on, naming what changed since; ``shards`` is the run's record of its shards now
+    (:func:`~memdpc.train.prepare.shard_records`). A checkpoint written before runs recorded their shards is not
+    compared; shards copied elsewhere are the same shards."""
+    recorded = read_training_entries(ckpt)["shards"]
+    changes = shard_changes(recorded, shards) if recorded is not None else []
+    if changes:
+        raise UserError(
+            f"{path}: shards changed since this run: {', '.join(changes)}; --overwrite starts afresh "
+            "(or train on the shards it was trained on)"
+        )
+
+
 def read_init(path: str | Path, config: TrainConfig) -> tuple[dict[str, Any], str | None]:
     """The checkpoint whose weights start a new run of ``config``, and a warning or None.
 
@@ -223,6 +266,11 @@ def write_initial_checkpoint(config: TrainConfig, path: str | Path, bn_from_data
                     step=0,
                     config=config.to_dict(),
                     bn_from_data=bn_from_data,
+                    shards=(
+                        {"train": split_record(config.shards, config.stream, config.train_split)}
+                        if bn_from_data
+                        else None
+                    ),
                 )
             ),
             path,

@@ -2,7 +2,8 @@
 
 The counts come from the run's own loaders (their ``len()`` is an epoch's steps, their ``samples_per_epoch``
 its clips, from the shards' manifests and indexes), the starting point from the checkpoint a run would resume
-from, and the time from a short warm-up on this device: real training steps on real batches (loading
+from (refused as the run refuses it, e.g. on shards changed since; with ``--overwrite``, what the run would
+remove), and the time from a short warm-up on this device: real training steps on real batches (loading
 included) and validation batches, timed. Disk is the size of one checkpoint, serialised in memory with its
 optimiser state, times the checkpoints a run keeps. No run directory, checkpoint or log is written.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -20,13 +22,20 @@ from rich.markup import escape
 
 from memdpc.common import distenv as dd
 from memdpc.common.errors import UserError
-from memdpc.common.wording import duration_text, plural, size_text
+from memdpc.common.wording import duration_text, name_list, plural, size_text
 from memdpc.model import checkpoint as mc
 from memdpc.pipeline.clip import ClipSpec
 from memdpc.pipeline.manifest import manifest_path
 from memdpc.train import checkpoint as ck
 from memdpc.train.config import TrainConfig
-from memdpc.train.prepare import check_run_dir, check_shards, resolve_val_split, split_loader
+from memdpc.train.prepare import (
+    check_run_dir,
+    check_shards,
+    overwritten,
+    resolve_val_split,
+    shard_records,
+    split_loader,
+)
 from memdpc.train.seeding import seed_everything
 from memdpc.train.step import GRAPH_WARMUP, Stepper, make_optimizer, place_clips, place_model, uses_graphs
 
@@ -52,6 +61,7 @@ class RunPlan:
     steps_per_epoch: int
     epochs: int
     start: tuple[int, int]  # (epoch, step) where the run starts: 0, 0, or the checkpoint it resumes
+    removes: list[str]  # what --overwrite removes from the run directory first (train.prepare.overwritten)
     steps: int  # steps it takes from there
     schedule: str
     validation: str
@@ -100,8 +110,11 @@ class RunPlan:
         )
         dropped = self.clips_per_epoch - self.steps_per_epoch * self.global_batch
         started = (
-            f"from epoch {self.start[0]}, step {self.start[1]} (the checkpoint it resumes): "
+            f"from epoch {self.start[0]}, step {self.start[1]} (the checkpoint it resumes, on the shards it "
+            "was trained on): "
             if self.start != (0, 0)
+            else f"afresh (--overwrite removes {name_list(self.removes)} first): "
+            if self.removes
             else ""
         )
         timed = (
@@ -219,18 +232,21 @@ def _time_val(model: torch.nn.Module, loader, device: torch.device) -> float:
     return sum(seconds[1:]) / len(seconds[1:]) if len(seconds) > 1 else seconds[0]
 
 
-def plan_run(config: TrainConfig) -> RunPlan | None:
+def plan_run(config: TrainConfig, overwrite: bool = False) -> RunPlan | None:
     """The plan of ``config``'s run (None on ranks other than 0 under torchrun or srun, which plan nothing):
-    the same checks as the run itself (a run directory of another config is refused), then the counts and a
-    timed warm-up on this process's device. Writes nothing."""
-    config = resolve_val_split(config)
+    the same checks as the run itself (a run directory of another config is refused, and a checkpoint the run
+    would not resume from, e.g. of other shards; ``overwrite`` as :func:`memdpc.train.loop.train` takes it), then
+    the counts and a timed warm-up on this process's device. Writes nothing."""
+    config = resolve_val_split(config, fresh=overwrite)
     rank, world_size, local_rank = dd.read_env()
     if rank != 0:
         return None
-    resume_from = check_run_dir(config)
-    resumed = mc.read_checkpoint(resume_from) if resume_from is not None else None
+    resume_from = check_run_dir(config, overwrite)
+    resumed = ck.read_resume(resume_from, config, world_size) if resume_from is not None else None
     init = ck.read_init(config.init, config)[0] if config.init and resumed is None else None
     manifests = check_shards(config)
+    if resumed is not None:
+        ck.check_same_shards(resumed, resume_from, shard_records(config))
     clip = ClipSpec(**manifests["train"]["clip"])
     device = dd.pick_device(config.device, local_rank)
     loader = split_loader(config, config.train_split, clip, True, 0, world_size, str(device))
@@ -287,6 +303,7 @@ def plan_run(config: TrainConfig) -> RunPlan | None:
         steps_per_epoch=steps_per_epoch,
         epochs=config.epochs,
         start=start,
+        removes=[str(p) for p in overwritten(Path(config.out))] if overwrite else [],
         steps=max(total - start[1], 0),
         schedule=_schedule(config),
         validation=validation,

@@ -53,16 +53,28 @@ from memdpc.common.atomic import remove_stale_tmp
 from memdpc.common.errors import ResourceFault, UserError
 from memdpc.model import checkpoint as mc
 from memdpc.pipeline.clip import ClipSpec
+from memdpc.pipeline.loader import backend_words
 from memdpc.train import checkpoint as ck
-from memdpc.train.config import TrainConfig, config_differences, write_config
+from memdpc.train.config import TrainConfig, write_config
 from memdpc.train.knn import knn_recall
-from memdpc.train.metrics import Meter, MetricsLogger, StepValues, truncate_jsonl
+from memdpc.train.metrics import (
+    Meter,
+    MetricsLogger,
+    StepValues,
+    at_chance,
+    chance_note,
+    chance_summary,
+    read_metrics,
+    truncate_jsonl,
+)
 from memdpc.train.prepare import (
     CONFIG_NAME,
     check_run_dir,
     check_shards,
+    clear_run,
     hold_run_dir,
     resolve_val_split,
+    shard_records,
     split_loader,
     val_split_warnings,
 )
@@ -90,6 +102,7 @@ class State:
     best_val: float = math.inf  # the best watched value so far (--best-by: loss, or -R@1); lower is better
     best_epoch: int | None = None  # the epoch of best_val (None: no epoch finished yet)
     stale: int = 0  # epochs since best_val last improved (--early-stop)
+    first_val: float | None = None  # the watched value after epoch 0 (None: not finished yet)
     epoch_loss: list[float] = field(
         default_factory=lambda: [0.0, 0.0]
     )  # sum, count of this epoch's train loss
@@ -111,22 +124,25 @@ class Parts:
     logger: MetricsLogger
     steps: StepValues  # the steps' metrics not read yet (on the device)
     meter: Meter  # the logging window (host)
+    shards: dict[str, dict[str, Any]]  # what the run records of its shards (train.prepare.shard_records)
     stepper: Stepper | None = None  # runs each optimiser step (eager, compiled or as a CUDA graph)
     saved: tuple[int, int, int] | None = None  # (epoch, step, epoch_step) that checkpoints/last.pt holds
 
 
-def train(config: TrainConfig) -> Path:
+def train(config: TrainConfig, overwrite: bool = False) -> Path:
     """Train (or resume) the run ``config.out``; return the run directory. Rank 0 ends by naming what it wrote.
 
-    Raises :class:`~memdpc.common.interrupts.Interrupted` on SIGINT or SIGTERM, after saving where the run stopped
-    (module docstring)."""
-    config = resolve_val_split(config)
+    A run resumes only on the shards it was trained on (:func:`memdpc.train.checkpoint.check_same_shards` names
+    what changed); ``overwrite`` starts it afresh instead, removing its checkpoints, metrics and TensorBoard logs
+    (:func:`memdpc.train.prepare.clear_run`) after saying so. Raises :class:`~memdpc.common.interrupts.Interrupted`
+    on SIGINT or SIGTERM, after saving where the run stopped (module docstring)."""
+    config = resolve_val_split(config, fresh=overwrite)
     env = dd.setup(config.device)
     finished = False
     run_dir = None
     try:
         with interrupts.deferred():
-            run_dir = _train(config, env)
+            run_dir = _train(config, env, overwrite)
         finished = True
         return run_dir
     except interrupts.Interrupted as stop:
@@ -138,8 +154,8 @@ def train(config: TrainConfig) -> Path:
         dd.cleanup(env, finished)
 
 
-def _train(config: TrainConfig, env: dd.DistEnv) -> Path:
-    resume_from = check_run_dir(config)
+def _train(config: TrainConfig, env: dd.DistEnv, overwrite: bool) -> Path:
+    resume_from = check_run_dir(config, overwrite)
     lock, refused = None, None
     if env.is_main:  # one writer per run folder: rank 0 holds the lock for every rank
         try:
@@ -152,22 +168,27 @@ def _train(config: TrainConfig, env: dd.DistEnv) -> Path:
     try:
         if lock is not None and lock.note:
             Console(stderr=True).print("[yellow]note:[/]", escape(lock.note), soft_wrap=True)
-        return _train_held(config, env, resume_from)
+        return _train_held(config, env, resume_from, overwrite)
     finally:
         if lock is not None:
             lock.release()
 
 
-def _train_held(config: TrainConfig, env: dd.DistEnv, resume_from: Path | None) -> Path:
-    ckpt = _read_resume(resume_from, config, env) if resume_from else None
+def _train_held(config: TrainConfig, env: dd.DistEnv, resume_from: Path | None, overwrite: bool) -> Path:
+    ckpt = ck.read_resume(resume_from, config, env.world_size) if resume_from else None
     init = _read_init(config, env) if ckpt is None and config.init else None
     manifests = check_shards(config)
+    shards = shard_records(config)
+    if ckpt is not None:
+        ck.check_same_shards(ckpt, resume_from, shards)
     if env.is_main:
         for warning in val_split_warnings(config):
             Console(stderr=True).print("[yellow]warning:[/]", escape(warning), soft_wrap=True)
     dd.barrier(env)
     run_dir = Path(config.out)
     if env.is_main:
+        if overwrite:
+            clear_run(run_dir, lambda text: Console(stderr=True).print(text, markup=False, soft_wrap=True))
         (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
         remove_stale_tmp(run_dir / "checkpoints")
         write_config(config, run_dir / CONFIG_NAME)
@@ -176,7 +197,9 @@ def _train_held(config: TrainConfig, env: dd.DistEnv, resume_from: Path | None) 
         truncate_jsonl(run_dir / "metrics.jsonl", ckpt["step"] if ckpt is not None else -1)
     dd.barrier(env)
     set_determinism(config.deterministic)
-    parts = _build(config, env, run_dir, ClipSpec(**manifests["train"]["clip"]), init)
+    parts = _build(config, env, run_dir, ClipSpec(**manifests["train"]["clip"]), init, shards)
+    if config.backend == "auto":  # which one it is depends on the machine: say so
+        parts.logger.message(f"loader: {backend_words(config.backend)}", markup=False)
     state = State()
     if ckpt is not None:
         state = _restore(parts, ckpt, resume_from)
@@ -205,25 +228,6 @@ def _train_held(config: TrainConfig, env: dd.DistEnv, resume_from: Path | None) 
     return run_dir
 
 
-def _read_resume(path: Path, config: TrainConfig, env: dd.DistEnv) -> dict[str, Any]:
-    ckpt = mc.read_checkpoint(path)
-    if not ck.is_training_checkpoint(ckpt):
-        raise UserError(
-            f"{path}: holds weights only (no optimiser, RNG or loader state), so training cannot "
-            "resume from it; start a new run from its weights with --init"
-        )
-    ck.check_config_compatible(ckpt, path, config.stream, config.model_kwargs())
-    diff = config_differences(ckpt["config"], config)
-    if diff:
-        raise UserError(f"{path}: checkpoint of a different config ({'; '.join(diff)})")
-    if ckpt["world_size"] != env.world_size:
-        raise UserError(
-            f"{path}: written by {ckpt['world_size']} process(es); resume it with the same number "
-            f"(now {env.world_size}) so that data order and RNG continue exactly"
-        )
-    return ckpt
-
-
 def _read_init(config: TrainConfig, env: dd.DistEnv) -> dict[str, Any]:
     """The ``--init`` checkpoint of a new run (checked before the run directory is made)."""
     init, warning = ck.read_init(config.init, config)
@@ -234,7 +238,12 @@ def _read_init(config: TrainConfig, env: dd.DistEnv) -> dict[str, Any]:
 
 # ---------------------------------------------------------------------------------------------- building
 def _build(
-    config: TrainConfig, env: dd.DistEnv, run_dir: Path, clip: ClipSpec, init: dict[str, Any] | None
+    config: TrainConfig,
+    env: dd.DistEnv,
+    run_dir: Path,
+    clip: ClipSpec,
+    init: dict[str, Any] | None,
+    shards: dict[str, dict[str, Any]],
 ) -> Parts:
     train_loader = _loader(config, env, config.train_split, clip, train=True)
     if len(train_loader) == 0:
@@ -269,6 +278,7 @@ def _build(
         MetricsLogger(run_dir, env.is_main, config.progress),
         StepValues(config.log_every),
         Meter(),
+        shards,
     )
     parts.stepper = Stepper(
         wrapped,
@@ -368,6 +378,8 @@ def _save(p: Parts, s: State, names: list[str]) -> None:
                     best_val=s.best_val,
                     best_epoch=s.best_epoch,
                     stale=s.stale,
+                    shards=p.shards,
+                    first_val=s.first_val,
                 ),
             )
         )
@@ -406,6 +418,7 @@ def _restore(p: Parts, ckpt: dict[str, Any], path: Path) -> State:
         t["best_val"],
         t["best_epoch"],
         t["stale"],
+        t["first_val"],
         list(t["epoch_loss"]),
         rng["epoch_start"],
     )
@@ -496,8 +509,20 @@ def _watched(p: Parts, value: float) -> str:
     return f"{'val' if p.val_loader is not None else 'train'} loss {value:.4f}"
 
 
+def _margin(p: Parts, s: State) -> str:
+    """How far best.pt's watched value is ahead of epoch 0's: '; 0.3972 below epoch 0's 2.1972'."""
+    if s.first_val is None or s.best_epoch is None:
+        return ""
+    if s.best_epoch == 0:
+        return "; no later epoch did better"
+    if p.config.best_by == "knn":
+        return f"; {s.first_val - s.best_val:.3f} above epoch 0's {-s.first_val:.3f}"
+    return f"; {s.first_val - s.best_val:.4f} below epoch 0's {s.first_val:.4f}"
+
+
 def _finished(p: Parts, s: State) -> str:
-    """The end message: what the run wrote, and what to run next."""
+    """The end message: what the run wrote, which checkpoint is best and by how much over epoch 0, whether the
+    validation loss stayed at chance, and what to run next."""
     ckpts = p.run_dir / "checkpoints"
     done = (
         f"{s.epoch} epochs"
@@ -509,12 +534,14 @@ def _finished(p: Parts, s: State) -> str:
         best_line = "no best.pt: no epoch finished"
     else:
         at = f"epoch {s.best_epoch}, " if s.best_epoch is not None else ""
-        best_line = f"best: {best} ({at}{_watched(p, s.best_val)})"
+        best_line = f"best: {best} ({at}{_watched(p, s.best_val)}{_margin(p, s)})"
     chosen = best if math.isfinite(s.best_val) else _last(p)
+    chance = chance_summary(read_metrics(p.run_dir)) if p.env.is_main else None  # rank 0 wrote them
     return "\n".join(
         [
             f"trained {p.run_dir}: {done}, {s.step} steps",
             best_line,
+            *([f"warning: {chance}"] if chance else []),
             f"last: {_last(p)}",
             f"metrics: {p.run_dir / 'metrics.jsonl'}; tensorboard --logdir {p.run_dir / 'tb'}",
             f"next: {ck.next_command(chosen, p.config.shards)}",
@@ -682,13 +709,22 @@ def _end_epoch(p: Parts, s: State) -> None:
     best = watched < s.best_val
     if best:
         s.best_val, s.best_epoch = watched, s.epoch
+    if s.epoch == 0:
+        s.first_val = watched
     s.stale = 0 if best else s.stale + 1
     s.epoch, s.epoch_step, s.epoch_rng = s.epoch + 1, 0, None
     names = ["last.pt"] + (["best.pt"] if best else [])
     if c.keep_every and s.epoch % c.keep_every == 0:
         names.append(f"epoch-{s.epoch:04d}.pt")
     _save(p, s, names)
-    p.logger.message(f"epoch {s.epoch - 1}: {_watched(p, watched)}, lr {_lr(p):g}{' (best)' if best else ''}")
+    flag = ""
+    if val is not None and at_chance(val):
+        flag = f" — val loss {val['loss']:.4f} " if c.best_by == "knn" else " — "
+        flag += chance_note(val["chance"])
+    p.logger.message(
+        f"epoch {s.epoch - 1}: {_watched(p, watched)}, lr {_lr(p):g}{' (best)' if best else ''}{flag}",
+        markup=False,
+    )
 
 
 def _knn(p: Parts) -> float:

@@ -30,11 +30,55 @@ from memdpc.common.progress import progress_bar
 from memdpc.pipeline.augment import AugmentSpec, denormalise
 from memdpc.viz.pictures import clip_picture
 
-__all__ = ["METRICS_NAME", "Meter", "MetricsLogger", "StepValues", "read_metrics", "truncate_jsonl"]
+__all__ = [
+    "CHANCE_MARGIN",
+    "METRICS_NAME",
+    "TB_NAME",
+    "Meter",
+    "MetricsLogger",
+    "StepValues",
+    "at_chance",
+    "chance_note",
+    "chance_summary",
+    "read_metrics",
+    "truncate_jsonl",
+]
 
 METRICS_NAME = file_kinds.RUN_METRICS
 """The run folder's metrics file: one JSON record per line."""
+TB_NAME = "tb"  # the run folder's TensorBoard logs
 CLIPS_SHOWN = 2  # clips of a batch that :meth:`MetricsLogger.clips` draws
+CHANCE_MARGIN = 0.01
+"""A loss within this fraction of its chance level (the loss of a uniform guess, a record's ``chance``) is at
+chance: the model has learnt nothing the loss can see."""
+
+
+def at_chance(record: dict[str, Any]) -> bool:
+    """Whether a train or val record's loss is within :data:`CHANCE_MARGIN` of its ``chance`` (one candidate:
+    chance 0, and a loss of 0 means nothing either; records written before the model gave its chance: never)."""
+    chance, loss = record.get("chance"), record.get("loss")
+    if not isinstance(chance, int | float) or not isinstance(loss, int | float) or not chance >= 0:
+        return False
+    return abs(loss - chance) <= CHANCE_MARGIN * chance
+
+
+def chance_note(chance: float) -> str:
+    """What a loss at chance means, for the messages that flag it."""
+    return (
+        f"at chance: within {CHANCE_MARGIN:.0%} of {chance:.4f}, the loss of a uniform guess among the batch's "
+        "candidates (ln of their number, summed over directions): nothing learnt"
+    )
+
+
+def chance_summary(records: list[dict[str, Any]]) -> str | None:
+    """The validation epochs of a run's records whose loss was at chance, in words, when any was (the run's
+    summary and the report say it)."""
+    val = [r for r in records if r["kind"] == "val"]
+    flat = [r for r in val if at_chance(r)]
+    if not flat:
+        return None
+    which = f"every epoch ({len(val)})" if len(flat) == len(val) else f"{len(flat)} of {len(val)} epochs"
+    return f"the val loss was {chance_note(flat[-1]['chance'])}, in {which}"
 
 
 class Meter:
@@ -127,7 +171,7 @@ class MetricsLogger:
         self._task = None
         if not enabled:
             return
-        self._tb_dir = run_dir / "tb"
+        self._tb_dir = run_dir / TB_NAME
         with output_faults(self.path):
             self._file = open(self.path, "a")  # noqa: SIM115 — closed in close()
         with output_faults(self._tb_dir / "events"):

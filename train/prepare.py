@@ -1,6 +1,7 @@
 """Checks before training starts: the shards fit ``--stream`` and the clip geometry, the run directory holds
 this config (or none) and no live run holds it (:func:`hold_run_dir`), which checkpoint, if any, the run resumes
-from, and whether the validation split can measure much; and the loaders of the run's splits."""
+from, and whether the validation split can measure much; what the run records of its shards; what
+``--overwrite`` removes; and the loaders of the run's splits."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ import dataclasses
 import fcntl
 import json
 import os
+import shutil
 import socket
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -24,9 +27,11 @@ from memdpc.pipeline.augment import AugmentSpec
 from memdpc.pipeline.clip import ClipSpec
 from memdpc.pipeline.loader import make_loader
 from memdpc.pipeline.manifest import load_manifest, manifest_path, shard_paths
+from memdpc.pipeline.provenance import split_record
 from memdpc.pipeline.sample import LABEL, decode_label, parse_key
 from memdpc.pipeline.wds_index import read_index, split_name
 from memdpc.train.config import AUTO_VAL_SPLIT, TrainConfig, config_differences
+from memdpc.train.metrics import METRICS_NAME, TB_NAME
 
 __all__ = [
     "CONFIG_NAME",
@@ -34,7 +39,10 @@ __all__ = [
     "check_run_dir",
     "check_shards",
     "hold_run_dir",
+    "clear_run",
+    "overwritten",
     "resolve_val_split",
+    "shard_records",
     "split_loader",
     "val_split_warnings",
 ]
@@ -78,6 +86,18 @@ def check_shards(config: TrainConfig) -> dict[str, dict[str, Any]]:
     return manifests
 
 
+def shard_records(config: TrainConfig) -> dict[str, dict[str, Any]]:
+    """What the run records of the shards it reads, per role (``train``, and ``val`` unless ``--val-split
+    none``): :func:`memdpc.pipeline.provenance.split_record`. Its checkpoints keep it, and a resume compares it."""
+    config = resolve_val_split(config)
+    roles = {"train": config.train_split, "val": config.val_split}
+    return {
+        role: split_record(config.shards, config.stream, split)
+        for role, split in roles.items()
+        if split != "none"
+    }
+
+
 def videos_by_class(
     shard_dir: str | Path, stream: str, split: str, until: set[int] | None = None
 ) -> dict[int, set[str]]:
@@ -108,14 +128,14 @@ def videos_by_class(
 FEW_VAL_VIDEOS = 10  # below this, one video moves the kNN R@1 by more than 10 points
 
 
-def resolve_val_split(config: TrainConfig) -> TrainConfig:
+def resolve_val_split(config: TrainConfig, fresh: bool = False) -> TrainConfig:
     """``--val-split auto`` made concrete: what the run directory's config recorded (a resume keeps validating
-    on the split it started with, even if a ``val`` split was sharded since), else the shards' ``val`` split of
-    the stream where there is one (videos held out of training by ``memdpc index --val-per-class``), else
-    ``test`` (the reference validates on it)."""
+    on the split it started with, even if a ``val`` split was sharded since; not when the run starts ``fresh``,
+    as with ``--overwrite``), else the shards' ``val`` split of the stream where there is one (videos held out of
+    training by ``memdpc index --val-per-class``), else ``test`` (the reference validates on it)."""
     if config.val_split != AUTO_VAL_SPLIT:
         return config
-    recorded = Path(config.out) / CONFIG_NAME if config.out else None
+    recorded = Path(config.out) / CONFIG_NAME if config.out and not fresh else None
     if recorded is not None and recorded.is_file():
         try:
             split = (yaml.safe_load(recorded.read_text()) or {}).get("val_split")
@@ -158,13 +178,21 @@ def val_split_warnings(config: TrainConfig) -> list[str]:
     return warnings
 
 
-def check_run_dir(config: TrainConfig) -> Path | None:
-    """Refuse a run directory that records another config; return the checkpoint to resume from, if any."""
+def check_run_dir(config: TrainConfig, overwrite: bool = False) -> Path | None:
+    """Refuse a run directory that records another config; return the checkpoint to resume from, if any. With
+    ``overwrite`` the run starts afresh whatever the directory holds (nothing to resume; see :func:`clear_run`)."""
     if not config.out:
         raise UserError("no run directory given: pass --out RUN_DIR")
     run_dir = Path(config.out)
     if run_dir.exists() and not run_dir.is_dir():
         raise UserError(f"{run_dir}: exists and is not a directory")
+    if overwrite:
+        if config.resume:
+            raise UserError(
+                f"--overwrite starts {run_dir} afresh; --resume {config.resume} goes on from a checkpoint: "
+                "give one of them"
+            )
+        return None
     recorded = run_dir / CONFIG_NAME
     if recorded.is_file():
         try:
@@ -254,6 +282,26 @@ def hold_run_dir(config: TrainConfig) -> RunLock:
         file.flush()
     note = f"took over {path} from {took_over}, which ended without letting go of it" if took_over else None
     return RunLock(path, file, created, took_over, note)
+
+
+def overwritten(run_dir: Path) -> list[Path]:
+    """What ``--overwrite`` removes from a run directory: its checkpoints, metrics and TensorBoard logs."""
+    found = [*sorted((run_dir / "checkpoints").glob("*.pt")), run_dir / METRICS_NAME, run_dir / TB_NAME]
+    return [p for p in found if p.exists()]
+
+
+def clear_run(run_dir: Path, say: Callable[[str], None]) -> None:
+    """Remove what :func:`overwritten` names, after saying what, in one line, through ``say``."""
+    paths = overwritten(run_dir)
+    if not paths:
+        return
+    names = name_list([p.relative_to(run_dir).as_posix() for p in paths])
+    say(f"--overwrite: removing {names} from {run_dir} to start the run afresh")
+    for path in paths:
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
 
 
 def augment_spec(config: TrainConfig) -> AugmentSpec:

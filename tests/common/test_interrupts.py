@@ -13,7 +13,7 @@ import pytest
 
 from memdpc.common import interrupts
 
-from ..conftest import STOP_WITHIN
+from ..limits import STOP_WITHIN
 
 
 def _run(body: str) -> subprocess.CompletedProcess:

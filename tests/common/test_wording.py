@@ -8,8 +8,9 @@ def test_plural_counts_the_noun():
         plural(3, "class"),
         plural(0, "shard"),
         plural(4, "batch"),
+        plural(2, "epoch"),
         plural(9537, "video"),
-    ] == ["1 video", "2 videos", "3 classes", "0 shards", "4 batches", "9,537 videos"]
+    ] == ["1 video", "2 videos", "3 classes", "0 shards", "4 batches", "2 epochs", "9,537 videos"]
 
 
 def test_name_list_counts_what_it_leaves_out():

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from memdpc.common.errors import UserError
+from memdpc.eval.data import EvalData
 from memdpc.eval.outputs import Outputs, checkpoint_source
 from memdpc.eval.results import save_result
 
@@ -23,7 +24,19 @@ RESULT = {
 
 
 def _results_of(out: Outputs) -> None:
-    save_result(out.claim("retrieval-rgb.json"), {**RESULT, **out.record()}, {"labels": np.zeros(1)})
+    """A result of ``out`` on the test split of the shard folder beside its folder (a manifest alone will do)."""
+    manifest = out.folder.parent / "shards" / "rgb" / "manifest-test.json"
+    if not manifest.is_file():
+        manifest.parent.mkdir(parents=True)
+        manifest.write_text('{"stream": "rgb", "split": "test", "shards": []}\n')
+    record = out.record(EvalData(manifest.parent.parent, "rgb"), ("test",))
+    assert record["shards"] == {
+        "test": {
+            "manifest": str(manifest.resolve()),
+            "sha256": hashlib.sha256(manifest.read_bytes()).hexdigest(),
+        }
+    }
+    save_result(out.claim("retrieval-rgb.json"), {**RESULT, **record}, {"labels": np.zeros(1)})
 
 
 def test_results_are_replaced_only_by_the_same_checkpoint_bytes(tmp_path):

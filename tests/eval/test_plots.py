@@ -5,7 +5,15 @@ from __future__ import annotations
 import cv2
 import numpy as np
 
-from memdpc.eval.plots import confusion, confusion_matrix, frame_strip, memory_norms
+from memdpc.eval.data import EvalData
+from memdpc.eval.plots import (
+    STRIP_FRAME_PX,
+    confusion,
+    confusion_matrix,
+    frame_strip,
+    memory_norms,
+    retrieval_examples,
+)
 from memdpc.preprocess.encode import FLOW_ENCODING
 from memdpc.preprocess.flow.backends import flow_to_codes
 
@@ -51,3 +59,26 @@ def test_a_flow_strip_is_drawn_in_colour_not_as_grey_codes():
     assert r == 255 and abs(g - b) < 5 and g < 60  # right: red (JPEG moves a code by one here and there)
     r, g, b = strip[0, 5].astype(int)
     assert r < 60 and g > 150 and b == 255  # left: cyan
+
+
+def test_retrieval_strips_draw_every_frame_large_enough_to_see(eval_data, tmp_path):
+    """32² frames, 5 blocks: each strip is drawn STRIP_FRAME_PX a frame (46×35 px a frame before)."""
+    test = [r for r in eval_data.records if r.split == "test"]
+    train = [r for r in eval_data.records if r.split == "train"]
+    neighbours = np.tile(np.arange(len(train)), (len(test), 1))
+    path = retrieval_examples(
+        tmp_path / "strips.png",
+        EvalData(eval_data.shards, "rgb"),
+        [r.id for r in test],
+        np.array([r.label for r in test]),
+        [r.id for r in train],
+        np.array([r.label for r in train]),
+        neighbours,
+        ["MoveRight", "MoveLeft", "MoveUp"],
+    )
+    picture = cv2.imread(str(path))
+    columns, blocks = 4, 5  # a query and its 3 neighbours
+    assert picture.shape[1] >= columns * blocks * STRIP_FRAME_PX
+    # the query of the first row: its frames, not white, span a strip's width
+    drawn = np.flatnonzero((picture[: picture.shape[0] // 5] < 250).any(axis=(0, 2)))
+    assert np.ptp(drawn[drawn < picture.shape[1] // columns]) >= blocks * STRIP_FRAME_PX * 0.95

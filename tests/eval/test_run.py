@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -18,10 +19,14 @@ from click.testing import CliRunner
 from memdpc.cli import EXIT_RESOURCE, main
 from memdpc.common.errors import UserError
 from memdpc.eval.fit import PROBE_FIT
+from memdpc.eval.outputs import checkpoint_source
 from memdpc.eval.results import load_result, save_result
 from memdpc.eval.run import evaluate, fuse
+from memdpc.pipeline.provenance import manifest_identity
+from memdpc.pipeline.shard import run_shard
 
-from ..conftest import STOP_WITHIN
+from ..limits import STOP_WITHIN
+from .conftest import CLIP
 
 pytestmark = pytest.mark.slow
 COMMON = dict(backend="torch", num_workers=0, batch_size=4, device="cpu")
@@ -152,6 +157,41 @@ def test_a_signal_stops_finetune_within_seconds_says_what_was_kept_and_the_rerun
     assert rerun.returncode == 0, rerun.stderr
     assert f"resuming {state}: epoch {kept} of {kept + 1} done" in rerun.stderr
     assert len(load_result(out / "finetune-rgb.json")[0]["train_loss"]) == kept + 1
+
+
+def test_results_record_their_shards_and_caches_of_other_shards_or_checkpoints_are_not_reused(
+    eval_data, checkpoints, other_rgb, tmp_path
+):
+    shards, out = tmp_path / "shards", tmp_path / "eval"
+    shutil.copytree(eval_data.shards, shards)
+    caches = {split: out / f"features-rgb-{split}.npz" for split in ("train", "test")}
+
+    def retrieve(checkpoint) -> tuple[dict, dict[str, int]]:
+        path = evaluate("retrieve", checkpoint, shards=shards, out=out, overwrite=True, **COMMON)
+        return load_result(path)[0], {s: p.stat().st_mtime_ns for s, p in caches.items()}
+
+    result, made = retrieve(checkpoints["rgb"])
+    assert result["shards"] == {s: manifest_identity(shards, "rgb", s) for s in ("train", "test")}
+    assert retrieve(checkpoints["rgb"])[1] == made  # the same checkpoint and shards: both caches reused
+    test = [r for r in eval_data.records if r.split == "test"]
+    for_one_less = [r for r in eval_data.records if r is not test[0]]
+    run_shard(
+        eval_data.shards.parent / "archives",
+        for_one_less,
+        "rgb",
+        shards,
+        "test",
+        clip=CLIP,
+        max_count=4,
+        overwrite=True,
+    )
+    result, now = retrieve(checkpoints["rgb"])  # test re-sharded: its cache made anew, the train one reused
+    assert (now["train"], now["test"] != made["test"]) == (made["train"], True)
+    assert result["metrics"]["queries"] == len(test) - 1
+    assert result["shards"]["test"] == manifest_identity(shards, "rgb", "test")
+    result, other = retrieve(other_rgb)  # another checkpoint: neither cache reused
+    assert other["train"] != now["train"] and other["test"] != now["test"]
+    assert result["source"] == checkpoint_source(other_rgb)
 
 
 def test_a_full_disk_stops_eval_in_one_line_with_nothing_half_written_and_the_rerun_finishes(

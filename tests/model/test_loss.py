@@ -82,6 +82,18 @@ def test_uninformative_predictions_give_log_n():
     assert math.isclose(out["loss"].item(), math.log(n), rel_tol=1e-6)
 
 
+@pytest.mark.parametrize(
+    "negatives, candidates", [("all", 3 * 3 * 2 * 2), ("same_position", 3 * 3), ("other_clips", 3)]
+)
+def test_chance_is_the_loss_of_a_uniform_guess_over_each_predictions_candidates(negatives, candidates):
+    tgt = _targets()
+    uniform = dense_infonce(torch.zeros_like(tgt), tgt, negatives=negatives)  # every score equal
+    assert uniform["chance"].item() == pytest.approx(math.log(candidates))
+    assert uniform["loss"].item() == pytest.approx(uniform["chance"].item(), rel=1e-6)
+    learnt = dense_infonce(tgt.clone(), tgt, negatives=negatives)
+    assert learnt["chance"].item() == uniform["chance"].item() > learnt["loss"].item()
+
+
 def test_normalised_critic_with_temperature():
     tgt = _targets()
     out = dense_infonce(5 * tgt, tgt, temperature=0.07)

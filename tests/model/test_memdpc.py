@@ -22,16 +22,19 @@ def test_bidirectional_loss_at_init_is_twice_log_of_candidates(clips):
     assert out["loss"].item() == pytest.approx(2 * math.log(b * 3 * hw), rel=0.03)
     assert out["loss"].item() == pytest.approx(out["loss_f"].item() + out["loss_b"].item())
     assert set(out) == {f"{k}{s}" for k in ("loss", "top1", "top5") for s in ("", "_f", "_b")} | {
-        "content_share"
+        "chance",
+        "content_share",
     }
+    assert out["chance"].item() == pytest.approx(2 * math.log(b * 3 * hw))  # a uniform guess, both directions
     assert 0 < out["content_share"].item() <= 1
     assert all(v.dim() == 0 for v in out.values())
 
 
 def test_unidirectional_has_forward_entries_only(clips):
     out = create_model("memdpc_r18", widths=TINY, bidirectional=False, seed=0)(clips)
-    assert set(out) == {"loss", "top1", "top5", "loss_f", "top1_f", "top5_f", "content_share"}
+    assert set(out) == {"loss", "top1", "top5", "loss_f", "top1_f", "top5_f", "chance", "content_share"}
     assert out["loss"].item() == pytest.approx(math.log(2 * 3 * 4), rel=0.03)
+    assert out["chance"].item() == pytest.approx(math.log(2 * 3 * 4))
 
 
 def test_backward_step_reaches_the_memory_bank_and_every_parameter(clips):

@@ -6,12 +6,14 @@ import io
 import json
 import os
 import re
+import shutil
 import signal
 import struct
 import subprocess
 import sys
 import tarfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import cv2
@@ -26,9 +28,12 @@ from memdpc.pipeline.manifest import load_manifest, shard_paths, verify_shards
 from memdpc.pipeline.shard import THROTTLE_ENV, run_shard, shard_stream
 from memdpc.pipeline.shard_plan import usable_frames
 from memdpc.preprocess.archive import archive_path, read_archive, write_archive
-from memdpc.preprocess.video_index import hold_out
+from memdpc.preprocess.datasets import build_index
+from memdpc.preprocess.run import preprocess
+from memdpc.preprocess.video_index import hold_out, write_index
 
-from ..conftest import STOP_WITHIN, jpeg
+from ..conftest import jpeg, run_memdpc
+from ..limits import STOP_WITHIN
 
 CLIP = ClipSpec()
 NF = CLIP.num_frames
@@ -261,9 +266,10 @@ def _cli(*args: str, env=None) -> subprocess.Popen:
 
 @pytest.fixture(scope="module")
 def flow_train_ref(long_archives, tmp_path_factory) -> Path:
-    """flow/train shards of ``long_archives`` with --max-count 2 (5 shards), written without interruption."""
+    """flow/train shards of ``long_archives`` with --max-count 2 (5 shards), written without interruption from
+    its index file (as the command line's runs below: the manifest records the index it was given)."""
     out = tmp_path_factory.mktemp("ref")
-    run_shard(long_archives.root, long_archives.records, "flow", out, "train", max_count=2)
+    run_shard(long_archives.root, long_archives.index, "flow", out, "train", max_count=2)
     return out / "flow"
 
 
@@ -404,7 +410,9 @@ def test_bad_archives_are_skipped_and_reported_or_refused_with_strict(long_archi
     data = archive_path(root, "rgb", test_ids[1]).read_bytes()
     archive_path(root, "rgb", test_ids[1]).write_bytes(data[: len(data) // 2])  # truncated
     archive_path(root, "rgb", test_ids[2]).write_bytes(b"not a tar at all" * 100)  # corrupt
-    report = run_shard(root, long_archives.records, "rgb", tmp_path / "out", "test")
+    report = run_shard(
+        root, long_archives.records, "rgb", tmp_path / "out", "test", allow_missing_classes=True
+    )  # one class is left without samples
     reasons = {s["video_id"]: s["reason"] for s in report.skipped}
     assert set(reasons) == set(test_ids[:3])
     assert "not written yet" in reasons[test_ids[0]]
@@ -529,7 +537,12 @@ def _run_cli(*args: str):
     return CliRunner(env={"COLUMNS": "300"}).invoke(main, ["shard", *map(str, args)])
 
 
-def test_shard_tells_videos_failed_in_preprocess_from_archives_not_written_yet(tiny_archives, tmp_path):
+def test_a_class_left_without_samples_is_refused_before_anything_is_written_or_allowed_with_a_warning(
+    tiny_archives, tmp_path
+):
+    """The test split's videos of two classes: one failed in preprocess, one not written yet (preprocess still
+    running). shard refuses (exit 2, no shard, no "next"); --allow-missing-classes writes the others and says
+    what is missing, each video told apart by why."""
     root = _copy_archives(tiny_archives, tmp_path)
     failed, pending, kept = [r for r in tiny_archives.records if r.split == "test"]
     for r in (failed, pending):
@@ -540,9 +553,22 @@ def test_shard_tells_videos_failed_in_preprocess_from_archives_not_written_yet(t
     ]
     (root / "preprocess-report.json").write_text(json.dumps({"videos": videos}))
     out = tmp_path / "shards"
-    res = _run_cli(root, "--index", tiny_archives.index, "--stream", "rgb", "--out", out, "--split", "test")
-    assert res.exit_code == 0, res.output
-    lines = res.output.splitlines()
+    args = [root, "--index", tiny_archives.index, "--stream", "rgb", "--out", out, "--split", "test"]
+    res = run_memdpc("shard", *args)
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert res.stderr.strip().splitlines()[-1] == (
+        f"Error: {tiny_archives.index}: rgb/test would have no samples of 2 classes: {failed.label_name}, "
+        f"{pending.label_name} (their 2 videos: 1 failed in preprocess; 1 not written yet (preprocess not run on "
+        f"them, or still running); e.g. {failed.id}: failed in preprocess: moov atom not found); shard once "
+        "preprocess has written them (a held-out split: see preprocess's summary to draw it again), or add "
+        "--allow-missing-classes to shard without them"
+    )
+    assert "next:" not in res.stdout + res.stderr
+    assert not (out / "rgb").exists() or not any((out / "rgb").iterdir())
+
+    res = run_memdpc("shard", *args, "--allow-missing-classes")
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
     expected = [
         "skipped 2 videos: 1 failed in preprocess; 1 not written yet (preprocess not run on them, or still "
         "running)",
@@ -563,18 +589,28 @@ def test_shard_tells_videos_failed_in_preprocess_from_archives_not_written_yet(t
     assert kinds == [(failed.id, "failed"), (pending.id, "not-written")]
 
 
-def test_a_class_without_samples_is_a_warning(tiny_archives, tmp_path):
+def test_a_class_without_training_samples_is_refused_and_a_video_left_out_of_a_kept_class_is_a_warning(
+    tiny_archives, tmp_path
+):
     root = _copy_archives(tiny_archives, tmp_path)
     gone = [r for r in tiny_archives.records if r.split == "train" and r.label == 2]
-    for r in gone:
-        archive_path(root, "flow", r.id).unlink()
-    report = run_shard(root, tiny_archives.records, "flow", tmp_path / "shards", "train")
+    archive_path(root, "flow", gone[0].id).unlink()  # one of the class's two: the class keeps samples
+    report = run_shard(root, tiny_archives.records, "flow", tmp_path / "one", "train")
     assert report.warnings == [
-        f"2 of the 6 train videos have no flow archive yet (preprocess not run on them, or still running; e.g. "
+        f"1 of the 6 train videos has no flow archive yet (preprocess not run on them, or still running; e.g. "
         f"{gone[0].id}): these shards leave them out; once preprocess has finished, run the same command with "
         "--overwrite",
-        f"1 class has no samples in flow/train: {gone[0].label_name}",
     ]
+    archive_path(root, "flow", gone[1].id).unlink()
+    with pytest.raises(
+        UserError, match=rf"flow/train would have no samples of 1 class: {gone[0].label_name} "
+    ):
+        run_shard(root, tiny_archives.records, "flow", tmp_path / "shards", "train")
+    assert not (tmp_path / "shards" / "flow").exists()
+    report = run_shard(
+        root, tiny_archives.records, "flow", tmp_path / "shards", "train", allow_missing_classes=True
+    )
+    assert report.warnings[1:] == [f"1 class has no samples in flow/train: {gone[0].label_name}"]
     train = f"memdpc train --stream flow --shards {tmp_path / 'shards'} --out runs/flow"
     assert report.next_step == (
         f"the same command with --split test (evaluation tests on it; train validates on it), then {train}"
@@ -707,3 +743,56 @@ def test_a_damaged_plan_file_is_named(tiny_archives, tmp_path):
     )
     run_shard(tiny_archives.root, tiny_archives.records, "rgb", out, "test", overwrite=True)
     assert json.loads(plan.read_text())["config"]["split"] == "test"
+
+
+def test_an_index_naming_other_files_for_the_archives_ids_is_refused_naming_both(tiny_dataset, tmp_path):
+    """``shard FRAMES --index OTHER.jsonl``: an index of another folder whose ids are those of the archives (the
+    same videos copied elsewhere) is refused as preprocess refuses it, naming both files; the right one shards."""
+    records = build_index(tiny_dataset, "ucf101", 1)
+    write_index(records, tmp_path / "index.jsonl")
+    preprocess(tmp_path / "index.jsonl", tmp_path / "frames", "rgb", size=32, workers=1, progress=False)
+    other = build_index(shutil.copytree(tiny_dataset, tmp_path / "copy"), "ucf101", 1)
+    write_index(other, tmp_path / "other.jsonl")
+    assert [r.id for r in other] == [r.id for r in records]
+    with pytest.raises(UserError, match=r"made with other settings or from another source"):
+        preprocess(tmp_path / "other.jsonl", tmp_path / "frames", "rgb", size=32, workers=1, progress=False)
+    out = tmp_path / "shards"
+    res = _run_cli(tmp_path / "frames", "--index", tmp_path / "other.jsonl", "--stream", "rgb", "--out", out)
+    first, mine = next(r for r in other if r.split == "train"), next(r for r in records if r.split == "train")
+    assert res.exit_code == 2 and res.output.splitlines()[-1] == (
+        f"Error: {tmp_path / 'other.jsonl'}: the archives of 6 of its 6 train videos were made from other files "
+        f"than it names (e.g. {archive_path(tmp_path / 'frames', 'rgb', first.id)} from {mine.path}, but the index "
+        f"names {first.path} for {first.id}); give the index those archives were made with, or preprocess this "
+        "one into another frames folder"
+    )
+    assert not out.exists()  # refused before anything was written
+    res = _run_cli(tmp_path / "frames", "--index", tmp_path / "index.jsonl", "--stream", "rgb", "--out", out)
+    assert res.exit_code == 0, res.output
+    assert load_manifest(out, "rgb", "train")["provenance"]["index"]["path"] == str(tmp_path / "index.jsonl")
+
+
+def test_an_index_that_gives_a_video_another_class_is_not_resumed_over(long_archives, tmp_path):
+    out = tmp_path / "shards"
+    run_shard(long_archives.root, long_archives.records, "rgb", out, "train", max_count=2)
+    plan = out / "rgb" / "plan-train.json"
+    older = {k: v for k, v in json.loads(plan.read_text()).items() if k != "labels_sha256"}
+    plan.write_text(json.dumps(older))  # a plan written before plans recorded the labels: resumed as before
+    again = run_shard(long_archives.root, long_archives.records, "rgb", out, "train", max_count=2)
+    assert (again.kept, again.written) == (again.shards, 0)
+    assert "labels_sha256" in json.loads(plan.read_text())
+    first = next(r for r in long_archives.records if r.split == "train")
+    other = next(r for r in long_archives.records if r.label != first.label)
+    relabelled = [
+        replace(r, label=other.label, label_name=other.label_name) if r is first else r
+        for r in long_archives.records
+    ]
+    with pytest.raises(UserError) as e:
+        run_shard(long_archives.root, relabelled, "rgb", out, "train", max_count=2)
+    assert str(e.value) == (
+        f"{out / 'rgb'}: holds train shards planned when the index gave some of their videos other classes; add "
+        "--overwrite to rewrite the train shards, or use another --out"
+    )
+    run_shard(long_archives.root, relabelled, "rgb", out, "train", max_count=2, overwrite=True)
+    samples = all_samples(out, "rgb", "train")
+    labels = {struct.unpack("<i", s["cls"])[0] for k, s in samples.items() if k.rsplit("_", 1)[0] == first.id}
+    assert labels == {other.label}

@@ -103,3 +103,28 @@ def test_a_worker_never_collects_a_dali_pipeline_it_inherited():
     """)
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert res.stdout.strip() == "exit 0", res.stderr[-2000:]
+
+
+def test_a_worker_collects_no_garbage_before_its_init(tiny_shards):
+    """A forked worker allocates (torch seeds itself) before its init: a collection there could destroy an inherited
+    DALI pipeline, the garbage of an earlier epoch (a hang, seen under load). With every allocation triggering a
+    collection, no worker of a real loader may collect before it has frozen what it inherited."""
+    code = textwrap.dedent(f"""
+        import gc, os
+        from memdpc.pipeline.loader import make_loader
+
+        parent = os.getpid()
+
+        def watch(phase, info):
+            if phase == "start" and os.getpid() != parent and not gc.get_freeze_count():
+                os.write(2, b"collected before its init\\n")
+
+        gc.callbacks.append(watch)
+        loader = make_loader({str(tiny_shards)!r}, "rgb", "train", train=True, batch_size=2, size=16,
+                             backend="torch", num_workers=2)
+        gc.set_threshold(1, 1, 1)  # every allocation collects
+        print(sum(1 for _ in loader))
+    """)
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0 and int(res.stdout) > 0, res.stderr[-2000:]
+    assert "collected before its init" not in res.stderr

@@ -5,13 +5,17 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
 from memdpc.cli import main
 from memdpc.common.errors import UserError
 from memdpc.preprocess.datasets import build_index, index_warnings
+from memdpc.preprocess.examples.layout import write_video
 from memdpc.preprocess.video_index import VideoRecord, read_index
+
+from ..conftest import run_memdpc
 
 
 def _touch(path: Path) -> None:
@@ -230,10 +234,18 @@ def test_k400_missing_video_names_csv_line(k400):
         build_index(k400, "kinetics400")
 
 
+def _video(path: Path, frames: int = 6, codec: str = "mp4v") -> Path:
+    """A real (tiny) video file: ``frames`` frames of noise, 32×32 (``mp4v``: MPEG-4 Part 2, ``mjpg``)."""
+    video = np.random.default_rng(len(path.name)).integers(0, 256, (frames, 32, 32, 3), np.uint8)
+    write_video(path, video, 25.0, codec)
+    return path
+
+
 def _folder(root: Path, counts: dict[str, int], split: str = "") -> Path:
+    """``root/[split/]<class>/<video>.mp4``: ``counts`` real videos per class (the hold-out reads them)."""
     for cls, n in counts.items():
         for i in range(n):
-            _touch(root / split / cls / f"{split}{cls}{i:02d}.mp4")
+            _video(root / split / cls / f"{split}{cls}{i:02d}.mp4")
     return root
 
 
@@ -258,6 +270,44 @@ def test_cli_folder_index_holds_out_test_then_val_per_class(tmp_path):
     assert res.exit_code == 2 and res.output.splitlines()[-1] == (
         "Error: class 'sit' has 3 training videos: too few to hold out 2 for test and 1 for validation and "
         "still train on one"
+    )
+
+
+def test_held_out_videos_are_those_whose_files_read_the_others_are_named_and_stay_in_train(tmp_path):
+    """The last videos of a class by id are a text file named .mp4 and a video cut in half: the hold-out passes
+    over them (they stay in train, where preprocess reports them) and holds out the readable ones before them."""
+    root = _folder(tmp_path / "videos", {"jump": 3, "run": 3})
+    text = root / "jump" / "jump98.mp4"
+    text.write_text("shot list: jump, take 3\n")
+    whole = _video(tmp_path / "whole.avi", frames=40, codec="mjpg")  # its header stays at the start
+    cut = root / "jump" / "jump99.avi"
+    cut.write_bytes(whole.read_bytes()[: whole.stat().st_size // 2])
+    out = tmp_path / "idx.jsonl"
+    res = run_memdpc(
+        "index", root, "--layout", "folder", "--test-per-class", "1", "--val-per-class", "1", "--out", out
+    )
+    assert res.returncode == 0, res.stderr
+    split = {r.id: r.split for r in read_index(out)}
+    assert {k for k, s in split.items() if s == "test"} == {"jump__jump02", "run__run02"}
+    assert {k for k, s in split.items() if s == "val"} == {"jump__jump01", "run__run01"}
+    assert split["jump__jump98"] == split["jump__jump99"] == "train"
+    warning = next(line for line in res.stderr.splitlines() if line.startswith("warning: held out"))
+    assert warning == (
+        "warning: held out only videos whose files read: passed over 2 files, left in train, where preprocess "
+        f"reports them: {cut} (frame 39 of the 40 its header promises does not decode (truncated or corrupt "
+        f"file)), {text} (not a readable video (FFmpeg cannot open it))"
+    )
+    assert "VIDEOIO" not in res.stderr and "Traceback" not in res.stderr
+
+    for name in ("run00.mp4", "run02.mp4"):  # run: 1 of its 3 training videos reads, 2 wanted
+        (root / "run" / name).write_text("not a video")
+    res = run_memdpc(
+        "index", root, "--layout", "folder", "--test-per-class", "2", "--out", tmp_path / "two.jsonl"
+    )
+    assert res.returncode == 2 and not (tmp_path / "two.jsonl").exists()
+    assert res.stderr.strip().splitlines()[-1] == (
+        f"Error: class 'run': only 1 of its 3 training videos reads, too few to hold out 2 for test (e.g. "
+        f"{root / 'run' / 'run02.mp4'}: not a readable video (FFmpeg cannot open it))"
     )
 
 

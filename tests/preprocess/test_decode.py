@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from memdpc.common.errors import UserError
-from memdpc.preprocess.decode import DecodeError, DecodeSpec, PartialVideo, VideoStream
+from memdpc.preprocess.decode import DecodeError, DecodeSpec, PartialVideo, VideoStream, read_header
 from memdpc.preprocess.examples.layout import write_video
 from memdpc.preprocess.examples.synthetic import render_video
 
@@ -108,6 +108,23 @@ def test_truncated_file_yields_what_decodes_then_reports_partial(videos, tmp_pat
         for f in src:
             got.append(f)
     assert 0 < len(got) < N
+
+
+@pytest.mark.parametrize("codec", ["xvid", "mjpg", "mp4v", "vp8"])
+def test_read_header_checks_the_header_and_with_end_the_frame_near_the_end_it_promises(
+    videos, codec, tmp_path
+):
+    src = read_header(videos[codec], DecodeSpec(size=0), end=True)  # every codec the datasets use: it reads
+    assert (src.source_size, src.expected_frames) == ((48, 32), N)
+    data = videos["mjpg"].read_bytes()
+    cut = tmp_path / "cut.avi"
+    cut.write_bytes(data[: len(data) // 2])
+    assert read_header(cut).expected_frames == N  # the header alone reads
+    with pytest.raises(DecodeError, match=f"frame {N - 1} of the {N} its header promises does not decode"):
+        read_header(cut, end=True)
+    (tmp_path / "notes.avi").write_text("this is not a video\n")
+    with pytest.raises(DecodeError, match="cannot open"):
+        read_header(tmp_path / "notes.avi", end=True)
 
 
 def test_memory_is_streamed(tmp_path):

@@ -19,7 +19,7 @@ from memdpc.preprocess.flow.tvl1_params import TVL1Params
 from memdpc.preprocess.job import PreprocessConfig
 from memdpc.preprocess.pool import pool_results, spawn_context
 
-from ..conftest import STOP_WITHIN
+from ..limits import STOP_WITHIN
 
 CHEAP = TVL1Params(scales=1, warps=1, outer_iterations=2, inner_iterations=5)
 

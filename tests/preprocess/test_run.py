@@ -32,7 +32,7 @@ from memdpc.preprocess.flow.tvl1_params import TVL1Params
 from memdpc.preprocess.run import PreprocessConfig, preprocess, run_preprocess
 from memdpc.preprocess.video_index import VideoRecord, read_index, write_index
 
-from ..conftest import STOP_WITHIN
+from ..limits import STOP_WITHIN
 
 MEMDPC = str(Path(sys.executable).parent / "memdpc")
 FAST = {
@@ -598,7 +598,7 @@ def test_the_bar_counts_the_pairs_of_one_long_video(clips, tmp_path):
         *SMALL[2:],
     )
     assert res.returncode == 0, res.stderr
-    assert re.search(r"preprocess flow .* 40/40 pairs · [\d.]+ pairs/s · 1/1 videos", res.stderr), res.stderr
+    assert re.search(r"preprocess flow .*40/40 pairs · [\d.]+ pairs/s · 1/1 videos", res.stderr), res.stderr
 
 
 @pytest.mark.parametrize("workers", ["1", "2"])

@@ -209,3 +209,37 @@ def test_every_class_keeps_a_training_video():
         hold_out(videos, 3, seed=0)
     with pytest.raises(UserError, match="--seed must be ≥ 0"):
         hold_out(videos, 1, seed=-1)
+
+
+def test_a_check_passes_over_the_videos_it_refuses_in_the_draws_order_and_asks_no_more_than_needed():
+    videos = _videos({"Walk": 6, "Run": 6, "Sit": 4})
+    broken = {"v_Walk_g06": "not a readable video", "v_Walk_g05": "truncated", "v_Run_g04": "truncated"}
+    asked: list[str] = []
+
+    def check(rec: VideoRecord) -> str | None:
+        asked.append(rec.id)
+        return broken.get(rec.id)
+
+    held = hold_out(videos, 1, 1, check=check)
+    assert _held(held, "test") == sorted(
+        ["v_Run_g06", "v_Sit_g04", "v_Walk_g04", "v_Run_t", "v_Sit_t", "v_Walk_t"]
+    )
+    assert _held(held, "val") == ["v_Run_g05", "v_Sit_g03", "v_Walk_g03"]
+    assert asked == [
+        *("v_Walk_g06", "v_Walk_g05", "v_Walk_g04", "v_Walk_g03"),
+        *("v_Run_g06", "v_Run_g05", "v_Sit_g04", "v_Sit_g03"),
+    ]
+    assert {r.id: r.split for r in held if r.id in broken} == dict.fromkeys(broken, "train")
+    # with a seed: the same draw, the refused videos skipped in it (Sit, with none refused, is held out as before)
+    seeded = hold_out(videos, 1, 1, seed=3, check=lambda r: broken.get(r.id))
+    assert seeded == hold_out(videos, 1, 1, seed=3, check=lambda r: broken.get(r.id))
+    assert not {r.id for r in seeded if r.split != "train"} & broken.keys()
+    unchecked = hold_out(videos, 1, 1, seed=3)
+    sit = [(r.id, r.split) for r in unchecked if r.label_name == "Sit"]
+    assert [(r.id, r.split) for r in seeded if r.label_name == "Sit"] == sit
+    with pytest.raises(UserError) as e:
+        hold_out(videos, 1, 4, check=check)
+    assert str(e.value) == (
+        "class 'Walk': only 4 of its 6 training videos read, too few to hold out 4 for test and 1 for validation "
+        "(e.g. /d/Walk6.avi: not a readable video)"
+    )

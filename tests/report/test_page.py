@@ -5,6 +5,7 @@ the console stays clean, nothing is fetched from the network; a screenshot is ke
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import os
 import select
@@ -165,6 +166,11 @@ def browser(tmp_path):
     b.close()
 
 
+def _sha(path: Path) -> str:
+    """The first 12 hex digits of the SHA-256 of ``path``, as the page shows a recorded digest."""
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:12]
+
+
 IMAGES = "JSON.stringify(Array.from(document.images).map(i => [i.getAttribute('src'), i.complete, i.naturalWidth]))"
 
 
@@ -190,8 +196,35 @@ def test_the_quickstart_page_opens_from_the_file_system_with_every_picture(
     }
     assert {src for src, _, _ in images} == on_disk  # every picture drawn is on the page, once
     headings = browser.evaluate("Array.from(document.querySelectorAll('h2')).map(h => h.textContent)")
-    assert headings == ["Results", "Training", "Sample clips", "Retrieval", "Confusion matrices"]
+    assert headings == [
+        "Results",
+        "Provenance",
+        "Training",
+        "Sample clips",
+        "Retrieval",
+        "Confusion matrices",
+    ]
+    chains = browser.evaluate("Array.from(document.querySelectorAll('h3')).map(h => h.textContent)")
+    for stream in ("rgb", "flow"):  # each checkpoint's chain, from its index to its results
+        assert (
+            f"runs/{stream}/checkpoints/best.pt" in chains
+            and f"runs/random-{stream}/checkpoints/init.pt" in chains
+        )
     text = browser.evaluate("document.body.innerText")
+    best = tiny_quickstart / "runs" / "rgb" / "checkpoints" / "best.pt"
+    chain = browser.evaluate(  # the table under the heading of the rgb run's checkpoint
+        "Array.from(document.querySelectorAll('h3')).find(h => h.textContent == 'runs/rgb/checkpoints/best.pt')"
+        ".nextElementSibling.innerText"
+    )
+    for line in (
+        f"index\tindex.jsonl\t15 videos: 6 train, 3 val, 6 test\t{_sha(tiny_quickstart / 'index.jsonl')}\tas recorded",
+        "shards\tshards/rgb/manifest-val.json\tvalidated on: rgb/val, 3 videos",
+        "run\truns/rgb\tmemdpc_r18, rgb stream",
+        "checkpoint\truns/rgb/checkpoints/best.pt\ttrained: step",
+        "result\teval/memdpc-rgb/retrieval-rgb.json\tretrieval, rgb, on test, R@1",
+    ):
+        assert line in chain, (line, chain)
+    assert _sha(best) in chain
     for row in json.loads(
         (tiny_quickstart / "quickstart.json").read_text()
     ):  # the quickstart's table, on the page

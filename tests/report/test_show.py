@@ -16,6 +16,7 @@ from PIL import Image
 from memdpc.common import file_kinds
 from memdpc.common.errors import UserError
 from memdpc.eval.results import save_result
+from memdpc.pipeline.clip import ClipSpec
 from memdpc.pipeline.shard import shard_stream
 from memdpc.preprocess.archive import archive_path, read_archive, write_archive
 from memdpc.preprocess.datasets import build_index
@@ -136,6 +137,46 @@ def test_shard_samples_are_the_blocks_by_frames_the_model_reads(shards, tmp_path
     factor = -(-MIN_WIDTH // (5 * 32 + 4 * GAP))  # 5 frames of 32² a row, 8 rows (blocks)
     assert picture.shape[1] == (5 * 32 + 4 * GAP) * factor
     assert picture.shape[0] > (8 * 32 + 7 * GAP) * factor  # and a caption above
+
+
+def test_samples_of_a_split_come_from_several_videos_and_classes_not_the_first_videos_windows(
+    frames, tmp_path
+):
+    """The test split in index order, 13 windows of each video: the first samples would all be the first
+    video's; show spreads them over the videos, one class after another."""
+    root, records = frames
+    shard_stream(root, records, "rgb", tmp_path / "shards", "test", clip=ClipSpec(2, 2, 1), max_count=8)
+    labels = {r.id: r.label_name for r in records}
+    written = show(tmp_path / "shards", tmp_path / "pics", ShowOptions(samples=3, split="test"))
+    videos = [p.name.removeprefix("rgb-test-").rsplit("_", 1)[0] for p in written]
+    assert sorted(videos) == sorted(r.id for r in records if r.split == "test")  # 3 videos, one per class
+    assert len({labels[v] for v in videos}) == 3
+    more = show(tmp_path / "shards", tmp_path / "more", ShowOptions(samples=5, split="test"))
+    keys = [p.name.removeprefix("rgb-test-").removesuffix(".png") for p in more]
+    assert len(set(keys)) == 5 and {k.rsplit("_", 1)[0] for k in keys} == set(videos)  # then other windows
+
+
+def test_augment_crops_to_the_shards_frame_size_unless_told_and_warns_of_a_crop_larger_than_the_frames(
+    shards, tmp_path
+):
+    tar = sorted((shards / "flow").glob("train-*.tar"))[0]
+    args = ["show", tar, "--augment", "--size", "16", "--samples", "1"]
+    res = run_memdpc(*args, "--out", tmp_path / "default")
+    assert res.returncode == 0, res.stderr
+    assert "warning" not in res.stderr
+    own = show(
+        tar, tmp_path / "own", ShowOptions(samples=1, augment=True, size=16, crop_size=32)
+    )  # 32² frames
+    default = sorted((tmp_path / "default").glob("*.png"))
+    assert [p.read_bytes() for p in default if p.name != LEGEND] == [own[0].read_bytes()]
+    res = run_memdpc(*args, "--crop-size", "224", "--out", tmp_path / "large")
+    assert res.returncode == 0, res.stderr
+    assert [line for line in res.stderr.splitlines() if line.startswith("warning")] == [
+        f"warning: --crop-size 224 exceeds the 32×32 frames of {shards / 'flow'} (train): each crop is enlarged "
+        "to 224, then resized to --size 16; without --crop-size, show crops to the frames' short side (32), and "
+        "`memdpc train --crop-size 0` resizes straight to --size"
+    ]
+    assert ShowOptions().crop_size is None  # the library's default too
 
 
 def test_a_split_the_shard_folder_lacks_is_named_with_those_it_has(shards, tmp_path):

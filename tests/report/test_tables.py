@@ -188,6 +188,43 @@ def test_preprocess_report_names_what_it_wrote_what_comes_next_and_caps_the_fail
     assert failed[MAX_FAILURES:] == [f"… and 2 more failed videos, see {out / 'preprocess-report.json'}"]
 
 
+def test_preprocess_report_says_which_held_out_split_and_class_lost_a_video_and_how_to_draw_it_again(
+    tiny_dataset, tmp_path
+):
+    good = build_index(tiny_dataset, "ucf101", 1)[:2]
+    text = tmp_path / "shot-list.avi"
+    text.write_text("shot list\n")
+    held = [
+        VideoRecord("t1", str(text), 1, "Walk", "test"),
+        VideoRecord("t2", str(tmp_path / "gone.avi"), 1, "Walk", "test"),
+        VideoRecord("v1", str(text), 0, "Run", "val"),
+        VideoRecord(
+            "x1", str(tmp_path / "gone.avi"), 0, "Run", "train"
+        ),  # a training video: not a held-out loss
+    ]
+    index, out = tmp_path / "index.jsonl", tmp_path / "out"
+    write_index([*good, *held], index)
+    report = preprocess(index, out, "rgb", size=0, progress=False)
+    assert [(f["id"], f["split"], f["label_name"]) for f in report["failures"]] == [
+        ("t1", "test", "Walk"),
+        ("t2", "test", "Walk"),
+        ("v1", "val", "Run"),
+        ("x1", "train", "Run"),
+    ]
+    console, errors = _console(), _console()
+    print_preprocess_report(report, index, console, errors)
+    assert errors.export_text().splitlines()[-1] == (
+        "warning: held-out videos failed: test lost 2 videos of class 'Walk' (t1, t2); val lost 1 video of class "
+        "'Run' (v1). A split that `memdpc index --test-per-class` or `--val-per-class` drew is drawn again by "
+        "that command once the failed files are out of the dataset folder (or with another --seed); then run "
+        "this command again (finished archives are kept)"
+    )
+    del report["failures"][0]["split"]  # a report written before failures recorded their split: train's
+    errors = _console()
+    print_preprocess_report(report, index, console, errors)
+    assert "test lost 1 video of class 'Walk' (t2)" in errors.export_text()
+
+
 def test_result_names_every_file_it_lists(tmp_path):
     result = {
         "kind": "finetune",

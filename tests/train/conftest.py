@@ -34,7 +34,8 @@ def one_thread():
     torch.set_num_threads(before)
 
 
-def _record(ci: int, g: int, split: str) -> VideoRecord:
+def video_record(ci: int, g: int, split: str) -> VideoRecord:
+    """The index record of rendered video ``g`` of class ``ci`` (its archive: ``v_<class>_g<g>``) in ``split``."""
     vid = f"v_{CLASSES[ci]}_g{g:02d}"
     return VideoRecord(vid, f"/nowhere/{vid}.avi", ci, CLASSES[ci], split, 25.0, FRAMES)
 
@@ -51,7 +52,7 @@ def train_shards(tmp_path_factory) -> Path:
         for g in range(4):
             frames = render_video(cls, SIZE, FRAMES, np.random.default_rng([ci, g]))
             write_jpeg_archive(root / "archives", "rgb", f"v_{cls}_g{g:02d}", frames, 25.0)
-            records.append(_record(ci, g, "test" if g == 3 else "train"))
+            records.append(video_record(ci, g, "test" if g == 3 else "train"))
     out = root / "shards"
     for split in ("train", "test"):
         shard_stream(
@@ -67,8 +68,34 @@ def val_shards(train_shards, tmp_path_factory) -> Path:
 
     out = tmp_path_factory.mktemp("val_data") / "shards"
     shutil.copytree(train_shards, out)
-    records = [_record(0, 3, "val"), _record(1, 3, "val")]
+    records = [video_record(0, 3, "val"), video_record(1, 3, "val")]
     shard_stream(train_shards.parent / "archives", records, "rgb", out, "val", clip=CLIP, max_count=4, seed=0)
+    return out
+
+
+@pytest.fixture(scope="session")
+def blank_shards(tmp_path_factory) -> Path:
+    """RGB shards (train and test) of 9 videos of one flat grey, 3 classes: no clip, step or position tells
+    apart from another, so no model can score a target above the others (the validation loss is chance's)."""
+    from memdpc.pipeline.shard import shard_stream
+
+    root = tmp_path_factory.mktemp("blank_data")
+    records = []
+    for ci, cls in enumerate(CLASSES[:3]):
+        for g in range(3):
+            write_jpeg_archive(
+                root / "archives",
+                "rgb",
+                f"v_{cls}_g{g:02d}",
+                np.full((FRAMES, SIZE, SIZE, 3), 128, np.uint8),
+                25.0,
+            )
+            records.append(video_record(ci, g, "test" if g == 2 else "train"))
+    out = root / "shards"
+    for split in ("train", "test"):
+        shard_stream(
+            root / "archives", records, "rgb", out, split, clip=CLIP, window_step=8, max_count=4, seed=0
+        )
     return out
 
 

@@ -3,7 +3,11 @@ processes, both loaders, torchrun/gloo), what a run says at its end, refusals.""
 
 from __future__ import annotations
 
+import hashlib
+import html
+import importlib.util
 import json
+import math
 import os
 import re
 import resource
@@ -27,15 +31,17 @@ from memdpc.common.errors import UserError
 from memdpc.model import create_model
 from memdpc.model.checkpoint import load_model, read_checkpoint
 from memdpc.pipeline.clip import ClipSpec
+from memdpc.pipeline.shard import run_shard
 from memdpc.train.checkpoint import initial_model, param_digest
 from memdpc.train.config import TrainConfig
 from memdpc.train.knn import knn_recall
 from memdpc.train.loop import State, _check_weights, _loader
-from memdpc.train.metrics import StepValues
+from memdpc.train.metrics import StepValues, at_chance, chance_summary
 from memdpc.train.prepare import val_split_warnings
 
-from ..conftest import reference_weights
-from .conftest import CLIP, tb_images, tb_scalars
+from ..conftest import reference_weights, run_memdpc
+from ..limits import STOP_WITHIN
+from .conftest import CLIP, tb_images, tb_scalars, video_record
 
 # A tiny network on 5×3-frame clips of 32 px; each run adds its own settings.
 TINY = [
@@ -95,10 +101,6 @@ def train_cmd(*args: str) -> list[str]:
 def records(run: Path, kind: str) -> list[dict]:
     lines = (run / "metrics.jsonl").read_text().splitlines()
     return [r for r in map(json.loads, lines) if r["kind"] == kind]
-
-
-# seconds from a signal to the exit: the step in progress, the save, the loaders' shutdown, the interpreter's exit
-STOP_WITHIN = 5.0
 
 
 def start(cmd: list[str], log: Path) -> subprocess.Popen:
@@ -289,8 +291,14 @@ def test_best_by_knn_keeps_the_best_monitored_epoch_and_stops_early(train_shards
     assert read_checkpoint(out / "checkpoints" / "best.pt")["step"] == best_at["step"]
     assert read_checkpoint(out / "checkpoints" / "last.pt")["stale"] == 2
     assert "early stop: no new best knn for 2 epochs" in res.output
+    first = knn[1]["r1"]  # after epoch 0
+    ahead = (
+        "no later epoch did better"
+        if best_at is knn[1]
+        else f"{best - first:.3f} above epoch 0's {first:.3f}"
+    )
     assert (
-        f"best: {out / 'checkpoints' / 'best.pt'} (epoch {best_at['epoch']}, kNN R@1 {best:.3f})"
+        f"best: {out / 'checkpoints' / 'best.pt'} (epoch {best_at['epoch']}, kNN R@1 {best:.3f}; {ahead})"
         in res.output
     )
 
@@ -820,11 +828,20 @@ def test_the_run_ends_by_naming_what_it_wrote(train_shards, tmp_path, one_thread
     out = tmp_path / "run"
     res = cli(*TINY, "--shards", str(train_shards), "--out", str(out), "--epochs", "2")
     assert res.exit_code == 0, res.output
-    best = min(records(out, "val"), key=lambda r: r["loss"])
+    val = records(out, "val")
+    best = min(val, key=lambda r: r["loss"])
+    ahead = (
+        "no later epoch did better"
+        if best["epoch"] == 0
+        else f"{val[0]['loss'] - best['loss']:.4f} below epoch 0's {val[0]['loss']:.4f}"
+    )
+    flat = [r for r in val if at_chance(r)]  # tiny and short: it may not have left chance
+    warning = [f"warning: {chance_summary(val)}"] if flat else []
     ckpts = out / "checkpoints"
-    assert res.output.splitlines()[-5:] == [
+    assert res.output.splitlines()[-5 - len(warning) :] == [
         f"trained {out}: 2 epochs, 8 steps",
-        f"best: {ckpts / 'best.pt'} (epoch {best['epoch']}, val loss {best['loss']:.4f})",
+        f"best: {ckpts / 'best.pt'} (epoch {best['epoch']}, val loss {best['loss']:.4f}; {ahead})",
+        *warning,
         f"last: {ckpts / 'last.pt'}",
         f"metrics: {out / 'metrics.jsonl'}; tensorboard --logdir {out / 'tb'}",
         f"next: memdpc eval retrieve {ckpts / 'best.pt'} --shards {train_shards} --out EVAL_DIR",
@@ -839,6 +856,42 @@ def test_the_run_ends_by_naming_what_it_wrote(train_shards, tmp_path, one_thread
         f"wrote {init} (untrained, seed 3)",
         f"next: memdpc eval retrieve {init} --shards {train_shards} --out EVAL_DIR",
     ]
+
+
+def test_a_validation_loss_at_chance_is_flagged_in_the_epoch_lines_the_summary_and_the_report(
+    blank_shards, tmp_path
+):
+    """Flat grey videos: every target looks alike, so the validation loss is the loss of a uniform guess in
+    every epoch, and each place that shows it says so. The summary also names the loader `auto` chose."""
+    out = tmp_path / "run"
+    args = [*TINY, "--shards", str(blank_shards), "--out", str(out), "--epochs", "2", "--backend", "auto"]
+    res = subprocess.run(train_cmd(*args), env=subprocess_env(), capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    val = records(out, "val")
+    # 6 test clips in batches of 4 and 2, each clip's 2 predicted steps on a 1×1 map, one direction
+    chance = (math.log(4 * 2) + math.log(2 * 2)) / 2
+    assert [r["chance"] for r in val] == [pytest.approx(chance)] * 2
+    assert all(abs(r["loss"] - chance) <= 0.01 * chance for r in val)
+    note = (
+        f"at chance: within 1% of {chance:.4f}, the loss of a uniform guess among the batch's candidates (ln of "
+        "their number, summed over directions): nothing learnt"
+    )
+    lines = res.stderr.splitlines()
+    epochs = [line for line in lines if line.startswith("epoch ")]
+    assert len(epochs) == 2 and all(line.endswith(f" — {note}") for line in epochs)
+    assert f"warning: the val loss was {note}, in every epoch (2)" in lines
+    dali = importlib.util.find_spec("nvidia.dali") is not None
+    assert (
+        f"loader: {'dali' if dali else 'torch'} (auto: nvidia-dali is {'' if dali else 'not '}installed)"
+        in lines
+    )
+
+    res = run_memdpc("report", tmp_path)
+    assert res.returncode == 0, res.stderr
+    page = (tmp_path / "report" / "index.html").read_text()
+    assert (
+        f'<p class="missing">run: {html.escape(f"the val loss was {note}, in every epoch (2)")}</p>' in page
+    )
 
 
 def test_train_spells_options_as_the_other_verbs_do(train_shards, tmp_path):
@@ -889,7 +942,8 @@ def test_val_split_warnings_are_printed_once_at_the_start(val_shards, tmp_path, 
             TrainConfig(shards=str(val_shards), val_split="val", knn_every=1, num_blocks=5, block_len=3)
         )
     ]
-    assert sum(line.startswith("warning:") for line in lines) == 2
+    # once; the summary may add its own, of a validation loss at chance (a tiny run on 2 videos)
+    assert sum(line.startswith("warning:") and "at chance" not in line for line in lines) == 2
 
 
 def test_wrong_stream_shards_are_refused(train_shards, tmp_path):
@@ -1402,3 +1456,58 @@ def test_augmentation_settings_reach_the_loader(train_shards, jitter, crop_size)
     spec = _loader(config, env, "train", ClipSpec(5, 3, stride=1), train=True).plan.spec
     assert spec.jitter_flow is jitter and spec.colour_on("flow") is jitter
     assert spec.crop_size == (crop_size or None)
+
+
+def _shard_videos(shards: Path, archives: Path, val: set[tuple[int, int]]) -> None:
+    """The train and val shards of the 12 videos of ``train_shards``' archives (class, video) with the videos
+    ``val`` held out for validation and the rest trained on, cut anew (``--overwrite``) as a re-indexed run is."""
+    records = [video_record(ci, g, "val" if (ci, g) in val else "train") for ci in range(3) for g in range(4)]
+    for split in ("train", "val"):
+        run_shard(
+            archives, records, "rgb", shards, split, clip=CLIP, window_step=8, max_count=4, overwrite=True
+        )
+
+
+def test_a_run_resumes_only_on_the_shards_it_was_trained_on(train_shards, tmp_path, one_thread):
+    """Re-indexed and re-sharded after a run (two training videos now validation ones): the resume is refused
+    naming the change, by the run and by --dry-run; --overwrite starts afresh after saying what it removes. The
+    same shards copied elsewhere still resume."""
+    shards, out = tmp_path / "shards", tmp_path / "run"
+    _shard_videos(shards, train_shards.parent / "archives", {(0, 3), (1, 3), (2, 3)})
+    run = [*TINY, "--shards", str(shards), "--out", str(out)]
+    assert cli(*run, "--epochs", "1").exit_code == 0
+    last = out / "checkpoints" / "last.pt"
+    recorded = read_checkpoint(last)["shards"]
+    assert {role: r["sha256"] for role, r in recorded.items()} == {
+        role: hashlib.sha256((shards / "rgb" / f"manifest-{role}.json").read_bytes()).hexdigest()
+        for role in ("train", "val")
+    }
+    copied = tmp_path / "copied"
+    shutil.copytree(shards, copied)
+    res = cli(*TINY, "--shards", str(copied), "--out", str(out), "--epochs", "2")
+    assert res.exit_code == 0 and f"resuming {last} at epoch 1" in res.output
+    _shard_videos(shards, train_shards.parent / "archives", {(0, 3), (1, 3), (2, 3), (0, 2), (1, 2)})
+    refusal = (
+        f"Error: {last}: shards changed since this run: 2 videos moved from train to val; --overwrite starts "
+        "afresh (or train on the shards it was trained on)"
+    )
+    for dry in ([], ["--dry-run"]):
+        res = cli(*run, "--epochs", "3", *dry)
+        assert res.exit_code == 2 and res.output.splitlines()[-1] == refusal, res.output
+    assert read_checkpoint(last)["step"] == 8  # untouched
+    res = cli(*run, "--epochs", "3", "--dry-run", "--overwrite")
+    assert res.exit_code == 0, res.output
+    removed = ["checkpoints/best.pt", "checkpoints/last.pt", "metrics.jsonl", "tb"]
+    assert f"afresh (--overwrite removes {', '.join(str(out / p) for p in removed)} first)" in res.output
+    assert last.is_file()  # a dry run writes (and removes) nothing
+    res = cli(*run, "--epochs", "1", "--overwrite")
+    assert res.exit_code == 0, res.output
+    assert f"--overwrite: removing {', '.join(removed)} from {out} to start the run afresh" in res.output
+    assert "resuming" not in res.output
+    ckpt = read_checkpoint(last)
+    assert (ckpt["epoch"], ckpt["step"]) == (1, 3)  # 7 training videos: 14 clips, 3 batches of 4
+    assert [r["step"] for r in records(out, "train")] == [1, 2, 3]  # the old run's records are gone
+    assert (
+        ckpt["shards"]["train"]["sha256"]
+        == hashlib.sha256((shards / "rgb" / "manifest-train.json").read_bytes()).hexdigest()
+    )

@@ -9,7 +9,15 @@ import torch
 from memdpc.pipeline.augment import AugmentSpec, normalise
 from memdpc.preprocess.flow.backends import flow_to_codes
 from memdpc.train import metrics
-from memdpc.train.metrics import CLIPS_SHOWN, Meter, MetricsLogger, truncate_jsonl
+from memdpc.train.metrics import (
+    CLIPS_SHOWN,
+    Meter,
+    MetricsLogger,
+    at_chance,
+    chance_note,
+    chance_summary,
+    truncate_jsonl,
+)
 
 from .conftest import tb_images, tb_scalars
 
@@ -71,3 +79,29 @@ def test_logger_shows_a_few_clips_as_images_flow_in_colour(tmp_path):
     assert red.mean() > 0.5  # the frames: rightward, full colour; the rest is the caption
     MetricsLogger(tmp_path / "other", enabled=False, progress=False).clips(batch, ["a"], spec, "flow", step=1)
     assert not (tmp_path / "other").exists()
+
+
+def test_a_loss_within_one_percent_of_its_chance_level_is_at_chance_and_the_summary_counts_those_epochs():
+    def val(epoch: int, loss: float, chance: float | None = 2.1972) -> dict:
+        return {
+            "kind": "val",
+            "epoch": epoch,
+            "step": epoch,
+            "loss": loss,
+            **({"chance": chance} if chance is not None else {}),
+        }
+
+    assert (
+        at_chance(val(0, 2.1972)) and at_chance(val(0, 2.1972 * 0.991)) and at_chance(val(0, 2.1972 * 1.009))
+    )
+    assert not at_chance(val(0, 2.1972 * 0.98)) and not at_chance(val(0, 2.1972 * 1.02))
+    assert at_chance({"kind": "val", "loss": 0.0, "chance": 0.0})  # one candidate: a loss of 0 means nothing
+    assert not at_chance(val(0, 2.1972, chance=None))  # a run from before the model gave its chance
+    note = chance_note(2.1972)
+    assert note.startswith("at chance: within 1% of 2.1972, the loss of a uniform guess")
+    assert chance_summary([val(0, 2.1972), val(1, 2.19)]) == f"the val loss was {note}, in every epoch (2)"
+    train = {"kind": "train", "epoch": 1, "step": 1, "loss": 2.1972, "chance": 2.1972}
+    assert (
+        chance_summary([val(0, 2.1972), train, val(1, 1.5)]) == f"the val loss was {note}, in 1 of 2 epochs"
+    )
+    assert chance_summary([val(0, 1.5), val(1, 1.2)]) is None

@@ -22,6 +22,7 @@ from memdpc.train.prepare import (
     CONFIG_NAME,
     check_run_dir,
     check_shards,
+    clear_run,
     hold_run_dir,
     resolve_val_split,
     val_split_warnings,
@@ -123,6 +124,33 @@ def test_the_recorded_config_must_match_outside_the_restart_free_settings(tmp_pa
     )
 
 
+def test_overwrite_starts_afresh_whatever_the_run_directory_holds(tmp_path):
+    """--overwrite resumes nothing and takes another config; it removes the checkpoints, the metrics and the
+    TensorBoard logs, after saying which, and nothing else."""
+    (tmp_path / CONFIG_NAME).write_text(yaml.safe_dump(_config("s", tmp_path).to_dict()))
+    for name in ("checkpoints/last.pt", "checkpoints/best.pt", "metrics.jsonl", "tb/events.out", "notes.txt"):
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_text(name)
+    assert check_run_dir(_config("s", tmp_path, lr=0.01), overwrite=True) is None
+    with pytest.raises(
+        UserError, match="^--overwrite starts .* afresh; --resume x.pt goes on from a checkpoint"
+    ):
+        check_run_dir(_config("s", tmp_path, resume="x.pt"), overwrite=True)
+    said = []
+    clear_run(tmp_path, said.append)
+    assert said == [
+        f"--overwrite: removing checkpoints/best.pt, checkpoints/last.pt, metrics.jsonl, tb from {tmp_path} to "
+        "start the run afresh"
+    ]
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")) == [
+        "checkpoints",
+        CONFIG_NAME,
+        "notes.txt",
+    ]
+    clear_run(tmp_path, said.append)  # nothing left to remove: nothing said
+    assert len(said) == 1
+
+
 def test_an_unreadable_recorded_config_is_a_user_error(tmp_path):
     (tmp_path / CONFIG_NAME).write_text("lr: [unclosed")
     with pytest.raises(UserError, match=f"^{tmp_path / CONFIG_NAME}: unreadable \\("):
@@ -190,12 +218,14 @@ def test_auto_validates_on_the_val_split_where_the_shards_hold_one_else_on_test(
 
 def test_auto_keeps_the_split_a_run_started_with(train_shards, val_shards, tmp_path):
     """A run started on shards without val validates on test; once a val split is sharded beside them, the
-    same command still resumes it (on test) instead of refusing it as another config."""
+    same command still resumes it (on test) instead of refusing it as another config; started afresh
+    (``--overwrite``), it validates on val."""
     run = tmp_path / "run"
     started = resolve_val_split(_config(train_shards, run))
     run.mkdir()
     (run / CONFIG_NAME).write_text(f"val_split: {started.val_split}\n")
     assert resolve_val_split(_config(val_shards, run)).val_split == "test"
+    assert resolve_val_split(_config(val_shards, run), fresh=True).val_split == "val"  # --overwrite: afresh
 
 
 def test_a_missing_shard_index_is_named_before_training(val_shards, tmp_path):

@@ -12,7 +12,8 @@ from memdpc.common.errors import UserError
 from memdpc.preprocess.datasets import build_index
 from memdpc.preprocess.examples.layout import CODECS, ExampleConfig, write_example, write_video
 
-from ...conftest import STOP_WITHIN, decode_video
+from ...conftest import decode_video
+from ...limits import STOP_WITHIN
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ from memdpc.preprocess.job import PreprocessConfig, process_video
 from memdpc.preprocess.run import run_preprocess
 from memdpc.preprocess.video_index import VideoRecord, write_index
 
-from ...conftest import STOP_WITHIN
+from ...limits import STOP_WITHIN
 
 MEMDPC = str(Path(sys.executable).parent / "memdpc")
 CHEAP = TVL1Params(scales=2, warps=1, outer_iterations=2, inner_iterations=5)
