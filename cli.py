@@ -2,7 +2,10 @@
 :mod:`memdpc.commands`, which parse options and call one library function).
 
 Exit codes: 0 done; 1 done with failures a verb reports (``--strict``, ``shard --verify``); 2 a user error
-(:class:`memdpc.common.errors.UserError` and click's usage errors), one line; 128 + the signal when stopped by
+(:class:`memdpc.common.errors.UserError` and click's usage errors), one line; 74 (:data:`EXIT_RESOURCE`,
+sysexits' EX_IOERR) the run stopped on a fault of its resources (:class:`memdpc.common.errors.ResourceFault`: the
+output's disk full, a quota, the output read-only or forbidden, a worker killed), one line saying what failed,
+the space free there and what was kept, and that the same command resumes; 128 + the signal when stopped by
 SIGINT (130) or SIGTERM (143), after saying what was kept.
 """
 
@@ -26,20 +29,26 @@ from memdpc.commands.shard import shard_cmd
 from memdpc.commands.show import show_cmd
 from memdpc.commands.train import train_cmd
 from memdpc.common import interrupts
-from memdpc.common.errors import UserError
+from memdpc.common.errors import ResourceFault, UserError
 
-__all__ = ["main"]
+__all__ = ["EXIT_RESOURCE", "main"]
+
+EXIT_RESOURCE = 74  # sysexits.h EX_IOERR: the run stopped on a fault of its resources, resumable
 
 
 class _Group(click.Group):
-    """Turns a UserError from any verb into a one-line usage error (exit 2), and an interrupt into what the verb
-    kept and exit code 128 + the signal."""
+    """Turns a UserError from any verb into a one-line usage error (exit 2), a resource fault into one line of
+    what failed and what the verb kept (exit :data:`EXIT_RESOURCE`), and an interrupt into what the verb kept and
+    exit code 128 + the signal."""
 
     def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
         except UserError as e:
             raise click.UsageError(str(e)) from None
+        except ResourceFault as e:
+            Console(stderr=True).print(f"[red]stopped:[/red] {escape(e.line())}", soft_wrap=True)
+            ctx.exit(EXIT_RESOURCE)
         except KeyboardInterrupt as e:
             stop = interrupts.as_interrupted(e)
             Console(stderr=True).print(

@@ -85,12 +85,14 @@ class Outputs:
             out.setdefault(role, []).append(os.path.relpath(path, self.folder))
         return out
 
-    def kept(self) -> list[str]:
-        """What an interrupt leaves behind, and how to go on."""
+    def kept(self, first: str = "") -> list[str]:
+        """What an interrupt or a fault leaves behind, and how to go on; ``first``: what to do before the same
+        command runs again (e.g. ``free space there``)."""
         notes = [kept for _, kept in self.files.values() if kept]
+        then = f"{first}, then " if first else ""
         if not notes:
-            return [f"nothing written to {self.folder} yet; the same command starts again"]
-        return [*notes, "the same command resumes"]
+            return [f"nothing written to {self.folder} yet; {then}the same command starts again"]
+        return [*notes, f"{then}the same command resumes"]
 
     def record(self, data: EvalData, splits: tuple[str, ...]) -> dict[str, Any]:
         """What the results file records of its inputs and outputs: ``source``, ``shards`` (per split of

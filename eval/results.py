@@ -33,7 +33,8 @@ The ``.npz`` holds ``video_ids`` (str), ``labels`` (int64), and per kind ``probs
 the centred, L2-normalised ``query``/``gallery`` features plus ``gallery_ids``/``gallery_labels`` and the
 top-50 ``neighbours`` of each query for retrieval (only the last three for a fused one), or per test window
 ``keys``, ``labels`` and ``pred`` (windows, steps) for Oops (``video_ids``: each window's video). Both files
-are written atomically (npz first, so a JSON never points at a missing array file).
+are written in full under temporary names before either is renamed into place (the npz first, so a JSON never
+points at a missing array file): a full disk leaves the results there were, whole.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ from typing import Any
 import numpy as np
 
 from memdpc.common import file_kinds
-from memdpc.common.atomic import atomic_path, write_json_atomic
+from memdpc.common.atomic import atomic_path
 from memdpc.common.errors import UserError
 from memdpc.eval.scores import SCORE_KEYS, score
 
@@ -84,10 +85,15 @@ def save_result(path: str | os.PathLike, result: dict[str, Any], arrays: dict[st
         raise ValueError(f"result lacks {missing} or gives what is computed from its arrays: {given}")
     scores = score(result, arrays)
     npz = arrays_path(path)
-    with atomic_path(npz) as tmp:
-        with open(tmp, "wb") as f:
-            np.savez(f, **arrays)
-    write_json_atomic(path, {"schema": SCHEMA, **result, **scores, "arrays": npz.name})
+    text = (
+        json.dumps({"schema": SCHEMA, **result, **scores, "arrays": npz.name}, indent=2, sort_keys=False)
+        + "\n"
+    )
+    with atomic_path(path) as tmp_json:  # both written before either is renamed; the npz renamed first
+        with atomic_path(npz) as tmp_npz:
+            with open(tmp_npz, "wb") as f:
+                np.savez(f, **arrays)
+            tmp_json.write_text(text)
     return path
 
 

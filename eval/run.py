@@ -15,7 +15,7 @@ from typing import Any
 
 from memdpc.common import distenv as dd
 from memdpc.common import file_kinds, interrupts
-from memdpc.common.errors import UserError
+from memdpc.common.errors import ResourceFault, UserError
 from memdpc.eval.classify import run_classify
 from memdpc.eval.data import EvalData
 from memdpc.eval.finetune import run_finetune
@@ -69,7 +69,9 @@ def evaluate(
     ``size`` None takes the size the checkpoint was trained at (128 when unknown). ``fit`` overrides
     :class:`FitConfig` fields for the tasks that train a head. Results in ``out`` of another checkpoint are
     refused unless ``overwrite`` (which also starts an unfinished finetuning of other settings over). An
-    interrupt says what was kept (feature caches, the finetune state and its epoch) before it propagates.
+    interrupt says what was kept (feature caches, the finetune state and its epoch) before it propagates, and
+    so does a :class:`~memdpc.common.errors.ResourceFault` (a full disk: every file is written atomically, so
+    none is half-written).
     Returns the results path on rank 0, None elsewhere.
     """
     if size is None:
@@ -93,6 +95,10 @@ def evaluate(
         for note in outputs.kept():
             stop.keep(note)
         raise stop from None
+    except ResourceFault as fault:  # a full disk (atomic writes: nothing half-written), a worker killed
+        for note in outputs.kept(fault.remedy):
+            fault.keep(note)
+        raise
     finally:
         dd.cleanup(env, finished)
     return path

@@ -15,7 +15,6 @@ of earlier versions (no ``origin`` or ``input_size``; converted files without ``
 
 from __future__ import annotations
 
-import errno
 import io
 import json
 import pickle
@@ -79,19 +78,13 @@ def serialize(state: dict[str, Any]) -> bytes:
 def write_checkpoint(data: bytes, path: str | Path) -> None:
     """Write serialised checkpoint bytes to ``path`` atomically.
 
-    When the disk is full (or a quota or file-size limit is hit) the temporary file is removed, the file
-    previously at ``path`` stays intact, and a :class:`UserError` says so.
+    When the disk is full (or a quota or file-size limit is hit, or the folder is read-only) the temporary file
+    is removed, the file previously at ``path`` stays intact, and a
+    :class:`~memdpc.common.errors.ResourceFault` says what failed (:func:`memdpc.common.atomic.atomic_path`).
     """
-    path = Path(path)
-    try:
-        with atomic_path(path) as tmp:
-            with open(tmp, "wb") as f:
-                f.write(data)
-    except OSError as e:
-        if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
-            kept = f"; the previous {path.name} is unchanged" if path.exists() else ""
-            raise UserError(f"{path}: could not write the checkpoint ({e.strerror}){kept}") from None
-        raise
+    with atomic_path(path) as tmp:
+        with open(tmp, "wb") as f:
+            f.write(data)
 
 
 def read_checkpoint(path: str | Path) -> dict[str, Any]:

@@ -16,6 +16,13 @@ run between two writes and say how many shards are in place. An output folder wh
 options, other videos or labels, or archives rewritten, written or lost since) is refused, or with ``overwrite``
 the split's shards are deleted and written anew. An index whose record names another file than the one an
 archive was made from (its ``meta.json`` ``source``) is refused before anything is written.
+
+Faults: the run has no worker processes (one process reads the archives and writes the shards), so a killed
+shard run is killed whole, and the same command resumes it to the same bytes. A fault of the output (its disk
+full, a quota, read-only or forbidden: :class:`~memdpc.common.errors.ResourceFault`) stops the run at once: the
+shard in progress is removed with its index and checksum, the shards in place are kept, and the fault goes on
+saying how many and that the same command resumes. The plan knows every shard's size, so the run warns at its
+start when the shards still to write will not fit in the free space.
 """
 
 from __future__ import annotations
@@ -30,13 +37,14 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 
 from memdpc.common import interrupts
 from memdpc.common.atomic import atomic_path, remove_stale_tmp, write_bytes_atomic, write_json_atomic
-from memdpc.common.errors import UserError
+from memdpc.common.errors import ResourceFault, UserError, free_bytes
 from memdpc.common.progress import progress_bar
 from memdpc.common.streams import STREAMS
-from memdpc.common.wording import name_list, plural
+from memdpc.common.wording import name_list, plural, size_text
 from memdpc.pipeline import ustar
 from memdpc.pipeline.clip import ClipSpec
 from memdpc.pipeline.manifest import (
@@ -131,7 +139,17 @@ def _members(s: Sample, frames: dict[tuple[str, int], bytes]) -> list[tuple[str,
 
 
 def write_shard(tar_path: Path, shard: ShardPlan, sources: dict[str, FrameSource], on_sample=None) -> dict:
-    """Write one shard and its index atomically; return its manifest entry."""
+    """Write one shard and its index atomically; return its manifest entry. Leaving early (an error, a full disk,
+    an interrupt) leaves no index or checksum of it either."""
+    try:
+        return _write_shard(tar_path, shard, sources, on_sample)
+    except BaseException:
+        for p in (index_path(tar_path), checksum_path(tar_path)):
+            p.unlink(missing_ok=True)
+        raise
+
+
+def _write_shard(tar_path: Path, shard: ShardPlan, sources: dict[str, FrameSource], on_sample) -> dict:
     frames = _read_frames(shard.samples, sources)
     entries = []
     throttle = float(os.environ.get(THROTTLE_ENV, 0) or 0)
@@ -358,6 +376,14 @@ def _write(folder: Path, plan: Plan, report: ShardReport, bar) -> list[dict]:
             bar.advance(check)
     per_sample = ClipSpec(**plan.config["clip"]).num_frames
     done = sum(len(sh.samples) for sh in plan.shards if sh.name in entries) * per_sample
+    need, free = sum(sh.bytes for sh in plan.shards if sh.name not in entries), free_bytes(folder)
+    if free is not None and need > free:
+        text = (
+            f"the {stream}/{split} shards still to write take {size_text(need)} in {folder}, but only "
+            f"{size_text(free)} is free there: the run will stop when the disk is full; the same command then "
+            "resumes once space is freed"
+        )
+        Console(stderr=True).print(f"[yellow]warning:[/yellow] {escape(text)}", soft_wrap=True)
     task = bar.add_task(
         f"{stream}/{split}: write shards",
         total=plan.num_samples * per_sample,
@@ -482,10 +508,21 @@ def _interrupted(
     stop = interrupts.as_interrupted(e)
     if report is None:
         return stop.keep("stopped while planning: nothing written; the same command starts again")
-    return stop.keep(
+    return stop.keep(f"{_in_place(plan, report)}; the same command resumes")
+
+
+def _in_place(plan: Plan, report: ShardReport) -> str:
+    return (
         f"{report.kept + report.written} of {plural(report.shards, 'shard')} of "
-        f"{plan.config['stream']}/{plan.config['split']} written; the same command resumes"
+        f"{plan.config['stream']}/{plan.config['split']} written"
     )
+
+
+def _stopped(fault: ResourceFault, plan: Plan | None, report: ShardReport | None) -> ResourceFault:
+    """``fault`` with how many shards are in place and the way on."""
+    if report is None:
+        return fault.keep(f"nothing written but the plan; {fault.resumes}")
+    return fault.keep(f"{_in_place(plan, report)}, kept; {fault.resumes}")
 
 
 def run_shard(
@@ -514,7 +551,9 @@ def run_shard(
     plan (other options, videos or archives) gets them deleted and written anew instead of refused. A class with
     videos in the split but no samples (its videos failed in preprocess, or are not written yet) is refused before
     anything is written (UserError), unless ``allow_missing_classes``: the shards then leave it out, with a
-    warning. On SIGINT/SIGTERM (``KeyboardInterrupt``) it re-raises :class:`memdpc.common.interrupts.Interrupted` saying how many shards are in place.
+    warning. On SIGINT/SIGTERM (``KeyboardInterrupt``) it re-raises :class:`memdpc.common.interrupts.Interrupted`
+    saying how many shards are in place, and on a fault of the output (a full disk) the
+    :class:`~memdpc.common.errors.ResourceFault` the same way.
     Returns the :class:`ShardReport` (rendered by :func:`memdpc.report.tables.print_shard_report`)."""
     t0 = time.perf_counter()
     index = None if isinstance(index_records, list) else str(index_records)  # None: records given as a list
@@ -551,6 +590,8 @@ def run_shard(
         write_manifest(report.manifest, manifest)
     except KeyboardInterrupt as e:
         raise _interrupted(e, plan, report) from None
+    except ResourceFault as fault:
+        raise _stopped(fault, plan, report) from None
     report.videos, report.bytes = manifest["num_videos"], sum(e["bytes"] for e in entries)
     report.warnings = _warnings(plan, index_records, out_dir)
     report.next_step = _next_step(out_dir, stream, split, {r.split for r in index_records})

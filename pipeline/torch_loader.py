@@ -13,14 +13,20 @@ round-robin by worker; each worker reads its samples' byte ranges from the shard
 
 Workers must not call ``cv2.setNumThreads``: after the parent process has used OpenCV's thread pool, that
 call hangs in a forked child (seen with OpenCV 5.0). Workers leave SIGINT and SIGTERM to the main process
-(:func:`_init_worker`).
+(:func:`_init_worker`). A worker killed by a signal (the out-of-memory killer's SIGKILL) is found where the
+loader waits for its next batch, and the loader raises a :class:`~memdpc.common.errors.ResourceFault` naming
+it and the signal, with a hint (:func:`_sigchld_kept`): training stops there, between two steps.
 """
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import random
+import signal
+import threading
+import time
 from collections.abc import Iterator
 from functools import partial
 from itertools import islice
@@ -34,7 +40,7 @@ import webdataset as wds
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from memdpc.common import interrupts
-from memdpc.common.errors import UserError
+from memdpc.common.errors import ResourceFault, UserError, worker_death
 from memdpc.pipeline.augment import (
     colour_frames,
     crop_box,
@@ -274,8 +280,11 @@ class TorchLoader:
             pin_memory=p.device.startswith("cuda"),
         )
         device = torch.device(p.device)
+        batches = None
         try:
-            for i, out in enumerate(_start_workers(loader)):
+            with _sigchld_kept():
+                batches = _start_workers(loader)
+            for i, out in enumerate(batches):
                 if i >= self._len:
                     break
                 if ERROR in out:
@@ -286,10 +295,53 @@ class TorchLoader:
                     keys=out["key"],
                     video_ids=out["video_id"],
                 )
+        except UserError:  # a damaged sample, which a worker sent
+            raise
         except Exception:
             # A SIGINT or SIGTERM sent to the whole process group can reach a worker that has not yet left it to
             # this process (worker_init_fn). The loader then fails in whatever it was doing with that worker:
-            # "worker … is killed by signal" (RuntimeError), or a batch in flight whose shared memory the dead
+            # "worker … exited unexpectedly" (RuntimeError), or a batch in flight whose shared memory the dead
             # worker held (ConnectionResetError, EOFError). With a stop signal waiting, that is the interrupt
             interrupts.check()
+            killed = _killed_worker(batches)
+            if killed is not None:  # else a worker's own error, which DataLoader re-raises with its traceback
+                raise ResourceFault(
+                    f"a data loader worker (pid {killed[0]}) was {worker_death(killed[1])}"
+                ) from None
             raise
+
+
+@contextlib.contextmanager
+def _sigchld_kept() -> Iterator[None]:
+    """Keep this process's SIGCHLD handler across the block. DataLoader installs one (once per process) that
+    raises "worker killed" wherever the main thread then is, halfway through an optimiser step or a checkpoint's
+    write; without it a dead worker is found where the loader waits for its next batch (:func:`_killed_worker`),
+    between two steps. A no-op outside the main thread, where handlers cannot change."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.getsignal(signal.SIGCHLD)
+    try:
+        yield
+    finally:
+        if previous is not None:  # None: a handler not set from Python, which cannot be put back
+            signal.signal(signal.SIGCHLD, previous)
+
+
+WORKER_REAPED = 1.0  # seconds a worker whose pipe broke may take to be seen dead
+
+
+def _killed_worker(batches) -> tuple[int, int] | None:
+    """(pid, exit code) of a worker of the DataLoader iterator ``batches`` that a signal killed (SIGKILL first:
+    the out-of-memory killer's), or None. A worker whose pipe broke is given a moment to be seen dead."""
+    workers = getattr(batches, "_workers", [])  # no public way to see DataLoader's worker processes
+    deadline = time.monotonic() + WORKER_REAPED
+    while True:
+        dead = sorted(
+            (code != -signal.SIGKILL, w.pid, code) for w in workers if (code := w.exitcode or 0) < 0
+        )
+        if dead:
+            return dead[0][1], dead[0][2]
+        if not workers or time.monotonic() > deadline:
+            return None
+        time.sleep(0.05)

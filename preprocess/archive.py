@@ -8,6 +8,8 @@ complete (written under a temporary name, then renamed), so its presence means "
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import io
 import json
 import os
@@ -28,6 +30,7 @@ __all__ = [
     "frame_name",
     "read_archive",
     "read_meta",
+    "temporary_in_use",
     "write_archive",
 ]
 
@@ -62,18 +65,34 @@ class ArchiveWriter:
 
     Use as a context manager: ``add`` frames, then ``commit(meta)``; leaving the block without a commit
     (an exception, or a decision not to keep the video) removes the temporary file. Several writers can
-    be open at once, so one decode can feed the RGB and the flow archive of a video.
+    be open at once, so one decode can feed the RGB and the flow archive of a video. A fault of the output (a
+    full disk: :func:`memdpc.common.atomic.atomic_path`) is raised as a
+    :class:`~memdpc.common.errors.ResourceFault`, the temporary file removed.
+
+    The temporary file is locked (``flock``) until it is renamed or removed, so that another run on the same
+    folder, which removes the temporary archives that killed runs left (:func:`remove_temporaries`), leaves this
+    one alone.
     """
 
     def __init__(self, path: str | os.PathLike, ext: str = "jpg") -> None:
         self.path, self.ext, self.num_frames = Path(path), ext, 0
         self._atomic = atomic_path(self.path)
+        self._file = None
         self._tar: tarfile.TarFile | None = None
         self._committed = False
 
     def __enter__(self) -> ArchiveWriter:
         tmp = self._atomic.__enter__()
-        self._tar = tarfile.open(tmp, "w", format=tarfile.USTAR_FORMAT)
+        try:
+            self._file = open(tmp, "wb")  # noqa: SIM115 — closed in __exit__, after the rename
+            with contextlib.suppress(OSError):  # a file system without locks: nothing to tell other runs
+                fcntl.flock(self._file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            self._tar = tarfile.open(fileobj=self._file, mode="w", format=tarfile.USTAR_FORMAT)
+        except BaseException as e:
+            if self._file is not None:
+                self._file.close()
+            self._atomic.__exit__(type(e), e, e.__traceback__)  # a fault of the output is raised as one
+            raise
         return self
 
     def add(self, data: bytes) -> None:
@@ -87,10 +106,32 @@ class ArchiveWriter:
         self._committed = True
 
     def __exit__(self, exc_type, exc, tb) -> bool:
-        self._tar.close()
+        try:
+            self._tar.close()  # writes the tar's end: a full disk can fail it too
+            self._file.flush()
+        except OSError as e:
+            if exc is None:
+                exc_type, exc, tb = type(e), e, e.__traceback__
         if exc_type is None and not self._committed:
             exc_type, exc = RuntimeError, RuntimeError("not committed")  # discard: remove the temporary file
-        return bool(self._atomic.__exit__(exc_type, exc, tb)) and exc is None
+        try:
+            return bool(self._atomic.__exit__(exc_type, exc, tb)) and exc is None
+        finally:
+            with contextlib.suppress(OSError):  # what a failed write left in its buffer: the file is gone
+                self._file.close()  # lets go of the lock
+
+
+def temporary_in_use(path: str | os.PathLike) -> bool:
+    """Whether a live writer holds the temporary archive ``path`` (:class:`ArchiveWriter` locks it); False for
+    one a killed run left, or where the file system has no locks."""
+    try:
+        with open(path, "rb") as f:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    return False
 
 
 def write_archive(

@@ -27,7 +27,7 @@ import numpy as np
 from memdpc.common.atomic import TMP_PREFIX
 from memdpc.common.errors import UserError
 from memdpc.common.streams import STREAMS
-from memdpc.preprocess.archive import ArchiveWriter, archive_path, read_meta
+from memdpc.preprocess.archive import ArchiveWriter, archive_path, read_meta, temporary_in_use
 from memdpc.preprocess.decode import DecodeError, DecodeSpec, PartialVideo, VideoStream
 from memdpc.preprocess.encode import FLOW_ENCODING, FLOW_ENCODINGS, RGB_ENCODING, JpegEncoding, code_error
 from memdpc.preprocess.flow.backends import AUTO, BACKENDS, BOUND, FlowStage, make_backend
@@ -175,13 +175,14 @@ def missing_streams(rec: VideoRecord, cfg: PreprocessConfig) -> list[str]:
 
 def remove_temporaries(out: str | os.PathLike, streams: Iterable[str], ids: Collection[str]) -> int:
     """Delete the temporary archives of the videos ``ids`` (left by a killed or stopped run; only these
-    videos', as parts may share ``out`` and run at the same time); one listing per stream. Returns how many."""
+    videos', as parts may share ``out`` and run at the same time, and none that a live writer holds: the same
+    command may run twice on one folder); one listing per stream. Returns how many."""
     pattern, removed = re.compile(rf"{re.escape(TMP_PREFIX)}\d+-(.+)\.tar"), 0
     for s in streams:
         with contextlib.suppress(FileNotFoundError, NotADirectoryError):
             for entry in os.scandir(Path(out) / s):
                 m = pattern.fullmatch(entry.name)
-                if m and m[1] in ids:
+                if m and m[1] in ids and not temporary_in_use(entry.path):
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(entry.path)
                         removed += 1
@@ -490,7 +491,9 @@ def process_video(
     """The per-video job: write the missing archives of ``rec``; return its report entry.
 
     Problems with the video (:class:`DecodeError`, OpenCV errors, unreadable files) are recorded as
-    ``status: failed`` with the reason; nothing is left under a final name for a failed video.
+    ``status: failed`` with the reason; nothing is left under a final name for a failed video. A fault of the
+    output (its disk full, read-only, …) is the run's: the :class:`~memdpc.common.errors.ResourceFault` that
+    the archive writer raises goes on to the run, which stops.
     ``cfg.flow_backend`` and ``cfg.device`` name one backend and device (``run.run_preprocess`` resolves
     ``auto``). ``progress`` gets the video's :data:`Progress` events; ``messages`` (e.g.
     :meth:`StderrCapture.take <memdpc.preprocess.decode.StderrCapture.take>`) returns what FFmpeg and

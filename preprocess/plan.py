@@ -1,4 +1,7 @@
-"""``memdpc preprocess frames|flow --dry-run``: what a run will do, before it starts, and nothing written.
+"""What a preprocessing run will do, before it starts: which videos are done already (:func:`check_existing`),
+which flow backend runs (:func:`choose_flow`), the disk it will fill (:func:`disk_estimate`, which the run
+compares with the free space at its start), and, for ``memdpc preprocess frames|flow --dry-run``, all of it
+with the time, and nothing written (:func:`plan`).
 
 The counts come from the index, the videos' headers (frame count, frame rate and size; nothing decoded) and
 the archives already in ``--out``, checked as a rerun checks them (archives made with other settings are
@@ -11,27 +14,112 @@ files of a run are not touched.
 
 from __future__ import annotations
 
+import math
 import os
-import shutil
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from memdpc.common.errors import UserError, free_bytes
 from memdpc.common.wording import duration_text, name_list, plural, size_text
+from memdpc.preprocess.archive import archive_path
 from memdpc.preprocess.decode import DecodeError, StderrCapture, VideoStream, read_header
-from memdpc.preprocess.flow.backends import FlowBackend, FlowStage
-from memdpc.preprocess.job import PreprocessConfig, encode_flow, failure_reason, missing_streams, select_part
+from memdpc.preprocess.flow.backends import (
+    BatchedFlowBackend,
+    FlowBackend,
+    FlowStage,
+    make_backend,
+    resolve_backend,
+)
+from memdpc.preprocess.job import (
+    PreprocessConfig,
+    archive_differences,
+    encode_flow,
+    failure_reason,
+    missing_streams,
+    select_part,
+)
 from memdpc.preprocess.options import config_from_options
-from memdpc.preprocess.run import check_existing, choose_flow
 from memdpc.preprocess.video_index import VideoRecord, read_index
 
-__all__ = ["plan"]
+__all__ = ["DiskEstimate", "FlowChoice", "check_existing", "choose_flow", "disk_estimate", "plan"]
 
 WARMUP_PAIRS = 4  # timed flow pairs of a per-video backend (a batched one times one batch)
 PROBE_THREADS = 8  # threads reading the videos' headers (their latency, on network storage)
 TAR_BYTES_PER_MEMBER = 768  # a tar header (512 B) and, on average, half a 512-byte block of padding
+# per archive: its meta.json member (about 1.5 kB), the tar's end (1 kB) and, on average, half of the 10 kB record
+# that a tar is padded to
+TAR_BYTES_PER_ARCHIVE = 7_700
+CHECK_THREADS = 8  # threads reading the meta.json of existing archives (their latency, on network storage)
+CHECK_CHUNK = 512  # videos per task of those threads
+ESTIMATE_VIDEOS = 200  # videos whose headers a run reads for its disk estimate (evenly spaced; all, if fewer)
+ESTIMATE_PAIRS = 2  # frame pairs whose flow a run computes for its disk estimate (frames: one more)
+
+
+# ---------------------------------------------------------------------------------- existing archives
+def check_existing(
+    mine: list[VideoRecord], cfg: PreprocessConfig
+) -> tuple[list[VideoRecord], list[VideoRecord]]:
+    """Split this part's videos into finished ones (every archive there, made with these settings from this
+    source file) and those to do. Archives made otherwise are refused with their count, an example and
+    what differs (UserError), unless ``cfg.overwrite`` (their videos are then to do). Reads only the
+    ``meta.json`` of each archive, from several threads."""
+
+    def check(recs: list[VideoRecord]) -> list[tuple[VideoRecord, bool, list[tuple[str, list[str]]]]]:
+        rows = []
+        for rec in recs:
+            present = [s for s in cfg.streams if archive_path(cfg.out, s, rec.id).exists()]
+            other = [(s, d) for s in present if (d := archive_differences(rec, s, cfg))]
+            rows.append((rec, len(present) == len(cfg.streams), other))
+        return rows
+
+    chunks = [mine[i : i + CHECK_CHUNK] for i in range(0, len(mine), CHECK_CHUNK)]
+    ex = ThreadPoolExecutor(CHECK_THREADS)
+    try:
+        rows = [row for rows in ex.map(check, chunks) for row in rows]
+    finally:
+        ex.shutdown(cancel_futures=True)  # an interrupt does not wait for the rest of the check
+    other = [(rec, s, d) for rec, _, found in rows for s, d in found]
+    if other and not cfg.overwrite:
+        rec, stream, diffs = other[0]
+        n = len(other)
+        raise UserError(
+            f"{plural(n, 'archive')} in {cfg.out} {'were' if n > 1 else 'was'} made with other settings or "
+            f"from another source, e.g. {archive_path(cfg.out, stream, rec.id)} ({'; '.join(diffs)}); "
+            "rerun with --overwrite to rewrite them, or choose another --out"
+        )
+    done = [rec for rec, complete, found in rows if complete and not found]
+    todo = [rec for rec, complete, found in rows if not complete or found]
+    return done, todo
+
+
+# ------------------------------------------------------------------------------------------------ flow
+@dataclass(frozen=True)
+class FlowChoice:
+    """The flow backend a run uses: ``auto`` resolved, built, and the stage that runs it."""
+
+    name: str
+    devices: list[str]
+    note: str | None  # why ``auto`` took what it took, where that needs saying
+    backend: FlowBackend
+    batched: bool  # the batched stage (a batched backend, not on Dask); else per-video jobs
+
+
+def choose_flow(cfg: PreprocessConfig) -> FlowChoice:
+    """Resolve and build ``cfg``'s flow backend; UserError where it or its device cannot run, or where several
+    devices are given to a path that uses one."""
+    name, device, note = resolve_backend(cfg.flow_backend, cfg.device)
+    devices = device.split(",")
+    backend = make_backend(name, cfg.tvl1, devices[0])  # an unusable backend or device fails now
+    batched = isinstance(backend, BatchedFlowBackend) and not cfg.dask
+    if len(devices) > 1 and not batched:
+        raise UserError(f"--device {cfg.device}: several devices need the batched flow stage (not --dask)")
+    return FlowChoice(name, devices, note, backend, batched)
+
+
+# ------------------------------------------------------------------------------------------------ plan
 
 
 @dataclass(frozen=True)
@@ -66,6 +154,15 @@ class Rates:
     flow_bytes: float
 
 
+def _header_bytes(h: Header, stream: str, r: Rates) -> float:
+    """The bytes of ``h``'s archive of ``stream`` at the measured rates (0 when it is not to be written)."""
+    if stream not in h.streams:
+        return 0.0
+    if stream == "rgb":
+        return h.frames * (h.pixels * r.rgb_bytes + TAR_BYTES_PER_MEMBER) + TAR_BYTES_PER_ARCHIVE
+    return max(h.frames - 1, 0) * (h.pixels * r.flow_bytes + TAR_BYTES_PER_MEMBER) + TAR_BYTES_PER_ARCHIVE
+
+
 @dataclass(frozen=True)
 class PreprocessPlan:
     """What ``memdpc preprocess`` will do with a config."""
@@ -94,20 +191,9 @@ class PreprocessPlan:
         return sum(max(h.frames - 1, 0) for h in self.todo)
 
     def stream_bytes(self, stream: str) -> float:
-        r = self.rates
-        if r is None:
+        if self.rates is None:
             return 0.0
-        if stream == "rgb":
-            return sum(
-                h.frames * (h.pixels * r.rgb_bytes + TAR_BYTES_PER_MEMBER)
-                for h in self.todo
-                if "rgb" in h.streams
-            )
-        return sum(
-            max(h.frames - 1, 0) * (h.pixels * r.flow_bytes + TAR_BYTES_PER_MEMBER)
-            for h in self.todo
-            if "flow" in h.streams
-        )
+        return sum(_header_bytes(h, stream, self.rates) for h in self.todo)
 
     def _seconds(self, h: Header) -> tuple[float, float]:
         """(CPU seconds, flow seconds) of one video: decoding and RGB encoding, then flow and its encoding."""
@@ -239,13 +325,22 @@ def _frames(rec: VideoRecord, cfg: PreprocessConfig, start: int, count: int) -> 
     return src, frames
 
 
-def _warm_up(rec: VideoRecord, header: Header, cfg: PreprocessConfig, backend: FlowBackend | None) -> Rates:
+def _warm_up(
+    rec: VideoRecord,
+    header: Header,
+    cfg: PreprocessConfig,
+    backend: FlowBackend | None,
+    pairs: tuple[int, int] | None = None,
+) -> Rates:
     """Decode a few frames of ``rec`` (from its middle, when it is long enough), encode them, and time the flow
-    of a few pairs with ``backend`` (None: no flow)."""
+    of a few pairs with ``backend`` (None: no flow). ``pairs``: (untimed, timed) pairs, by default a batch of the
+    backend untimed (compiling, loading), then a batch or :data:`WARMUP_PAIRS`, whichever is more."""
     flow = backend is not None
     stage = FlowStage(backend, cfg.third_channel) if flow else None
     untimed = stage.backend.batch_size if flow else 0
     timed = max(stage.backend.batch_size, WARMUP_PAIRS) if flow else WARMUP_PAIRS
+    if pairs is not None:
+        untimed, timed = pairs
     middle = header.source_frames // 2 if header.source_frames > 3 * (untimed + timed + 1) else 0
     src, frames = _frames(rec, cfg, middle, untimed + timed + 1)  # the middle stands for a video better
     if not frames and middle:  # a file that does not seek, or is cut before its middle
@@ -289,12 +384,80 @@ def _warm_up(rec: VideoRecord, header: Header, cfg: PreprocessConfig, backend: F
     )
 
 
-def _free_bytes(out: Path) -> int | None:
-    """Free bytes on the file system ``out`` is (or would be) on."""
-    for folder in (out, *out.parents):
-        if folder.exists():
-            return shutil.disk_usage(folder).free
-    return None
+@dataclass(frozen=True)
+class DiskEstimate:
+    """The bytes a run's archives will take, from the headers of ``videos`` of the ``todo`` videos to do and the
+    JPEG sizes of a few frames (and flow pairs) of ``measured``; ``low`` and ``high`` bound the 95 % interval of
+    the sampling of the headers (equal to ``bytes`` when every header was read)."""
+
+    out: str
+    bytes: float
+    low: float
+    high: float
+    videos: int
+    todo: int
+    measured: str
+    free: int | None  # on ``out``'s file system
+
+    def warning(self) -> str | None:
+        """What to say when the archives will not fit in the free space (None when they will, or it is unknown)."""
+        if self.free is None or self.bytes <= self.free:
+            return None
+        sampled = (
+            f"95 % interval {size_text(self.low)}–{size_text(self.high)}, from the headers of {self.videos:,} "
+            f"of the {self.todo:,} videos"
+            if self.videos < self.todo
+            else f"from the headers of the {plural(self.todo, 'video')}"
+        )
+        return (
+            f"this run's archives will take about {size_text(self.bytes)} in {self.out} ({sampled} and the JPEG "
+            f"sizes of frames of {self.measured}), but only {size_text(self.free)} is free there: it will stop "
+            "when the disk is full; the same command then resumes once space is freed"
+        )
+
+
+def _spaced(todo: list[VideoRecord], n: int) -> list[VideoRecord]:
+    """``n`` videos spread evenly over ``todo`` (all of them where there are no more)."""
+    if len(todo) <= n:
+        return todo
+    return [todo[i * len(todo) // n] for i in range(n)]
+
+
+def disk_estimate(
+    todo: list[VideoRecord], cfg: PreprocessConfig, backend: FlowBackend | None
+) -> DiskEstimate:
+    """The bytes the archives of ``todo`` will take, as the run estimates them at its start: the headers of up
+    to :data:`ESTIMATE_VIDEOS` of them, and the JPEG sizes of a few frames of the first that decodes (and the
+    flow of :data:`ESTIMATE_PAIRS` pairs, by ``backend``). Sampled headers add the sampling's 95 % interval (a
+    normal interval of the mean over the videos, finite-population corrected)."""
+    sample = _spaced(todo, ESTIMATE_VIDEOS)
+    with StderrCapture():  # FFmpeg's complaints about the files: the run's report keeps them
+        with ThreadPoolExecutor(PROBE_THREADS) as ex:
+            probed = list(ex.map(lambda r: _probe(r, cfg), sample))
+        rates, measured = None, ""
+        for rec, header in zip(sample, probed, strict=True):
+            if isinstance(header, Header):
+                try:
+                    rates, measured = _warm_up(rec, header, cfg, backend, (0, ESTIMATE_PAIRS)), rec.id
+                    break
+                except DecodeError:
+                    continue
+    free = free_bytes(Path(cfg.out))
+    if rates is None:
+        return DiskEstimate(cfg.out, 0.0, 0.0, 0.0, len(sample), len(todo), "", free)
+    # a video whose header does not open writes nothing: the run records it as failed
+    per_video = [
+        sum(_header_bytes(h, s, rates) for s in cfg.streams) if isinstance(h, Header) else 0.0 for h in probed
+    ]
+    n, total = len(per_video), len(todo)
+    mean = sum(per_video) / n
+    half = 0.0
+    if 1 < n < total:
+        sd = math.sqrt(sum((b - mean) ** 2 for b in per_video) / (n - 1))
+        half = 1.96 * total * sd / math.sqrt(n) * math.sqrt(1 - n / total)
+    return DiskEstimate(
+        cfg.out, mean * total, max(mean * total - half, 0.0), mean * total + half, n, total, measured, free
+    )
 
 
 def plan_preprocess(records: list[VideoRecord], cfg: PreprocessConfig) -> PreprocessPlan:
@@ -337,7 +500,7 @@ def plan_preprocess(records: list[VideoRecord], cfg: PreprocessConfig) -> Prepro
         parallel=parallel,
         batched=batched,
         rates=rates,
-        free_bytes=_free_bytes(Path(cfg.out)),
+        free_bytes=free_bytes(Path(cfg.out)),
     )
 
 

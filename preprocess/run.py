@@ -14,6 +14,13 @@ rerun that skips a video keeps the earlier entry) or that last failed on it, and
 failed. SIGINT or SIGTERM stops the run within seconds: queued videos are cancelled, workers terminated,
 the temporary archives of unfinished videos removed, and the report of what was done written
 (``interrupted``) before :class:`memdpc.common.interrupts.Interrupted` goes on with a note of what was kept.
+
+A fault of the output (its disk full, a quota, read-only or forbidden: a
+:class:`~memdpc.common.errors.ResourceFault`, wherever a video's job meets it) is the run's, not the video's: the
+run stops as for a signal (``stopped`` in the report) and the fault goes on with how many videos are done and
+that the same command resumes once space is freed. At its start, the run compares the free space with its
+estimate of what its archives will take (:func:`memdpc.preprocess.plan.disk_estimate`) and warns when they will
+not fit. A worker process that dies does not stop the run (:mod:`memdpc.preprocess.pool`).
 """
 
 from __future__ import annotations
@@ -21,28 +28,25 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import Executor, ThreadPoolExecutor, as_completed
-from dataclasses import asdict, dataclass, replace
+from concurrent.futures import Executor, as_completed
+from dataclasses import asdict, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import Progress as ProgressBar
 
 from memdpc.common import interrupts
 from memdpc.common.atomic import write_json_atomic
-from memdpc.common.errors import UserError
+from memdpc.common.errors import ResourceFault, UserError
 from memdpc.common.progress import progress_bar
-from memdpc.common.wording import plural
-from memdpc.preprocess.archive import archive_path
 from memdpc.preprocess.decode import StderrCapture
-from memdpc.preprocess.flow.backends import BatchedFlowBackend, FlowBackend, make_backend, resolve_backend
 from memdpc.preprocess.flow.batched import run_batched
 from memdpc.preprocess.job import (
     PreprocessConfig,
     Progress,
-    archive_differences,
     kept_messages,
     process_video,
     read_report_entries,
@@ -50,14 +54,13 @@ from memdpc.preprocess.job import (
     select_part,
 )
 from memdpc.preprocess.options import config_from_options
+from memdpc.preprocess.plan import check_existing, choose_flow, disk_estimate
 from memdpc.preprocess.pool import pool_results
 from memdpc.preprocess.video_index import VideoRecord, read_index
 
-__all__ = ["PreprocessConfig", "check_existing", "choose_flow", "preprocess", "run_preprocess"]
+__all__ = ["PreprocessConfig", "preprocess", "run_preprocess"]
 
 DASK_CONNECT_TIMEOUT = 30  # seconds
-CHECK_THREADS = 8  # threads reading the meta.json of existing archives (their latency, on network storage)
-CHECK_CHUNK = 512  # videos per task of those threads
 OK = ("done", "partial", "skipped")  # statuses of a video whose archives are on disk
 
 Results = Callable[[PreprocessConfig, list[VideoRecord], Progress, Callable[[], list[str]]], Iterator[dict]]
@@ -106,43 +109,6 @@ def _batched(devices: list[str], stats: dict[str, dict]) -> Results:
         return run_batched(cfg, todo, devices, progress, stats)  # its threads' messages stay the run's
 
     return results
-
-
-# ---------------------------------------------------------------------------------- existing archives
-def check_existing(
-    mine: list[VideoRecord], cfg: PreprocessConfig
-) -> tuple[list[VideoRecord], list[VideoRecord]]:
-    """Split this part's videos into finished ones (every archive there, made with these settings from this
-    source file) and those to do. Archives made otherwise are refused with their count, an example and
-    what differs (UserError), unless ``cfg.overwrite`` (their videos are then to do). Reads only the
-    ``meta.json`` of each archive, from several threads."""
-
-    def check(recs: list[VideoRecord]) -> list[tuple[VideoRecord, bool, list[tuple[str, list[str]]]]]:
-        rows = []
-        for rec in recs:
-            present = [s for s in cfg.streams if archive_path(cfg.out, s, rec.id).exists()]
-            other = [(s, d) for s in present if (d := archive_differences(rec, s, cfg))]
-            rows.append((rec, len(present) == len(cfg.streams), other))
-        return rows
-
-    chunks = [mine[i : i + CHECK_CHUNK] for i in range(0, len(mine), CHECK_CHUNK)]
-    ex = ThreadPoolExecutor(CHECK_THREADS)
-    try:
-        rows = [row for rows in ex.map(check, chunks) for row in rows]
-    finally:
-        ex.shutdown(cancel_futures=True)  # an interrupt does not wait for the rest of the check
-    other = [(rec, s, d) for rec, _, found in rows for s, d in found]
-    if other and not cfg.overwrite:
-        rec, stream, diffs = other[0]
-        n = len(other)
-        raise UserError(
-            f"{plural(n, 'archive')} in {cfg.out} {'were' if n > 1 else 'was'} made with other settings or "
-            f"from another source, e.g. {archive_path(cfg.out, stream, rec.id)} ({'; '.join(diffs)}); "
-            "rerun with --overwrite to rewrite them, or choose another --out"
-        )
-    done = [rec for rec, complete, found in rows if complete and not found]
-    todo = [rec for rec, complete, found in rows if not complete or found]
-    return done, todo
 
 
 # ------------------------------------------------------------------------------------------- progress
@@ -199,30 +165,6 @@ def _units(entry: dict) -> int:
     """The units a video's entry reports written: its flow pairs, else its frames (0: none written)."""
     streams = entry.get("streams", {})
     return streams.get("flow", streams.get("rgb", 0))
-
-
-# ------------------------------------------------------------------------------------------------ flow
-@dataclass(frozen=True)
-class FlowChoice:
-    """The flow backend a run uses: ``auto`` resolved, built, and the stage that runs it."""
-
-    name: str
-    devices: list[str]
-    note: str | None  # why ``auto`` took what it took, where that needs saying
-    backend: FlowBackend
-    batched: bool  # the batched stage (a batched backend, not on Dask); else per-video jobs
-
-
-def choose_flow(cfg: PreprocessConfig) -> FlowChoice:
-    """Resolve and build ``cfg``'s flow backend; UserError where it or its device cannot run, or where several
-    devices are given to a path that uses one."""
-    name, device, note = resolve_backend(cfg.flow_backend, cfg.device)
-    devices = device.split(",")
-    backend = make_backend(name, cfg.tvl1, devices[0])  # an unusable backend or device fails now
-    batched = isinstance(backend, BatchedFlowBackend) and not cfg.dask
-    if len(devices) > 1 and not batched:
-        raise UserError(f"--device {cfg.device}: several devices need the batched flow stage (not --dask)")
-    return FlowChoice(name, devices, note, backend, batched)
 
 
 # --------------------------------------------------------------------------------------------- report
@@ -291,7 +233,10 @@ def run_preprocess(
     (``memdpc.preprocess.flow.batched``) unless the run goes to Dask, and ``flow.stage`` then says per device
     where its time went (:attr:`~memdpc.preprocess.flow.batched.DeviceStage.stats`); the OpenCV backend runs
     in per-video jobs. On SIGINT/SIGTERM (KeyboardInterrupt) the report of what was done is written and the
-    interrupt re-raised as :class:`memdpc.common.interrupts.Interrupted` with a note of what was kept.
+    interrupt re-raised as :class:`memdpc.common.interrupts.Interrupted` with a note of what was kept; a fault
+    of the output (a full disk) is re-raised the same way, as :class:`~memdpc.common.errors.ResourceFault`,
+    after the report (``stopped``). A warning goes to stderr first when the archives will not fit in the free
+    space, by :func:`memdpc.preprocess.plan.disk_estimate`.
 
     ``observe`` (for callers that time the run) is called in this thread with each progress event of the
     videos (``("start", id, units promised)``, ``("units", id, n)`` as units are written) and with
@@ -299,9 +244,10 @@ def run_preprocess(
     """
     cfg.validate()
     console = Console(stderr=True)
-    used, flow, results, stage_stats = cfg, None, _results, {}
+    used, flow, results, stage_stats, backend = cfg, None, _results, {}, None
     if "flow" in cfg.streams:
         choice = choose_flow(cfg)
+        backend = choice.backend
         used = replace(cfg, flow_backend=choice.name, device=",".join(choice.devices))
         if choice.batched:
             results = _batched(choice.devices, stage_stats)
@@ -312,10 +258,14 @@ def run_preprocess(
     earlier = _earlier_entries(cfg.report_path)  # before any work: a damaged report stops nothing halfway
     with console.status(f"checking the archives in {cfg.out}") if progress else contextlib.nullcontext():
         done, todo = check_existing(mine, cfg)
+        space = disk_estimate(todo, used, backend).warning() if todo else None
+    if space:
+        console.print(f"[yellow]warning:[/yellow] {escape(space)}", soft_wrap=True)
     remove_temporaries(cfg.out, cfg.streams, {r.id for r in todo})  # of a killed run
     entries = {r.id: {"id": r.id, "path": r.path, "status": "skipped"} for r in done}
     started, t0 = datetime.now(timezone.utc), time.perf_counter()
     stop: interrupts.Interrupted | None = None
+    fault: ResourceFault | None = None  # the output's disk full, or the like: the run's, not a video's
     with StderrCapture() as stderr:
         with progress_bar("{task.fields[info]}", bold=True, console=console, disable=not progress) as bar:
             tracker = _Tracker(bar, cfg, len(mine), len(done), len(todo))
@@ -330,13 +280,18 @@ def run_preprocess(
                     for entry in videos:
                         entries[entry["id"]] = entry
                         tracker.finish(entry)
+                        if "retried" in entry:  # its worker died (pool.py): done on a second try, alone
+                            why = f"{entry['id']}: {entry['retried']}; done on a second try, alone"
+                            console.print(f"[yellow]note:[/yellow] {escape(why)}", soft_wrap=True)
                         if observe is not None:
                             observe("done", entry["id"], _units(entry) if entry["status"] in OK else 0)
                 interrupts.check()  # a signal whose raise a finaliser swallowed
             except KeyboardInterrupt as e:
                 stop = interrupts.as_interrupted(e)
+            except ResourceFault as e:
+                fault = e
         messages = stderr.take()
-    if stop is not None:
+    if stop is not None or fault is not None:
         remove_temporaries(cfg.out, cfg.streams, {r.id for r in todo if r.id not in entries})
     this_run = [entries[r.id] for r in mine if r.id in entries]
     videos = _merged(mine, entries, earlier)
@@ -347,6 +302,7 @@ def run_preprocess(
         "started": started.isoformat(timespec="seconds"),
         "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         **({"interrupted": str(stop)} if stop else {}),
+        **({"stopped": str(fault)} if fault else {}),
         **({"flow": {**flow, "stage": stage_stats} if stage_stats else flow} if flow else {}),
         "summary": _summary(this_run, time.perf_counter() - t0, len(mine) - len(this_run)),
         "failures": [
@@ -363,13 +319,19 @@ def run_preprocess(
         **({"messages": kept_messages(messages)} if messages else {}),
         "videos": videos,
     }
+    ok = sum(v["status"] in OK for v in this_run)
+    failed = sum(v["status"] == "failed" for v in this_run)
+    done_note = f"{ok} of {len(mine)} videos done{f', {failed} failed' if failed else ''}"
+    if fault is not None:
+        fault.keep(f"{done_note}, their archives kept; {fault.resumes}")
+        try:
+            write_json_atomic(cfg.report_path, report)
+        except ResourceFault as again:
+            raise fault.keep(f"the report could not be written either ({again})") from None
+        raise fault.keep(f"report: {cfg.report_path}")
     write_json_atomic(cfg.report_path, report)
     if stop is not None:
-        ok = sum(v["status"] in OK for v in this_run)
-        failed = sum(v["status"] == "failed" for v in this_run)
-        raise stop.keep(
-            f"{ok} of {len(mine)} videos done{f', {failed} failed' if failed else ''}; the same command resumes"
-        ).keep(f"report: {cfg.report_path}")
+        raise stop.keep(f"{done_note}; the same command resumes").keep(f"report: {cfg.report_path}")
     return report
 
 

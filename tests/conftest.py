@@ -4,6 +4,7 @@ and the JPEG frame archives the pipeline, train and eval tests build from render
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -76,6 +77,48 @@ def make_messy_folder(root: Path) -> Path:
 def messy_folder(tmp_path_factory) -> Path:
     """A user's folder of 13 videos of 3 classes in mixed sizes, codecs and frame rates, plus 2 broken files."""
     return make_messy_folder(tmp_path_factory.mktemp("messy") / "my_videos")
+
+
+class SmallDisk:
+    """A real file system of a few hundred kilobytes for a test: a tmpfs mounted at ``path``. ``resize`` gives it
+    another size (remounted, its files kept): a full disk, then space freed."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def resize(self, size: int) -> None:
+        """``size`` bytes in all (rounded up to pages by the kernel); shrinking below what it holds fails."""
+        self.remount(f"size={size}")
+
+    def remount(self, options: str) -> None:
+        """Remount with ``options`` (e.g. ``ro``)."""
+        res = subprocess.run(
+            ["mount", "-o", f"remount,{options}", str(self.path)], capture_output=True, text=True
+        )
+        assert res.returncode == 0, res.stderr
+
+    @property
+    def free(self) -> int:
+        return shutil.disk_usage(self.path).free
+
+
+@pytest.fixture
+def small_disk(tmp_path) -> SmallDisk:
+    """A tmpfs of 1 MB mounted in the test's folder (it needs root, as CI runs; skipped with the reason
+    elsewhere), always unmounted after the test."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root (CI runs as root)")
+    path = tmp_path / "small_disk"
+    path.mkdir()
+    res = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m", "memdpc-test", str(path)], capture_output=True, text=True
+    )
+    if res.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {res.stderr.strip() or res.returncode}")
+    try:
+        yield SmallDisk(path)
+    finally:
+        subprocess.run(["umount", "-l", str(path)], capture_output=True)
 
 
 MIXED_SIZES = ((48, 64), (64, 36), (40, 40))  # (height, width): landscape 4:3, portrait 9:16, square

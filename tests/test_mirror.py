@@ -22,7 +22,6 @@ TESTED_IN = {
     "commands/show.py": "tests/report/test_show.py",
     "commands/report.py": "tests/report/test_page.py",
     "commands/bench.py": "tests/pipeline/test_loader_bench.py",
-    "common/errors.py": "tests/test_cli.py",  # every one-line error test
     "model/layout.py": "tests/model/test_memdpc.py",
     "model/parts.py": "tests/bench/test_step_profile.py",
     "pipeline/backends.py": "tests/pipeline/test_loader.py",

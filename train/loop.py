@@ -14,6 +14,13 @@ before each save, and a check of the weights themselves, keep checkpoints from e
 The step itself, and how ``--fast``, ``--compile`` and ``--cuda-graphs`` run it, is :mod:`memdpc.train.step`'s;
 a batch that does not fit in the device's memory stops the run with a one-line error naming the batch size.
 
+One writer per run folder: a run holds ``train.lock`` there while it trains (:func:`memdpc.train.prepare.hold_run_dir`);
+a second run on the folder is refused, naming the holder's process and host, and a lock that a killed run left
+is taken over. A fault of the run's resources (:class:`~memdpc.common.errors.ResourceFault`) stops it between two
+steps: a checkpoint that could not be written (a full disk) leaves the previous one as it was, and the resume from
+it is bit-identical; a torch-loader worker killed (the out-of-memory killer) gets ``checkpoints/last.pt`` saved
+where the run stopped, as a signal does.
+
 SIGINT and SIGTERM stop a run between two steps, at the same step on every rank (:func:`_stop_point`, one host
 all-reduce per step under torchrun): ``checkpoints/last.pt`` is saved there, the exact-resume state above, and
 :class:`~memdpc.common.interrupts.Interrupted` says what was kept. Until then a signal is only remembered
@@ -26,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -42,7 +50,7 @@ from torch.nn.parallel import DistributedDataParallel
 from memdpc.common import distenv as dd
 from memdpc.common import interrupts
 from memdpc.common.atomic import remove_stale_tmp
-from memdpc.common.errors import UserError
+from memdpc.common.errors import ResourceFault, UserError
 from memdpc.model import checkpoint as mc
 from memdpc.pipeline.clip import ClipSpec
 from memdpc.pipeline.loader import backend_words
@@ -64,6 +72,7 @@ from memdpc.train.prepare import (
     check_run_dir,
     check_shards,
     clear_run,
+    hold_run_dir,
     resolve_val_split,
     shard_records,
     split_loader,
@@ -147,6 +156,25 @@ def train(config: TrainConfig, overwrite: bool = False) -> Path:
 
 def _train(config: TrainConfig, env: dd.DistEnv, overwrite: bool) -> Path:
     resume_from = check_run_dir(config, overwrite)
+    lock, refused = None, None
+    if env.is_main:  # one writer per run folder: rank 0 holds the lock for every rank
+        try:
+            lock = hold_run_dir(config)
+        except (UserError, ResourceFault) as e:
+            refused = e
+    refused = dd.from_main(env, refused)
+    if refused is not None:
+        raise refused
+    try:
+        if lock is not None and lock.note:
+            Console(stderr=True).print("[yellow]note:[/]", escape(lock.note), soft_wrap=True)
+        return _train_held(config, env, resume_from, overwrite)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _train_held(config: TrainConfig, env: dd.DistEnv, resume_from: Path | None, overwrite: bool) -> Path:
     ckpt = ck.read_resume(resume_from, config, env.world_size) if resume_from else None
     init = _read_init(config, env) if ckpt is None and config.init else None
     manifests = check_shards(config)
@@ -184,13 +212,19 @@ def _train(config: TrainConfig, env: dd.DistEnv, overwrite: bool) -> Path:
         parts.logger.message(_finished(parts, state), markup=False)
     except interrupts.Interrupted as stop:
         raise _kept(parts, state, stop) from None
+    except ResourceFault as fault:
+        raise _fault_kept(parts, state, fault) from None
     except RuntimeError as e:  # torch.OutOfMemoryError is one
         too_big = out_of_memory(e, config.batch_size, env.device)
         if too_big is None:
             raise
         raise too_big from None
     finally:
-        parts.logger.close()
+        try:
+            parts.logger.close()
+        except ResourceFault:
+            if sys.exc_info()[1] is None:  # else the error on its way out says more
+                raise
     return run_dir
 
 
@@ -309,7 +343,9 @@ def _position(s: State) -> tuple[int, int, int]:
 
 def _save(p: Parts, s: State, names: list[str]) -> None:
     """Write the checkpoint (rank 0) under each of ``names`` in ``checkpoints/``; all ranks take part, and
-    all raise when rank 0 could not write (a full disk), so that no rank waits for the others forever.
+    all raise rank 0's :class:`~memdpc.common.errors.ResourceFault` when it could not write (a full disk), so that
+    no rank waits for the others forever. ``last.pt`` is written last: until it is, a resumed run starts from the
+    previous one and writes the others again, as they were.
     The steps not read yet are read first (their losses checked, the epoch's loss sum complete), and non-finite
     weights stop training instead of replacing the last good checkpoint."""
     _read(p, s)
@@ -348,13 +384,13 @@ def _save(p: Parts, s: State, names: list[str]) -> None:
             )
         )
         try:
-            for name in names:
+            for name in sorted(names, key=lambda n: n == "last.pt"):  # last.pt last: see the docstring
                 mc.write_checkpoint(data, p.run_dir / "checkpoints" / name)
-        except UserError as e:
-            error = str(e)
+        except ResourceFault as e:
+            error = e
     error = dd.from_main(p.env, error)
-    if error:
-        raise UserError(error)
+    if error is not None:
+        raise error
     if "last.pt" in names:
         p.saved = _position(s)
 
@@ -447,6 +483,23 @@ def _kept(p: Parts, s: State, stop: interrupts.Interrupted) -> interrupts.Interr
         else "the same command resumes"
     )
     return stop.keep(f"kept {last} (epoch {s.epoch}, step {s.step}); {how}")
+
+
+def _fault_kept(p: Parts, s: State, fault: ResourceFault) -> ResourceFault:
+    """Add to ``fault`` what was kept and how to go on. A fault of the disk keeps the last checkpoint as it was
+    (its save, or a write after it, failed); any other (a loader worker killed) comes between two steps, and
+    checkpoints/last.pt is saved there first, as for a signal."""
+    if not fault.disk and s.step and p.saved != _position(s):
+        try:
+            _save(p, s, ["last.pt"])
+        except ResourceFault as again:
+            fault.keep(f"and saving {_last(p)} failed: {again}")
+    if not p.env.is_main:
+        return fault.keep(f"rank {p.env.rank} stopped with rank 0")
+    if p.saved is None:
+        return fault.keep(f"no checkpoint of this run yet; {fault.resumes}")
+    epoch, step, _ = p.saved
+    return fault.keep(f"kept {_last(p)} (epoch {epoch}, step {step}); {fault.resumes}")
 
 
 def _watched(p: Parts, value: float) -> str:
@@ -633,8 +686,12 @@ def _end_epoch(p: Parts, s: State) -> None:
     c = p.config
     _read(p, s)
     rng = ck.rng_state()  # the passes below draw from it (their loaders' seeds); a stop rewinds it
-    val = validate(p) if p.val_loader is not None else None
-    r1 = _knn(p) if c.knn_every and (s.epoch + 1) % c.knn_every == 0 else None
+    try:
+        val = validate(p) if p.val_loader is not None else None
+        r1 = _knn(p) if c.knn_every and (s.epoch + 1) % c.knn_every == 0 else None
+    except ResourceFault:  # a loader worker killed: last.pt is saved before the passes, as for a stop
+        ck.set_rng_state(rng)
+        raise
     _stop_point(p, rewind=rng)  # nothing of the epoch's end recorded yet: a resumed run does it all again
     if val is not None:
         p.logger.log({"kind": "val", "epoch": s.epoch, "step": s.step, **val})

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from torch.utils.tensorboard import SummaryWriter
 
 from memdpc.common import file_kinds
 from memdpc.common.atomic import write_bytes_atomic
+from memdpc.common.errors import output_faults
 from memdpc.common.progress import progress_bar
 from memdpc.pipeline.augment import AugmentSpec, denormalise
 from memdpc.viz.pictures import clip_picture
@@ -169,21 +171,30 @@ class MetricsLogger:
         self._task = None
         if not enabled:
             return
-        self._file = open(self.path, "a")  # noqa: SIM115 — closed in close()
-        self._tb = SummaryWriter(str(run_dir / TB_NAME))
+        self._tb_dir = run_dir / TB_NAME
+        with output_faults(self.path):
+            self._file = open(self.path, "a")  # noqa: SIM115 — closed in close()
+        with output_faults(self._tb_dir / "events"):
+            self._tb = SummaryWriter(str(self._tb_dir))
+        self._excepthook = threading.excepthook
+        threading.excepthook = self._writer_thread_failed
         if progress:
             self._progress = progress_bar("{task.fields[info]}", bold=True)
             self._progress.start()
 
     def log(self, record: dict[str, Any]) -> None:
+        """Append ``record`` to the JSONL file and its numbers to TensorBoard; a full disk (or the like) raises
+        :class:`~memdpc.common.errors.ResourceFault` (a line it cut is dropped by the resumed run)."""
         if not self.enabled:
             return
-        self._file.write(json.dumps(record) + "\n")
-        self._file.flush()
+        with output_faults(self.path):
+            self._file.write(json.dumps(record) + "\n")
+            self._file.flush()
         kind, step = record["kind"], record["step"]
-        for k, v in record.items():
-            if k not in ("kind", "step", "epoch") and isinstance(v, int | float):
-                self._tb.add_scalar(f"{kind}/{k}", v, step)
+        with output_faults(self._tb_dir / "events"):  # the writer's thread's error comes out here
+            for k, v in record.items():
+                if k not in ("kind", "step", "epoch") and isinstance(v, int | float):
+                    self._tb.add_scalar(f"{kind}/{k}", v, step)
 
     def clips(self, clips: torch.Tensor, keys: list[str], spec: AugmentSpec, stream: str, step: int) -> None:
         """The first :data:`CLIPS_SHOWN` clips of a batch (normalised (B, N, 3, SL, H, W), on any device) as
@@ -195,9 +206,10 @@ class MetricsLogger:
         ).numpy()  # (k, F, H, W, 3) uint8
         for i, clip in enumerate(frames):
             title = [f"{keys[i]}: {stream}, step {step}, as trained on (augmented)"]
-            self._tb.add_image(
-                f"clips/{i}", clip_picture(clip, stream, clips.shape[1], title), step, dataformats="HWC"
-            )
+            with output_faults(self._tb_dir / "events"):
+                self._tb.add_image(
+                    f"clips/{i}", clip_picture(clip, stream, clips.shape[1], title), step, dataformats="HWC"
+                )
 
     def start_epoch(self, epoch: int, total: int, done: int) -> None:
         if self._progress is None:
@@ -217,16 +229,31 @@ class MetricsLogger:
         console = self._progress.console if self._progress is not None else Console(stderr=True)
         console.print(text, markup=markup, soft_wrap=True)
 
+    def _writer_thread_failed(self, args: threading.ExceptHookArgs) -> None:
+        """TensorBoard's writer thread dies of a full disk (or the like) with a traceback of its own; its error
+        comes out at the logger's next write as a ResourceFault, so the thread's traceback is not printed."""
+        if not (args.thread is not None and type(args.thread).__name__ == "_AsyncWriterThread"):
+            self._excepthook(args)
+        elif not isinstance(args.exc_value, OSError):
+            self._excepthook(args)
+
     def close(self) -> None:
+        """Stop the display and close the files (all of them, also when one fails: a full disk raises
+        :class:`~memdpc.common.errors.ResourceFault` after)."""
         if self._progress is not None:
             self._progress.stop()
             self._progress = None
-        if self._tb is not None:
-            self._tb.close()
-            self._tb = None
-        if self._file is not None:
-            self._file.close()
-            self._file = None
+        tb, file, self._tb, self._file = self._tb, self._file, None, None
+        try:
+            if tb is not None:
+                with output_faults(self._tb_dir / "events"):
+                    tb.close()
+        finally:
+            if tb is not None:
+                threading.excepthook = self._excepthook
+            if file is not None:
+                with output_faults(self.path):
+                    file.close()
 
 
 def read_metrics(run: Path) -> list[dict[str, Any]]:

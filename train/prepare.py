@@ -1,20 +1,26 @@
 """Checks before training starts: the shards fit ``--stream`` and the clip geometry, the run directory holds
-this config (or none), which checkpoint, if any, the run resumes from, and whether the validation split can
-measure much; what the run records of its shards; what ``--overwrite`` removes; and the loaders of the run's
-splits."""
+this config (or none) and no live run holds it (:func:`hold_run_dir`), which checkpoint, if any, the run resumes
+from, and whether the validation split can measure much; what the run records of its shards; what
+``--overwrite`` removes; and the loaders of the run's splits."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import fcntl
+import json
+import os
 import shutil
+import socket
 from collections.abc import Callable
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from memdpc.common import file_kinds
-from memdpc.common.errors import UserError
+from memdpc.common.errors import UserError, output_faults
 from memdpc.common.streams import STREAMS
 from memdpc.common.wording import name_list, plural
 from memdpc.pipeline.augment import AugmentSpec
@@ -32,6 +38,7 @@ __all__ = [
     "augment_spec",
     "check_run_dir",
     "check_shards",
+    "hold_run_dir",
     "clear_run",
     "overwritten",
     "resolve_val_split",
@@ -202,6 +209,79 @@ def check_run_dir(config: TrainConfig, overwrite: bool = False) -> Path | None:
         return Path(config.resume)
     last = run_dir / "checkpoints" / "last.pt"
     return last if last.is_file() else None
+
+
+LOCK_NAME = "train.lock"  # in the run directory: held by the run that trains there
+
+
+class RunLock:
+    """The run directory's lock, held (an exclusive ``flock`` on ``train.lock``) while a run trains there. The
+    kernel lets go of it when the process ends, however it ends, so a lock a killed run left is free to take;
+    the file says which process on which host holds it. ``took_over``: the run whose lock was taken over (its
+    process, host and start, in words), else None; ``note``: what to say about the lock (taken over, or a file
+    system without locks), else None."""
+
+    def __init__(self, path: Path, file, created: bool, took_over: str | None, note: str | None) -> None:
+        self.path, self._file, self._created = path, file, created
+        self.took_over, self.note = took_over, note
+
+    def release(self) -> None:
+        """Let go: the file is emptied first (a later run then has no one to name), and a run folder this run
+        created and left holding nothing else (a refused start) is removed."""
+        if self._file is None:
+            return
+        with contextlib.suppress(OSError):
+            self._file.truncate(0)
+        self._file.close()  # releases the flock
+        self._file = None
+        if self._created and [p.name for p in self.path.parent.iterdir()] == [LOCK_NAME]:
+            self.path.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                self.path.parent.rmdir()
+
+
+def _holder(text: str) -> str | None:
+    """``process 123 on host, since 2024-…``: who a lock file's text says holds it (None: nobody)."""
+    try:
+        who = json.loads(text)
+        return f"process {who['pid']} on {who['host']}, since {who['started']}"
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def hold_run_dir(config: TrainConfig) -> RunLock:
+    """Take the lock of ``config.out`` (creating the folder): one writer per run folder. UserError naming the
+    process and host of a live run that holds it; a lock that a killed run left is taken over (``took_over``).
+    On a file system without locks the run goes on, with a ``note`` saying so."""
+    run_dir = Path(config.out)
+    created = not run_dir.exists()
+    path = run_dir / LOCK_NAME
+    with output_faults(path):
+        run_dir.mkdir(parents=True, exist_ok=True)
+        file = os.fdopen(os.open(path, os.O_RDWR | os.O_CREAT, 0o644), "r+")
+    try:
+        fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = _holder(file.read()) or "a process that has not said which yet"
+        file.close()
+        raise UserError(
+            f"{run_dir}: another training run is writing there ({holder}); wait for it to end, or give "
+            "another --out"
+        ) from None
+    except OSError as e:  # ENOLCK, EOPNOTSUPP: a file system without locks
+        note = (
+            f"{path}: no lock on this file system ({e.strerror}): nothing keeps a second run out of {run_dir}"
+        )
+        return RunLock(path, file, created, None, note)
+    took_over = _holder(file.read())
+    with output_faults(path):
+        file.seek(0)
+        file.truncate()
+        started = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        file.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "started": started}) + "\n")
+        file.flush()
+    note = f"took over {path} from {took_over}, which ended without letting go of it" if took_over else None
+    return RunLock(path, file, created, took_over, note)
 
 
 def overwritten(run_dir: Path) -> list[Path]:

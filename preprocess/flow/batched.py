@@ -27,7 +27,8 @@ of the host, which grows with the pairs, does not delay the device's next kernel
 Every queue is bounded, so memory does not grow with the length or number of videos. A pair's flow does not
 depend on its batch (a promise of :class:`BatchedFlowBackend`), so the archives are those of the per-video
 path byte for byte. A video that fails is reported and its archives dropped; the other pairs of its batches
-go on. A batch too large for the device's memory is halved until it fits, and that size is kept for its
+go on. A fault of the output (a full disk: :class:`~memdpc.common.errors.ResourceFault`) stops the stage and the
+run. A batch too large for the device's memory is halved until it fits, and that size is kept for its
 frame size. :attr:`DeviceStage.stats` says where the device's time went (its busy seconds measured on the
 device, the seconds it waited for frames and for the encode threads).
 
@@ -54,7 +55,7 @@ import numpy as np
 import torch
 
 from memdpc.common import interrupts
-from memdpc.common.errors import UserError
+from memdpc.common.errors import ResourceFault, UserError
 from memdpc.preprocess.archive import ArchiveWriter, archive_path
 from memdpc.preprocess.decode import DecodeError, PartialVideo, VideoStream
 from memdpc.preprocess.flow.backends import BatchedFlowBackend, batch_pairs, make_backend
@@ -642,8 +643,8 @@ def _serve(
     stage: DeviceStage | None = None,
 ) -> None:
     """Run one device's stage (``stage``, or a new one on ``device``), sending ``("progress", event)`` as
-    videos move and ``("video", entry)`` for each video, then ``("end", (device, stage.stats))`` or
-    ``("user"|"error", message)``, on ``out``: a queue of this process or one shared with the parent."""
+    videos move and ``("video", entry)`` for each video, then ``("end", (device, stage.stats))``,
+    ``("fault", ResourceFault)`` or ``("user"|"error", message)``, on ``out``: a queue of this process or one shared with the parent."""
     cv2.setNumThreads(1)  # parallelism comes from the threads
     try:
         if stage is None:
@@ -651,6 +652,8 @@ def _serve(
                 make_backend(cfg.flow_backend, cfg.tvl1, device), cfg, threads, _progress_to(out)
             )
         stage.run(records, lambda entry: out.put(("video", entry)))
+    except ResourceFault as e:  # the output's disk full, or the like: the run stops
+        out.put(("fault", e))
     except UserError as e:
         out.put(("user", str(e)))
     except Exception as e:
@@ -718,6 +721,8 @@ def run_batched(
                 ended += 1
                 if stats is not None:
                     stats[value[0]] = value[1]
+            elif kind == "fault":
+                raise value
             elif kind == "user":
                 raise UserError(value)
             else:

@@ -1,5 +1,6 @@
 """atomic.py: output goes to a hidden temporary name beside the target and is renamed into place only when
-complete; an exception leaves nothing under the final name and no temporary behind."""
+complete; an exception leaves nothing under the final name and no temporary behind; a full disk (a real tmpfs)
+is a resource fault."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from memdpc.common.atomic import (
     write_bytes_atomic,
     write_json_atomic,
 )
+from memdpc.common.errors import ResourceFault
 
 
 def test_tmp_name_is_hidden_per_process_and_keeps_the_extension(tmp_path):
@@ -82,3 +84,13 @@ def test_remove_stale_tmp_deletes_only_temporaries(tmp_path):
     assert remove_stale_tmp(tmp_path) == 2
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.tar", "tmp-c.tar"]
     assert remove_stale_tmp(tmp_path) == 0
+
+
+def test_a_full_disk_keeps_the_previous_file_leaves_no_temporary_and_is_a_fault(small_disk):
+    small_disk.resize(64 * 1024)
+    target = small_disk.path / "out.bin"
+    write_bytes_atomic(target, b"old")
+    with pytest.raises(ResourceFault, match=r"no space left on the file system of .*, writing out\.bin"):
+        write_bytes_atomic(target, bytes(100 * 1024))
+    assert target.read_bytes() == b"old"
+    assert list(small_disk.path.iterdir()) == [target]

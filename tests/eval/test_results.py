@@ -1,5 +1,5 @@
-"""Results files: JSON + npz written atomically with the scores of the arrays, read back, clear errors for bad
-files."""
+"""Results files: JSON + npz written atomically with the scores of the arrays (a full disk, on a real tmpfs,
+leaves the pair there was), read back, clear errors for bad files."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from memdpc.common.errors import UserError
+from memdpc.common.errors import ResourceFault, UserError
 from memdpc.eval.results import arrays_path, load_result, save_result
 from memdpc.eval.scores import SCORE_KEYS
 from memdpc.eval.stats import wilson
@@ -59,6 +59,22 @@ def test_no_test_video_is_refused(tmp_path):
     with pytest.raises(UserError, match="no test videos to score"):
         save_result(tmp_path / "r.json", PROBE, empty)
     assert not list(tmp_path.iterdir())
+
+
+def test_a_full_disk_leaves_the_results_there_were_whole(small_disk):
+    """Results written again (a rerun) on a real file system too small for the new arrays: the JSON and the
+    npz there stay as they were, a matching pair, and no temporary is left."""
+    small_disk.resize(256 * 1024)
+    path = save_result(small_disk.path / "r.json", PROBE, PROBE_ARRAYS)
+    before = {p.name: p.read_bytes() for p in small_disk.path.iterdir()}
+    bigger = {
+        **PROBE_ARRAYS,
+        "features": np.ones((4, 100_000), np.float32),
+    }  # an array kept beside the scores
+    with pytest.raises(ResourceFault, match=r"no space left on the file system of .*, writing r\.(npz|json)"):
+        save_result(path, {**PROBE, "dataset": "other"}, bigger)
+    assert {p.name: p.read_bytes() for p in small_disk.path.iterdir()} == before
+    assert load_result(path)[0]["dataset"] == "syn"
 
 
 def test_bad_files_are_refused(tmp_path):

@@ -1,6 +1,6 @@
 """eval/run.py: what ``evaluate`` and ``fuse`` add around the tasks — the fit settings given over the task's
-defaults, the stream check before any work, the fused result's default place, and what an interrupt kept
-(real `memdpc eval finetune` processes with loader workers, signalled)."""
+defaults, the stream check before any work, the fused result's default place, what an interrupt kept
+(real `memdpc eval finetune` processes with loader workers, signalled), and a full disk (a real tmpfs)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,9 @@ import time
 
 import numpy as np
 import pytest
+from click.testing import CliRunner
 
+from memdpc.cli import EXIT_RESOURCE, main
 from memdpc.common.errors import UserError
 from memdpc.eval.fit import PROBE_FIT
 from memdpc.eval.outputs import checkpoint_source
@@ -189,3 +191,40 @@ def test_results_record_their_shards_and_caches_of_other_shards_or_checkpoints_a
     result, other = retrieve(other_rgb)  # another checkpoint: neither cache reused
     assert other["train"] != now["train"] and other["test"] != now["test"]
     assert result["source"] == checkpoint_source(other_rgb)
+
+
+def test_a_full_disk_stops_eval_in_one_line_with_nothing_half_written_and_the_rerun_finishes(
+    eval_data, checkpoints, small_disk, tmp_path
+):
+    """`memdpc eval retrieve` with its --out on a real file system with 40 % of the space its files take: one
+    line and exit 74 at the first write that does not fit, every file there whole (no temporary left); once space
+    is freed the same command writes the results of an undisturbed run."""
+    args = ["eval", "retrieve", str(checkpoints["rgb"]), "--shards", str(eval_data.shards)]
+    args += ["--backend", "torch", "--workers", "0", "--batch-size", "4", "--device", "cpu", "--out"]
+    ref = tmp_path / "ref"
+    assert CliRunner().invoke(main, [*args, str(ref)]).exit_code == 0
+    files = {p.name: p for p in ref.iterdir()}
+    small_disk.resize(int(0.4 * sum(p.stat().st_size for p in files.values())))
+    out = small_disk.path / "eval"
+    stopped = CliRunner().invoke(main, [*args, str(out)])
+    assert stopped.exit_code == EXIT_RESOURCE, stopped.output
+    line = re.search(
+        rf"stopped: no space left on the file system of {re.escape(str(out))}, writing (\S+) \([^)]* free there "
+        r"now\); (.*)",
+        stopped.output,
+    )
+    assert line and re.search(r"free space there, then the same command (resumes|starts again)$", line[2]), (
+        stopped.output
+    )
+    assert "Traceback" not in stopped.output and not list(out.glob(".tmp-*"))
+    assert line[1] not in {p.name for p in out.iterdir()}  # the file that did not fit is not there at all
+    for p in out.iterdir():  # what is there is whole
+        assert p.name in files and p.stat().st_size == files[p.name].stat().st_size
+    small_disk.resize(4 * sum(p.stat().st_size for p in files.values()) + (1 << 20))
+    assert CliRunner().invoke(main, [*args, str(out)]).exit_code == 0
+    assert sorted(p.name for p in out.iterdir()) == sorted(files)
+    result, arrays = load_result(out / "retrieval-rgb.json")
+    expected, expected_arrays = load_result(ref / "retrieval-rgb.json")
+    assert result["metrics"] == expected["metrics"] and result["files"] == expected["files"]
+    assert arrays.keys() == expected_arrays.keys()
+    assert all(np.array_equal(arrays[k], expected_arrays[k]) for k in arrays)

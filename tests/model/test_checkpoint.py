@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from memdpc import __version__
-from memdpc.common.errors import UserError
+from memdpc.common.errors import ResourceFault, UserError
 from memdpc.model import checkpoint as mc
 from memdpc.model import create_model
 
@@ -192,7 +192,7 @@ def test_disk_full_leaves_the_previous_checkpoint_valid(tmp_path):
     old_handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     resource.setrlimit(resource.RLIMIT_FSIZE, (len(before) + 1000, old_limit[1]))
     try:
-        with pytest.raises(UserError, match="could not write the checkpoint .*previous last.pt is unchanged"):
+        with pytest.raises(ResourceFault, match=r"file-size limit reached in .*, writing last\.pt"):
             mc.write_checkpoint(big, path)
     finally:
         resource.setrlimit(resource.RLIMIT_FSIZE, old_limit)

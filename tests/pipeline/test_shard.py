@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import shutil
 import signal
 import struct
@@ -20,6 +21,7 @@ import numpy as np
 import pytest
 from rich.console import Console
 
+from memdpc.cli import EXIT_RESOURCE
 from memdpc.common.errors import UserError
 from memdpc.pipeline.clip import ClipSpec
 from memdpc.pipeline.manifest import load_manifest, shard_paths, verify_shards
@@ -300,6 +302,44 @@ def test_kill_and_resume_gives_the_same_shards(long_archives, flow_train_ref, tm
     resumed = _cli(*args, "--out", str(out))
     assert resumed.wait(timeout=120) == 0, resumed.stderr.read()
     assert "kept" in resumed.stdout.read().decode()
+    _assert_same_files(out, flow_train_ref)
+
+
+@pytest.mark.slow
+def test_a_full_disk_stops_in_one_line_keeps_whole_shards_and_the_same_command_resumes(
+    long_archives, flow_train_ref, small_disk
+):
+    """The shards on a real file system with 40 % of their space: a warning at the start (the plan knows every
+    shard's size), one line and exit 74 at the first write that does not fit, whole shards kept with their
+    index and checksum and nothing else; once space is freed the same command writes the shards of an
+    undisturbed run. (Shard has no worker processes: a killed shard run is killed whole, as tested above.)"""
+    need = sum(p.stat().st_size for p in flow_train_ref.iterdir())
+    small_disk.resize(int(0.4 * need))
+    out = small_disk.path / "shards"
+    args = [str(long_archives.root), "--index", str(long_archives.index), *KILL_ARGS, "--out", str(out)]
+    proc = _cli(*args, env={"COLUMNS": "200"})
+    assert proc.wait(timeout=120) == EXIT_RESOURCE
+    err = proc.stderr.read().decode()
+    assert "Traceback" not in err and "warning: the flow/train shards still to write take" in err, err
+    lines = [line for line in err.splitlines() if line.startswith("stopped:")]
+    line = re.fullmatch(
+        rf"stopped: no space left on the file system of {re.escape(str(out / 'flow'))}, writing \S+ "
+        r"\(\d[\d.]* k?B free there now\); (\d) of 5 shards of flow/train written, kept; free space there, then "
+        r"the same command resumes",
+        lines[0] if len(lines) == 1 else "",
+    )
+    assert line, err
+    written = sorted(p.name for p in out.glob("flow/train-*.tar"))
+    assert len(written) == int(line[1]) < 5 and not (out / "flow" / "manifest-train.json").exists()
+    kept = sorted(p.name for p in (out / "flow").iterdir())
+    assert kept == sorted(
+        ["plan-train.json"] + [n.replace(".tar", ext) for n in written for ext in (".tar", ".idx", ".sha256")]
+    )
+    for name in kept:
+        assert (out / "flow" / name).read_bytes() == (flow_train_ref / name).read_bytes(), name
+    small_disk.resize(2 * need + (1 << 20))
+    resumed = _cli(*args)
+    assert resumed.wait(timeout=120) == 0, resumed.stderr.read()
     _assert_same_files(out, flow_train_ref)
 
 

@@ -134,6 +134,16 @@ def test_remove_temporaries_of_these_videos_only(tmp_path):
     assert not any(p.exists() for p in mine) and all(p.exists() for p in others)
 
 
+def test_remove_temporaries_leaves_those_a_live_writer_holds(tmp_path):
+    """The same command run twice on one folder: the second run's start leaves the first's archives in
+    progress alone (their writer holds a lock on them), and the first commits them."""
+    with ArchiveWriter(archive_path(tmp_path, "flow", "v_a")) as writer:
+        writer.add(b"frame")
+        assert remove_temporaries(tmp_path, ("flow",), {"v_a"}) == 0
+        writer.commit({"stream": "flow"})
+    assert read_archive(archive_path(tmp_path, "flow", "v_a"))[1] == [b"frame"]
+
+
 @pytest.mark.parametrize(
     "error, reason",
     [

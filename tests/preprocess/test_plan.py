@@ -13,10 +13,12 @@ from click.testing import CliRunner
 
 from memdpc.cli import main
 from memdpc.common.errors import UserError
+from memdpc.common.wording import size_text
+from memdpc.preprocess import plan as plan_module
 from memdpc.preprocess.datasets import build_index
 from memdpc.preprocess.decode import DecodeSpec
 from memdpc.preprocess.flow.tvl1_params import TVL1Params
-from memdpc.preprocess.plan import plan_preprocess
+from memdpc.preprocess.plan import choose_flow, disk_estimate, plan_preprocess
 from memdpc.preprocess.run import PreprocessConfig, run_preprocess
 from memdpc.preprocess.video_index import read_index, write_index
 
@@ -37,7 +39,7 @@ def tree(root: Path) -> dict[Path, int]:
     return {p: p.stat().st_mtime_ns for p in root.rglob("*")} if root.exists() else {}
 
 
-def test_the_plan_writes_nothing_and_counts_what_the_run_then_does(messy_index, tmp_path):
+def test_the_plan_writes_nothing_and_counts_what_the_run_then_does(messy_index, tmp_path, monkeypatch):
     out = tmp_path / "frames"
     cfg = PreprocessConfig(
         out=str(out),
@@ -49,6 +51,10 @@ def test_the_plan_writes_nothing_and_counts_what_the_run_then_does(messy_index, 
     )
     records = read_index(messy_index)
     plan = plan_preprocess(records, cfg)
+    backend = choose_flow(cfg).backend
+    at_start = disk_estimate(records, cfg, backend)  # what the run compares with the free space at its start
+    monkeypatch.setattr(plan_module, "ESTIMATE_VIDEOS", 6)
+    sampled = disk_estimate(records, cfg, backend)  # from 6 of the 15 headers
     assert not out.exists()
     assert plan.videos == len(records) == 15 and plan.finished == 0 and plan.backend == "opencv"
     assert [Path(p).name for p, _ in plan.unreadable] == ["broken.avi"]  # cut.avi's header opens
@@ -74,6 +80,19 @@ def test_the_plan_writes_nothing_and_counts_what_the_run_then_does(messy_index, 
             1 - cut.frames * cut.pixels / sum(h.frames * h.pixels for h in plan.todo)
         )
         assert 0.5 < estimate / written[s] < 2, (s, estimate, written[s])
+    assert (at_start.videos, at_start.todo, at_start.low, at_start.high) == (
+        15,
+        15,
+        at_start.bytes,
+        at_start.bytes,
+    )
+    assert 0.5 < at_start.bytes / sum(written.values()) < 2 and at_start.warning() is None  # room enough here
+    assert (sampled.videos, sampled.todo) == (6, 15) and sampled.low < sampled.bytes < sampled.high
+    warning = replace(sampled, free=1000).warning()
+    assert warning.startswith(
+        f"this run's archives will take about {size_text(sampled.bytes)} in {out} (95 % "
+    )
+    assert "from the headers of 6 of the 15 videos" in warning and "only 1.0 kB is free there" in warning
     assert (
         math.isfinite(plan.wall_s)
         and 0 < plan.wall_s <= plan.work_s

@@ -1,5 +1,6 @@
 """preprocess/pool.py: worker processes that leave SIGINT to the parent from their start, and the per-video
-pool: entries and progress events from real spawned workers, and a stop that ends them within seconds."""
+pool: entries and progress events from real spawned workers, a stop that ends them within seconds, and a worker
+killed (twice) that takes nothing but its own video with it."""
 
 from __future__ import annotations
 
@@ -87,3 +88,45 @@ def test_leaving_early_cancels_the_queue_and_ends_the_workers(records, tmp_path)
     time.sleep(1.5)  # a worker still running would add archives meanwhile
     assert set((tmp_path / "flow").glob("[!.]*.tar")) == written and len(written) < len(records)
     assert read_archive(tmp_path / "flow" / f"{first['id']}.tar")[0]["num_frames"] == 29
+
+
+def test_a_video_whose_worker_dies_twice_fails_with_the_signal_and_the_other_videos_are_kept(
+    records, tmp_path
+):
+    """SIGKILL to the worker writing one video's archive (its temporary name holds the worker's process id), on
+    its first try and on its second, alone: that video is reported failed with the signal and a hint; the other
+    videos (one of them in the other worker at the first kill) are done once each, as an undisturbed pool does."""
+    three, target = records[:3], records[0].id
+    cfg = replace(config(tmp_path / "out"), tvl1=TVL1Params())  # the default TV-L1: seconds per video
+    killed: list[int] = []
+
+    def progress(kind, video, n):
+        held = list((tmp_path / "out" / "flow").glob(f".tmp-*-{target}.tar"))
+        if kind == "units" and video == target and held:
+            pid = int(held[0].name.split("-")[1])
+            if pid not in killed:
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+
+    entries = {e["id"]: e for e in pool_results(cfg, three, progress)}
+    assert len(killed) == 2 and sorted(entries) == sorted(r.id for r in three)
+    assert entries[target] == {
+        "id": target,
+        "path": records[0].path,
+        "status": "failed",
+        "reason": "its worker was killed by SIGKILL twice, the second time alone — out of memory? try fewer "
+        "--workers",
+        "streams": {},
+    }
+    reference = {
+        e["id"]: e for e in pool_results(replace(cfg, out=str(tmp_path / "ref")), three[1:], progress)
+    }
+    for rec in three[1:]:
+        assert entries[rec.id]["status"] == "done" and "retried" not in entries[rec.id]
+        assert (tmp_path / "out" / "flow" / f"{rec.id}.tar").read_bytes() == (
+            tmp_path / "ref" / "flow" / f"{rec.id}.tar"
+        ).read_bytes()
+    assert reference.keys() == {r.id for r in three[1:]}
+    assert sorted(p.name for p in (tmp_path / "out" / "flow").iterdir()) == sorted(
+        f"{r.id}.tar" for r in three[1:]
+    )

@@ -1,5 +1,6 @@
 """Preprocessing runs end to end: real videos, real OpenCV TV-L1, real process pools, Dask, reruns with
-other settings, SIGKILL, SIGINT and SIGTERM."""
+other settings, SIGKILL, SIGINT and SIGTERM; faults of a part of a run: a full disk (a real tmpfs), a worker
+killed, two runs on one folder at once."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import cv2
@@ -17,7 +19,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from memdpc.cli import main
+from memdpc.cli import EXIT_RESOURCE, main
 from memdpc.common.errors import UserError
 from memdpc.preprocess import run
 from memdpc.preprocess.archive import archive_path, read_archive
@@ -632,3 +634,128 @@ def test_ffmpeg_messages_go_to_the_report_not_the_terminal(bad_index, clips, tmp
     )
     index = tmp_path / "index.jsonl"
     assert f"next: memdpc shard {out} --index {index} --stream rgb --out shards" in res.stdout
+
+
+# ------------------------------------------------------------------------ faults of a part of a run
+def _two_workers(index: Path, out: Path) -> list[str]:
+    """A ``memdpc preprocess flow`` command of two worker processes (the arguments after ``memdpc``)."""
+    return ["preprocess", "flow", str(index), "--out", str(out), "--streams", "rgb,flow", "--size", "0"] + [
+        "--workers",
+        "2",
+        *FAST_FLAGS,
+    ]
+
+
+@pytest.fixture(scope="module")
+def undisturbed(index, tmp_path_factory) -> Path:
+    """The archives of an undisturbed run of :func:`_two_workers`, which the runs with faults must equal."""
+    out = tmp_path_factory.mktemp("undisturbed") / "out"
+    res = _cli(*_two_workers(index, out))
+    assert res.returncode == 0, res.stderr
+    return out
+
+
+def _assert_same_archives(out: Path, ref: Path) -> None:
+    """Every archive of ``ref`` in ``out``, byte for byte, and nothing else (no temporary archive)."""
+    names = sorted(p.relative_to(ref) for p in ref.rglob("*.tar"))
+    assert sorted(p.relative_to(out) for p in out.rglob("*.tar")) == names
+    for name in names:
+        assert (out / name).read_bytes() == (ref / name).read_bytes(), name
+
+
+@pytest.mark.slow
+def test_a_full_disk_stops_the_run_in_one_line_and_the_same_command_resumes_to_the_same_archives(
+    index, undisturbed, small_disk
+):
+    """The output on a real file system with 40 % of the space the run needs: the run warns at its start, stops
+    at the first write that does not fit (exit 74) with one line, keeps the finished archives and nothing
+    half-written; once space is freed, the same command finishes with the archives of an undisturbed run."""
+    need = sum(p.stat().st_size for p in undisturbed.rglob("*.tar"))
+    small_disk.resize(int(0.4 * need))
+    out = small_disk.path / "out"
+    stopped = _cli(*_two_workers(index, out))
+    assert stopped.returncode == EXIT_RESOURCE, stopped.stderr
+    assert "Traceback" not in stopped.stderr and "next:" not in stopped.stdout
+    warning = re.search(
+        r"warning: this run's archives will take about (\S+ \S*B) in .* only (\S+ \S*B)", stopped.stderr
+    )
+    assert warning, stopped.stderr
+    lines = [line for line in stopped.stderr.splitlines() if line.startswith("stopped:")]
+    report = out / "preprocess-report.json"
+    line = re.fullmatch(
+        rf"stopped: no space left on the file system of {re.escape(str(out))}/(rgb|flow), writing \S+\.tar "
+        rf"\(\d[\d.]* k?B free there now\); (\d) of 9 videos done, their archives kept; free space there, then "
+        rf"the same command resumes; report: {re.escape(str(report))}",
+        lines[0] if len(lines) == 1 else "",
+    )
+    assert line, stopped.stderr
+    assert not list(out.rglob(".tmp-*"))
+    recorded = json.loads(report.read_text())
+    assert recorded["stopped"].startswith("no space left") and recorded["summary"]["done"] == int(line[2]) < 9
+    for p in out.rglob("*.tar"):  # what is there is whole: the undisturbed run's bytes
+        assert p.read_bytes() == (undisturbed / p.relative_to(out)).read_bytes()
+
+    small_disk.resize(2 * need + (1 << 20))
+    resumed = _cli(*_two_workers(index, out))
+    assert resumed.returncode == 0, resumed.stderr
+    assert "stopped" not in json.loads(report.read_text())
+    _assert_same_archives(out, undisturbed)
+
+
+@pytest.mark.slow
+def test_a_worker_killed_mid_video_is_replaced_and_the_run_finishes_with_the_same_archives(
+    index, undisturbed, tmp_path
+):
+    """SIGKILL, as the out-of-memory killer sends it, to the worker writing the first temporary flow archive (its
+    name holds the worker's process id): the other worker goes on, a new one takes its place, the video is done
+    again once the others are, alone, and the archives are those of an undisturbed run."""
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        [MEMDPC, *_two_workers(index, out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not (held := list(out.glob("flow/.tmp-*.tar"))):
+            assert proc.poll() is None and time.monotonic() < deadline, "no worker ever wrote a flow archive"
+            time.sleep(0.01)
+        pid, video = re.fullmatch(r"\.tmp-(\d+)-(.+)\.tar", held[0].name).groups()
+        os.kill(int(pid), signal.SIGKILL)
+        mid_video = held[0].exists()  # else it was renamed just before: then the second try finds it done
+        _, err = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    report = json.loads((out / "preprocess-report.json").read_text())
+    assert report["summary"]["done"] + report["summary"]["skipped"] == 9 and not report["failures"]
+    retried = {v["id"]: v["retried"] for v in report["videos"] if "retried" in v}
+    if mid_video:
+        why = "its first worker was killed by SIGKILL — out of memory? try fewer --workers"
+        assert retried == {video: why}
+        assert f"note: {video}: {why}; done on a second try, alone" in err
+    _assert_same_archives(out, undisturbed)
+
+
+@pytest.mark.slow
+def test_two_runs_on_one_folder_at_once_write_the_archives_of_one(index, undisturbed, tmp_path):
+    """The same command twice, the second started while the first writes: the second leaves the first's
+    temporary archives alone (a live writer holds them), both finish, and the archives are those of one run."""
+    out = tmp_path / "out"
+    first = subprocess.Popen(
+        [MEMDPC, *_two_workers(index, out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    deadline = time.monotonic() + 120
+    while not list(out.glob("flow/.tmp-*.tar")) and first.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    second = subprocess.Popen(
+        [MEMDPC, *_two_workers(index, out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    for proc in (first, second):
+        _, err = proc.communicate(timeout=240)
+        assert proc.returncode == 0, err.decode()
+    assert not json.loads((out / "preprocess-report.json").read_text())["failures"]
+    _assert_same_archives(out, undisturbed)

@@ -13,6 +13,7 @@ import re
 import resource
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -24,7 +25,7 @@ import torch
 import yaml
 from click.testing import CliRunner
 
-from memdpc.cli import main
+from memdpc.cli import EXIT_RESOURCE, main
 from memdpc.common.distenv import DistEnv
 from memdpc.common.errors import UserError
 from memdpc.model import create_model
@@ -363,6 +364,97 @@ def test_sigkill_mid_epoch_and_resume_give_bit_identical_weights(train_shards, t
     # the metrics of the resumed run continue without duplicates
     steps = [r["step"] for r in records(tmp_path / "killed", "train")]
     assert steps == list(range(1, 19))
+
+
+@pytest.mark.slow
+def test_a_loader_worker_killed_mid_epoch_stops_the_run_with_a_checkpoint_that_resumes_bit_identically(
+    train_shards, tmp_path
+):
+    """SIGKILL, as the out-of-memory killer sends it, to the DataLoader worker once step 2 is logged: the run
+    stops between two steps with one line naming the worker, the signal and a hint (exit 74), keeps last.pt
+    there, and the same command resumes to the weights of an undisturbed run."""
+    args = [
+        *TINY,
+        "--shards",
+        str(train_shards),
+        "--epochs",
+        "2",
+        "--batch-size",
+        "2",
+        "--workers",
+        "1",
+        "--val-split",
+        "none",
+    ]
+    whole = start(train_cmd(*args, "--out", str(tmp_path / "whole")), tmp_path / "whole.log")
+    out = tmp_path / "run"
+    proc = start(train_cmd(*args, "--out", str(out)), tmp_path / "run.log")
+    deadline = time.monotonic() + 240
+    while train_steps(out) < 2 or not (workers := children(proc.pid)):
+        assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "run.log").read_text()
+        time.sleep(0.005)
+    os.kill(int(workers[0]), signal.SIGKILL)
+    assert proc.wait(timeout=120) == EXIT_RESOURCE, (tmp_path / "run.log").read_text()
+    log = (tmp_path / "run.log").read_text()
+    last = out / "checkpoints" / "last.pt"
+    kept = read_checkpoint(last)
+    assert kept["epoch"] == 0 and 2 <= kept["step"] == kept["epoch_step"] < 9, log
+    assert (
+        f"stopped: a data loader worker (pid {workers[0]}) was killed by SIGKILL — out of memory? try fewer "
+        f"--workers; kept {last} (epoch 0, step {kept['step']}); the same command resumes" in log
+    )
+    assert "Traceback" not in log
+    resumed = subprocess.run(
+        train_cmd(*args, "--out", str(out)), env=subprocess_env(), capture_output=True, text=True, timeout=240
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    assert whole.wait(timeout=240) == 0, (tmp_path / "whole.log").read_text()
+    assert_same_training(tmp_path / "whole", out)
+    assert [r["step"] for r in records(out, "train")] == list(range(1, 19))
+
+
+@pytest.mark.slow
+def test_a_second_train_on_a_live_runs_folder_is_refused_and_a_killed_runs_lock_is_taken_over(
+    train_shards, tmp_path
+):
+    """Two `memdpc train` processes on one run folder: the second is refused in one line naming the first's
+    process and host (exit 2) before it reads anything; once the first is killed, the same command takes its lock
+    over and resumes."""
+    args = [*TINY, "--shards", str(train_shards), "--batch-size", "2", "--ckpt-every-steps", "2"]
+    args += ["--val-split", "none", "--epochs", "1000", "--out", str(tmp_path / "run")]
+    out, host = tmp_path / "run", socket.gethostname()
+    first = start(train_cmd(*args), tmp_path / "first.log")  # trains until it is killed
+    try:
+        deadline = time.monotonic() + 240
+        while not (out / "checkpoints" / "last.pt").exists():
+            assert first.poll() is None and time.monotonic() < deadline, (tmp_path / "first.log").read_text()
+            time.sleep(0.01)
+        second = subprocess.run(
+            train_cmd(*args), env=subprocess_env(), capture_output=True, text=True, timeout=240
+        )
+        assert first.poll() is None, "the first run should still be training"
+    finally:
+        first.kill()
+        first.wait()
+    assert second.returncode == 2 and "Traceback" not in second.stderr
+    assert (
+        f"Error: {out}: another training run is writing there (process {first.pid} on {host}, since "
+        in second.stderr
+    ), second.stderr
+    assert "resuming" not in second.stderr  # refused before it read anything of the run
+    step = read_checkpoint(out / "checkpoints" / "last.pt")["step"]
+    third = subprocess.run(
+        train_cmd(*args, "--max-steps", str(step + 2)),
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert third.returncode == 0, third.stderr
+    assert f"note: took over {out / 'train.lock'} from process {first.pid} on {host}" in third.stderr
+    assert (
+        f"resuming {out / 'checkpoints' / 'last.pt'}" in third.stderr and f"{step + 2} steps" in third.stderr
+    )
 
 
 @pytest.mark.slow
@@ -1172,22 +1264,74 @@ def test_full_disk_while_saving_keeps_the_previous_checkpoint(
     run = tmp_path / "run"
     shutil.copytree(learned_run, run)
     last = run / "checkpoints" / "last.pt"
-    before = last.read_bytes()
+    before = {p.name: p.read_bytes() for p in last.parent.iterdir()}
     old_limit = resource.getrlimit(resource.RLIMIT_FSIZE)
     old_handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-    resource.setrlimit(resource.RLIMIT_FSIZE, (len(before) // 2, old_limit[1]))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (len(before["last.pt"]) // 2, old_limit[1]))
     try:
         res = cli(*TINY, *LEARNED, "--shards", str(train_shards), "--out", str(run), "--epochs", "5")
     finally:
         resource.setrlimit(resource.RLIMIT_FSIZE, old_limit)
         signal.signal(signal.SIGXFSZ, old_handler)
-    assert res.exit_code == 2
-    assert (
-        f"{last}: could not write the checkpoint (File too large); the previous last.pt is unchanged"
-        in res.output
+    assert res.exit_code == EXIT_RESOURCE, res.output
+    assert re.search(
+        rf"stopped: file-size limit reached in {re.escape(str(last.parent))}, writing (best|last)\.pt "
+        r"\([^)]* free there now\); "
+        rf"kept {re.escape(str(last))} \(epoch 4, step \d+\); raise the limit \(ulimit -f\), then the same "
+        "command resumes",
+        res.output,
+    ), res.output
+    assert {p.name: p.read_bytes() for p in last.parent.iterdir()} == before  # no temporary left either
+
+
+@pytest.mark.slow
+def test_a_full_disk_stops_the_run_in_one_line_and_the_resume_is_bit_identical(
+    train_shards, small_disk, tmp_path
+):
+    """The run folder on a real file system with room for one and a half checkpoints: the second save does not
+    fit, the run stops with one line (exit 74) keeping the first checkpoint whole; once space is freed the same
+    command resumes from it and ends as an undisturbed run does, bit for bit."""
+    args = [
+        *TINY,
+        "--shards",
+        str(train_shards),
+        "--epochs",
+        "2",
+        "--batch-size",
+        "2",
+        "--ckpt-every-steps",
+        "2",
+        "--val-split",
+        "none",
+    ]
+    whole = start(train_cmd(*args, "--out", str(tmp_path / "whole")), tmp_path / "whole.log")
+    assert whole.wait(timeout=240) == 0, (tmp_path / "whole.log").read_text()
+    checkpoint = (tmp_path / "whole" / "checkpoints" / "last.pt").stat().st_size
+    rest = sum(p.stat().st_size for p in (tmp_path / "whole").rglob("*") if p.parent.name != "checkpoints")
+    small_disk.resize(int(1.5 * checkpoint) + rest)
+    out = small_disk.path / "run"
+    last = out / "checkpoints" / "last.pt"
+    stopped = subprocess.run(
+        train_cmd(*args, "--out", str(out)), env=subprocess_env(), capture_output=True, text=True, timeout=240
     )
-    assert last.read_bytes() == before
-    assert sorted(p.name for p in last.parent.iterdir()) == ["best.pt", "last.pt"]
+    assert stopped.returncode == EXIT_RESOURCE, stopped.stderr
+    lines = [line for line in stopped.stderr.splitlines() if line.startswith("stopped:")]
+    assert len(lines) == 1 and re.fullmatch(
+        rf"stopped: no space left on the file system of {re.escape(str(last.parent))}, writing last\.pt "
+        rf"\(\d[\d.]* [kM]?B free there now\); kept {re.escape(str(last))} \(epoch 0, step 2\); free space "
+        "there, then the same command resumes",
+        lines[0],
+    ), stopped.stderr
+    assert "Traceback" not in stopped.stderr
+    assert [p.name for p in last.parent.iterdir()] == ["last.pt"] and read_checkpoint(last)["step"] == 2
+    small_disk.resize(4 * checkpoint + 2 * rest)
+    resumed = subprocess.run(
+        train_cmd(*args, "--out", str(out)), env=subprocess_env(), capture_output=True, text=True, timeout=240
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"resuming {last} at epoch 0, step 2" in resumed.stderr
+    assert_same_training(tmp_path / "whole", out)
+    assert [r["step"] for r in records(out, "train")] == list(range(1, 19))
 
 
 @pytest.mark.gpu

@@ -1,11 +1,15 @@
 """train/prepare.py: the checks before training starts, on real shards (``train_shards``: rgb, 5×3 clips)
 and real run directories: which manifests are used, wrong-stream or wrong-geometry shards, a missing
-validation split, a run directory of another config, the checkpoint a run resumes from, and the warnings
-about a validation split that measures little."""
+validation split, a run directory of another config, the checkpoint a run resumes from, the warnings
+about a validation split that measures little, and the run directory's lock (real processes)."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -19,6 +23,7 @@ from memdpc.train.prepare import (
     check_run_dir,
     check_shards,
     clear_run,
+    hold_run_dir,
     resolve_val_split,
     val_split_warnings,
     videos_by_class,
@@ -229,3 +234,50 @@ def test_a_missing_shard_index_is_named_before_training(val_shards, tmp_path):
     (shards / "rgb" / "val-000000.idx").unlink()
     with pytest.raises(UserError, match=r"val-000000\.idx: missing; shard that split again$"):
         val_split_warnings(_config(shards, val_split="val"))
+
+
+def test_a_run_directory_held_by_a_live_run_is_refused_naming_its_process_and_host(tmp_path):
+    held = hold_run_dir(_config("", tmp_path / "run"))
+    try:
+        with pytest.raises(UserError) as refused:
+            hold_run_dir(_config("", tmp_path / "run"))
+    finally:
+        held.release()
+    assert str(refused.value).startswith(
+        f"{tmp_path / 'run'}: another training run is writing there (process {os.getpid()} on "
+        f"{socket.gethostname()}, since "
+    )
+    assert str(refused.value).endswith("); wait for it to end, or give another --out")
+    again = hold_run_dir(_config("", tmp_path / "run"))  # let go of: free, and nobody to name
+    assert again.took_over is None and again.note is None
+    again.release()
+
+
+def test_a_lock_left_by_a_killed_run_is_taken_over(tmp_path):
+    code = (
+        "import os, signal, sys; from memdpc.train.config import TrainConfig; "
+        "from memdpc.train.prepare import hold_run_dir; "
+        "hold_run_dir(TrainConfig(out=sys.argv[1])); print(os.getpid(), flush=True); "
+        "os.kill(os.getpid(), signal.SIGKILL)"
+    )
+    killed = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "run")], capture_output=True, text=True
+    )
+    assert killed.returncode == -9, killed.stderr
+    lock = hold_run_dir(_config("", tmp_path / "run"))
+    try:
+        assert lock.took_over.startswith(f"process {killed.stdout.strip()} on {socket.gethostname()}, since ")
+        assert (
+            lock.note == f"took over {lock.path} from {lock.took_over}, which ended without letting go of it"
+        )
+    finally:
+        lock.release()
+
+
+def test_a_run_directory_made_only_for_the_lock_goes_with_it(tmp_path):
+    """A run refused after taking the lock (its shards missing, say) leaves no folder behind."""
+    hold_run_dir(_config("", tmp_path / "new" / "run")).release()
+    assert list((tmp_path / "new").iterdir()) == []
+    (tmp_path / "kept").mkdir()
+    hold_run_dir(_config("", tmp_path / "kept")).release()
+    assert [p.name for p in (tmp_path / "kept").iterdir()] == ["train.lock"]  # a folder it did not make

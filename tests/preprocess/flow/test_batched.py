@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import torch
 
-from memdpc.common.errors import UserError
+from memdpc.common.errors import ResourceFault, UserError
 from memdpc.preprocess.archive import archive_path, read_archive
 from memdpc.preprocess.datasets import build_index
 from memdpc.preprocess.decode import DecodeSpec
@@ -412,6 +412,35 @@ def test_one_process_per_device_and_the_entries_merged(records, reference, tmp_p
     assert all(e["status"] == "done" for e in entries)
     assert tars(tmp_path) == tars(reference)
     assert threads == {threading.get_ident()} and sum(n for k, _, n in events if k == "units") == sum(PAIRS)
+
+
+def test_a_full_disk_stops_the_batched_run_with_whole_archives_and_the_rerun_completes_them(
+    records, reference, small_disk
+):
+    """The archives on a real file system with 40 % of their space: the fault of the output stops the batched
+    stage and the run, the videos in flight removed; what is there is whole, and once space is freed the same
+    run writes the rest as the per-video path writes them."""
+    need = sum(map(len, tars(reference).values()))
+    small_disk.resize(int(0.4 * need))
+    cfg = config(small_disk.path / "out", threads=1)
+    with pytest.raises(ResourceFault, match=r"no space left on the file system of .*/(rgb|flow), writing "):
+        run_preprocess(records, cfg, progress=False)
+    kept = tars(small_disk.path / "out")
+    assert all(data == tars(reference)[name] for name, data in kept.items())  # no temporary archive either
+    small_disk.resize(2 * need + (1 << 20))
+    assert run_preprocess(records, cfg, progress=False)["summary"]["done"] == len(records) - len(kept) // 2
+    assert tars(small_disk.path / "out") == tars(reference)
+
+
+def test_a_device_process_sends_its_fault_of_the_output_to_the_run(records, reference, small_disk):
+    """Two device processes (both on the CPU here): the one that meets the full disk sends the fault itself, not
+    a text of it, so the run stops as for a full disk in its own process."""
+    small_disk.resize(int(0.4 * sum(map(len, tars(reference).values()))))
+    with pytest.raises(
+        ResourceFault, match=r"no space left on the file system of .*/(rgb|flow), writing "
+    ) as e:
+        list(run_batched(config(small_disk.path / "out", threads=1), records, ["cpu", "cpu"]))
+    assert e.value.disk and e.value.remedy == "free space there"
 
 
 def test_an_unexpected_error_stops_the_run_cleanly(records, tmp_path):
