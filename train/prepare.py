@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import socket
+import time
 from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
@@ -212,6 +213,8 @@ def check_run_dir(config: TrainConfig, overwrite: bool = False) -> Path | None:
 
 
 LOCK_NAME = "train.lock"  # in the run directory: held by the run that trains there
+ORPHANS_WAIT = 30.0  # seconds: how long the loader workers of a killed run may keep its lock (they check for
+# their parent every 5 s)
 
 
 class RunLock:
@@ -240,18 +243,54 @@ class RunLock:
                 self.path.parent.rmdir()
 
 
-def _holder(text: str) -> str | None:
-    """``process 123 on host, since 2024-…``: who a lock file's text says holds it (None: nobody)."""
+def _who(text: str) -> dict[str, Any] | None:
+    """The ``pid``, ``host`` and ``started`` a lock file's text records (None: nobody)."""
     try:
         who = json.loads(text)
-        return f"process {who['pid']} on {who['host']}, since {who['started']}"
-    except (ValueError, KeyError, TypeError):
+        return who if {"pid", "host", "started"} <= set(who) else None
+    except (ValueError, TypeError):
         return None
+
+
+def _holder(who: dict[str, Any] | None) -> str | None:
+    """``process 123 on host, since 2024-…``: who holds a lock, in words (None: nobody)."""
+    return f"process {who['pid']} on {who['host']}, since {who['started']}" if who else None
+
+
+def _ended(who: dict[str, Any] | None) -> bool:
+    """Whether the recorded holder was a process of this host that has ended."""
+    if not who or who["host"] != socket.gethostname():
+        return False
+    try:
+        os.kill(int(who["pid"]), 0)
+    except ProcessLookupError:
+        return True
+    except (OSError, ValueError):
+        return False
+    return False
+
+
+def _lock_after_orphans(file, who: dict[str, Any] | None) -> bool:
+    """Take the lock a run that has ended still holds through its forked loader workers (they share its
+    ``flock``, and outlive a killed run by the few seconds they take to see their parent gone); False when it is
+    not such a lock or they keep it past :data:`ORPHANS_WAIT`."""
+    if not _ended(who):
+        return False
+    deadline = time.monotonic() + ORPHANS_WAIT
+    while time.monotonic() < deadline:
+        time.sleep(0.2)
+        try:
+            fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            continue
+    return False
 
 
 def hold_run_dir(config: TrainConfig) -> RunLock:
     """Take the lock of ``config.out`` (creating the folder): one writer per run folder. UserError naming the
-    process and host of a live run that holds it; a lock that a killed run left is taken over (``took_over``).
+    process and host of a live run that holds it; a lock that a killed run left is taken over (``took_over``),
+    once the loader workers it forked, which share its lock, have ended too.
     On a file system without locks the run goes on, with a ``note`` saying so."""
     run_dir = Path(config.out)
     created = not run_dir.exists()
@@ -262,18 +301,23 @@ def hold_run_dir(config: TrainConfig) -> RunLock:
     try:
         fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        holder = _holder(file.read()) or "a process that has not said which yet"
-        file.close()
-        raise UserError(
-            f"{run_dir}: another training run is writing there ({holder}); wait for it to end, or give "
-            "another --out"
-        ) from None
+        who = _who(file.read())
+        if not _lock_after_orphans(file, who):
+            file.close()
+            held = _holder(who) or "a process that has not said which yet"
+            if _ended(who):
+                held += ", ended, but processes it started still hold the lock"
+            raise UserError(
+                f"{run_dir}: another training run is writing there ({held}); wait for it to end, or give "
+                "another --out"
+            ) from None
+        file.seek(0)
     except OSError as e:  # ENOLCK, EOPNOTSUPP: a file system without locks
         note = (
             f"{path}: no lock on this file system ({e.strerror}): nothing keeps a second run out of {run_dir}"
         )
         return RunLock(path, file, created, None, note)
-    took_over = _holder(file.read())
+    took_over = _holder(_who(file.read()))
     with output_faults(path):
         file.seek(0)
         file.truncate()

@@ -257,7 +257,7 @@ def test_a_lock_left_by_a_killed_run_is_taken_over(tmp_path):
     code = (
         "import os, signal, sys; from memdpc.train.config import TrainConfig; "
         "from memdpc.train.prepare import hold_run_dir; "
-        "hold_run_dir(TrainConfig(out=sys.argv[1])); print(os.getpid(), flush=True); "
+        "lock = hold_run_dir(TrainConfig(out=sys.argv[1])); print(os.getpid(), flush=True); "
         "os.kill(os.getpid(), signal.SIGKILL)"
     )
     killed = subprocess.run(
@@ -270,6 +270,27 @@ def test_a_lock_left_by_a_killed_run_is_taken_over(tmp_path):
         assert (
             lock.note == f"took over {lock.path} from {lock.took_over}, which ended without letting go of it"
         )
+    finally:
+        lock.release()
+
+
+def test_a_killed_runs_lock_its_forked_workers_still_hold_is_taken_over_once_they_end(tmp_path):
+    """A run SIGKILLed while its loader workers live: they share its flock until they see their parent gone
+    (here: a forked child that keeps it 2 s); the next run waits for them instead of refusing a dead process."""
+    code = (
+        "import os, signal, sys, time; from memdpc.train.config import TrainConfig; "
+        "from memdpc.train.prepare import hold_run_dir; "
+        "lock = hold_run_dir(TrainConfig(out=sys.argv[1]))\n"
+        "if os.fork() == 0:\n    os.close(1); os.close(2); time.sleep(2); os._exit(0)\n"
+        "print(os.getpid(), flush=True); os.kill(os.getpid(), signal.SIGKILL)"
+    )
+    killed = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "run")], capture_output=True, text=True
+    )
+    assert killed.returncode == -9, killed.stderr
+    lock = hold_run_dir(_config("", tmp_path / "run"))
+    try:
+        assert lock.took_over.startswith(f"process {killed.stdout.strip()} on {socket.gethostname()}, since ")
     finally:
         lock.release()
 
