@@ -1,7 +1,9 @@
-"""The main job end to end (reduced): every stage runs for real and the summary table is complete."""
+"""The main job end to end: every stage runs for real, the summary table is complete, and the default run prints
+the tables README shows; the tiny profile on the torch loader and on the held-out family."""
 
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,11 +15,18 @@ from memdpc.common.streams import STREAMS
 from memdpc.quickstart import BELOW_INIT, COLUMNS, COMPARED, MODEL_NAMES, VERDICTS
 
 MEMDPC = str(Path(sys.executable).parent / "memdpc")
+README = Path(__file__).resolve().parents[1] / "README.md"
+MD_START, MD_END = "<!-- quickstart.md -->", "<!-- /quickstart.md -->"  # around README's copy of it
 
 
 def _run(out: Path, *args: str) -> subprocess.CompletedProcess:
+    """The quickstart on torch's two threads of README's 2-core machine (another count sums in another order);
+    threads that wait for work sleep rather than spin, which changes no sum and lets the tests beside it run."""
     return subprocess.run(
-        [MEMDPC, "quickstart", "--tiny", "--out", str(out), *args], capture_output=True, text=True
+        [MEMDPC, "quickstart", "--out", str(out), *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "2", "OMP_WAIT_POLICY": "PASSIVE"},
     )
 
 
@@ -77,12 +86,21 @@ def _check_table(out: Path) -> list[dict]:
     return rows
 
 
+def readme_quickstart_md() -> str:
+    """The ``quickstart.md`` README shows as the default run's output (between its two markers)."""
+    text = README.read_text()
+    return text[text.index(MD_START) + len(MD_START) : text.index(MD_END)].strip()
+
+
 @pytest.mark.slow
-def test_tiny_quickstart_writes_complete_table(tmp_path):
+def test_the_default_quickstart_prints_readmes_tables(tmp_path):
+    """README's first command's job, run as a fresh clone runs it: every stage, a complete table, and the very
+    tables README shows (a change that moves a figure updates README in the same commit)."""
     out = tmp_path / "qs"
-    res = _run(out, "--workers", "1")
+    res = _run(out)
     assert res.returncode == 0, res.stderr[-3000:]
-    rows = _check_table(out)
+    _check_table(out)
+    assert (out / "quickstart.md").read_text().strip() == readme_quickstart_md()
     # each stage left its real output behind
     assert (out / "shards" / "flow" / "manifest-train.json").is_file()
     assert (out / "runs" / "rgb" / "checkpoints" / "last.pt").is_file()
@@ -90,7 +108,7 @@ def test_tiny_quickstart_writes_complete_table(tmp_path):
     # videos' small motions), RGB longer, as README says
     config = {s: yaml.safe_load((out / "runs" / s / "config.yaml").read_text()) for s in STREAMS}
     assert config["flow"]["jitter_flow"] is False
-    assert (config["rgb"]["epochs"], config["flow"]["epochs"]) == (3, 2)
+    assert config["rgb"]["epochs"] > config["flow"]["epochs"]
     # the kNN monitor reads held-out training videos (not the test split) from the initial weights on, and
     # chooses the checkpoint the evaluation reads
     index = [json.loads(line) for line in (out / "index.jsonl").read_text().splitlines()]
@@ -101,32 +119,34 @@ def test_tiny_quickstart_writes_complete_table(tmp_path):
         assert [r["step"] for r in knn if r["kind"] == "knn"][0] == 0
     evaluated = json.loads((out / "eval" / "memdpc-flow" / "retrieval-flow.json").read_text())
     assert evaluated["config"]["checkpoint"].endswith("runs/flow/checkpoints/best.pt"), evaluated["config"]
-    # a re-run resumes: nothing is redone and the table is the same
-    again = _run(out, "--workers", "1")
-    assert again.returncode == 0, again.stderr[-3000:]
-    assert json.loads((out / "quickstart.json").read_text()) == rows
 
 
 @pytest.mark.slow
 def test_tiny_quickstart_runs_on_the_torch_loader_with_several_workers(tmp_path):
     """Where DALI is missing the torch loader gives each worker whole shards: the quickstart writes enough."""
     out = tmp_path / "qs"
-    res = _run(out, "--workers", "2", "--backend", "torch")
+    res = _run(out, "--tiny", "--workers", "2", "--backend", "torch")
     assert res.returncode == 0, res.stderr[-3000:]
-    _check_table(out)
+    rows = _check_table(out)
     manifest = json.loads((out / "shards" / "rgb" / "manifest-test.json").read_text())
     assert len(manifest["shards"]) >= 2
+    # a re-run resumes: nothing is trained again and the table is the same
+    metrics = {s: (out / "runs" / s / "metrics.jsonl").read_text() for s in STREAMS}
+    again = _run(out, "--tiny", "--workers", "2", "--backend", "torch")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert json.loads((out / "quickstart.json").read_text()) == rows
+    assert {s: (out / "runs" / s / "metrics.jsonl").read_text() for s in STREAMS} == metrics
 
 
 @pytest.mark.slow
 def test_tiny_quickstart_on_the_held_out_photos_and_a_rerun_that_asks_for_other_data(tmp_path):
     out = tmp_path / "qs"
-    res = _run(out, "--workers", "1", "--data", "photos")
+    res = _run(out, "--tiny", "--workers", "1", "--data", "photos")
     assert res.returncode == 0, res.stderr[-3000:]
     _check_table(out)
     index = [json.loads(line) for line in (out / "index.jsonl").read_text().splitlines()]
     assert {v["label_name"] for v in index} == {"CameraPan", "CameraZoom", "CameraRoll"}
-    again = _run(out, "--workers", "1")  # the synthetic family into the photos run's folder
+    again = _run(out, "--tiny", "--workers", "1")  # the synthetic family into the photos run's folder
     assert again.returncode == 2
     assert again.stderr.strip().splitlines()[-1] == (
         f"Error: {out}: holds a quickstart run of --data photos --seed 0 --tiny, not --data synthetic --seed 0 "
