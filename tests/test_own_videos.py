@@ -34,9 +34,11 @@ def with_settings(block: str, **settings: str) -> str:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("backend", ["dali", "torch"])
-def test_readme_own_videos_block_runs_on_a_messy_folder_to_the_fused_tables(messy_folder, tmp_path, backend):
+def test_readme_own_videos_block_runs_on_a_messy_folder_to_the_fused_tables(messy_folder, tmp_path):
+    """README's block on the DALI loader, which ``BACKEND=auto`` takes where it is installed (the torch loader on
+    frames of mixed sizes: tests/pipeline/test_loader.py; its whole chain: the tiny quickstart's test)."""
     work = tmp_path / "work"
+    backend = "dali"
     script = with_settings(
         readme_block("ci:own-videos"), VIDEOS=str(messy_folder), WORK=str(work), BACKEND=backend
     )
