@@ -23,12 +23,6 @@ if not torch.cuda.is_available():  # before anything imports Triton: its kernels
 
 
 def pytest_collection_modifyitems(config, items):
-    """Files holding slow tests first, the whole-chain ones at the top of tests/ before the rest, each file's
-    tests together and in order: pytest-xdist hands whole files to its workers in this order, so the longest
-    start early and no worker is left alone with one at the end. GPU tests skipped, saying why, where there is
-    no CUDA device."""
-    slow = {item.path for item in items if "slow" in item.keywords}
-    items.sort(key=lambda item: (item.path not in slow, len(item.path.parts)))  # stable: in a file, its order
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA device; none is available on this machine")
