@@ -270,12 +270,10 @@ def _ended(who: dict[str, Any] | None) -> bool:
     return False
 
 
-def _lock_after_orphans(file, who: dict[str, Any] | None) -> bool:
+def _lock_after_orphans(file) -> bool:
     """Take the lock a run that has ended still holds through its forked loader workers (they share its
-    ``flock``, and outlive a killed run by the few seconds they take to see their parent gone); False when it is
-    not such a lock or they keep it past :data:`ORPHANS_WAIT`."""
-    if not _ended(who):
-        return False
+    ``flock``, and outlive a killed run by the few seconds they take to see their parent gone); False when they
+    keep it past :data:`ORPHANS_WAIT`."""
     deadline = time.monotonic() + ORPHANS_WAIT
     while time.monotonic() < deadline:
         time.sleep(0.2)
@@ -302,10 +300,11 @@ def hold_run_dir(config: TrainConfig) -> RunLock:
         fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         who = _who(file.read())
-        if not _lock_after_orphans(file, who):
+        ended = _ended(who)
+        if not (ended and _lock_after_orphans(file)):
             file.close()
             held = _holder(who) or "a process that has not said which yet"
-            if _ended(who):
+            if ended:
                 held += ", ended, but processes it started still hold the lock"
             raise UserError(
                 f"{run_dir}: another training run is writing there ({held}); wait for it to end, or give "

@@ -253,20 +253,25 @@ def test_a_run_directory_held_by_a_live_run_is_refused_naming_its_process_and_ho
     again.release()
 
 
-def test_a_lock_left_by_a_killed_run_is_taken_over(tmp_path):
+def _killed_holding_the_lock(run: Path, then: str = "") -> str:
+    """The process id of a process SIGKILLed while it holds ``run``'s lock, after running ``then`` (Python
+    lines)."""
     code = (
-        "import os, signal, sys; from memdpc.train.config import TrainConfig; "
-        "from memdpc.train.prepare import hold_run_dir; "
-        "lock = hold_run_dir(TrainConfig(out=sys.argv[1])); print(os.getpid(), flush=True); "
-        "os.kill(os.getpid(), signal.SIGKILL)"
+        "import os, signal, sys, time; from memdpc.train.config import TrainConfig; "
+        "from memdpc.train.prepare import hold_run_dir\n"
+        f"lock = hold_run_dir(TrainConfig(out=sys.argv[1]))\n{then}"
+        "print(os.getpid(), flush=True); os.kill(os.getpid(), signal.SIGKILL)"
     )
-    killed = subprocess.run(
-        [sys.executable, "-c", code, str(tmp_path / "run")], capture_output=True, text=True
-    )
+    killed = subprocess.run([sys.executable, "-c", code, str(run)], capture_output=True, text=True)
     assert killed.returncode == -9, killed.stderr
+    return killed.stdout.strip()
+
+
+def test_a_lock_left_by_a_killed_run_is_taken_over(tmp_path):
+    pid = _killed_holding_the_lock(tmp_path / "run")
     lock = hold_run_dir(_config("", tmp_path / "run"))
     try:
-        assert lock.took_over.startswith(f"process {killed.stdout.strip()} on {socket.gethostname()}, since ")
+        assert lock.took_over.startswith(f"process {pid} on {socket.gethostname()}, since ")
         assert (
             lock.note == f"took over {lock.path} from {lock.took_over}, which ended without letting go of it"
         )
@@ -277,20 +282,11 @@ def test_a_lock_left_by_a_killed_run_is_taken_over(tmp_path):
 def test_a_killed_runs_lock_its_forked_workers_still_hold_is_taken_over_once_they_end(tmp_path):
     """A run SIGKILLed while its loader workers live: they share its flock until they see their parent gone
     (here: a forked child that keeps it 2 s); the next run waits for them instead of refusing a dead process."""
-    code = (
-        "import os, signal, sys, time; from memdpc.train.config import TrainConfig; "
-        "from memdpc.train.prepare import hold_run_dir; "
-        "lock = hold_run_dir(TrainConfig(out=sys.argv[1]))\n"
-        "if os.fork() == 0:\n    os.close(1); os.close(2); time.sleep(2); os._exit(0)\n"
-        "print(os.getpid(), flush=True); os.kill(os.getpid(), signal.SIGKILL)"
-    )
-    killed = subprocess.run(
-        [sys.executable, "-c", code, str(tmp_path / "run")], capture_output=True, text=True
-    )
-    assert killed.returncode == -9, killed.stderr
+    child = "if os.fork() == 0:\n    os.close(1); os.close(2); time.sleep(2); os._exit(0)\n"
+    pid = _killed_holding_the_lock(tmp_path / "run", then=child)
     lock = hold_run_dir(_config("", tmp_path / "run"))
     try:
-        assert lock.took_over.startswith(f"process {killed.stdout.strip()} on {socket.gethostname()}, since ")
+        assert lock.took_over.startswith(f"process {pid} on {socket.gethostname()}, since ")
     finally:
         lock.release()
 
