@@ -3,10 +3,12 @@ and the JPEG frame archives the pipeline, train and eval tests build from render
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import cv2
@@ -156,15 +158,33 @@ def run_memdpc(*args: str, cwd: Path | None = None, timeout: float = 300) -> sub
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd)
 
 
-@pytest.fixture(scope="session")
-def tiny_quickstart(tmp_path_factory) -> Path:
-    """The folder of a real ``memdpc quickstart --tiny`` (one worker): data, frames, shards, runs, eval, the table
-    and the page it ends with (``report/index.html``), whose path it printed."""
-    out = tmp_path_factory.mktemp("quickstart") / "qs"
+def built_once(tmp_path_factory, name: str, build: Callable[[Path], None]) -> Path:
+    """The folder ``name`` made by ``build(folder)`` once for the whole test run: the first pytest-xdist worker
+    to ask builds it while the others wait on a lock, then every test reads it (none writes into it)."""
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # the run's folder, which its workers share
+    folder, done = base / name, base / f"{name}.done"
+    with open(base / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            build(folder)
+            done.touch()
+    return folder
+
+
+def _tiny_quickstart(out: Path) -> None:
     res = run_memdpc("quickstart", "--tiny", "--workers", "1", "--out", out, timeout=900)
     assert res.returncode == 0, res.stderr[-3000:]
     assert f"report: {out / 'report' / 'index.html'}" in res.stderr
-    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_quickstart(tmp_path_factory) -> Path:
+    """The folder of a real ``memdpc quickstart --tiny`` (one worker): data, frames, shards, runs, eval, the table
+    and the page it ends with (``report/index.html``), whose path it printed; one for the whole run."""
+    return built_once(tmp_path_factory, "tiny_quickstart", _tiny_quickstart)
 
 
 @pytest.fixture(scope="session")

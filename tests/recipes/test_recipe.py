@@ -345,7 +345,9 @@ def test_the_recipes_ship_in_the_wheel(tmp_path):
     pytest.importorskip("setuptools", reason="builds the wheel without build isolation (offline)")
     source = tmp_path / "source"
     shutil.copytree(
-        ROOT, source, ignore=shutil.ignore_patterns(".git", "build", "*.egg-info", "__pycache__", ".*cache")
+        ROOT,
+        source,
+        ignore=shutil.ignore_patterns(".*", "build", "*.egg-info", "__pycache__", "test-artifacts"),
     )
     subprocess.run(
         [
