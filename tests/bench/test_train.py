@@ -17,6 +17,8 @@ from bench.step_profile import KINDS
 from memdpc.model.parts import PARTS
 
 ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow  # the benchmark itself, end to end, in fresh processes
+
 TINY = [
     "--device",
     "cpu",

@@ -41,6 +41,7 @@ def stride_one_shards(mixed_size_frames, tmp_path_factory) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_bench_loader_on_stride_one_shards_of_mixed_frame_sizes(stride_one_shards, tmp_path):
     out = tmp_path / "loader.json"
     res = run_memdpc(

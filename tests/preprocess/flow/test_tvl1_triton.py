@@ -43,6 +43,7 @@ def _both(prev, nxt, params):
     return tvl1_triton.tvl1_flow(prev, nxt, params).cpu(), tvl1_torch.tvl1_flow(prev, nxt, params).cpu()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(DEVICE != "cpu", reason="the bit-for-bit check is for the interpreter on the CPU")
 @pytest.mark.parametrize("median", [5, 3])
 def test_kernels_equal_the_torch_port_on_the_cpu(pairs, median):
@@ -55,6 +56,7 @@ def test_kernels_equal_the_torch_port_on_the_cpu(pairs, median):
     torch.testing.assert_close(ours, ref, atol=1e-5, rtol=0)
 
 
+@pytest.mark.slow
 def test_a_pairs_flow_does_not_depend_on_its_batch(pairs):
     """One pair stops at once (identical frames), the others run on: each equals its flow alone."""
     prev, nxt = pairs
@@ -82,6 +84,7 @@ HOST_CHECKS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("checks", HOST_CHECKS.values(), ids=HOST_CHECKS.keys())
 def test_how_the_host_checks_changes_nothing_and_iterations_are_counted(
     pairs, checked_every_iteration, checks
