@@ -106,12 +106,12 @@ def retrieval_examples(
         grid.append(row)
     aspect = max((s.shape[0] / s.shape[1] for row in grid for s, _, _ in row if s is not None), default=0.75)
     columns, top_edge = 1 + top.shape[1], 0.93 if stream != FLOW else 0.88
-    strip_w = num_blocks * STRIP_FRAME_PX  # each axis's width in pixels: the figure is sized to it
+    strip_w = num_blocks * STRIP_FRAME_PX  # each cell's width in pixels: the figure is sized to it
     width = strip_w * (columns + 0.05 * (columns - 1)) / 0.98
     height = strip_w * aspect * (rows + 0.3 * (rows - 1)) / (top_edge - 0.01)
     # The grid subplots_adjust(left=0.01, right=0.99, bottom=0.01, top=top_edge, wspace=0.05, hspace=0.3) would
     # make, each strip drawn pixel for pixel into its cell (widths to the cell's, centred, nearest neighbour) and
-    # its title above it: no axes, whose making and drawing took most of a report page's time.
+    # its title above it; no axes (an axes per strip, made and drawn, cost most of a report page's time).
     fig = plt.figure(figsize=(width / DPI, height / DPI), dpi=DPI)
     cell_h = strip_w * aspect
     for i, row in enumerate(grid):
