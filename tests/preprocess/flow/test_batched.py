@@ -492,7 +492,7 @@ def test_the_triton_kernels_in_the_batched_run_give_the_torch_paths_archives(rec
     images as the per-video torch path, and the report names the backend. One short video of each frame
     size (the interpreter takes seconds a pair)."""
     square = VideoRecord(
-        "square", str(wide_video(tmp_path / "square.avi", 5, 9, width=32)), 0, "Wide", "train"
+        "square", str(wide_video(tmp_path / "square.avi", 5, 9, width=32)), 0, "Square", "train"
     )
     assert process_video(square, config(tmp_path / "reference", streams=("flow",)))["status"] == "done"
     subset = [square, records[3]]
