@@ -90,7 +90,7 @@ def summarise(samples: list[dict], warm_up: float) -> dict:
 
     def window(lo: float, width: float) -> tuple[float, float]:
         first = next((p for p in steps if p >= lo), steps[-1])
-        return first, max(first + width, 1e-9 + first)
+        return first, first + max(width, 1e-9)
 
     windows = {
         "start": window(0.0, 0.0),

@@ -106,18 +106,19 @@ def retrieval_examples(
         grid.append(row)
     aspect = max((s.shape[0] / s.shape[1] for row in grid for s, _, _ in row if s is not None), default=0.75)
     columns, top_edge = 1 + top.shape[1], 0.93 if stream != FLOW else 0.88
-    strip_w = num_blocks * STRIP_FRAME_PX  # each cell's width in pixels: the figure is sized to it
-    width = strip_w * (columns + 0.05 * (columns - 1)) / 0.98
-    height = strip_w * aspect * (rows + 0.3 * (rows - 1)) / (top_edge - 0.01)
-    # The grid subplots_adjust(left=0.01, right=0.99, bottom=0.01, top=top_edge, wspace=0.05, hspace=0.3) would
-    # make, each strip drawn pixel for pixel into its cell (widths to the cell's, centred, nearest neighbour) and
-    # its title above it; no axes (an axes per strip, made and drawn, cost most of a report page's time).
-    fig = plt.figure(figsize=(width / DPI, height / DPI), dpi=DPI)
+    # A grid of cells (margin: of the figure; gaps: of a cell's width and height), the figure sized to it; each
+    # strip drawn pixel for pixel into its cell (to the cell's width, centred, nearest neighbour), its title above
+    # it; no axes (an axes per strip, made and drawn, cost most of a report page's time).
+    margin, wspace, hspace = 0.01, 0.05, 0.3
+    strip_w = num_blocks * STRIP_FRAME_PX  # a cell's width in pixels
     cell_h = strip_w * aspect
+    width = strip_w * (columns + wspace * (columns - 1)) / (1 - 2 * margin)
+    height = cell_h * (rows + hspace * (rows - 1)) / (top_edge - margin)
+    fig = plt.figure(figsize=(width / DPI, height / DPI), dpi=DPI)
     for i, row in enumerate(grid):
-        cell_top = height * (1 - top_edge) + i * cell_h * 1.3  # pixels from the figure's top
+        cell_top = height * (1 - top_edge) + i * cell_h * (1 + hspace)  # pixels from the figure's top
         for j, (strip, title, color) in enumerate(row):
-            left, drawn_top = 0.01 * width + j * strip_w * 1.05, cell_top
+            left, drawn_top = margin * width + j * strip_w * (1 + wspace), cell_top
             if strip is not None:
                 drawn_h = max(1, round(strip_w * strip.shape[0] / strip.shape[1]))
                 drawn_top += (cell_h - drawn_h) / 2

@@ -191,8 +191,8 @@ def test_bf16_autocast_reaches_every_convolution_and_matrix_product(one_thread):
 def test_compiled_step_equals_the_eager_step(arch, bidirectional, one_thread):
     """--compile's code (inductor's, on the CPU) computes the eager step: the same outputs, gradients and BatchNorm
     statistics up to the summation order (dropout drawn as eager draws it), and the same Adam update. With and
-    without the memory, in both directions; ResNet-34 adds only blocks of the same code (each inductor compile
-    takes a minute or more on a CPU)."""
+    without the memory, in both directions; ResNet-34 adds only blocks of the same code (and each inductor compile
+    is slow on a CPU)."""
     config = TrainConfig(**TINY, arch=arch, bidirectional=bidirectional, compile=True)
     results = []
     for cfg in (config, TrainConfig(**{**config.to_dict(), "compile": False})):
