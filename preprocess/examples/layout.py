@@ -83,24 +83,25 @@ def write_example(out: str | Path, cfg: ExampleConfig, render: Render) -> Path:
     classes = cfg.classes[: cfg.num_classes]
     _, ext = CODECS[cfg.codec]
     lists: dict[int, tuple[list, list]] = {s: ([], []) for s in UCF_SPLITS}
-    for ci, cls in enumerate(classes):
-        for g in range(1, cfg.videos_per_class + 1):
-            rel = f"{cls}/v_{cls}_g{g:02d}_c01{ext}"
+    videos = [
+        (ci, cls, g, f"{cls}/v_{cls}_g{g:02d}_c01{ext}")
+        for ci, cls in enumerate(classes)
+        for g in range(1, cfg.videos_per_class + 1)
+    ]
+    try:
+        for ci, cls, g, rel in videos:
             path = out / "UCF-101" / rel
             if not path.exists():
-                try:
-                    write_video(
-                        path, render(cls, np.random.default_rng([cfg.seed, ci, g])), cfg.fps, cfg.codec
-                    )
-                except KeyboardInterrupt as e:
-                    done = ci * cfg.videos_per_class + g - 1
-                    raise interrupts.as_interrupted(e).keep(
-                        f"{done} of {len(classes) * cfg.videos_per_class} videos written to {out}; the same "
-                        "command resumes"
-                    ) from None
+                write_video(path, render(cls, np.random.default_rng([cfg.seed, ci, g])), cfg.fps, cfg.codec)
             for s in UCF_SPLITS:
                 train, test = lists[s]
                 (test if (g - 1) % 3 == s - 1 else train).append((rel, ci + 1))
+    except KeyboardInterrupt as e:
+        # counted on disk: a signal may land after a video's rename and before the loop knows it is written
+        done = sum((out / "UCF-101" / rel).exists() for *_, rel in videos)
+        raise interrupts.as_interrupted(e).keep(
+            f"{done} of {len(videos)} videos written to {out}; the same command resumes"
+        ) from None
     _write_lists(out / "ucfTrainTestlist", classes, lists)
     return out
 
