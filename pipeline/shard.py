@@ -12,10 +12,11 @@ Tars are plain USTAR with fixed owner, mode and mtime, so the same inputs and se
 Resuming: the plan (see :mod:`memdpc.pipeline.shard_plan`) fixes which samples go to which shard; a shard is
 written to a temporary name and renamed when complete (its index and checksum first), so on a re-run every shard already
 in place is checked against the plan and kept, and only the missing ones are written; SIGINT and SIGTERM stop a
-run between two writes and say how many shards are in place. An output folder whose plan differs (other
-options, other videos or labels, or archives rewritten, written or lost since) is refused, or with ``overwrite``
-the split's shards are deleted and written anew. An index whose record names another file than the one an
-archive was made from (its ``meta.json`` ``source``) is refused before anything is written.
+run between two samples (the shard in progress removed) and say how many shards are in place. An output folder
+whose plan differs (other options, other videos or labels, or archives rewritten, written or lost since) is
+refused, or with ``overwrite`` the split's shards are deleted and written anew. An index whose record
+names another file than the one an archive was made from (its ``meta.json`` ``source``) is refused before
+anything is written.
 
 Faults: the run has no worker processes (one process reads the archives and writes the shards), so a killed
 shard run is killed whole, and the same command resumes it to the same bytes. A fault of the output (its disk
@@ -166,6 +167,7 @@ def _write_shard(tar_path: Path, shard: ShardPlan, sources: dict[str, FrameSourc
                     on_sample()
                 if throttle:
                     time.sleep(throttle)
+                interrupts.check()
             w.write(bytes(2 * ustar.BLOCK))
             w.write(bytes(ustar.padding_to_record(w.n)))
         if w.n != shard.bytes:
@@ -400,10 +402,11 @@ def _write(folder: Path, plan: Plan, report: ShardReport, bar) -> list[dict]:
     for sh in plan.shards:
         if sh.name not in entries:
             rewrite = (folder / sh.name).exists()
-            entries[sh.name] = write_shard(folder / sh.name, sh, plan.sources, on_sample=advance)
-            report.written += 1
-            report.rewritten += rewrite
-            interrupts.check()  # a signal swallowed by a finaliser stops the run here
+            # a signal stops the write between two samples, never between the shard's rename and its count
+            with interrupts.deferred():
+                entries[sh.name] = write_shard(folder / sh.name, sh, plan.sources, on_sample=advance)
+                report.written += 1
+                report.rewritten += rewrite
     return [entries[sh.name] for sh in plan.shards]
 
 
