@@ -60,7 +60,9 @@ if [ "${CHECKS_DEVICE:-cuda}" = cpu ]; then
     train=(python3 -m bench.train --device cpu --size 32 --widths 4,8,16,16 --mem-size 16 --batch-sizes 2,3
            --steps 10 --curve-steps 3 --profile-steps 1)
     loaders=(--backends '')
-    compiled=(--compile-backend aot_eager)  # the compiler's tracing and autograd, no code generation
+    # the compiler's tracing alone (its autograd and code generation: tests/train/test_step.py); one batch
+    # size, one compile (a second size compiles again, for dynamic shapes: that loop is the eager variants')
+    compiled=(--compile-backend eager --batch-sizes 2)
 else
     train=(python3 -m bench.train --device cuda --batch-sizes 16,32,64 --steps 15 --curve-steps 50 --profile-steps 3)
     loaders=(--backends torch,dali)

@@ -519,7 +519,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument(
         "--compile-backend",
         default=COMPILE_BACKEND,
-        help="torch.compile's backend for the compile variants (aot_eager: no code generation).",
+        help="torch.compile's backend for the compile variants (aot_eager: no codegen; eager: tracing).",
     )
     ap.add_argument("--videos", type=int, help="Videos rendered; CUDA 64, CPU 8.")
     ap.add_argument("--frames", type=int, help="Frames per video; CUDA 200 (16 clips each), CPU 130 (2).")

@@ -34,11 +34,9 @@ def test_the_training_steps_run_and_write_every_table(tmp_path):
     fast, compiled = (json.loads((out / f"{name}.json").read_text()) for name in ("train", "train_compiled"))
     assert list(fast["variants"]) == ["eager", "fast", "bf16", "graphs", "graphs-bf16"]
     assert list(compiled["variants"]) == ["compile-graphs-bf16", "compile-graphs"]
-    for result in (fast, compiled):
+    for result, batches in ((fast, {"2", "3"}), (compiled, {"2"})):  # the compiled ones compile once on a CPU
         for r in result["variants"].values():
-            assert set(r["batches"]) == {"2", "3"} and all(
-                b["clips_per_s"] > 0 for b in r["batches"].values()
-            )
+            assert set(r["batches"]) == batches and all(b["clips_per_s"] > 0 for b in r["batches"].values())
             assert "profile" in r and len(r["curve"]) == 3
     assert compiled["variants"]["compile-graphs"]["warnings"] == [
         "--cuda-graphs needs a CUDA device; training on cpu without"
