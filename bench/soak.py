@@ -296,6 +296,12 @@ def main() -> None:
             "args": {k: str(v) for k, v in vars(args).items()},
             "videos": videos,
             "summary": summary,
+            # each role's largest RSS (MB) over every sample, the thinned ones below and those left out
+            "peaks": {
+                k: {role: round(max(s[role] for s in v) / 2**20, 1) for role in ("main", "workers")}
+                for k, v in stages.items()
+                if v
+            },
             "samples": {
                 k: [{**s, "t": round(s["t"] - v[0]["t"], 2)} for s in v[::5]] for k, v in stages.items() if v
             },

@@ -44,6 +44,7 @@ def test_a_tiny_soak_samples_every_stage_and_its_workers(tmp_path):
     assert "largest growth after warm-up" in res.stdout
     result = json.loads(out.read_text())
     assert list(result["samples"]) == ["preprocess", "shard", "train (torch)"] and result["videos"] == 20
-    preprocess, train = result["samples"]["preprocess"], result["samples"]["train (torch)"]
-    assert max(s["workers"] for s in preprocess) > 0 and max(s["workers"] for s in train) > 0
+    # the workers were sampled: a tiny epoch's DataLoader workers may live between two of the samples kept
+    assert result["peaks"]["preprocess"]["workers"] > 0 and result["peaks"]["train (torch)"]["workers"] > 0
+    train = result["samples"]["train (torch)"]
     assert 0 < max(s["progress"] for s in train) <= 3 / 4  # the epoch in progress: the last one is 3 of 4
