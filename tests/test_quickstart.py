@@ -1,5 +1,5 @@
 """The main job end to end: every stage runs for real, the summary table is complete, and the default run prints
-the tables README shows; the tiny profile on the torch loader and on the held-out family."""
+the tables README shows; the tiny profile on the held-out family and the torch loader."""
 
 import json
 import math
@@ -122,33 +122,27 @@ def test_the_default_quickstart_prints_readmes_tables(tmp_path):
 
 
 @pytest.mark.slow
-def test_tiny_quickstart_runs_on_the_torch_loader_with_several_workers(tmp_path):
-    """Where DALI is missing the torch loader gives each worker whole shards: the quickstart writes enough."""
+def test_tiny_quickstart_on_the_held_out_photos_and_the_torch_loader_resumes_and_refuses_other_data(tmp_path):
+    """The held-out family, on the torch loader with several workers (where DALI is missing, each worker reads
+    whole shards): the quickstart writes enough; a re-run resumes, one that asks for other data is refused."""
     out = tmp_path / "qs"
-    res = _run(out, "--tiny", "--workers", "2", "--backend", "torch")
+    args = ("--tiny", "--workers", "2", "--backend", "torch")
+    res = _run(out, *args, "--data", "photos")
     assert res.returncode == 0, res.stderr[-3000:]
     rows = _check_table(out)
+    index = [json.loads(line) for line in (out / "index.jsonl").read_text().splitlines()]
+    assert {v["label_name"] for v in index} == {"CameraPan", "CameraZoom", "CameraRoll"}
     manifest = json.loads((out / "shards" / "rgb" / "manifest-test.json").read_text())
     assert len(manifest["shards"]) >= 2
     # a re-run resumes: nothing is trained again and the table is the same
     metrics = {s: (out / "runs" / s / "metrics.jsonl").read_text() for s in STREAMS}
-    again = _run(out, "--tiny", "--workers", "2", "--backend", "torch")
+    again = _run(out, *args, "--data", "photos")
     assert again.returncode == 0, again.stderr[-3000:]
     assert json.loads((out / "quickstart.json").read_text()) == rows
     assert {s: (out / "runs" / s / "metrics.jsonl").read_text() for s in STREAMS} == metrics
-
-
-@pytest.mark.slow
-def test_tiny_quickstart_on_the_held_out_photos_and_a_rerun_that_asks_for_other_data(tmp_path):
-    out = tmp_path / "qs"
-    res = _run(out, "--tiny", "--workers", "1", "--data", "photos")
-    assert res.returncode == 0, res.stderr[-3000:]
-    _check_table(out)
-    index = [json.loads(line) for line in (out / "index.jsonl").read_text().splitlines()]
-    assert {v["label_name"] for v in index} == {"CameraPan", "CameraZoom", "CameraRoll"}
-    again = _run(out, "--tiny", "--workers", "1")  # the synthetic family into the photos run's folder
-    assert again.returncode == 2
-    assert again.stderr.strip().splitlines()[-1] == (
+    other = _run(out, *args)  # the synthetic family into the photos run's folder
+    assert other.returncode == 2
+    assert other.stderr.strip().splitlines()[-1] == (
         f"Error: {out}: holds a quickstart run of --data photos --seed 0 --tiny, not --data synthetic --seed 0 "
         "--tiny; resume it with the same options or choose another --out"
     )
