@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
@@ -22,9 +23,46 @@ from memdpc.preprocess.examples.synthetic import CLASSES, SyntheticConfig, make_
 
 if not torch.cuda.is_available():  # before anything imports Triton: its kernels then run in the interpreter
     os.environ.setdefault("TRITON_INTERPRET", "1")
+# One torch thread in each test process, and in the processes tests start unless a test sets its own count:
+# the test command runs a test file per core (pytest-xdist), where more threads than cores wait on each other.
+# (MKL's count is left alone: a process given two torch threads, as README's quickstart is, sums as there.)
+os.environ["OMP_NUM_THREADS"] = "1"
+torch.set_num_threads(1)
+
+
+# The files of the longest tests, started first: the test command runs whole files in parallel, and a long
+# file started last keeps one core busy after the others are done (the default quickstart's is the longest).
+LONGEST_FIRST = (
+    "tests/test_quickstart.py",
+    "tests/train/test_loop.py",
+    "tests/train/test_step.py",
+    "tests/bench/test_gpu_checks.py",
+    "tests/preprocess/test_run.py",
+    "tests/test_own_videos.py",
+)
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadfile`` in the collection's order (below), not pytest-xdist's (more tests first)."""
+    if config.getoption("dist") == "loadfile":
+        config.option.loadscopereorder = False
+    return None
 
 
 def pytest_collection_modifyitems(config, items):
+    """:data:`LONGEST_FIRST`, then the files of slow tests, then the others, each of more tests first (the last
+    to run are short); GPU tests skipped without CUDA."""
+    counts = Counter(item.nodeid.split("::")[0] for item in items)
+    slow = {item.nodeid.split("::")[0] for item in items if item.get_closest_marker("slow")}
+    first = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(
+        key=lambda item: (
+            first.get(f := item.nodeid.split("::")[0], len(first)),
+            f not in slow,
+            -counts[f],
+            f,
+        )
+    )
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA device; none is available on this machine")
