@@ -42,6 +42,7 @@ LONGEST_FIRST = (
 )
 
 
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's: unused without it (-p no:xdist, a bare GPU machine)
 def pytest_xdist_make_scheduler(config, log):
     """``--dist loadfile`` in the collection's order (below), not pytest-xdist's (more tests first)."""
     if config.getoption("dist") == "loadfile":
