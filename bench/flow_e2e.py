@@ -4,8 +4,8 @@ Parts (``--parts``, all by default), side by side on the same frames and videos 
 scenes with moving objects, ``preprocess.examples.synthetic``, written as real video files):
 
 1. **kernels**: pairs/s of the fused Triton kernels (``tvl1_triton``) and of the torch port
-   (``tvl1_torch``) per frame size and batch size, 16 rendered pairs tiled to the batch, after a warm-up call
-   (target on one H100 at 256²: ≥ 1500 pairs/s at the best batch); ``--tiles`` first times other tiles of
+   (``tvl1_torch``) per frame size and batch size, ``KERNEL_PAIRS`` rendered pairs tiled to the batch, after a
+   warm-up call (target on one H100 at 256²: ≥ 1500 pairs/s at the best batch); ``--tiles`` first times other tiles of
    the iteration kernels and keeps the fastest. With it the **roofline**: the inner iterations each pair
    ran (counted by the kernels; "finest-level equivalent": every level's iterations weighted by its share
    of the finest level's pixels), the bytes the iteration kernels move per pair (``ITERATION_BYTES`` per
@@ -78,6 +78,7 @@ from memdpc.preprocess.video_index import VideoRecord
 
 console = Console(width=200)
 PARTS = ("kernels", "fidelity", "compaction", "steady", "projection")
+KERNEL_PAIRS = 16  # rendered pairs of the kernel rows and the tile trials, tiled to fill each batch
 ITERATION_BYTES = 4 * (11 + 10)  # float32 fields read + written per pixel by _u_kernel and _p_kernel
 ONE_PASS_BYTES = 4 * 16  # the bound's model: 16 float fields per pixel and iteration, read or written once
 QUICK = TVL1Params(
@@ -406,7 +407,7 @@ def choose_tiles(args: argparse.Namespace, dev: str, params: TVL1Params) -> list
     """Time each of ``--tiles`` at the largest size and batch, then keep the fastest for the rest of the run
     (``tvl1_triton.TILES``); rows of the table."""
     size, batch = max(map(int, args.sizes.split(","))), max(map(int, args.batches.split(",")))
-    prev, nxt = make_pairs(size, 16)
+    prev, nxt = make_pairs(size, KERNEL_PAIRS)
     kind = torch.device(dev).type
     run = tvl1_triton.TILES[kind][3]
     rows = []
@@ -448,14 +449,18 @@ def make_reference(args: argparse.Namespace, params: TVL1Params, saved: dict) ->
 def kernel_part(args, dev: str, params: TVL1Params, peak, rows: dict) -> None:
     if args.tiles:
         rows["tiles"] = choose_tiles(args, dev, params)
-    # 16 rendered pairs tiled to each batch; at most the largest batch (--quick's roofline is short)
-    pairs = min(16, max(int(b) for b in f"{args.batches},{args.torch_batches}".split(",") if b))
+    batches = {
+        name: [int(b) for b in spec.split(",") if b]
+        for name, spec in (("triton", args.batches), ("torch", args.torch_batches))
+    }
+    # no more pairs than the largest batch holds: --quick's roofline runs on 4
+    pairs = min(KERNEL_PAIRS, max(batches["triton"] + batches["torch"]))
     for size in map(int, args.sizes.split(",")):
         prev, nxt = make_pairs(size, pairs)
         fns = fns_for(params)
         best = 0.0
-        for name, batches in (("triton", args.batches), ("torch", args.torch_batches)):
-            for batch in map(int, filter(None, batches.split(","))):
+        for name, sizes in batches.items():
+            for batch in sizes:
                 rate = time_kernel(fns[name], prev, nxt, dev, batch, args.repeat)
                 best = max(best, rate) if name == "triton" else best
                 rows["kernel"].append(
