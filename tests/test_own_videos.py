@@ -1,5 +1,5 @@
 """README's "Your own videos" block, run verbatim (only its three settings at the top changed) on a messy folder
-of generated videos, once with each loader, to the fused tables."""
+of generated videos, on the DALI loader, to the fused tables."""
 
 from __future__ import annotations
 
