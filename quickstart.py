@@ -35,7 +35,8 @@ from memdpc.preprocess.examples.families import EXAMPLE_FAMILIES
 from memdpc.preprocess.run import preprocess
 from memdpc.preprocess.video_index import hold_out, write_index
 from memdpc.report.page import write_report
-from memdpc.report.tables import cell_text, print_result, print_shard_report
+from memdpc.report.stage_tables import print_shard_report
+from memdpc.report.tables import cell_text, print_result
 from memdpc.train.checkpoint import write_initial_checkpoint
 from memdpc.train.config import TrainConfig
 from memdpc.train.loop import train

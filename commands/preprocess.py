@@ -36,7 +36,7 @@ def _options(streams: str):
 def _run(index: Path, dry_run: bool, **kw) -> None:
     from memdpc.preprocess.plan import plan
     from memdpc.preprocess.run import preprocess as run
-    from memdpc.report.tables import print_preprocess_report
+    from memdpc.report.stage_tables import print_preprocess_report
 
     tvl1 = take(TVL1Params, kw)
     if dry_run:

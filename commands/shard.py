@@ -54,7 +54,7 @@ __all__ = ["shard_cmd"]
 def shard_cmd(archive_root: Path | None, verify: Path | None, **kw) -> None:
     """Cut per-video frame archives into WebDataset shards of 40-frame samples, with DALI indexes."""
     from memdpc.pipeline.manifest import verify_shards
-    from memdpc.report.tables import print_shard_report, print_verify
+    from memdpc.report.stage_tables import print_shard_report, print_verify
 
     if verify is not None:
         if not print_verify(verify_shards(verify), Console()):

@@ -84,7 +84,7 @@ THROTTLE_ENV = "MEMDPC_SHARD_THROTTLE"
 
 @dataclass
 class ShardReport:
-    """What a run wrote (rendered by :func:`memdpc.report.tables.print_shard_report`): counts, the videos
+    """What a run wrote (rendered by :func:`memdpc.report.stage_tables.print_shard_report`): counts, the videos
     skipped and why (``kind``: ``shard_plan.SKIP_KINDS``), warnings a user should read, and the next step."""
 
     manifest: Path
@@ -557,7 +557,7 @@ def run_shard(
     warning. On SIGINT/SIGTERM (``KeyboardInterrupt``) it re-raises :class:`memdpc.common.interrupts.Interrupted`
     saying how many shards are in place, and on a fault of the output (a full disk) the
     :class:`~memdpc.common.errors.ResourceFault` the same way.
-    Returns the :class:`ShardReport` (rendered by :func:`memdpc.report.tables.print_shard_report`)."""
+    Returns the :class:`ShardReport` (rendered by :func:`memdpc.report.stage_tables.print_shard_report`)."""
     t0 = time.perf_counter()
     index = None if isinstance(index_records, list) else str(index_records)  # None: records given as a list
     if index is not None:
