@@ -48,6 +48,7 @@ import os
 import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
 from pathlib import Path
 
 import cv2
@@ -216,7 +217,8 @@ def make_videos(
     and their index records."""
     paths = [root / f"v{k:03d}.avi" for k in range(n)]
     counts = [max(2, round(frames * lengths[k % len(lengths)])) for k in range(n)]
-    with ProcessPoolExecutor(os.cpu_count()) as pool:
+    # spawned, not forked: a child forked after OpenCV's threads have started can wait forever on their lock
+    with ProcessPoolExecutor(os.cpu_count(), mp_context=get_context("spawn")) as pool:
         list(pool.map(_write_video, paths, range(n), counts, [size] * n))
     return [VideoRecord(id=p.stem, path=str(p), label=0, label_name="x", split="train") for p in paths]
 
