@@ -456,7 +456,7 @@ def kernel_part(args, dev: str, params: TVL1Params, peak, rows: dict) -> None:
         for name, spec in (("triton", args.batches), ("torch", args.torch_batches))
     }
     # no more pairs than the largest batch holds: --quick's roofline runs on 4
-    pairs = min(KERNEL_PAIRS, max(batches["triton"] + batches["torch"]))
+    pairs = min(KERNEL_PAIRS, max(batches["triton"] + batches["torch"], default=KERNEL_PAIRS))
     for size in map(int, args.sizes.split(",")):
         prev, nxt = make_pairs(size, pairs)
         fns = fns_for(params)
