@@ -4,9 +4,9 @@
 #   bash bench/gpu_checks.sh OUT_DIR [REFERENCE.npz]
 #
 # Each step has its own time limit, writes its JSON and log under OUT_DIR and does not stop the others.
-# CHECKS_ONLY=GLOB runs only the steps whose name matches. The limits add up to 700 s, past one 10-minute device
-# call and most of a session's 15 device minutes: run CHECKS_ONLY='flow*' (310 s) and CHECKS_ONLY='[tg]*' (390 s)
-# as two calls on one warm machine; CHECKS_DEVICE=cpu runs the training steps' very commands
+# CHECKS_ONLY=GLOB runs only the steps whose name matches. The limits add up to 790 s, past one 10-minute device
+# call and most of a session's 15 device minutes: run CHECKS_ONLY='flow*' (370 s) and CHECKS_ONLY='[tg]*' (420 s)
+# as two calls on one warm machine; CHECKS_DEVICE=cpu runs the flow storage and training steps' very commands
 # on the CPU at tiny settings (tests/bench/test_gpu_checks.py), so that a first run on a GPU does not fail on a typo;
 # there the steps run without their limits (sized for a GPU; a cold compile cache alone can pass them).
 # REFERENCE.npz: the fidelity rows' frames and OpenCV flows (`python3 -m bench.flow_e2e --make-reference
@@ -51,6 +51,14 @@ step flow_kernels 100 python3 -m bench.flow_e2e --parts kernels,fidelity "${ref[
 # against two on 12 videos. Results are saved after each size (a step stopped at its limit keeps them).
 step flow_steady 210 python3 -m bench.flow_e2e --parts compaction,steady,projection --sizes 128,256 \
     --videos 160 --frames 256 --sequential-videos 12 --out "$out/flow_steady.json" "${flow[@]}"
+# the stored flow as the GPU loader decodes it (nvJPEG's hardware decoder): every candidate encoding of the
+# storage table, the default (greyscale planes) among them, against the computed TV-L1 codes (issue 47)
+if [ "${CHECKS_DEVICE:-cuda}" = cpu ]; then
+    storage=(--dali-device cpu --size 64 --storage-videos 2)
+else
+    storage=(--dali-device gpu)
+fi
+step flow_storage 60 python3 -m bench.flow --parts storage "${storage[@]}" --out "$out/flow_storage.json"
 # --- training at the card's pace (issue 29) ----------------------------------------------------------------------
 # Per variant (one process each): the 50-step loss curve against eager's two runs, the profile at batch 16 (before:
 # eager; after: the rest) and the in-memory throughput at batch 16, 32, 64 (clips/s, TFLOP/s, share of peak, peak
@@ -73,6 +81,7 @@ step train 180 "${train[@]}" --profile --variants eager,fast,bf16,graphs,graphs-
 step train_compiled 120 "${train[@]}" --profile --variants compile-graphs-bf16,compile-graphs "${compiled[@]}" \
     --backends '' --eager-curves "$out/train.json" --out "$out/train_compiled.json"
 # ------------------------------------------------------------------------------------------------------------------
-step gpu_tests 90 python3 -m pytest -m gpu -q -p no:cacheprovider tests/preprocess/flow/test_batched.py \
+step gpu_tests 120 python3 -m pytest -m gpu -q -p no:cacheprovider tests/preprocess/flow/test_batched.py \
     tests/preprocess/flow/test_tvl1_triton.py tests/preprocess/flow/test_tvl1_torch.py \
+    tests/preprocess/test_encode.py tests/pipeline/test_dali_loader.py \
     tests/train/test_loop.py tests/train/test_step.py

@@ -3,7 +3,7 @@
 Graph (one per epoch, so an epoch is reproducible from ``(seed, epoch)`` alone)::
 
     readers.webdataset (index files, shard_id/num_shards = rank/world size, pad_last_batch)
-      train: 40 × decoders.image (whole frames)
+      train: 40 × decoders.image (whole frames; flow planes images in greyscale, then split into x, y, third)
              GPU: stack to (F, H, W, 3) → resize of the crop (a mirrored ROI flips) to crop_size → resize to
              the output size; the crop box is computed in the graph from the draw and the sample's frame size
              CPU: the 40 frames (unstacked; padded to the batch's largest frame where the shards mix sizes),
@@ -55,7 +55,7 @@ from memdpc.pipeline.augment import (
 from memdpc.pipeline.epoch_draw import draw, read_catalog, write_drawn_indexes
 from memdpc.pipeline.plan import Batch, LoaderPlan
 from memdpc.pipeline.sample import sample_key, sample_members
-from memdpc.preprocess.encode import gpu_decodes_alike
+from memdpc.preprocess.encode import PLANE_BLOCK, gpu_decodes_alike, is_planes, planes_height, split_planes
 
 __all__ = ["DaliLoader"]
 
@@ -83,11 +83,35 @@ def _spec_constants(spec: AugmentSpec) -> tuple[Any, Any, Any]:
     return node[0], node[1], node[2]
 
 
-def frame_hw(encoded: Any) -> tuple[Any, Any]:
-    """(height, width) of each sample's frames, float64 scalars, from the JPEG header of one frame."""
+def frame_hw(encoded: Any, planes: bool = False) -> tuple[Any, Any]:
+    """(height, width) of each sample's frames, float64 scalars, from the JPEG header of one frame (``planes``:
+    of the flow field a planes image holds)."""
     fn, _, types = _dali()
+    if planes:
+        _, height = _planes_rows(encoded)
+        width = fn.peek_image_shape(encoded, dtype=types.INT32)[1]
+        return fn.cast(height, dtype=types.FLOAT64), fn.cast(width, dtype=types.FLOAT64)
     shape = fn.peek_image_shape(encoded, dtype=types.FLOAT64)  # (H, W, C)
     return shape[0], shape[1]
+
+
+def _planes_rows(encoded: Any) -> tuple[Any, Any]:
+    """(the y plane's first row, the flow field's height) of each sample's planes images, int32 scalars:
+    :func:`memdpc.preprocess.encode.planes_offset` in DALI's arithmetic."""
+    fn, _, types = _dali()
+    rows = fn.peek_image_shape(encoded, dtype=types.INT32)[0]
+    offset = (rows + (2 * PLANE_BLOCK - 1)) // (2 * PLANE_BLOCK) * PLANE_BLOCK
+    return offset, rows - offset
+
+
+def planes_graph(seq: Any, encoded: Any, third: int) -> Any:
+    """Decoded planes images (F, H', W, 1), of one JPEG header ``encoded`` per sample → flow codes (F, H, W, 3):
+    x, y and the constant ``third`` (:func:`memdpc.preprocess.encode.split_planes` in the graph)."""
+    fn, _, types = _dali()
+    offset, height = _planes_rows(encoded)
+    x = fn.slice(seq, start=[0], shape=fn.stack(height), axes=[1])
+    y = fn.slice(seq, start=fn.stack(offset), shape=fn.stack(height), axes=[1])
+    return fn.coord_transform(fn.cat(x, y, axis=3), M=[1, 0, 0, 1, 0, 0], T=[0, 0, third], dtype=types.UINT8)
 
 
 def crop_box_graph(h: Any, w: Any, draw: Any, spec: AugmentSpec) -> tuple[Any, Any, Any, Any]:
@@ -175,6 +199,10 @@ class DaliLoader:
         # uploaded (see gpu_decodes_alike).
         mixed = self._gpu and gpu_decodes_alike(plan.encoding)
         self._decode = {"device": "mixed", "hw_decoder_load": 1.0} if mixed else {"device": "cpu"}
+        # flow planes images decode to greyscale, then split into the (x, y, third) image every later step reads
+        self._planes = is_planes(plan.encoding)
+        types = _dali()[2]
+        self._decode["output_type"] = types.GRAY if self._planes else types.RGB
         self._upload = self._gpu and not mixed
         # The training crop's two resizes: DALI's on the GPU; on the CPU OpenCV's (crop_resize, as in the torch
         # loader) in a thread pool, since DALI's CPU resize costs more than OpenCV's, more than the decode itself
@@ -326,15 +354,15 @@ class DaliLoader:
             source=self._draw(epoch), num_outputs=len(self._draw_names), batch=True, batch_info=True
         )
         d = dict(zip(self._draw_names, draws, strict=True))
-        frames = [fn.decoders.image(f, output_type=types.RGB, **self._decode) for f in encoded]
+        frames = [fn.decoders.image(f, **self._decode) for f in encoded]
         host = [d[name] for name in self._host_draws]
         if self._host_geometry:
             if self._pad:
                 frames = [fn.pad(f, axis_names="HW") for f in frames]
             return [*frames, fn.peek_image_shape(encoded[0])], host
-        seq = self._stack(frames)
+        seq = self._stack(frames, encoded[0])
         first = p.spec.crop_size or p.size
-        box = crop_box_graph(*frame_hw(encoded[0]), d["crop"], p.spec)
+        box = crop_box_graph(*frame_hw(encoded[0], self._planes), d["crop"], p.spec)
         start, end = roi(box, fn.cast(d["flip"][0], dtype=types.FLOAT64))
         # the antialiasing filter costs time and only matters when shrinking by more than ~1.25× (256² frames:
         # crops of at most 256 px go to 224, a 1.14× shrink at most); the largest frame of the shards decides
@@ -366,22 +394,24 @@ class DaliLoader:
 
         return draw
 
-    def _stack(self, frames: list):
-        """The decoded frames as one (F, H, W, 3) sequence, on the GPU when the graph runs there."""
+    def _stack(self, frames: list, encoded: Any):
+        """The decoded frames as one (F, H, W, 3) sequence, on the GPU when the graph runs there (planes images
+        split into x, y, third; ``encoded``: a frame's JPEG, whose header gives the planes' rows)."""
         fn, _, _ = _dali()
         seq = fn.stack(*frames, axis_name="F")
-        return seq.gpu() if self._upload else seq
+        seq = seq.gpu() if self._upload else seq
+        return planes_graph(seq, encoded, self.plan.third_channel) if self._planes else seq
 
     def _eval_ops(self, encoded: list):
         fn, _, types = _dali()
         p = self.plan
-        seq = self._stack([fn.decoders.image(f, output_type=types.RGB, **self._decode) for f in encoded])
+        seq = self._stack([fn.decoders.image(f, **self._decode) for f in encoded], encoded[0])
         # Shards of one frame size whose crops have the output's size are sliced (a copy): DALI's CPU resize
         # costs as much at scale 1, where it moves no pixel value, as at any other scale.
         one_size = p.frame_sizes[0] if len(p.frame_sizes) == 1 else None
         copy = one_size is not None and {b[2] for b, _ in eval_boxes(*one_size, p.views, p.spec)} == {p.size}
         views = []
-        for box, flipped in eval_boxes_graph(*frame_hw(encoded[0]), p.views, p.spec):
+        for box, flipped in eval_boxes_graph(*frame_hw(encoded[0], self._planes), p.views, p.spec):
             if copy:
                 start = fn.cast(fn.stack(box[0], box[1]), dtype=types.INT32)
                 v = fn.slice(seq, start=start, shape=[p.size, p.size], axis_names="HW")
@@ -424,8 +454,12 @@ class DaliLoader:
         maps = out["colour"].numpy() if "colour" in out else None
 
         def one(i: int) -> np.ndarray:
-            box = crop_box(int(shapes[i, 0]), int(shapes[i, 1]), crops[i], p.spec)
-            clip = crop_resize([f[i] for f in frames], box, bool(flips[i, 0]), p.size, p.spec)
+            h, w = int(shapes[i, 0]), int(shapes[i, 1])
+            clip = [f[i] for f in frames]
+            if self._planes:  # (H', W, 1) images, padded to the batch's largest: cut, then split
+                clip, h = split_planes(np.stack([f[:h, :w] for f in clip]), p.third_channel), planes_height(h)
+            box = crop_box(h, w, crops[i], p.spec)
+            clip = crop_resize(clip, box, bool(flips[i, 0]), p.size, p.spec)
             return colour_frames(clip, maps[i]) if maps is not None else np.ascontiguousarray(clip)
 
         return torch.from_numpy(np.stack(list(pool.map(one, range(len(crops))))))

@@ -177,6 +177,7 @@ def plan_loader(
         spec=spec or AugmentSpec(),
         drop_last=drop_last,
         clips_per_video=clips_per_video,
+        third_channel=int(manifest.get("third_channel", 128)),
     )
 
 

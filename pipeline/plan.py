@@ -35,7 +35,7 @@ class LoaderPlan:
     shard_samples: list[int]
     stream: str
     frame_sizes: tuple[tuple[int, int], ...]  # (height, width) of the shards' frames; () where not recorded
-    encoding: str  # the images' encoding, as recorded in the manifest (e.g. jpeg-q100-444)
+    encoding: str  # the images' encoding, as recorded in the manifest (e.g. jpeg-q100-planes)
     num_frames: int
     num_blocks: int
     train: bool
@@ -53,6 +53,7 @@ class LoaderPlan:
     clips_per_video: int = (
         0  # windows per video in each epoch, drawn anew per epoch (epoch_draw); 0: every one
     )
+    third_channel: int = 128  # flow's third channel, which planes images do not store (the manifest's)
 
     @property
     def views(self) -> int:

@@ -287,6 +287,13 @@ def _uniform(values: set, what: str, folder: Path):
     return next(iter(values))
 
 
+def _third_channel(metas: list[dict[str, Any]], folder: Path) -> dict[str, int]:
+    """``{"third_channel": its value}`` of flow archives, which a planes encoding does not store (the loaders put
+    it back); empty for RGB."""
+    third = _uniform({(m.get("flow") or {}).get("third_channel") for m in metas}, "third channel", folder)
+    return {} if third is None else {"third_channel": third}
+
+
 def _frame_sizes(plan: Plan) -> list[dict[str, Any]]:
     """Each frame size of the plan's samples with its video and sample counts, most samples first."""
     videos: dict[tuple, set[str]] = defaultdict(set)
@@ -330,6 +337,7 @@ def _manifest(plan: Plan, entries: list[dict], folder: Path, provenance: dict[st
         "frame_size": size,
         "frame_sizes": sizes,
         "encoding": _uniform({m.get("encoding") for m in metas}, "encoding", folder),
+        **_third_channel(metas, folder),
         "num_samples": plan.num_samples,
         "num_videos": len(metas),
         "classes": plan.classes,

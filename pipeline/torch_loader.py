@@ -54,6 +54,7 @@ from memdpc.pipeline.augment import (
 from memdpc.pipeline.epoch_draw import Catalog, draw, rank_slice, read_catalog, read_sample, shuffled
 from memdpc.pipeline.plan import Batch, LoaderPlan
 from memdpc.pipeline.sample import INFO, LABEL, decode_label, frame_member, sample_key
+from memdpc.preprocess.encode import is_planes, split_planes
 
 __all__ = ["ClipTransform", "TorchLoader"]
 
@@ -71,10 +72,16 @@ def _to_rgb(frames_bgr: np.ndarray, maps: np.ndarray | None) -> np.ndarray:
     return colour_frames(frames_bgr, bgr_in)
 
 
-def _decode(sample: dict, member: str) -> np.ndarray:
-    """One frame member of a sample, decoded to BGR; UserError naming the shard, sample and member if its
-    bytes are not an image."""
-    frame = cv2.imdecode(np.frombuffer(sample[member], np.uint8), cv2.IMREAD_COLOR)
+def _decode(sample: dict, member: str, planes: int | None = None) -> np.ndarray:
+    """One frame member of a sample, decoded to BGR (``planes``: a flow planes image, split into x, y and the
+    constant ``planes`` as its third channel); UserError naming the shard, sample and member if its bytes are
+    not an image."""
+    data = np.frombuffer(sample[member], np.uint8)
+    if planes is None:
+        frame = cv2.imdecode(data, cv2.IMREAD_COLOR)
+    else:
+        grey = cv2.imdecode(data, cv2.IMREAD_GRAYSCALE)
+        frame = None if grey is None else split_planes(grey, planes, bgr=True)
     if frame is None:
         url = sample.get("__url__")
         verify = f"memdpc shard --verify {Path(url).parent.parent}" if url else "memdpc shard --verify"
@@ -91,10 +98,13 @@ class ClipTransform:
 
     def __init__(self, plan: LoaderPlan) -> None:
         self.plan = plan
+        self._planes = plan.third_channel if is_planes(plan.encoding) else None
 
     def __call__(self, sample: dict, rng: np.random.Generator) -> dict:
         p = self.plan
-        frames = np.stack([_decode(sample, frame_member(i)) for i in range(p.num_frames)])  # (F, H, W, 3) BGR
+        frames = np.stack(  # (F, H, W, 3) BGR
+            [_decode(sample, frame_member(i), self._planes) for i in range(p.num_frames)]
+        )
         if p.train and p.spec.enabled:
             video = self._train(frames, rng)
         else:

@@ -271,7 +271,7 @@ def setting_options(settings: dict[str, Any]) -> dict[str, tuple[Any, str]]:
 
 
 def _encoding_options(stream: str | None, name: str) -> str:
-    """``jpeg-q90-420`` → ``--quality 90`` (rgb); ``jpeg-q100-444`` → ``--flow-encoding ycc --flow-quality
+    """``jpeg-q90-420`` → ``--quality 90`` (rgb); ``jpeg-q100-planes`` → ``--flow-encoding planes --flow-quality
     100`` (flow); the name itself where no option gives it."""
     m = re.fullmatch(r"jpeg-q(\d+)-(\w+)", str(name))
     if m and stream == "rgb" and m[2] == RGB_ENCODING.sampling:

@@ -13,8 +13,6 @@ from memdpc.common.settings import setting
 from memdpc.preprocess.decode import DecodeSpec
 from memdpc.preprocess.encode import (
     DEFAULT_FLOW_ENCODING,
-    FLOW_ENCODING,
-    FLOW_ENCODING_RGB,
     FLOW_ENCODINGS,
     RGB_ENCODING,
     JpegEncoding,
@@ -47,12 +45,15 @@ class PreprocessOptions:
     quality: int = setting(RGB_ENCODING.quality, "RGB JPEG quality 1–100.")
     flow_encoding: str = setting(
         DEFAULT_FLOW_ENCODING,
-        "Flow JPEG: ycc = standard 4:4:4 (any decoder), rgb = no colour transform (smaller, more exact).",
+        "Flow JPEG: planes = x and y as greyscale planes of one image (any decoder, no drift), ycc = standard "
+        "4:4:4 colour (any decoder), rgb = colour without the colour transform (CPU decoders).",
         choices=tuple(FLOW_ENCODINGS),
     )
     flow_quality: int | None = setting(
         None,
-        f"Flow JPEG quality 1–100 (default: {FLOW_ENCODING.quality} for ycc, {FLOW_ENCODING_RGB.quality} for rgb).",
+        "Flow JPEG quality 1–100 (default: "
+        + ", ".join(f"{enc.quality} for {name}" for name, enc in FLOW_ENCODINGS.items())
+        + ").",
     )
     third_channel: str = setting(
         str(_RUN.third_channel),

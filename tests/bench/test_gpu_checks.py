@@ -45,3 +45,24 @@ def test_the_training_steps_run_and_write_every_table(tmp_path):
     assert set(compiled["loss_curve_max_abs_diff"]) == {"eager 2", "compile-graphs-bf16", "compile-graphs"}
     assert compiled["loss_curves"]["eager"] == fast["loss_curves"]["eager"]
     assert "loss curve, 3 steps from one seed" in (out / "train_compiled.log").read_text()
+
+
+@pytest.mark.slow
+def test_the_flow_storage_step_decodes_every_encoding_with_dali(tmp_path):
+    """The step that measures the stored flow as the GPU loader decodes it, run with DALI's CPU decoder: every
+    candidate's row has DALI's errors, and the default (greyscale planes) comes back without drift."""
+    out = tmp_path / "checks"
+    res = subprocess.run(
+        ["bash", str(ROOT / "bench" / "gpu_checks.sh"), str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "CHECKS_DEVICE": "cpu", "CHECKS_ONLY": "flow_storage", "OMP_NUM_THREADS": "1"},
+    )
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.splitlines()[-1] == "flow_storage: exit 0", res.stdout
+    rows = json.loads((out / "flow_storage.json").read_text())["storage"]
+    default = next(r for r in rows if r["default"])
+    assert default["encoding"] == "jpeg-q100-planes" and all(r["dali"]["device"] == "cpu" for r in rows)
+    assert max(abs(default["dali"]["signed_x"]), abs(default["dali"]["signed_y"])) <= 0.02
+    assert default["dali"]["abs_x"] == default["abs_x"]  # libjpeg-turbo in DALI as in OpenCV

@@ -15,7 +15,9 @@ import pytest
 
 from memdpc.pipeline.clip import ClipSpec
 from memdpc.pipeline.shard import shard_stream
+from memdpc.preprocess.archive import archive_path, write_archive
 from memdpc.preprocess.datasets import build_index
+from memdpc.preprocess.encode import FLOW_ENCODING
 from memdpc.preprocess.examples.synthetic import CLASSES, render_video
 from memdpc.preprocess.video_index import VideoRecord, write_index
 
@@ -95,6 +97,32 @@ def tiny_shards(tiny_archives, tmp_path_factory) -> Path:
         for split in ("train", "test"):
             shard_stream(tiny_archives.root, tiny_archives.records, stream, out, split, max_count=2, seed=0)
     return out
+
+
+PLANES_HW = (36, 44)  # 36 rows: not a whole number of JPEG blocks, so the x plane is padded
+PLANES_THIRD = 0  # not the default 128: the loaders put back what the archives record
+
+
+@pytest.fixture(scope="session")
+def planes_shards(tmp_path_factory) -> Path:
+    """Flow shards in the default encoding (greyscale planes) with the third channel 0: 4 rendered videos of 30
+    frames of 36×44 (2 classes; 2 train, 2 test; one padded sample each), 2 samples per shard. The stand-in
+    flow's x and y are two colour channels of the frame differences, so the two planes differ."""
+    root = tmp_path_factory.mktemp("planes")
+    records = []
+    for ci, cls in enumerate(CLASSES[:2]):
+        for g, split in enumerate(("train", "test")):
+            vid = f"v_{cls}_g{g:02d}"
+            frames = render_video(cls, PLANES_HW[1], 30, np.random.default_rng([ci, g]))[:, : PLANES_HW[0]]
+            codes = frame_diffs(frames)[..., ::-1].copy()  # x: red differences, y: green
+            codes[..., 2] = PLANES_THIRD
+            meta = {"fps": 25.0, "height": PLANES_HW[0], "width": PLANES_HW[1], "stream": "flow"}
+            meta |= {"encoding": FLOW_ENCODING.name, "flow": {"third_channel": PLANES_THIRD}}
+            write_archive(archive_path(root, "flow", vid), [FLOW_ENCODING.encode_rgb(c) for c in codes], meta)
+            records.append(VideoRecord(vid, f"/nowhere/{vid}.avi", ci, cls, split, 25.0, 30))
+    for split in ("train", "test"):
+        shard_stream(root, records, "flow", root / "shards", split, max_count=2, seed=0)
+    return root / "shards"
 
 
 WINDOWED_CLIP = ClipSpec(

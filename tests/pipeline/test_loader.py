@@ -23,8 +23,9 @@ from memdpc.pipeline.manifest import load_manifest, shard_paths
 from memdpc.pipeline.plan import Batch
 from memdpc.pipeline.shard import shard_stream
 from memdpc.pipeline.wds_index import read_index
+from memdpc.preprocess.encode import decode_rgb
 
-from .conftest import WINDOWED_CLIP
+from .conftest import PLANES_HW, PLANES_THIRD, WINDOWED_CLIP
 
 BACKENDS = ["dali", "torch"]
 
@@ -431,6 +432,51 @@ def test_ten_crop_mirrors_negate_flow_x(tiny_shards, backend):
             mirrored = views[k + 5][:, :, ::-1]
             assert np.array_equal(mirrored[..., 0], 255 - views[k][..., 0])
             assert np.array_equal(mirrored[..., 1:], views[k][..., 1:])
+
+
+# ------------------------------------------------------------------------------- flow as greyscale planes
+def planes_frames(shard_dir: Path, split: str) -> dict[str, np.ndarray]:
+    """key → the sample's 40 flow images as stored: (F, H, W, 3) x, y and the archives' third channel."""
+    out = {}
+    for tar in sorted((shard_dir / "flow").glob(f"{split}-*.tar")):
+        with tarfile.open(tar) as t:
+            members = {m.name: t.extractfile(m).read() for m in t}
+        for key in sorted({name.split(".", 1)[0] for name in members}):
+            out[key] = np.stack([decode_rgb(members[f"{key}.f{i:02d}.jpg"], PLANES_THIRD) for i in range(40)])
+    return out
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("train", [False, True], ids=["eval", "train"])
+def test_flow_planes_are_read_as_the_codes_they_store(planes_shards, backend, train):
+    """Flow in the default encoding (x and y as greyscale planes, the x plane padded to whole JPEG blocks) is read
+    by both loaders as the (x, y, third) images it was made from, with the third channel the manifest records (0
+    here): in evaluation, and in training with a full-height crop without jitter (the stored codes, mirrored with
+    x negated where flipped; DALI: OpenCV's geometry on the host, and its GPU graph run on the CPU)."""
+    from memdpc.pipeline.dali_loader import DaliLoader
+
+    split = "train" if train else "test"
+    assert load_manifest(planes_shards, "flow", split)["third_channel"] == PLANES_THIRD
+    side = min(PLANES_HW)
+    spec = AugmentSpec(crop_area=(1.0, 1.0), crop_aspect=(1.0, 1.0), crop_size=None, jitter_flow=False)
+    kw = dict(train=train, batch_size=2, size=side, backend=backend, num_workers=1, spec=spec, seed=1)
+    loaders = [make_loader(planes_shards, "flow", split, **kw)]
+    if backend == "dali" and train:
+        loaders.append(DaliLoader(loaders[0].plan, host_geometry=False))
+    x0 = (PLANES_HW[1] - side) // 2
+    want = {k: v[:, :, x0 : x0 + side] for k, v in planes_frames(planes_shards, split).items()}
+    for loader in loaders:
+        got = one_epoch(loader)
+        assert sorted(got) == sorted(want)
+        flipped = 0
+        for key, (clip, _, _) in got.items():
+            frames = denormalise(clip, AugmentSpec()).numpy()
+            if not np.array_equal(frames, want[key]):  # mirrored: x negated
+                frames = frames[:, :, ::-1].copy()
+                frames[..., 0] = 255 - frames[..., 0]
+                flipped += 1
+            assert np.array_equal(frames, want[key]), key
+        assert flipped < len(got) and (flipped > 0 or not train)
 
 
 # ------------------------------------------------------------------------------- mixed frame sizes

@@ -16,7 +16,14 @@ from memdpc.common.atomic import tmp_name
 from memdpc.common.errors import UserError
 from memdpc.preprocess.archive import ArchiveWriter, archive_path, read_archive, write_archive
 from memdpc.preprocess.decode import DecodeSpec, StderrCapture, VideoStream
-from memdpc.preprocess.encode import FLOW_ENCODING, FLOW_ENCODING_RGB, JpegEncoding, code_error, decode_rgb
+from memdpc.preprocess.encode import (
+    FLOW_ENCODING,
+    FLOW_ENCODING_RGB,
+    FLOW_ENCODING_YCC,
+    JpegEncoding,
+    code_error,
+    decode_rgb,
+)
 from memdpc.preprocess.examples.layout import write_video
 from memdpc.preprocess.examples.synthetic import texture
 from memdpc.preprocess.flow.tvl1_params import TVL1Params
@@ -156,9 +163,11 @@ def test_failure_reason_is_the_last_line(error, reason):
     assert failure_reason(error) == reason
 
 
-def test_encode_flow_measures_the_jpeg_code_error():
+@pytest.mark.parametrize("encoding", [FLOW_ENCODING, FLOW_ENCODING_YCC], ids=lambda e: e.name)
+def test_encode_flow_measures_the_jpeg_code_error(encoding):
     codes = _codes(0)
-    data, mean, mx = encode_flow(codes, FLOW_ENCODING)
+    codes[..., 2] = 128  # flow's third channel: a constant, which planes images give back as such
+    data, mean, mx = encode_flow(codes, encoding)
     decoded = decode_rgb(data)
     assert decoded.shape == codes.shape
     diff = np.abs(decoded.astype(int) - codes.astype(int))
@@ -191,7 +200,7 @@ def test_archive_meta_of_each_stream(video):
         "encoding": "jpeg-q90-420",
     }
     flow = archive_meta(REC, "flow", cfg, video, (16, 16))
-    assert flow["encoding"] == "jpeg-q100-444"
+    assert flow["encoding"] == "jpeg-q100-planes"
     assert flow["flow"] == {
         "backend": "opencv",
         "pairs": "frame k -> k+1",
@@ -239,7 +248,7 @@ def made_with(rec: VideoRecord, stream: str, cfg: PreprocessConfig) -> None:
             "flow",
             {},
             {"flow_encoding": FLOW_ENCODING_RGB},
-            "--flow-encoding ycc --flow-quality 100 → --flow-encoding rgb --flow-quality 90",
+            "--flow-encoding planes --flow-quality 100 → --flow-encoding rgb --flow-quality 90",
         ),
         ("flow", {}, {"third_channel": 0}, "--third-channel 128 → --third-channel 0"),
         ("flow", {}, {"tvl1": replace(CHEAP, scales=3)}, "--scales 1 → --scales 3"),
