@@ -339,8 +339,8 @@ def comparison_table(results: dict) -> list[dict[str, Any]]:
                         "stream": stream,
                         "metric": column(kind, metric),
                         "difference": _percent(m["difference"]),
-                        "difference" + INTERVAL: [_percent(x) for x in m["interval"]],
-                        "p": float(f"{m['p']:.2g}"),
+                        "difference" + INTERVAL: m["interval"] and [_percent(x) for x in m["interval"]],
+                        "p": None if m["p"] is None else float(f"{m['p']:.2g}"),
                         "discordant": f"{m['discordant']['a_only']}/{m['discordant']['b_only']}",
                         "better": VERDICTS[winner(m)],
                     }

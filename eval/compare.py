@@ -65,19 +65,22 @@ def _entry(p: Paired) -> dict[str, Any]:
         "a": p.a,
         "b": p.b,
         "difference": p.difference,
-        "interval": list(p.interval),
+        "interval": None if p.interval is None else list(p.interval),
         "test": p.test,
         "p": p.p,
     }
     if p.only_a is not None:
         out["discordant"] = {"a_only": p.only_a, "b_only": p.only_b}
+    if p.note is not None:
+        out["note"] = p.note
     return out
 
 
 def compare_results(path_a: str | os.PathLike, path_b: str | os.PathLike) -> dict[str, Any]:
     """Compare two results files on their shared test videos; refuses (one line) results that are not on the
     same videos. Returns the comparison: both files and kinds, ``videos`` (the paired test videos), per metric
-    either {a, b, difference, interval, test, p[, discordant]} or {undefined: why}, and the settings."""
+    either {a, b, difference, interval, test, p[, discordant][, note]} (interval and p null where nothing holds
+    beyond the difference, the note saying why) or {undefined: why}, and the settings."""
     pa, pb = Path(path_a), Path(path_b)
     (a, arr_a), (b, arr_b) = load_result(pa), load_result(pb)
     _check_comparable(a, b, pa, pb)
@@ -119,8 +122,8 @@ def write_comparison(
 
 def winner(entry: dict[str, Any]) -> str | None:
     """ "a" or "b" where the metric's test tells them apart at the 5 % level (an entry of
-    :func:`compare_results`), None where it does not (or the metric is undefined)."""
-    if "undefined" in entry or entry["p"] >= 1 - CONFIDENCE:
+    :func:`compare_results`), None where it does not (or the metric is undefined, or has no test)."""
+    if "undefined" in entry or entry["p"] is None or entry["p"] >= 1 - CONFIDENCE:
         return None
     return "a" if entry["difference"] > 0 else "b"
 
@@ -129,6 +132,8 @@ def verdict(name: str, entry: dict[str, Any], a: str, b: str, videos: int) -> st
     """One sentence on whether ``a`` beats ``b`` on the metric ``name`` (an entry of :func:`compare_results`)."""
     if "undefined" in entry:
         return f"{name}: not compared ({entry['undefined']})"
+    if entry["interval"] is None:
+        return f"{name}: {100 * entry['difference']:+.1f} points; {entry['note']}; {plural(videos, 'test video')}"
     d, (lo, hi), p = 100 * entry["difference"], entry["interval"], entry["p"]
     evidence = (
         f"{d:+.1f} points, 95 % interval {100 * lo:+.1f} to {100 * hi:+.1f}; {entry['test']} p = {p:.2g}; "

@@ -13,9 +13,10 @@ Schema of the JSON (``schema`` = 2)::
               ``undefined``
     counts    what the metrics count: {"videos", "classes", "smallest_class"} and "gallery" (retrieval) or
               "windows", "steps" (Oops)
-    intervals {name: [lo, hi]}, the 95 % interval of every metric that is a number; ``methods`` {name:
-              "wilson" | "bootstrap"} says how, ``interval_settings`` the confidence and the bootstrap's
-              resamples and seed
+    intervals {name: [lo, hi]}, the 95 % interval of every metric that is a number and has one that holds;
+              ``methods`` {name: "wilson" | "wilson, effective n" | "bootstrap"} says how, ``no_interval``
+              {name: why} names the others (a bootstrap that shows no spread), ``interval_settings`` the
+              confidence and the bootstrap's resamples and seed
     undefined {name: why it is null}
     small_test_set  a sentence when a class has fewer than 5 test videos, else null
     config    the settings that produced it (checkpoint, crops, label fraction, seed, …)

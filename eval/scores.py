@@ -7,13 +7,14 @@ metrics are defined here once; ``memdpc eval compare`` pairs two results' :func:
 * classifiers (probes, finetuning, a scored classifier, their fusion): per test video, the rank of its label
   among the video-level probabilities (ties: :func:`memdpc.model.loss.label_rank`); top-k is a proportion of
   the videos, undefined for k ≥ the number of classes (every class is in the top k); the mean per-class top-1
-  is bootstrapped within classes.
+  is a weighted proportion (its interval: Wilson with the effective number of videos, ``stats``).
 * retrieval (and its fusion): per test video (query), the rank of its first gallery video of its class
   (:func:`memdpc.model.retrieval.first_hits`); R@k is a proportion of the queries, undefined for k ≥ the
   gallery (every gallery video is among the first k).
 * Oops: scored per time step, but the steps of a video are not independent draws: the unit is the test video
-  (its steps and its correct steps, per class), the metrics are ratios of sums over videos and every interval
-  is a bootstrap over videos.
+  (its steps and its correct steps, per class), the metrics are ratios of sums over videos and their intervals
+  a bootstrap over videos (Wilson with the effective number of videos where every video is all right or all
+  wrong; none where the bootstrap shows no spread).
 """
 
 from __future__ import annotations
@@ -61,7 +62,16 @@ RETRIEVAL_KINDS = ("retrieval", "fusion-retrieval")
 OOPS_KINDS = ("oops-frozen", "oops-finetune")
 TOP_KS = (1, 5)
 SMALL_CLASS = 5  # fewer test videos than this in a class: the test set is flagged as small
-SCORE_KEYS = ("metrics", "counts", "intervals", "methods", "undefined", "small_test_set", "interval_settings")
+SCORE_KEYS = (
+    "metrics",
+    "counts",
+    "intervals",
+    "methods",
+    "no_interval",
+    "undefined",
+    "small_test_set",
+    "interval_settings",
+)
 
 
 def family(kind: str) -> str:
@@ -180,19 +190,24 @@ def counts(result: dict[str, Any], arrays: dict[str, np.ndarray]) -> dict[str, i
 def score(result: dict[str, Any], arrays: dict[str, np.ndarray]) -> dict[str, Any]:
     """The entries :func:`memdpc.eval.results.save_result` adds to a result (:data:`SCORE_KEYS`): ``metrics``
     ({name: value, null where it cannot mean anything}), ``counts``, ``intervals`` ({name: [lo, hi]}),
-    ``methods`` ({name: "wilson" | "bootstrap"}), ``undefined`` ({name: why}), ``small_test_set`` (a sentence,
-    or null) and ``interval_settings`` (the confidence; the bootstrap's resamples, seed and unit)."""
+    ``methods`` ({name: "wilson" | "wilson, effective n" | "bootstrap"}), ``no_interval`` ({name: why}, a
+    metric with a value but no interval that holds), ``undefined`` ({name: why}), ``small_test_set`` (a
+    sentence, or null) and ``interval_settings`` (the confidence; the bootstrap's resamples, seed and unit)."""
     metrics: dict[str, float | None] = {}
     intervals: dict[str, list[float]] = {}
     methods: dict[str, str] = {}
+    no_interval: dict[str, str] = {}
     undefined: dict[str, str] = {}
     for name, stat in statistics(result, arrays).items():
         if isinstance(stat, str):
             metrics[name], undefined[name] = None, stat
             continue
         metrics[name] = stat.value
-        (lo, hi), methods[name] = interval(stat)
-        intervals[name] = [lo, hi]
+        lo_hi, how = interval(stat)
+        if lo_hi is None:
+            no_interval[name] = how
+        else:
+            intervals[name], methods[name] = list(lo_hi), how
     count = counts(result, arrays)
     small = None
     if count["smallest_class"] < SMALL_CLASS:
@@ -206,6 +221,7 @@ def score(result: dict[str, Any], arrays: dict[str, np.ndarray]) -> dict[str, An
         "counts": count,
         "intervals": intervals,
         "methods": methods,
+        "no_interval": no_interval,
         "undefined": undefined,
         "small_test_set": small,
         "interval_settings": {

@@ -7,19 +7,27 @@ a paired comparison of two results on the same units. Intervals:
 * a proportion of the units (a classifier's top-k, a retrieval's R@k, of one stream or fused): the Wilson
   score interval. A percentile bootstrap of a proportion shrinks to a point at 0 % and 100 % (R@1 of 3 out of
   3 queries would read [100–100]), exactly where a small test set needs a wide interval;
-* anything else (a mean over classes; Oops, counted in time steps that belong to videos): the percentile
-  bootstrap over the units, :data:`RESAMPLES` resamples drawn from :data:`SEED` (deterministic); a
-  per-class mean resamples within each class, so that every resample has every class.
+* a weighted proportion — a mean over classes of per-class hit rates, or a ratio of sums whose every unit
+  scores all or nothing (an Oops video with all its steps right or all wrong) —: the Wilson interval with Kish's
+  effective number of units, (Σ w)² / Σ w² for the units' weights w (1 / the size of its class for a class
+  mean; its steps for a ratio). With classes of one size it is the plain proportion's Wilson interval (the
+  value is then that proportion). A bootstrap within classes would resample a class of one test video as that
+  video every time: with one video per class, every resample is the test set itself, an interval of width 0;
+* anything else (Oops' ratios of per-video fractions): the percentile bootstrap over the units,
+  :data:`RESAMPLES` resamples drawn from :data:`SEED` (deterministic). Where that shows no spread (one unit
+  holds all there is to count, or every unit has the same value) there is no interval: n/a, with the reason.
 
 Paired comparison of two results on the same units (:func:`paired`), A − B with an interval and a test that
 agree (the interval leaves out 0 when p < 1 − confidence; for the bootstrap, up to its resampling):
 
 * a proportion: McNemar's exact test on the discordant units (those only one of the two gets right), and the
   exact interval conditional on them: Clopper–Pearson for the share A gets right, b / (b + c), turned into
-  A − B = (b + c) / n · (2 · share − 1). Being conditional, it takes the number of discordant units as given
-  (with none, A − B is 0 on these units: [0, 0]);
+  A − B = (b + c) / n · (2 · share − 1). Being conditional, it takes the number of discordant units as given;
+  with none, A and B are right on the same units: no interval and no test, said so (:attr:`Paired.note`);
 * anything else: the paired bootstrap (the same resampled units for both), its percentile interval and the
-  two-sided p-value that goes with it.
+  two-sided p-value that goes with it; a class mean resamples within each class, so a class of one test video
+  (resampled as itself every time) leaves it without an interval or a test, said so; without a discordant unit
+  (a mean over classes of hits on the same units), as for a proportion.
 """
 
 from __future__ import annotations
@@ -39,6 +47,7 @@ __all__ = [
     "RESAMPLES",
     "SEED",
     "WILSON",
+    "WILSON_EFFECTIVE",
     "Paired",
     "Statistic",
     "bootstrap",
@@ -58,6 +67,7 @@ RESAMPLES = 2000
 SEED = 0
 CHUNK = 100  # resamples drawn and scored at once (memory: CHUNK × units)
 WILSON, BOOTSTRAP = "wilson", "bootstrap"  # a result's interval
+WILSON_EFFECTIVE = "wilson, effective n"  # of a weighted proportion
 MCNEMAR, PAIRED_BOOTSTRAP = "mcnemar exact", "paired bootstrap"  # a comparison's test
 
 _PROPORTION, _CLASS_MEAN, _RATIO, _RATIO_CLASS_MEAN = "proportion", "class mean", "ratio", "ratio class mean"
@@ -158,8 +168,9 @@ _RULES = {
 }
 
 
-def wilson(successes: int, n: int, confidence: float = CONFIDENCE) -> tuple[float, float]:
-    """The Wilson score interval of the proportion ``successes / n``."""
+def wilson(successes: float, n: float, confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """The Wilson score interval of the proportion ``successes / n`` (``n`` may be an effective number of units,
+    not a whole one)."""
     if n <= 0:
         raise ValueError("a proportion of no units has no interval")
     z = NormalDist().inv_cdf(0.5 + confidence / 2)
@@ -230,12 +241,47 @@ def _percentiles(values: np.ndarray, confidence: float) -> tuple[float, float]:
     return float(lo), float(hi)
 
 
-def interval(stat: Statistic, confidence: float = CONFIDENCE) -> tuple[tuple[float, float], str]:
-    """The metric's interval and its method: Wilson for a proportion, the percentile bootstrap otherwise."""
+def _weights(stat: Statistic) -> tuple[np.ndarray, np.ndarray] | None:
+    """A statistic that is a weighted proportion, as (each unit's 0/1 outcome, its weight), the weights summing to
+    1: a class mean of hits (each unit weighs 1 / (classes · its class's size)), or a ratio whose every unit
+    with something to count scores all or nothing (weighing its share of the count); None otherwise."""
+    if stat.rule == _CLASS_MEAN:
+        hits, classes = stat.parts
+        _, inverse, sizes = np.unique(classes, return_inverse=True, return_counts=True)
+        return hits, 1.0 / (len(sizes) * sizes[inverse])
+    if stat.rule == _RATIO:
+        num, den = stat.parts
+        counted = den > 0
+        if counted.any() and np.all((num[counted] == 0) | (num[counted] == den[counted])):
+            return (num[counted] > 0).astype(np.float64), den[counted] / den[counted].sum()
+    return None
+
+
+def _no_spread(stat: Statistic) -> str:
+    """Why a bootstrap over ``stat``'s units shows no spread."""
+    den = stat.parts[1]
+    holding = int(np.sum(den.reshape(len(den), -1).sum(axis=1) > 0))
+    if holding <= 1:
+        return f"{holding} test video holds all there is to count: a bootstrap over videos shows no spread"
+    return f"all {holding} test videos have the same value: a bootstrap over videos shows no spread"
+
+
+def interval(stat: Statistic, confidence: float = CONFIDENCE) -> tuple[tuple[float, float] | None, str]:
+    """The metric's interval and its method: Wilson for a proportion, Wilson with the effective number of units
+    for a weighted proportion (:func:`_weights`), the percentile bootstrap otherwise; (None, why) where the
+    bootstrap shows no spread."""
     if stat.is_proportion:
         (hits,) = stat.parts
         return wilson(int(round(hits.sum())), stat.units, confidence), WILSON
-    return _percentiles(bootstrap([stat])[0], confidence), BOOTSTRAP
+    weighted = _weights(stat)
+    if weighted is not None:
+        hits, w = weighted
+        n = 1.0 / float(np.sum(w * w))  # Kish: (Σ w)² / Σ w², Σ w = 1
+        return wilson(float(np.sum(w * hits)) * n, n, confidence), WILSON_EFFECTIVE
+    lo, hi = _percentiles(bootstrap([stat])[0], confidence)
+    if lo == hi:
+        return None, _no_spread(stat)
+    return (lo, hi), BOOTSTRAP
 
 
 def mcnemar(a_hits: np.ndarray, b_hits: np.ndarray) -> tuple[float, int, int]:
@@ -252,17 +298,23 @@ def mcnemar(a_hits: np.ndarray, b_hits: np.ndarray) -> tuple[float, int, int]:
 
 @dataclass(frozen=True)
 class Paired:
-    """A − B on the same units: the difference, its interval, the test and its p-value; for McNemar's test the
-    discordant units (``only_a``: A hits and B misses; ``only_b``: the reverse)."""
+    """A − B on the same units: the difference, its interval, the test and its p-value; for hits (McNemar's test,
+    a class mean) the discordant units (``only_a``: A hits and B misses; ``only_b``: the reverse). ``interval``
+    and ``p`` are None where nothing can be said beyond the difference: ``note`` says why (no discordant unit; a
+    class of one test video)."""
 
     a: float
     b: float
     difference: float
-    interval: tuple[float, float]
+    interval: tuple[float, float] | None
     test: str
-    p: float
+    p: float | None
     only_a: int | None = None
     only_b: int | None = None
+    note: str | None = None
+
+
+NO_DISCORDANT = "no discordant video: A and B are right on the same test videos"
 
 
 def paired(a: Statistic, b: Statistic, confidence: float = CONFIDENCE) -> Paired:
@@ -270,20 +322,34 @@ def paired(a: Statistic, b: Statistic, confidence: float = CONFIDENCE) -> Paired
     if a.rule != b.rule or a.units != b.units:
         raise ValueError(f"cannot pair a {a.rule} of {a.units} units with a {b.rule} of {b.units}")
     common = dict(a=a.value, b=b.value, difference=a.value - b.value)
+    if a.is_proportion or a.rule == _CLASS_MEAN:
+        _, only_a, only_b = mcnemar(a.parts[0], b.parts[0])
+        common.update(only_a=only_a, only_b=only_b)
+        test = MCNEMAR if a.is_proportion else PAIRED_BOOTSTRAP
+        if only_a + only_b == 0:
+            return Paired(**common, interval=None, test=test, p=None, note=NO_DISCORDANT)
     if a.is_proportion:
         p, only_a, only_b = mcnemar(a.parts[0], b.parts[0])
         discordant = only_a + only_b
-        if discordant == 0:  # the two agree on every unit: A − B is 0 on them
-            lo_hi = (0.0, 0.0)
-        else:
-            share = clopper_pearson(only_a, discordant, confidence)
-            lo_hi = tuple(discordant / a.units * (2 * s - 1) for s in share)
-        return Paired(**common, interval=lo_hi, test=MCNEMAR, p=p, only_a=only_a, only_b=only_b)
+        share = clopper_pearson(only_a, discordant, confidence)
+        lo_hi = tuple(discordant / a.units * (2 * s - 1) for s in share)
+        return Paired(**common, interval=lo_hi, test=MCNEMAR, p=p)
+    if a.strata is not None:
+        smallest = int(np.unique(a.strata, return_counts=True)[1].min())
+        if smallest < 2:
+            note = (
+                "a class has 1 test video, which a bootstrap within classes resamples as itself every time: "
+                "no interval or test (compare top1)"
+            )
+            return Paired(**common, interval=None, test=PAIRED_BOOTSTRAP, p=None, note=note)
     a_values, b_values = bootstrap([a, b])
     diffs = a_values - b_values
     diffs = diffs[~np.isnan(diffs)]
-    common["interval"] = _percentiles(diffs, confidence)
+    lo, hi = _percentiles(diffs, confidence)
+    if lo == hi:
+        note = "the paired bootstrap shows no spread (every resample gives the same difference): no interval or test"
+        return Paired(**common, interval=None, test=PAIRED_BOOTSTRAP, p=None, note=note)
     # the smallest level at which the percentile interval leaves out 0 (+1: the observed resample itself)
     below, above = np.sum(diffs <= 0), np.sum(diffs >= 0)
     p = min(1.0, 2 * (min(below, above) + 1) / (len(diffs) + 1))
-    return Paired(**common, test=PAIRED_BOOTSTRAP, p=float(p))
+    return Paired(**common, interval=(lo, hi), test=PAIRED_BOOTSTRAP, p=float(p))

@@ -46,12 +46,13 @@ def interval_text(lo_hi: list[float] | tuple[float, float]) -> str:
 
 
 def metric_text(result: dict[str, Any], name: str) -> str:
-    """A metric of a results file as a reader sees it: ``40.0 [24.6–57.7]`` (percent, its 95 % interval), or
-    ``n/a`` where it cannot mean anything (R@10 of a 9-video gallery)."""
+    """A metric of a results file as a reader sees it: ``40.0 [24.6–57.7]`` (percent, its 95 % interval; ``40.0
+    [interval n/a]`` where none holds), or ``n/a`` where it cannot mean anything (R@10 of a 9-video gallery)."""
     value = result["metrics"][name]
     if value is None:
         return "n/a"
-    return f"{100 * value:.1f} [{interval_text(result['intervals'][name])}]"
+    lo_hi = result["intervals"].get(name)
+    return f"{100 * value:.1f} [{'interval n/a' if lo_hi is None else interval_text(lo_hi)}]"
 
 
 def counts_text(result: dict[str, Any]) -> str:
@@ -81,6 +82,8 @@ def metrics_table(result: dict[str, Any]) -> Table:
     for name, value in result["metrics"].items():
         if value is None:
             table.add_row(name, "n/a", "", "")
+        elif name not in result["intervals"]:
+            table.add_row(name, f"{100 * value:.1f}%", "n/a", "")
         else:
             interval = f"{interval_text(result['intervals'][name])}%"
             table.add_row(name, f"{100 * value:.1f}%", interval, result["methods"][name])
@@ -95,6 +98,8 @@ def print_result(path: str | os.PathLike, console: Console) -> None:
     console.print(metrics_table(result))
     for name, why in result["undefined"].items():
         console.print(f"{name} n/a: {why}", markup=False, soft_wrap=True)
+    for name, why in (result.get("no_interval") or {}).items():
+        console.print(f"{name}: no interval: {why}", markup=False, soft_wrap=True)
     if result["small_test_set"]:
         console.print(f"[yellow]warning:[/] {result['small_test_set']}", soft_wrap=True)
     console.print(f"wrote {path} and {path.with_name(result['arrays'])}", markup=False, soft_wrap=True)
@@ -122,15 +127,17 @@ def print_comparison(
         if "undefined" in m:
             table.add_row(name, "n/a", "n/a", "", "", "", "")
             continue
-        lo, hi = m["interval"]
+        interval = (
+            "n/a" if m["interval"] is None else "{:+.1f} to {:+.1f}".format(*(100 * x for x in m["interval"]))
+        )
         discordant = m.get("discordant")
         table.add_row(
             name,
             f"{100 * m['a']:.1f}",
             f"{100 * m['b']:.1f}",
-            f"{100 * m['difference']:+.1f} [{100 * lo:+.1f} to {100 * hi:+.1f}]",
-            m["test"],
-            f"{m['p']:.2g}",
+            f"{100 * m['difference']:+.1f} [{interval}]",
+            m["test"] if m["p"] is not None else "none",
+            "n/a" if m["p"] is None else f"{m['p']:.2g}",
             f"{discordant['a_only']}/{discordant['b_only']}" if discordant else "",
         )
     console.print(table)

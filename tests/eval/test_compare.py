@@ -91,7 +91,13 @@ def test_the_same_test_videos_are_paired_video_by_video(results):
     assert lines[-1] == f"wrote {out}"
     r = compare_results(*results["retrieval"])  # retrieval: the same gallery too
     assert r["metrics"]["R@1"]["test"] == "mcnemar exact" and "undefined" in r["metrics"]["R@10"]
-    assert compare_results(a, a)["metrics"]["top1"]["p"] == 1.0
+    same = compare_results(a, a)["metrics"]
+    for name in ("top1", "mean_class_top1"):  # no discordant video: said so, not "+0.0 to +0.0"
+        assert same[name]["interval"] is None and same[name]["p"] is None
+        assert same[name]["discordant"] == {"a_only": 0, "b_only": 0}
+        assert verdict(name, same[name], "A", "B", 6) == (
+            f"{name}: +0.0 points; no discordant video: A and B are right on the same test videos; 6 test videos"
+        )
 
 
 @pytest.mark.slow

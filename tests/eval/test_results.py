@@ -29,7 +29,8 @@ def test_round_trip_with_the_scores_of_the_arrays(tmp_path):
     assert back["schema"] == 2 and back["counts"] == {"videos": 4, "classes": 2, "smallest_class": 2}
     assert back["metrics"] == {"top1": 0.75, "top5": None, "mean_class_top1": 0.75}
     assert back["undefined"] == {"top5": "top-5 of 2 classes: every class is among the first 5"}
-    assert back["methods"] == {"top1": "wilson", "mean_class_top1": "bootstrap"}
+    assert back["methods"] == {"top1": "wilson", "mean_class_top1": "wilson, effective n"}
+    assert back["no_interval"] == {}
     assert back["intervals"]["top1"] == pytest.approx(wilson(3, 4))
     assert back["small_test_set"] == "small test set: 2 test videos in its smallest class, fewer than 5"
     assert back["interval_settings"] == {

@@ -101,7 +101,19 @@ def test_oops_counts_videos_as_units_and_steps_as_what_is_scored():
         "recall_unintentional": pytest.approx(2 / 3),
         "mean_class_accuracy": pytest.approx((1 + 0.5 + 2 / 3) / 3),
     }
-    assert set(out["methods"].values()) == {"bootstrap"}  # a video's steps are not independent draws
+    # a video's steps are not independent draws: a bootstrap over videos, or, where each video is all right or all
+    # wrong (intentional: v1's one step), Wilson with the videos' effective number (1 here); where one video holds
+    # all there is (transitional: v1) the bootstrap shows no spread, and there is no interval
+    assert out["methods"] == {
+        "accuracy": "bootstrap",
+        "recall_intentional": "wilson, effective n",
+        "recall_unintentional": "bootstrap",
+        "mean_class_accuracy": "bootstrap",
+    }
+    assert out["no_interval"] == {
+        "recall_transitional": "1 test video holds all there is to count: a bootstrap over videos shows no spread"
+    }
+    assert out["intervals"]["recall_intentional"] == pytest.approx([0.2065, 1.0], abs=1e-4)
     lo, hi = out["intervals"]["accuracy"]
     # two videos: a resample holds v1 twice (3/4 right), v2 twice (1/2) or both (4/6)
     assert 0.5 <= lo <= 4 / 6 <= hi <= 0.75

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from memdpc.eval.results import save_result
+from memdpc.eval.results import load_result, save_result
 from memdpc.eval.stats import wilson
-from memdpc.report.tables import print_result
+from memdpc.report.tables import metric_text, print_result
 
 from .conftest import recording_console, table_rows
 
@@ -78,3 +78,30 @@ def test_result_names_every_file_it_lists(tmp_path):
         f"feature caches: {tmp_path / 'f-train.npz'} {tmp_path / 'f-test.npz'}",
         f"plots: {tmp_path / 'c.png'}",
     ]
+
+
+def test_an_oops_result_without_an_interval_that_holds_says_why(tmp_path):
+    """One video holds every transitional step: no interval (its bootstrap shows no spread), n/a and why."""
+    result = {
+        "kind": "oops-frozen",
+        "stream": "rgb",
+        "dataset": "oops",
+        "split": "val",
+        "classes": ["intentional", "transitional", "unintentional"],
+    }
+    arrays = {
+        "video_ids": np.array(["v1", "v1", "v2"]),
+        "keys": np.array(["v1_00000", "v1_00006", "v2_00000"]),
+        "labels": np.array([[0, 1], [1, 2], [2, 2]]),
+        "pred": np.array([[0, 0], [1, 2], [2, 0]]),
+    }
+    path = save_result(tmp_path / "oops-rgb.json", result, arrays)
+    console = recording_console()
+    print_result(path, console)
+    text = console.export_text()
+    assert ["recall_transitional", "50.0%", "n/a", ""] in table_rows(text)
+    assert metric_text(load_result(path)[0], "recall_transitional") == "50.0 [interval n/a]"
+    assert (
+        "recall_transitional: no interval: 1 test video holds all there is to count: a bootstrap over videos "
+        "shows no spread" in text.splitlines()
+    )
