@@ -31,7 +31,7 @@ from memdpc.eval.outputs import Outputs
 from memdpc.pipeline.clip import ClipSpec
 from memdpc.pipeline.loader import make_loader
 from memdpc.pipeline.manifest import load_manifest, manifest_path
-from memdpc.pipeline.provenance import manifest_identity
+from memdpc.pipeline.provenance import manifest_identity, sources_changed
 from memdpc.pipeline.sample import parse_key
 
 __all__ = [
@@ -63,10 +63,14 @@ class Windows:
 
 
 def split_classes(data: EvalData, split: str) -> tuple[list[str], dict[str, Any]]:
-    """(class names, manifest) of a split; refuses an empty split."""
+    """(class names, manifest) of a split; refuses an empty split, and one whose shards hold videos changed since
+    their archives were made (features of them, cached or new, would be of the old videos)."""
     manifest = load_manifest(data.shards, data.stream, split)
     if int(manifest.get("num_samples", 0)) == 0:
         raise UserError(f"{manifest_path(data.shards, data.stream, split)}: the {split} split is empty")
+    stale = sources_changed(manifest, manifest_path(data.shards, data.stream, split))
+    if stale:
+        raise UserError(stale)
     return list(manifest["classes"]), manifest
 
 

@@ -13,7 +13,6 @@ the index: ``wds_index.index_path``).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import tarfile
@@ -23,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from memdpc.common.atomic import write_json_atomic
+from memdpc.common.digest import file_sha256
 from memdpc.common.errors import UserError
 from memdpc.pipeline.sample import INFO, LABEL, LABEL_BYTES, decode_label, sample_key, sample_members
 from memdpc.pipeline.wds_index import format_index, scan_tar, split_name
@@ -30,7 +30,6 @@ from memdpc.pipeline.wds_index import format_index, scan_tar, split_name
 __all__ = [
     "VerifyResult",
     "checksum_path",
-    "file_sha256",
     "find_manifests",
     "frame_sizes",
     "load_manifest",
@@ -103,14 +102,6 @@ def shard_paths(shard_dir: str | os.PathLike, manifest: dict[str, Any]) -> list[
     """(tar, idx) paths of every shard of a loaded manifest."""
     folder = stream_dir(shard_dir, manifest["stream"])
     return [(folder / s["name"], folder / s["index"]) for s in manifest["shards"]]
-
-
-def file_sha256(path: str | os.PathLike, chunk: int = 1 << 22) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
 
 
 @dataclass

@@ -16,11 +16,24 @@ import os
 from collections import Counter, defaultdict
 from typing import Any
 
+from memdpc.common.digest import file_sha256
+from memdpc.common.errors import UserError
 from memdpc.common.wording import plural
-from memdpc.pipeline.manifest import file_sha256, load_manifest, manifest_path
+from memdpc.pipeline.manifest import load_manifest, manifest_path
+from memdpc.preprocess.archive import archive_path, read_meta
+from memdpc.preprocess.job import remake_command
+from memdpc.preprocess.source import source_changes
 from memdpc.preprocess.video_index import VideoRecord
 
-__all__ = ["OPTIONS", "manifest_identity", "records_digest", "shard_changes", "split_record"]
+__all__ = [
+    "OPTIONS",
+    "changed_sources",
+    "manifest_identity",
+    "records_digest",
+    "shard_changes",
+    "sources_changed",
+    "split_record",
+]
 
 OPTIONS = (
     "clip",
@@ -37,11 +50,55 @@ def records_digest(records: list[VideoRecord]) -> str:
     return hashlib.sha256("".join(r.to_json() + "\n" for r in records).encode()).hexdigest()
 
 
-def manifest_identity(shard_dir: str | os.PathLike, stream: str, split: str) -> dict[str, str]:
-    """``{"manifest": its resolved path, "sha256": of its bytes}`` (``sha256sum`` checks it): what results record
-    of each split they read, and what keys the feature caches."""
+def changed_sources(manifest: dict[str, Any]) -> list[tuple[str, str, list[str]]]:
+    """The videos of a manifest's shards whose source file changed since their archives were made, as (video id,
+    the file, how: :func:`~memdpc.preprocess.source.source_changes`), read from its ``provenance`` (the frame
+    archive folder, the videos) and each archive's ``meta.json``. An archive gone or unreadable since, a source
+    gone since and a manifest written before it recorded its provenance give nothing to compare."""
+    provenance = manifest.get("provenance") or {}
+    out = []
+    for vid, (_, digest) in (provenance.get("videos") or {}).items():
+        if digest is None or provenance.get("frames") is None:
+            continue
+        try:
+            meta = read_meta(archive_path(provenance["frames"], manifest["stream"], vid))
+        except UserError:
+            continue
+        if changes := source_changes(meta):
+            out.append((vid, str(meta["source"]), changes))
+    return out
+
+
+def sources_changed(manifest: dict[str, Any], where: str | os.PathLike) -> str | None:
+    """One line where videos of the shards of ``manifest`` (the file ``where``) changed since their archives were
+    made (:func:`changed_sources`): the first of them, and the commands that remake its archives and the shards;
+    None where none did."""
+    changed = changed_sources(manifest)
+    if not changed:
+        return None
+    vid, path, changes = changed[0]
+    provenance = manifest["provenance"]
+    index = (provenance.get("index") or {}).get("path") or "INDEX"
+    more = f" (and {plural(len(changed) - 1, 'other video')})" if len(changed) > 1 else ""
+    return (
+        f"{where}: its shards hold {vid}, whose video {path} changed since its "
+        f"archive was made ({', '.join(changes)}){more}; remake its archives with `"
+        f"{remake_command(index, provenance['frames'], vid)}` and the {manifest['split']} shards with the same `memdpc shard` "
+        "command and --overwrite"
+    )
+
+
+def manifest_identity(shard_dir: str | os.PathLike, stream: str, split: str) -> dict[str, Any]:
+    """``{"manifest": its resolved path, "sha256": of its bytes}`` (``sha256sum`` checks it) and, from its
+    ``provenance``, the ``index`` and ``frames`` the shards were made from (so that a result's chain names them
+    after the shards are cut again): what results record of each split they read, and what keys the feature
+    caches."""
     path = manifest_path(shard_dir, stream, split).resolve()
-    return {"manifest": str(path), "sha256": file_sha256(path)}
+    out: dict[str, Any] = {"manifest": str(path), "sha256": file_sha256(path)}
+    provenance = json.loads(path.read_text()).get("provenance") or {}
+    if provenance:
+        out |= {"index": provenance.get("index"), "frames": provenance.get("frames")}
+    return out
 
 
 def split_record(shard_dir: str | os.PathLike, stream: str, split: str) -> dict[str, Any]:

@@ -42,6 +42,7 @@ from rich.markup import escape
 
 from memdpc.common import interrupts
 from memdpc.common.atomic import atomic_path, remove_stale_tmp, write_bytes_atomic, write_json_atomic
+from memdpc.common.digest import file_sha256
 from memdpc.common.errors import ResourceFault, UserError, free_bytes
 from memdpc.common.progress import progress_bar
 from memdpc.common.streams import STREAMS
@@ -50,7 +51,6 @@ from memdpc.pipeline import ustar
 from memdpc.pipeline.clip import ClipSpec
 from memdpc.pipeline.manifest import (
     checksum_path,
-    file_sha256,
     manifest_path,
     shard_pattern,
     stream_dir,

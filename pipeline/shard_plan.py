@@ -34,7 +34,8 @@ from memdpc.pipeline.clip import ClipSpec
 from memdpc.pipeline.manifest import shard_name
 from memdpc.pipeline.sample import LABEL_BYTES, frame_member, member_name, sample_key
 from memdpc.preprocess.archive import META, archive_path, frame_index, frame_name
-from memdpc.preprocess.job import REPORTS, read_report_entries, setting_options
+from memdpc.preprocess.job import REPORTS, read_report_entries, remake_command, setting_options
+from memdpc.preprocess.source import source_changes
 from memdpc.preprocess.video_index import VideoRecord
 
 __all__ = [
@@ -396,6 +397,19 @@ def _check_key(rec: VideoRecord, clip: ClipSpec, source: str) -> None:
         )
 
 
+def _stale_message(stale: list[tuple[VideoRecord, list[str]]], stream: str, root: Path, source: str) -> str:
+    """One line: the (first) video whose file changed since its archive was made, and the command that remakes
+    its archives."""
+    rec, changes = stale[0]
+    more = f" (and {plural(len(stale) - 1, 'other video')})" if len(stale) > 1 else ""
+    index = source if Path(source).is_file() else "INDEX"  # records given as a list name no file
+    return (
+        f"{rec.id}: {rec.path} changed since its {stream} archive was made ({', '.join(changes)}){more}; the shards "
+        f"would hold the old video: remake its archives with `{remake_command(index, root, rec.id)}`, then run "
+        "this command again"
+    )
+
+
 def make_plan(
     archive_root: str | os.PathLike,
     records: list[VideoRecord],
@@ -440,6 +454,7 @@ def make_plan(
     skipped: list[dict[str, str]] = []
     num_short = 0
     foreign: list[tuple[VideoRecord, Path, str]] = []
+    stale: list[tuple[VideoRecord, list[str]]] = []
     for i, rec in enumerate(chosen):
         if on_video:
             on_video(i, len(chosen))
@@ -461,6 +476,8 @@ def make_plan(
         recorded = src.meta.get("source")
         if recorded is not None and recorded != rec.path:  # an archive of another video with this id
             foreign.append((rec, src.path, recorded))
+        elif changes := source_changes(src.meta, rec.path):  # the video replaced or changed since
+            stale.append((rec, changes))
         archives[rec.id], metas[rec.id] = archive_digest(src), src.meta
         if usable_frames(stream, src.num_frames) < clip.span:
             num_short += 1
@@ -476,6 +493,8 @@ def make_plan(
             f"for {rec.id}); give the index those archives were made with, or preprocess this one into another "
             "frames folder"
         )
+    if stale:
+        raise UserError(_stale_message(stale, stream, root, source))
     settings = _check_settings(metas, root / stream)
     if train:
         samples = [samples[i] for i in np.random.default_rng(seed).permutation(len(samples))]

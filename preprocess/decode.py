@@ -10,6 +10,7 @@ instead of reaching the terminal.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import sys
@@ -22,6 +23,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
+from memdpc.common.digest import file_sha256
 from memdpc.common.errors import UserError
 
 __all__ = ["DecodeError", "DecodeSpec", "PartialVideo", "StderrCapture", "VideoStream", "read_header"]
@@ -86,7 +88,8 @@ class VideoStream:
     :class:`PartialVideo` when decoding stopped before the frame count in the header (a truncated or
     corrupt file) — after yielding what did decode, so a caller may keep it. ``seconds`` accumulates the
     time spent decoding and resizing, ``num_decoded`` counts source frames. ``file_size`` and
-    ``file_mtime_ns`` identify the file as it was opened; ``source_size`` is the header's (width, height).
+    ``file_mtime_ns`` identify the file as it was opened, ``file_sha256`` its bytes (read when first asked, once
+    the video is decoded: from the page cache); ``source_size`` is the header's (width, height).
     """
 
     def __init__(self, path: str | os.PathLike, spec: DecodeSpec = DecodeSpec()) -> None:
@@ -105,6 +108,10 @@ class VideoStream:
             int(self._cap.get(cv2.CAP_PROP_FRAME_HEIGHT)),
         )
         self.fps = spec.fps or self.source_fps
+
+    @functools.cached_property
+    def file_sha256(self) -> str:
+        return file_sha256(self.path)
 
     def seek(self, index: int) -> None:
         """Start reading at source frame ``index`` instead of the first (for sampling a video, not for a whole

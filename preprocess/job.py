@@ -17,7 +17,6 @@ import re
 import time
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import asdict, dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +31,7 @@ from memdpc.preprocess.decode import DecodeError, DecodeSpec, PartialVideo, Vide
 from memdpc.preprocess.encode import FLOW_ENCODING, FLOW_ENCODINGS, RGB_ENCODING, JpegEncoding, code_error
 from memdpc.preprocess.flow.backends import AUTO, BACKENDS, BOUND, FlowStage, make_backend
 from memdpc.preprocess.flow.tvl1_params import TVL1Params
+from memdpc.preprocess.source import source_changes
 from memdpc.preprocess.video_index import VideoRecord
 
 __all__ = [
@@ -53,6 +53,7 @@ __all__ = [
     "parse_part",
     "process_video",
     "read_report_entries",
+    "remake_command",
     "remove_temporaries",
     "select_part",
     "setting_options",
@@ -219,7 +220,7 @@ def archive_meta(
     rec: VideoRecord, stream: str, cfg: PreprocessConfig, src: VideoStream, hw: tuple[int, int]
 ) -> dict:
     """``meta.json`` of a video's archive of ``stream``: what it holds, the settings it was made with, and
-    its source's identity (path, size and modification time)."""
+    its source's identity (path, size, modification time and SHA-256: :mod:`memdpc.preprocess.source`)."""
     return {
         "video_id": rec.id,
         "fps": src.fps,
@@ -228,6 +229,7 @@ def archive_meta(
         "source": rec.path,
         "source_size": src.file_size,
         "source_mtime_ns": src.file_mtime_ns,
+        "source_sha256": src.file_sha256,
         "source_fps": src.source_fps,
         **archive_settings(stream, cfg),
     }
@@ -283,29 +285,33 @@ def _encoding_options(stream: str | None, name: str) -> str:
 
 
 def _source_differences(meta: dict[str, Any], rec: VideoRecord) -> list[str]:
-    """How ``rec``'s file differs from the source recorded in ``meta`` (a source that is gone since is not
-    compared: its archive is all that is left of it)."""
+    """How ``rec``'s file differs from the source recorded in ``meta`` (:func:`~memdpc.preprocess.source.source_changes`:
+    a source that is gone since is not compared, its archive is all that is left of it)."""
     recorded = meta.get("source")
     if recorded is not None and recorded != rec.path:
         return [f"source {recorded} → {rec.path}"]
-    if "source_size" not in meta:
-        return []
-    try:
-        stat = os.stat(rec.path)
-    except OSError:
-        return []
-    changes = []
-    if stat.st_size != meta["source_size"]:
-        changes.append(f"size {meta['source_size']} → {stat.st_size} bytes")
-    if stat.st_mtime_ns != meta.get("source_mtime_ns"):
-        changes.append(f"modified {_when(meta.get('source_mtime_ns'))} → {_when(stat.st_mtime_ns)}")
+    changes = source_changes(meta, rec.path)
     return [f"{rec.path} changed since ({', '.join(changes)})"] if changes else []
 
 
-def _when(mtime_ns: Any) -> str:
-    if not isinstance(mtime_ns, int):
-        return "?"
-    return datetime.fromtimestamp(mtime_ns / 1e9).isoformat(sep=" ", timespec="seconds")
+def remake_command(index: str, root: str | os.PathLike, video_id: str) -> str:
+    """The ``memdpc preprocess`` command that writes a video's archives in ``root`` again as they were made (the
+    streams it has there, each setting that is not the default) over the ones there (``--overwrite``)."""
+    streams = [s for s in STREAMS if archive_path(root, s, video_id).is_file()]
+    options: dict[str, str] = {}
+    for s in streams:
+        try:
+            found = setting_options(read_meta(archive_path(root, s, video_id)))
+        except UserError:
+            continue
+        default = _expected_options(s, PreprocessConfig(out=str(root), streams=(s,)))
+        options |= {k: v[1] for k, v in found.items() if k in default and v[0] != default[k][0]}
+    verb = "flow" if "flow" in streams else "frames"
+    return " ".join(
+        ["memdpc preprocess", verb, index, "--out", str(root), "--streams", ",".join(streams) or "rgb"]
+        + list(dict.fromkeys(options.values()))
+        + ["--overwrite"]
+    )
 
 
 @functools.lru_cache(maxsize=8)

@@ -6,8 +6,10 @@ Every link is read from the record of the next one: a result's ``source`` (the c
 ``shards`` (the splits the run trained and validated on); a manifest's ``provenance`` (the index and the frame
 archive folder) and ``skipped`` videos; the frame archive folder's preprocess reports (the videos that failed).
 A link with a recorded digest says whether the file there now is still what was recorded; a checkpoint or a
-manifest changed since is not followed further (it tells of other shards or another run state). Results of one
-checkpoint share a chain; a fused result joins the chain of each of its inputs.
+manifest changed since is not followed further (it tells of other shards or another run state), but the index
+and the frame archives that the reader of the shards recorded with them still are. The frame archive folder is
+:data:`CHANGED` where a video's source file changed since its archives were made. Results of one checkpoint share
+a chain; a fused result joins the chain of each of its inputs.
 """
 
 from __future__ import annotations
@@ -18,12 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from memdpc.common.digest import file_sha256
 from memdpc.common.errors import UserError
 from memdpc.common.streams import STREAMS
 from memdpc.common.wording import name_list, plural
 from memdpc.model.checkpoint import read_checkpoint
-from memdpc.pipeline.manifest import file_sha256
-from memdpc.pipeline.provenance import records_digest
+from memdpc.pipeline.provenance import changed_sources, records_digest
 from memdpc.pipeline.shard_plan import preprocess_outcomes
 from memdpc.preprocess.video_index import read_index
 
@@ -60,6 +62,14 @@ class Chain:
     folders: set[Path] = field(default_factory=set)
     complete: bool = True
 
+    def not_as_recorded(self) -> list[str]:
+        """The links whose file is no longer what was recorded, e.g. ``shards manifest-test.json changed since``."""
+        return [
+            f"{link.stage} {link.path.name if link.path else ''} {link.now}"
+            for link in self.links
+            if link.now in (CHANGED, GONE)
+        ]
+
 
 def _now(path: Path, digest: str | None, actual) -> str:
     """What ``path`` is now against the recorded ``digest``; ``actual(path)`` computes its digest."""
@@ -95,7 +105,10 @@ def _index_link(index: dict[str, Any]) -> Link:
     return Link("index", path, what, index["sha256"][:12], now)
 
 
-def _archives_link(root: Path) -> Link:
+def _archives_link(root: Path, changed: dict[str, tuple[str, list[str]]]) -> Link:
+    """The frame archive folder: its counts, the videos that failed in preprocess, and those whose source file
+    changed since their archives were made (``changed``: video id → (the file, how); the folder is then
+    :data:`CHANGED`)."""
     counts = [f"{s} {len(list((root / s).glob('*.tar')))}" for s in STREAMS if (root / s).is_dir()]
     what = f"frame archives: {', '.join(counts) or 'none'}"
     try:
@@ -110,12 +123,27 @@ def _archives_link(root: Path) -> Link:
         named = "; ".join(f"{vid} ({reason})" for vid, reason in failed[:FAILED_NAMED])
         more = f" and {len(failed) - FAILED_NAMED} more" if len(failed) > FAILED_NAMED else ""
         what += f"; {plural(len(failed), 'video')} failed in preprocess: {named}{more}"
-    return Link("archives", root, what, now="" if root.is_dir() else GONE)
+    if changed:
+        named = "; ".join(
+            f"{vid} ({path}: {', '.join(how)})" for vid, (path, how) in list(changed.items())[:FAILED_NAMED]
+        )
+        more = f" and {len(changed) - FAILED_NAMED} more" if len(changed) > FAILED_NAMED else ""
+        what += f"; the source of {plural(len(changed), 'video')} changed since its archives were made: {named}{more}"
+    now = GONE if not root.is_dir() else CHANGED if changed else ""
+    return Link("archives", root, what, now=now)
+
+
+def _manifest_now(path: Path) -> dict[str, Any] | None:
+    """The manifest there now, or None where it is gone or unreadable."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def _shards_link(manifest: Path, digest: str, roles: list[str]) -> tuple[Link, dict[str, Any] | None]:
-    """The link of one manifest, and its ``provenance`` (None: not what was recorded any more, or written before
-    manifests had one): a manifest changed since tells what the new shards hold, not what the recorded ones did."""
+    """The link of one manifest, and the manifest (None: not what was recorded any more): a manifest changed
+    since tells what the new shards hold, not what the recorded ones did."""
     now = _now(manifest, digest, file_sha256)
     what = ", ".join(roles)
     if now != AS_RECORDED:
@@ -129,7 +157,7 @@ def _shards_link(manifest: Path, digest: str, roles: list[str]) -> tuple[Link, d
     if left:
         ids = name_list([s["video_id"] for s in m["skipped"]], 5)
         what += f"; left out: {', '.join(f'{n} {k}' for k, n in sorted(left.items()))} ({ids})"
-    return Link("shards", manifest, what, digest[:12], now), m.get("provenance")
+    return Link("shards", manifest, what, digest[:12], now), m
 
 
 def _run_link(path: Path, ckpt: dict[str, Any]) -> Link | None:
@@ -166,8 +194,10 @@ def _chain(checkpoint: str | None, digest: str | None, results: list[tuple[Path,
     chain = Chain(path, results=[p for p, _ in results])
     now, ckpt = _checkpoint(path, digest)
     roles: dict[tuple[str, str], list[str]] = {}  # (manifest, recorded sha256) → what the chain read it for
+    made_from: dict[tuple[str, str], dict[str, Any]] = {}  # → the index and frames recorded with it
     uses = {"train": "trained on", "val": "validated on"}
-    for role, record in ((ckpt or {}).get("shards") or {}).items():
+    records = [(role, record) for role, record in ((ckpt or {}).get("shards") or {}).items()]
+    for role, record in records:
         used = uses[role] if ckpt.get("origin") == "train" else "BatchNorm statistics from"
         roles.setdefault((record["manifest"], record["sha256"]), []).append(used)
     unrecorded = []
@@ -176,18 +206,30 @@ def _chain(checkpoint: str | None, digest: str | None, results: list[tuple[Path,
             unrecorded.append(p)
         for split, identity in (result.get("shards") or {}).items():
             roles.setdefault((identity["manifest"], identity["sha256"]), []).append(f"evaluated on ({split})")
+            records.append((split, identity))
+    for _, record in records:
+        if record.get("frames") is not None:
+            made_from[record["manifest"], record["sha256"]] = record
     shards, indexes, frames = [], {}, {}
+    changed: dict[str, dict[str, tuple[str, list[str]]]] = {}  # frames folder → video id → (file, how)
     for (manifest, sha), used in roles.items():
-        link, provenance = _shards_link(Path(manifest), sha, list(dict.fromkeys(used)))
+        link, m = _shards_link(Path(manifest), sha, list(dict.fromkeys(used)))
         shards.append(link)
         chain.folders.add(Path(manifest).resolve().parent.parent)
+        provenance = made_from.get((manifest, sha)) or (m or {}).get("provenance")
         if provenance:
             indexes.setdefault(
                 (provenance["index"]["path"], provenance["index"]["sha256"]), provenance["index"]
             )
             frames.setdefault(provenance["frames"], Path(provenance["frames"]))
+            videos = changed.setdefault(provenance["frames"], {})
+            current = m or _manifest_now(
+                Path(manifest)
+            )  # shards cut again: their videos are those of the folder
+            for vid, video, how in changed_sources(current) if current is not None else []:
+                videos.setdefault(vid, (video, how))
     chain.links += [_index_link(index) for index in indexes.values()]
-    chain.links += [_archives_link(root) for root in frames.values()]
+    chain.links += [_archives_link(root, changed.get(key, {})) for key, root in frames.items()]
     chain.folders |= {root.resolve() for root in frames.values()}
     chain.links += shards
     if unrecorded:

@@ -116,7 +116,7 @@ def write_report(folder: str | Path, out: str | Path | None = None) -> Path:
     made = chains(found.results)
     left_out = _keep_chained(found, made)
     page.summary(found, left_out)
-    page.results(found.results)
+    page.results(found.results, made)
     page.provenance(made)
     page.runs(found.runs)
     page.clips(found.shards, found.archives)
@@ -227,7 +227,7 @@ class Page:
             )
             self.parts.append(f"<h3>{_e(title)}</h3><table><tr>{head}</tr>{rows}</table>")
 
-    def results(self, results: list[Path]) -> None:
+    def results(self, results: list[Path], made: list[Chain]) -> None:
         quickstart = self.folder / file_kinds.QUICKSTART_TABLE
         if not results and not quickstart.is_file():
             return
@@ -242,10 +242,22 @@ class Page:
                 f'<td class="n">{_e(metric_text(result, m))}</td>' if m in metrics else "<td></td>"
                 for m in METRIC_COLUMNS
             )
+            stale = [
+                x
+                for c in made
+                if path.resolve() in {r.resolve() for r in c.results}
+                for x in c.not_as_recorded()
+            ]
+            flag = (
+                f"its chain is not as recorded ({'; '.join(dict.fromkeys(stale))}): see Provenance"
+                if stale
+                else ""
+            )
+            note = "; ".join(x for x in (result["small_test_set"], flag) if x)
             rows.append(
                 f"<tr><td>{_e(self._rel(path))}</td><td>{_e(result['kind'])}</td><td>{_e(result['stream'])}"
                 f'</td><td>{_e(result["split"])}</td><td class="n">{result["counts"]["videos"]}</td>{cells}'
-                f"<td>{_e(result['small_test_set'] or '')}</td></tr>"
+                f"<td{' class=missing' if stale else ''}>{_e(note)}</td></tr>"
             )
         if rows:
             head = "".join(

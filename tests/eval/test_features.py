@@ -6,6 +6,7 @@ import json
 import shutil
 from collections import Counter
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -124,3 +125,43 @@ def test_the_cache_fingerprint_follows_the_checkpoint_bytes_and_the_split_manife
     manifest = shards / "rgb" / "manifest-test.json"  # resharded: other shards, another manifest
     manifest.write_text(json.dumps({**json.loads(manifest.read_text()), "seed": 1}))
     assert fingerprint(same, replace(data, shards=shards), "test") != fingerprint(same, data, "test")
+
+
+def test_a_split_whose_videos_changed_since_their_archives_were_made_is_refused(tiny_dataset, tmp_path):
+    """Every task reads a split through ``split_classes``, before a feature cache is looked at: shards holding a
+    video replaced since its archive was made are refused in one line naming it and the commands that remake
+    its archives and the shards; remade, the split is read."""
+    from click.testing import CliRunner
+
+    from memdpc.cli import main
+    from memdpc.pipeline.shard import shard_stream
+    from memdpc.preprocess.datasets import build_index
+    from memdpc.preprocess.run import preprocess
+    from memdpc.preprocess.video_index import write_index
+
+    records = build_index(shutil.copytree(tiny_dataset, tmp_path / "data"), "ucf101", 1)
+    index, frames, shards = tmp_path / "index.jsonl", tmp_path / "frames", tmp_path / "shards"
+    write_index(records, index)
+    preprocess(index, frames, "rgb", size=24, workers=1, progress=False)
+    for split in ("train", "test"):
+        shard_stream(frames, index, "rgb", shards, split)
+    data = EvalData(shards, "rgb", size=24, backend="torch", num_workers=0)
+    classes = same_classes(data)
+    test = [r for r in records if r.split == "test"]
+    sizes = [Path(r.path).stat().st_size for r in test[:2]]
+    shutil.copyfile(test[1].path, test[0].path)  # another video at the path of the first test video
+    with pytest.raises(UserError) as e:
+        same_classes(data)
+    remake = f"memdpc preprocess frames {index} --out {frames} --streams rgb --size 24 --overwrite"
+    assert str(e.value).startswith(
+        f"{shards / 'rgb' / 'manifest-test.json'}: its shards hold {test[0].id}, whose video {test[0].path} changed "
+        f"since its archive was made (size {sizes[0]} → {sizes[1]} bytes, modified "
+    )
+    assert str(e.value).endswith(
+        f"; remake its archives with `{remake}` and the test shards with the same `memdpc shard` command and "
+        "--overwrite"
+    )
+    assert "\n" not in str(e.value) and sizes[0] != sizes[1]
+    assert CliRunner().invoke(main, remake.split()[1:]).exit_code == 0
+    shard_stream(frames, index, "rgb", shards, "test", overwrite=True)
+    assert same_classes(data) == classes

@@ -796,3 +796,48 @@ def test_an_index_that_gives_a_video_another_class_is_not_resumed_over(long_arch
     samples = all_samples(out, "rgb", "train")
     labels = {struct.unpack("<i", s["cls"])[0] for k, s in samples.items() if k.rsplit("_", 1)[0] == first.id}
     assert labels == {other.label}
+
+
+def test_a_video_changed_since_its_archive_was_made_is_refused_naming_the_command_that_remakes_it(
+    tiny_dataset, tmp_path
+):
+    """A video replaced by another file at its path, or whose bytes changed at the same size, is refused in one
+    line naming it and the preprocess command that remakes its archives; that very command, then the same shard
+    command, go on. A video only touched (another time, the same bytes: its SHA-256 tells) is not a change."""
+    data = shutil.copytree(tiny_dataset, tmp_path / "data")
+    records = build_index(data, "ucf101", 1)
+    write_index(records, tmp_path / "index.jsonl")
+    frames, out = tmp_path / "frames", tmp_path / "shards"
+    preprocess(tmp_path / "index.jsonl", frames, "rgb", size=24, workers=1, progress=False)
+    train = [r for r in records if r.split == "train"]
+    touched, replaced = Path(train[0].path), Path(train[1].path)
+    os.utime(touched, ns=(touched.stat().st_atime_ns, touched.stat().st_mtime_ns + 10**9))
+    before = replaced.stat().st_size
+    shutil.copyfile(next(r.path for r in records if r.split == "test"), replaced)
+    cmd = (tmp_path / "frames", "--index", tmp_path / "index.jsonl", "--stream", "rgb", "--out", out)
+    res = _run_cli(*cmd)
+    remake = f"memdpc preprocess frames {tmp_path / 'index.jsonl'} --out {frames} --streams rgb --size 24 --overwrite"
+    line = res.output.splitlines()[-1]
+    assert res.exit_code == 2 and line.startswith(
+        f"Error: {train[1].id}: {replaced} changed since its rgb archive"
+    )
+    assert f"(size {before} → {replaced.stat().st_size} bytes, modified " in line
+    assert line.endswith(
+        f"the shards would hold the old video: remake its archives with `{remake}`, then run this command again"
+    )
+    assert not out.exists()  # refused before anything was written
+    from click.testing import CliRunner
+
+    from memdpc.cli import main
+
+    again = CliRunner().invoke(main, remake.split()[1:])
+    assert again.exit_code == 0, again.output
+    # only the replaced video is remade: the touched one holds the same bytes
+    assert "wrote the archives of 1 video (and kept those of 8 videos written before)" in again.output
+    assert _run_cli(*cmd).exit_code == 0
+    # the same size, other bytes (a byte flipped in the middle): the digest tells
+    body = bytearray(replaced.read_bytes())
+    body[len(body) // 2] ^= 0xFF
+    replaced.write_bytes(bytes(body))
+    res = _run_cli(*cmd, "--overwrite")
+    assert res.exit_code == 2 and "content: SHA-256 " in res.output.splitlines()[-1], res.output

@@ -5,9 +5,11 @@ failure reasons). Real files, real videos, real JPEGs."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -195,6 +197,7 @@ def test_archive_meta_of_each_stream(video):
         "source": "/data/v_a.avi",
         "source_size": stat.st_size,
         "source_mtime_ns": stat.st_mtime_ns,
+        "source_sha256": hashlib.sha256(video.path.read_bytes()).hexdigest(),
         "source_fps": 25.0,
         "decode": {"size": 256, "square": 0, "fps": 0.0},
         "encoding": "jpeg-q90-420",
@@ -298,8 +301,12 @@ def test_a_source_file_changed_since_differs_and_one_gone_does_not(clip):
     made_with(rec, "rgb", cfg)
     stat = os.stat(rec.path)
     os.utime(rec.path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 2_000_000_000))  # touched, same bytes
-    (touched,) = archive_differences(rec, "rgb", cfg)
-    assert touched.startswith(f"{rec.path} changed since (modified ") and "size" not in touched
+    assert archive_differences(rec, "rgb", cfg) == []  # the SHA-256 of its bytes says it is the same file
+    body = bytearray(Path(rec.path).read_bytes())
+    body[-1] ^= 1
+    Path(rec.path).write_bytes(bytes(body))  # the same size, another byte
+    (edited,) = archive_differences(rec, "rgb", cfg)
+    assert edited.startswith(f"{rec.path} changed since (modified ") and ", content: SHA-256 " in edited
     with open(rec.path, "ab") as f:
         f.write(b"more")  # rewritten: another size too
     (rewritten,) = archive_differences(rec, "rgb", cfg)

@@ -6,6 +6,7 @@ chain and leaves out a scratch folder beside it."""
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 from pathlib import Path
 
@@ -184,3 +185,60 @@ def test_the_page_shows_the_chain_and_leaves_scratch_folders_out(made, tmp_path)
     assert "Left out, not part of any result&#x27;s chain: old-shards." in text
     assert not (tmp_path / "page" / "old-shards").exists() and (tmp_path / "page" / "shards").is_dir()
     assert (tmp_path / "page" / PAGE) == page
+
+
+def test_shards_cut_again_keep_the_index_and_archives_rows_and_a_replaced_video_flags_the_results(
+    made, tmp_path
+):
+    """Every split cut again (no manifest is what the result read): the index and archive rows stay, from what the
+    result recorded of its shards. A video replaced since its archives were made marks the archive folder as
+    changed, naming it; the page's results table flags the result whose chain is not as recorded."""
+    records = [r for r in read_index(made / "index.jsonl") if r.split == "train"]
+    video = Path(records[0].path)
+    body, stat = video.read_bytes(), video.stat()
+    try:
+        for split in ("train", "test"):
+            run_shard(
+                made / "frames",
+                made / "index.jsonl",
+                "rgb",
+                made / "shards",
+                split,
+                clip=CLIP,
+                max_count=2,
+                overwrite=True,
+            )
+        shutil.copyfile(records[1].path, video)
+        (chain,) = chains([made / "eval" / "retrieval-rgb.json"])
+        now = [(link.stage, link.path.name if link.path else None, link.now) for link in chain.links]
+        assert now[:4] == [
+            ("index", "index.jsonl", AS_RECORDED),
+            ("archives", "frames", CHANGED),
+            ("shards", "manifest-train.json", CHANGED),
+            ("shards", "manifest-test.json", CHANGED),
+        ]
+        assert (
+            f"the source of 1 video changed since its archives were made: {records[0].id} ({video}: size "
+            f"{stat.st_size} → {video.stat().st_size} bytes" in chain.links[1].what
+        )
+        text = write_report(made, tmp_path / "page").read_text()
+        assert (
+            "its chain is not as recorded (archives frames changed since; shards manifest-train.json changed "
+            "since; shards manifest-test.json changed since): see Provenance" in text
+        )
+    finally:
+        video.write_bytes(body)
+        os.utime(video, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+        for split in ("train", "test"):
+            run_shard(
+                made / "frames",
+                made / "index.jsonl",
+                "rgb",
+                made / "shards",
+                split,
+                clip=CLIP,
+                max_count=4,
+                overwrite=True,
+            )
+    (chain,) = chains([made / "eval" / "retrieval-rgb.json"])
+    assert {link.now for link in chain.links} == {AS_RECORDED, ""}
