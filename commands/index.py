@@ -57,6 +57,11 @@ _DEFAULTS = {name: p.default for name, p in inspect.signature(make_index).parame
     default=None,
     help="Index file to write (default: DATASET_ROOT/index_<layout>_split<N>.jsonl).",
 )
+@click.option(
+    "--overwrite",
+    is_flag=True,
+    help="Write over an index that shards were made from (default: refuse it, naming them).",
+)
 def index_cmd(dataset_root: Path, layout: str, **kw) -> None:
     """Read a dataset in its official layout and write one video index (JSONL)."""
     from memdpc.preprocess.video_index import summary
@@ -79,6 +84,21 @@ def index_cmd(dataset_root: Path, layout: str, **kw) -> None:
             escape(
                 f"held out only videos whose files read: passed over {plural(len(report.passed_over), 'file')}, "
                 f"left in train, where preprocess reports them: {files}"
+            ),
+            soft_wrap=True,
+        )
+    if report.not_indexed:
+        by_why: dict[str, list[str]] = {}
+        for path, why in report.not_indexed:
+            by_why.setdefault(why, []).append(path)
+        err.print(
+            "[yellow]warning:[/yellow]",
+            escape(
+                f"not indexed: {plural(len(report.not_indexed), 'file')} of {dataset_root}: "
+                + "; ".join(
+                    f"{plural(len(paths), 'file')} {why} ({name_list(paths)})"
+                    for why, paths in by_why.items()
+                )
             ),
             soft_wrap=True,
         )

@@ -73,7 +73,7 @@ from memdpc.pipeline.shard_plan import (
 )
 from memdpc.pipeline.wds_index import format_index, index_path, split_name
 from memdpc.preprocess.job import DECODE_SETTINGS
-from memdpc.preprocess.video_index import VideoRecord, read_index
+from memdpc.preprocess.video_index import VideoRecord, add_dependant, read_index
 
 __all__ = ["run_shard", "shard_stream", "write_shard", "ShardReport", "THROTTLE_ENV"]
 
@@ -599,6 +599,8 @@ def run_shard(
             entries = _write(folder, plan, report, bar)
         manifest = _manifest(plan, entries, folder, _provenance(plan, index_records, index, archive_root))
         write_manifest(report.manifest, manifest)
+        if index is not None:
+            add_dependant(index, report.manifest)
     except KeyboardInterrupt as e:
         raise _interrupted(e, plan, report) from None
     except ResourceFault as fault:

@@ -6,6 +6,7 @@ exist, duplicate ids, empty folders) and raises :class:`UserError` naming the fi
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import os
@@ -22,12 +23,14 @@ from memdpc.preprocess.video_index import (
     VIDEO_EXTS,
     VideoRecord,
     check_unique,
+    dependants,
     hold_out,
+    index_text,
     video_id,
     write_index,
 )
 
-__all__ = ["READERS", "build_index", "make_index"]
+__all__ = ["READERS", "build_index", "folder_passed_over", "make_index"]
 
 
 def _first_existing(candidates: list[Path], what: str) -> Path:
@@ -208,26 +211,65 @@ def oops(root: Path, split: int = 1) -> list[VideoRecord]:
     return _finish(records, root)
 
 
-def folder(root: Path, split: int = 1) -> list[VideoRecord]:
-    """Generic ``root/<class>/<video>``; with ``root/train`` and ``root/test`` (or ``val``) folders, those
-    are the splits, otherwise every video is ``train``. Class ids are the sorted names of the class folders
-    that hold a video, 0-based (an empty folder is no class).
-    """
+def _folder_files(root: Path) -> tuple[list[tuple[str, str, Path, Path]], list[tuple[str, str]]]:
+    """The videos of a ``root/[split/]<class>/…`` folder as (split, class, path, its path below the class
+    folder), each class folder searched
+    through its sub-folders (the class is the top folder), and the files passed over, as (path, why): a video
+    not in a class folder, a file in one that is not a video by its extension, a folder beside the split
+    folders. Hidden files and folders (a name starting with ".") are left alone; so are the files beside the
+    class folders that are not videos (an index written there, a README)."""
     split_dirs = [s for s in ("train", "val", "test") if (root / s).is_dir()]
     bases = [(root / s, s) for s in split_dirs] or [(root, "train")]
-    found = [
-        (split_name, c.name, path)
-        for base, split_name in bases
-        for c in sorted(p for p in base.iterdir() if p.is_dir())
-        for path in sorted(c.glob("*"))
-        if path.suffix.lower() in VIDEO_EXTS
-    ]
-    classes = {name: i for i, name in enumerate(sorted({cls for _, cls, _ in found}))}
+    found: list[tuple[str, str, Path, Path]] = []
+    passed: list[tuple[str, str]] = []
+    if split_dirs:
+        beside = [
+            p for p in sorted(root.iterdir()) if not p.name.startswith(".") and p.name not in split_dirs
+        ]
+        passed += [
+            (str(p), "a folder beside the split folders train/, val/, test/") for p in beside if p.is_dir()
+        ]
+        passed += [
+            (str(p), "a video beside the split folders") for p in beside if p.suffix.lower() in VIDEO_EXTS
+        ]
+    for base, split_name in bases:
+        for entry in sorted(p for p in base.iterdir() if not p.name.startswith(".")):
+            if not entry.is_dir():
+                if entry.suffix.lower() in VIDEO_EXTS:
+                    passed.append((str(entry), "not in a class folder"))
+                continue
+            for path in sorted(entry.rglob("*")):
+                rel = path.relative_to(entry)
+                if any(part.startswith(".") for part in rel.parts) or path.is_dir():
+                    continue
+                if path.suffix.lower() in VIDEO_EXTS:
+                    found.append((split_name, entry.name, path, rel))
+                else:
+                    passed.append((str(path), "not a video by its extension"))
+    return found, passed
+
+
+def folder(root: Path, split: int = 1) -> list[VideoRecord]:
+    """Generic ``root/<class>/<video>``, a class folder's sub-folders included (the class is the top folder); with
+    ``root/train`` and ``root/test`` (or ``val``) folders, those are the splits, otherwise every video is
+    ``train``. Class ids are the sorted names of the class folders that hold a video, 0-based (an empty folder is
+    no class). A video's id is its class and its path below the class folder (``walk__sub__w6``). The files it
+    passes over: :func:`folder_passed_over`.
+    """
+    found, _ = _folder_files(root)
+    classes = {name: i for i, name in enumerate(sorted({cls for _, cls, _, _ in found}))}
     records = [
-        VideoRecord(video_id(f"{cls}__{path.name}"), str(path.resolve()), classes[cls], cls, split_name)
-        for split_name, cls, path in found
+        VideoRecord(
+            video_id("__".join((cls, *below.parts))), str(path.resolve()), classes[cls], cls, split_name
+        )
+        for split_name, cls, path, below in found
     ]
     return _finish(records, root)
+
+
+def folder_passed_over(root: Path) -> list[tuple[str, str]]:
+    """The files of a ``folder`` layout that are not indexed, with why (:func:`_folder_files`)."""
+    return _folder_files(root)[1]
 
 
 def _finish(records: list[VideoRecord], source: Path) -> list[VideoRecord]:
@@ -294,13 +336,15 @@ def index_warnings(records: list[VideoRecord], layout: str) -> list[str]:
 
 @dataclass
 class IndexReport:
-    """What ``memdpc index`` wrote: the index file, its records, the warnings about its splits, and the files
-    passed over when videos were held out (path, why it would not read; they stay in ``train``)."""
+    """What ``memdpc index`` wrote: the index file, its records, the warnings about its splits, the files
+    passed over when videos were held out (path, why it would not read; they stay in ``train``), and the files of
+    the dataset folder it did not index (path, why; the ``folder`` layout)."""
 
     path: Path
     records: list[VideoRecord]
     warnings: list[str]
     passed_over: list[tuple[str, str]] = field(default_factory=list)
+    not_indexed: list[tuple[str, str]] = field(default_factory=list)
 
 
 def default_index_path(root: str | os.PathLike, layout: str, split: int) -> Path:
@@ -326,10 +370,13 @@ def make_index(
     test_per_class: int = 0,
     seed: int | None = None,
     out: str | os.PathLike | None = None,
+    overwrite: bool = False,
 ) -> IndexReport:
     """``memdpc index``: read the dataset, hold videos out (:func:`~memdpc.preprocess.video_index.hold_out`) among
     those whose files read (:func:`_unreadable`), write the index (default :func:`default_index_path`) and say
-    what is missing from its splits and which files the hold-out passed over."""
+    what is missing from its splits, which files the hold-out passed over and which it did not index. An index
+    there already that shards were made from (:func:`~memdpc.preprocess.video_index.dependants`) is not written
+    over with other records unless ``overwrite``: UserError naming them."""
     records = build_index(root, layout, split)
     if test_per_class and any(r.split == "test" for r in records):
         raise UserError(
@@ -347,5 +394,25 @@ def make_index(
     with StderrCapture():  # FFmpeg's complaints about a broken file: the reason recorded says enough
         records = hold_out(records, val_per_class, test_per_class, seed=seed, check=check)
     path = Path(out) if out is not None else default_index_path(root, layout, split)
+    _check_dependants(path, records, overwrite)
     write_index(records, path)
-    return IndexReport(path, records, index_warnings(records, layout), passed_over)
+    not_indexed = folder_passed_over(Path(root)) if layout == "folder" else []
+    return IndexReport(path, records, index_warnings(records, layout), passed_over, not_indexed)
+
+
+def _check_dependants(path: Path, records: list[VideoRecord], overwrite: bool) -> None:
+    """Refuse to write other records over an index that shards were made from, naming them."""
+    if overwrite or not path.is_file():
+        return
+    with contextlib.suppress(OSError, UnicodeDecodeError):
+        if path.read_text() == index_text(records):
+            return  # the same index again: nothing that was made from it changes
+    made = dependants(path)
+    if made:
+        names = name_list([f"{m.parent.name}/{m.name}" for m in made], 4)
+        folders = name_list(sorted({str(m.parent.parent) for m in made}))
+        raise UserError(
+            f"{path}: the shards {names} in {folders} were made from this index (and what was trained or evaluated "
+            "on them); another index over it would no longer describe them: give another --out, or add --overwrite "
+            "(then shard those splits again with --overwrite)"
+        )

@@ -4,10 +4,16 @@ Fields: ``id`` (unique, safe as a WebDataset key: letters, digits, ``_`` and ``-
 (absolute), ``label`` (0-based int, -1 when the dataset has no class label), ``label_name``, ``split``
 (``train`` / ``test`` / ``val``), and ``extra`` (dataset-specific facts, e.g. Oops failure times).
 Preprocessing may add ``fps`` and ``num_frames``.
+
+Beside an index, ``<index>.manifests`` lists the shard manifests made from it, one resolved path a line
+(:func:`add_dependant`, by ``memdpc shard``), so that ``memdpc index`` can tell which shards an index it would
+write over was made for (:func:`dependants`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import re
@@ -20,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from memdpc.common.atomic import atomic_path
+from memdpc.common.digest import file_sha256
 from memdpc.common.errors import UserError
 from memdpc.common.file_kinds import INDEX_KIND, describe
 from memdpc.common.wording import plural
@@ -28,8 +35,11 @@ __all__ = [
     "SPLIT_NAMES",
     "VIDEO_EXTS",
     "VideoRecord",
+    "add_dependant",
     "check_unique",
+    "dependants",
     "hold_out",
+    "index_text",
     "read_index",
     "summary",
     "video_id",
@@ -78,10 +88,50 @@ def check_unique(records: list[VideoRecord], source: str | os.PathLike) -> None:
         seen[r.id] = r
 
 
+def index_text(records: list[VideoRecord]) -> str:
+    """The index file's text: one JSON line per record."""
+    return "".join(r.to_json() + "\n" for r in records)
+
+
 def write_index(records: list[VideoRecord], path: str | os.PathLike) -> None:
     """Write the index as JSONL, atomically (a failed run leaves no partial file)."""
     with atomic_path(path) as tmp:
-        tmp.write_text("".join(r.to_json() + "\n" for r in records))
+        tmp.write_text(index_text(records))
+
+
+def _dependants_path(index: str | os.PathLike) -> Path:
+    return Path(f"{index}.manifests")
+
+
+def add_dependant(index: str | os.PathLike, manifest: str | os.PathLike) -> None:
+    """Record that the shard manifest ``manifest`` was made from ``index`` (once; under a lock, so that shard
+    runs of several splits and streams at once all land). Where the index's folder is not writable nothing is
+    recorded: ``index`` then cannot name these shards when it is asked to write over the index."""
+    line = f"{Path(manifest).resolve()}\n"
+    with contextlib.suppress(OSError), open(_dependants_path(index), "a+") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        f.seek(0)
+        if line not in f.readlines():
+            f.write(line)
+
+
+def dependants(index: str | os.PathLike) -> list[Path]:
+    """The shard manifests made from ``index`` as it is now: those its ``.manifests`` file lists that are still
+    there and whose ``provenance`` names this file with the SHA-256 of its bytes."""
+    try:
+        listed = _dependants_path(index).read_text().splitlines()
+        digest = file_sha256(index)
+    except OSError:
+        return []
+    path, out = str(Path(index).resolve()), []
+    for line in dict.fromkeys(listed):
+        try:
+            made_from = json.loads(Path(line).read_text()).get("provenance", {}).get("index") or {}
+        except (OSError, ValueError, AttributeError):
+            continue
+        if made_from.get("path") == path and made_from.get("sha256") == digest:
+            out.append(Path(line))
+    return out
 
 
 _TEXT_KINDS = (INDEX_KIND, "an empty file", "a text file", "a JSON file", "a YAML file")

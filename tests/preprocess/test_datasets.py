@@ -357,3 +357,56 @@ def test_index_warnings_follow_the_layout(tmp_path):
         "no 'val' videos: use --val-per-class N (held-out videos for train's kNN monitor and --best-by knn)",
         "12 classes have no video in 'test': c1, c10, c11, c12, c2, c3, c4, c5, c6, c7 and 2 more",
     ]
+
+
+def test_cli_folder_index_takes_videos_in_sub_folders_and_names_the_files_it_passes_over(tmp_path):
+    """``walk/sub/w6.mp4`` is a video of class walk (its id keeps the sub-folder); a class of only such videos is a
+    class; a video outside every class folder and a file that is not a video are named, with why."""
+    root = _folder(tmp_path / "videos", {"walk": 2, "run": 2})
+    _video(root / "walk" / "sub" / "w6.mp4")
+    _video(root / "crawl" / "deep" / "er" / "c1.mp4")  # a class made only of videos in sub-folders
+    _video(root / "stray.mp4")
+    (root / "run" / "notes.txt").write_text("shot on a phone")
+    (root / "walk" / ".hidden").mkdir()
+    _video(root / "walk" / ".hidden" / "h.mp4")  # hidden: left alone
+    res = _index_cli(root, tmp_path / "index.jsonl")
+    assert res.exit_code == 0, res.output
+    records = read_index(tmp_path / "index.jsonl")
+    assert sorted((r.id, r.label_name) for r in records) == [
+        ("crawl__deep__er__c1", "crawl"),
+        ("run__run00", "run"),
+        ("run__run01", "run"),
+        ("walk__sub__w6", "walk"),
+        ("walk__walk00", "walk"),
+        ("walk__walk01", "walk"),
+    ]
+    assert (
+        f"warning: not indexed: 2 files of {root}: 1 file not a video by its extension ({root / 'run' / 'notes.txt'}); "
+        f"1 file not in a class folder ({root / 'stray.mp4'})" in " ".join(res.output.split())
+    )
+
+
+def test_cli_index_refuses_to_write_over_an_index_shards_were_made_from(tmp_path):
+    """An index that shards were made from is not written over by another one (another --seed draws other
+    held-out videos): refused naming the shards, unless --overwrite; the same index again is written."""
+    from memdpc.pipeline.shard import run_shard
+    from memdpc.preprocess.run import preprocess
+
+    root = _folder(tmp_path / "videos", {"jump": 3, "run": 3})
+    index = tmp_path / "index.jsonl"
+    assert _index_cli(root, index, "--test-per-class", "1").exit_code == 0
+    preprocess(index, tmp_path / "frames", "rgb", size=16, workers=1, progress=False)
+    for split in ("train", "test"):
+        run_shard(tmp_path / "frames", index, "rgb", tmp_path / "shards", split)
+    before = index.read_bytes()
+    assert _index_cli(root, index, "--test-per-class", "1").exit_code == 0  # the same records: written
+    res = _index_cli(root, index, "--test-per-class", "1", "--seed", "7")
+    assert res.exit_code == 2 and index.read_bytes() == before
+    assert res.output.splitlines()[-1] == (
+        f"Error: {index}: the shards rgb/manifest-train.json, rgb/manifest-test.json in {tmp_path / 'shards'} were "
+        "made from this index (and what was trained or evaluated on them); another index over it would no longer "
+        "describe them: give another --out, or add --overwrite (then shard those splits again with --overwrite)"
+    )
+    res = _index_cli(root, index, "--test-per-class", "1", "--seed", "7", "--overwrite")
+    assert res.exit_code == 0 and index.read_bytes() != before
+    assert _index_cli(root, index, "--test-per-class", "1").exit_code == 0  # the shards are not of this one
