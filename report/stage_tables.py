@@ -7,6 +7,7 @@ so import torch): a stage's command starts without torch.
 from __future__ import annotations
 
 import os
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -14,11 +15,13 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from memdpc.common.errors import UserError
 from memdpc.common.wording import name_list, plural
 from memdpc.pipeline.manifest import VerifyResult
 from memdpc.pipeline.shard import ShardReport
 from memdpc.pipeline.shard_plan import SKIP_KINDS, UNUSABLE
 from memdpc.preprocess.job import PreprocessConfig
+from memdpc.preprocess.video_index import read_index
 
 __all__ = ["print_preprocess_report", "print_shard_report", "print_verify"]
 
@@ -77,12 +80,41 @@ def print_preprocess_report(
         f"{path}",
         soft_wrap=True,
     )
+    emptied = _emptied_classes(failures, index)
+    if emptied:
+        console.print(
+            f"next: not memdpc shard yet, which would refuse the splits that lost a class: {'; '.join(emptied)}. "
+            "Draw a held-out split again (see above), or repair or remove the failed files and index again; "
+            "`memdpc shard … --allow-missing-classes` shards without those classes",
+            soft_wrap=True,
+        )
+        return
     after = " (once every --part has finished)" if cfg["part"][1] > 1 else ""
     for st in cfg["streams"]:
         console.print(
             f"next{after}: memdpc shard {cfg['out']} --index {index} --stream {st} --out shards",
             soft_wrap=True,
         )
+
+
+def _emptied_classes(failures: list[dict[str, Any]], index: str | os.PathLike) -> list[str]:
+    """The splits in which every video of a class failed, e.g. ``test has no video of class 'Walk' left (its 2
+    failed)``: ``memdpc shard`` refuses such a split. Failures of reports written before they recorded their split
+    and class are not counted."""
+    failed = Counter((f["split"], f["label_name"]) for f in failures if "split" in f and "label_name" in f)
+    if not failed:
+        return []
+    try:
+        held = Counter((r.split, r.label_name) for r in read_index(index) if r.label >= 0)
+    except UserError:
+        return []
+    return [
+        f"{split} has no video of class '{name}' left (its {plural(n, 'video')} failed)"
+        if n > 1
+        else f"{split} has no video of class '{name}' left (its one video failed)"
+        for (split, name), n in sorted(held.items())
+        if failed.get((split, name), 0) >= n
+    ]
 
 
 def _held_out_losses(failures: list[dict[str, Any]]) -> list[str]:

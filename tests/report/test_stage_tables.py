@@ -138,8 +138,9 @@ def test_verify_table_of_good_and_damaged_shards(shards, tmp_path):
 
 def test_preprocess_report_names_what_it_wrote_what_comes_next_and_caps_the_failures(tiny_dataset, tmp_path):
     good = build_index(tiny_dataset, "ucf101", 1)[0]
-    gone = [
-        VideoRecord(f"gone{i:02d}", str(tmp_path / f"gone{i:02d}.avi"), 0, "X", "train") for i in range(12)
+    gone = [  # of the good video's class, which keeps a video
+        VideoRecord(f"gone{i:02d}", str(tmp_path / f"gone{i:02d}.avi"), good.label, good.label_name, "train")
+        for i in range(12)
     ]
     index, out = tmp_path / "index.jsonl", tmp_path / "out"
     write_index([good, *gone], index)
@@ -188,10 +189,19 @@ def test_preprocess_report_says_which_held_out_split_and_class_lost_a_video_and_
         "that command once the failed files are out of the dataset folder (or with another --seed); then run "
         "this command again (finished archives are kept)"
     )
+    # every video of Walk in test, of Run in val and in train failed: shard would refuse those splits
+    assert console.export_text().rstrip().splitlines()[-1] == (
+        "next: not memdpc shard yet, which would refuse the splits that lost a class: test has no video of class "
+        "'Walk' left (its 2 videos failed); train has no video of class 'Run' left (its one video failed); val has "
+        "no video of class 'Run' left (its one video failed). Draw a held-out split again (see above), or repair "
+        "or remove the failed files and index again; `memdpc shard … --allow-missing-classes` shards without those "
+        "classes"
+    )
     del report["failures"][0]["split"]  # a report written before failures recorded their split: train's
-    errors = recording_console()
+    console, errors = recording_console(), recording_console()
     print_preprocess_report(report, index, console, errors)
     assert "test lost 1 video of class 'Walk' (t2)" in errors.export_text()
+    assert "test has no video of class 'Walk' left" not in console.export_text()  # t1 is not counted
 
 
 def test_the_stage_commands_tables_start_without_torch():
