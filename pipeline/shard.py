@@ -70,6 +70,7 @@ from memdpc.pipeline.shard_plan import (
     ShardPlan,
     ShardSettings,
     make_plan,
+    usable_frames,
 )
 from memdpc.pipeline.wds_index import format_index, index_path, split_name
 from memdpc.preprocess.job import DECODE_SETTINGS
@@ -445,7 +446,36 @@ def _warnings(plan: Plan, records: list[VideoRecord], out_dir: str | os.PathLike
     if rest:
         verb = "has" if len(rest) == 1 else "have"
         out.append(f"{plural(len(rest), 'class')} {verb} no samples in {stream}/{split}: {name_list(rest)}")
-    return out + _sibling_warnings(out_dir, plan)
+    return out + _short_warnings(plan) + _sibling_warnings(out_dir, plan)
+
+
+def _short_warnings(plan: Plan) -> list[str]:
+    """Videos shorter than one window (padded, or with ``--short drop`` left out), with the ``--clip-stride`` that
+    would fit them: short clips under the paper's stride 3 are all padding otherwise."""
+    if not plan.short:
+        return []
+    clip, stream = ClipSpec(**plan.config["clip"]), plan.config["stream"]
+    videos = len([v for v in plan.archives.values() if v is not None])
+    what = (
+        f"{plan.short} of the {plural(videos, 'video')} are shorter than one window ({clip.span} frames: "
+        f"{clip.num_blocks} blocks × {clip.block_len} frames, --clip-stride {clip.stride})"
+    )
+    if plan.config["windows"]["short"] == "drop":
+        return [f"{what}: left out (--short drop); a smaller --clip-stride keeps them"]
+    shortest = min(
+        usable_frames(stream, src.num_frames)
+        for src in plan.sources.values()
+        if usable_frames(stream, src.num_frames) < clip.span
+    )
+    fits = shortest // clip.num_frames
+    hint = (
+        f"--clip-stride {fits} fits every one of them"
+        if 1 <= fits < clip.stride
+        else f"the shortest has {shortest} frames, fewer than one window's {clip.num_frames} frames even at --clip-stride 1"
+    )
+    return [
+        f"{what}: their windows repeat their last frame (--short pad); {hint}, or --short drop leaves them out"
+    ]
 
 
 def _missing_classes(plan: Plan, records: list[VideoRecord], source: str) -> str | None:

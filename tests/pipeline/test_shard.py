@@ -117,6 +117,29 @@ def test_short_videos_are_padded_or_dropped(long_archives, tmp_path):
     assert load_manifest(drop_dir, "rgb", "test")["num_short"] == 2
 
 
+def test_short_videos_are_named_with_the_clip_stride_that_fits_them(long_archives, tiny_archives, tmp_path):
+    """Videos shorter than one window are said to be, with the --clip-stride that would fit them (the paper's
+    stride on short clips pads every window)."""
+    what = "of the 4 videos are shorter than one window (120 frames: 8 blocks × 5 frames, --clip-stride 3)"
+    report = run_shard(long_archives.root, long_archives.records, "rgb", tmp_path / "a", "test")
+    assert (
+        f"2 {what}: their windows repeat their last frame (--short pad); --clip-stride 1 fits every one of them, "
+        "or --short drop leaves them out"
+    ) in report.warnings
+    report = run_shard(long_archives.root, long_archives.records, "rgb", tmp_path / "b", "test", short="drop")
+    assert f"2 {what}: left out (--short drop); a smaller --clip-stride keeps them" in report.warnings
+    report = run_shard(tiny_archives.root, tiny_archives.records, "rgb", tmp_path / "c", "train")
+    assert (
+        "6 of the 6 videos are shorter than one window (120 frames: 8 blocks × 5 frames, --clip-stride 3): their "
+        "windows repeat their last frame (--short pad); the shortest has 29 frames, fewer than one window's 40 "
+        "frames even at --clip-stride 1, or --short drop leaves them out"
+    ) in report.warnings
+    report = run_shard(
+        long_archives.root, long_archives.records, "rgb", tmp_path / "d", "test", clip=ClipSpec(stride=1)
+    )
+    assert not any("shorter than one window" in w for w in report.warnings)
+
+
 def long_shards_for(archives, out: Path, short: str) -> Path:
     shard_stream(archives.root, archives.records, "rgb", out, "test", short=short)
     return out
