@@ -39,8 +39,13 @@ class ShowOptions:
         min=0,
         option_default=TrainConfig.crop_size,
     )
+    # Off: the colour jitter moves flow's zero by more than small motions move it, so jittered flow shows as flat
+    # squares; README's recipes train without it. `memdpc train`'s default is the paper's (on).
     jitter_flow: bool = setting(
-        TrainConfig.jitter_flow, "With --augment: colour jitter on flow too, as `memdpc train`."
+        False,
+        "With --augment: colour jitter on flow too, as `memdpc train --jitter-flow` (its default, the paper's; "
+        "README's recipes train with --no-jitter-flow).",
+        flags=("--jitter-flow/--no-jitter-flow",),
     )
     seed: int = setting(0, "With --augment: the random draws.")
     # None: each picture's own scale, its speed at flow_colours.PERCENTILE

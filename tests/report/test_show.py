@@ -202,6 +202,24 @@ def test_augmented_samples_go_through_the_training_transform(shards, tmp_path):
     assert plain.shape[1] != picture.shape[1]
 
 
+def test_augmented_flow_is_drawn_without_the_colour_jitter_unless_asked(shards, tmp_path):
+    """`memdpc show --augment` draws flow as README's recipes train it, without the colour jitter (which moves
+    flow's zero by more than small motions move it); --jitter-flow adds it, as `memdpc train`'s default."""
+    from click.testing import CliRunner
+
+    from memdpc.cli import main
+
+    tar = sorted((shards / "flow").glob("train-*.tar"))[0]
+    res = CliRunner().invoke(
+        main, ["show", str(tar), "--augment", "--samples", "1", "--out", str(tmp_path / "cli")]
+    )
+    assert res.exit_code == 0, res.output
+    drawn = sorted((tmp_path / "cli").glob("*-augmented.png"))
+    off = show(tar, tmp_path / "off", ShowOptions(samples=1, augment=True, jitter_flow=False))
+    on = show(tar, tmp_path / "on", ShowOptions(samples=1, augment=True, jitter_flow=True))
+    assert drawn[0].read_bytes() == off[0].read_bytes() != on[0].read_bytes()
+
+
 @pytest.mark.slow
 def test_a_run_folder_gives_its_curves_and_an_eval_folder_its_strips_and_matrix(tiny_quickstart, tmp_path):
     run = show(tiny_quickstart / "runs" / "flow", tmp_path)
