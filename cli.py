@@ -12,7 +12,6 @@ SIGINT (130) or SIGTERM (143), after saying what was kept.
 from __future__ import annotations
 
 import click
-from rich.console import Console
 from rich.markup import escape
 
 from memdpc import __version__
@@ -29,6 +28,7 @@ from memdpc.commands.shard import shard_cmd
 from memdpc.commands.show import show_cmd
 from memdpc.commands.train import train_cmd
 from memdpc.common import interrupts
+from memdpc.common.console import rich_console
 from memdpc.common.errors import ResourceFault, UserError
 
 __all__ = ["EXIT_RESOURCE", "main"]
@@ -47,11 +47,11 @@ class _Group(click.Group):
         except UserError as e:
             raise click.UsageError(str(e)) from None
         except ResourceFault as e:
-            Console(stderr=True).print(f"[red]stopped:[/red] {escape(e.line())}", soft_wrap=True)
+            rich_console(stderr=True).print(f"[red]stopped:[/red] {escape(e.line())}", soft_wrap=True)
             ctx.exit(EXIT_RESOURCE)
         except KeyboardInterrupt as e:
             stop = interrupts.as_interrupted(e)
-            Console(stderr=True).print(
+            rich_console(stderr=True).print(
                 f"[yellow]interrupted ({stop}):[/yellow] " + escape("; ".join(stop.notes) or "nothing kept"),
                 soft_wrap=True,
             )

@@ -24,6 +24,7 @@ from rich.table import Table
 
 from memdpc.common import file_kinds
 from memdpc.common.atomic import atomic_path, write_json_atomic
+from memdpc.common.console import rich_console, titled_table
 from memdpc.common.errors import UserError
 from memdpc.common.streams import STREAMS
 from memdpc.eval.compare import compare_results, winner
@@ -438,7 +439,7 @@ _LEFT = ("model", "stream", "split", "note", "baseline", "metric", "better")  # 
 def _rich_table(rows: list[dict[str, Any]], title: str, caption: str | None = None) -> Table:
     """The rows for a terminal: a value and its interval in one cell, "23.3 [11.8–40.9]" (which wraps between
     the two, so that a table fits 80 columns)."""
-    table = Table(title=title, caption=caption)
+    table = titled_table(title, caption=caption)
     cols = [c for c in rows[0] if not c.endswith(INTERVAL)]
     for c in cols:  # a word too long for its column folds onto the next line, never cut
         table.add_column(c, justify="left" if c in _LEFT else "right", overflow="fold")
@@ -476,9 +477,9 @@ def _write(
     write_json_atomic(compare_path, {"comparisons": compared, "summary": summary})
     with atomic_path(markdown) as tmp:
         tmp.write_text(_markdown(rows, note, pretext, compared, summary))
-    Console().print(_rich_table(rows, "memdpc quickstart (percent, 95 % intervals)", note))
-    Console().print(_rich_table(pretext, file_kinds.QUICKSTART_PRETEXT_TITLE + " (top-1 in percent)"))
-    Console().print(_rich_table(compared, file_kinds.QUICKSTART_COMPARE_TITLE + " (points)", summary))
+    rich_console().print(_rich_table(rows, "memdpc quickstart (percent, 95 % intervals)", note))
+    rich_console().print(_rich_table(pretext, file_kinds.QUICKSTART_PRETEXT_TITLE + " (top-1 in percent)"))
+    rich_console().print(_rich_table(compared, file_kinds.QUICKSTART_COMPARE_TITLE + " (points)", summary))
     console.print(f"wrote {table}, {pretext_path}, {compare_path} and {markdown}")
 
 
@@ -495,7 +496,7 @@ def quickstart(
     JSON and Markdown)."""
     if data not in EXAMPLE_FAMILIES:
         raise UserError(f"unknown example data {data!r}; choose one of {', '.join(EXAMPLE_FAMILIES)}")
-    console = console or Console(stderr=True)
+    console = console or rich_console(stderr=True)
     out, p = Path(out), PROFILES["tiny" if tiny else "default"]
     _check_same_run(out, {"data": data, "seed": seed, "tiny": tiny})
     index = _data(out, p, data, seed, console)

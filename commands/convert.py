@@ -5,9 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
-from rich.console import Console
-from rich.table import Table
 
+from memdpc.common.console import rich_console, titled_table
 from memdpc.common.streams import STREAMS
 
 __all__ = ["convert_cmd"]
@@ -42,7 +41,7 @@ def convert_cmd(checkpoint: Path, out: Path, to: str, stream: str | None, input_
     from memdpc.model.convert import convert_file
 
     report = convert_file(checkpoint, out, to=to, stream=stream, input_size=input_size)
-    table = Table(title=f"{checkpoint} -> {out} ({report.kind}, {report.config['name']})")
+    table = titled_table(f"{checkpoint} -> {out} ({report.kind}, {report.config['name']})")
     table.add_column("keys")
     table.add_column("count", justify="right")
     table.add_column("names")
@@ -51,11 +50,11 @@ def convert_cmd(checkpoint: Path, out: Path, to: str, stream: str | None, input_
         ("missing (left at initial values)", report.missing),
     ):
         table.add_row(label, str(len(keys)), "\n".join(keys) or "-")
-    Console().print(table)
+    rich_console().print(table)
     if to == "memdpc":
         verb = "classify" if report.kind == "classifier" else "retrieve"
         stream_opt = "" if stream else " --stream rgb|flow"
-        Console().print(
+        rich_console().print(
             f"next: memdpc eval {verb} {out} --shards SHARDS --out EVAL_DIR{stream_opt}",
             markup=False,
             soft_wrap=True,

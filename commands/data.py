@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
-from rich.console import Console
 
 from memdpc.commands.options import OUT_DIR, config_options
+from memdpc.common.console import rich_console
 from memdpc.preprocess.examples.layout import ExampleConfig
 from memdpc.preprocess.examples.photos import PhotoConfig, make_photos
 from memdpc.preprocess.examples.synthetic import SyntheticConfig, make_synthetic
@@ -21,8 +21,8 @@ def data() -> None:
 
 
 def _wrote(root: Path, cfg: ExampleConfig) -> None:
-    Console().print(f"wrote {cfg.num_classes} classes × {cfg.videos_per_class} videos to {root}")
-    Console().print(f"next: memdpc index {root} --layout ucf101")
+    rich_console().print(f"wrote {cfg.num_classes} classes × {cfg.videos_per_class} videos to {root}")
+    rich_console().print(f"next: memdpc index {root} --layout ucf101")
 
 
 @data.command("synthetic")

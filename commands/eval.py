@@ -9,10 +9,10 @@ from pathlib import Path
 
 import click
 from click.core import ParameterSource
-from rich.console import Console
 
 from memdpc.commands.options import OUT_DIR, config_options, stack, take
 from memdpc.common import interrupts
+from memdpc.common.console import rich_console
 from memdpc.common.errors import UserError
 from memdpc.eval.data import EvalData
 from memdpc.eval.fit import (
@@ -87,7 +87,7 @@ def _evaluate(task: str, checkpoint: Path, **kw) -> None:
 
     path = evaluate(task, checkpoint, **kw)
     if path is not None:  # rank 0
-        print_result(path, Console())
+        print_result(path, rich_console())
 
 
 def _fuse(result_a: Path, result_b: Path, **kw) -> None:
@@ -95,7 +95,7 @@ def _fuse(result_a: Path, result_b: Path, **kw) -> None:
         from memdpc.eval.run import fuse
         from memdpc.report.tables import print_result
 
-    print_result(fuse(result_a, result_b, **kw), Console())
+    print_result(fuse(result_a, result_b, **kw), rich_console())
 
 
 _eval_options = stack(  # every task's
@@ -300,4 +300,4 @@ def eval_compare(result_a: Path, result_b: Path, out: Path | None) -> None:
         from memdpc.eval.compare import write_comparison
         from memdpc.report.tables import print_comparison
 
-    print_comparison(write_comparison(result_a, result_b, out), Console(), out)
+    print_comparison(write_comparison(result_a, result_b, out), rich_console(), out)

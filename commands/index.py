@@ -6,10 +6,9 @@ import inspect
 from pathlib import Path
 
 import click
-from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
+from memdpc.common.console import rich_console, titled_table
 from memdpc.common.wording import name_list, plural
 from memdpc.preprocess.datasets import READERS, make_index
 
@@ -68,15 +67,15 @@ def index_cmd(dataset_root: Path, layout: str, **kw) -> None:
 
     report = make_index(dataset_root, layout, **kw)
     counts = summary(report.records)
-    table = Table(title=f"{report.path} — {len(report.records)} videos")
+    table = titled_table(f"{report.path} — {len(report.records)} videos")
     table.add_column("class")
     for s in counts:
         table.add_column(s, justify="right")
     for name in sorted({n for c in counts.values() for n in c}):
         table.add_row(name or "(none)", *(str(c.get(name, 0)) for c in counts.values()))
     table.add_row("[bold]total", *(f"[bold]{sum(c.values())}" for c in counts.values()))
-    Console().print(table)
-    err = Console(stderr=True)
+    rich_console().print(table)
+    err = rich_console(stderr=True)
     if report.passed_over:
         files = name_list([f"{path} ({why})" for path, why in report.passed_over])
         err.print(

@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
-from rich.console import Console
 
 from memdpc.commands.options import config_options, stack, take
+from memdpc.common.console import rich_console
 from memdpc.common.streams import FLOW, RGB
 from memdpc.preprocess.flow.tvl1_params import TVL1Params
 from memdpc.preprocess.options import PreprocessOptions
@@ -40,10 +40,10 @@ def _run(index: Path, dry_run: bool, **kw) -> None:
 
     tvl1 = take(TVL1Params, kw)
     if dry_run:
-        Console().print("\n".join(plan(index, tvl1=tvl1, **kw).lines()), markup=False, soft_wrap=True)
+        rich_console().print("\n".join(plan(index, tvl1=tvl1, **kw).lines()), markup=False, soft_wrap=True)
         return
     report = run(index, tvl1=tvl1, **kw)
-    print_preprocess_report(report, index, Console(), Console(stderr=True))
+    print_preprocess_report(report, index, rich_console(), rich_console(stderr=True))
     if report["failures"] and kw["strict"]:
         raise SystemExit(1)
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import click
-from rich.console import Console
 
+from memdpc.common.console import rich_console
 from memdpc.recipes.recipe import commands, load, names
 
 __all__ = ["recipes_cmd"]
@@ -26,6 +26,6 @@ def recipes_cmd(name: str | None, data: str, work: str) -> None:
     from memdpc.report.tables import print_recipes
 
     if name is not None:
-        Console().print("\n".join(commands(load(name), data, work)), markup=False, soft_wrap=True)
+        rich_console().print("\n".join(commands(load(name), data, work)), markup=False, soft_wrap=True)
     else:
-        print_recipes([load(n) for n in names()], Console())
+        print_recipes([load(n) for n in names()], rich_console())

@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
-from rich.console import Console
 
 from memdpc.commands.options import OUT_DIR
+from memdpc.common.console import rich_console
 
 __all__ = ["report_cmd"]
 
@@ -26,7 +26,7 @@ def report_cmd(folder: Path, out: Path | None) -> None:
     from memdpc.report.page import write_report
 
     page = write_report(folder, out)
-    Console().print(f"wrote {page} and its pictures in {page.parent}", markup=False, soft_wrap=True)
-    Console(stderr=True).print(
+    rich_console().print(f"wrote {page} and its pictures in {page.parent}", markup=False, soft_wrap=True)
+    rich_console(stderr=True).print(
         f"next: open {page.resolve().as_uri()} in a browser", markup=False, soft_wrap=True
     )

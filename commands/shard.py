@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
-from rich.console import Console
 
 from memdpc.commands.options import OUT_DIR, config_options, take
+from memdpc.common.console import rich_console
 from memdpc.common.streams import STREAMS
 from memdpc.pipeline.clip import ClipSpec
 from memdpc.pipeline.shard import run_shard
@@ -57,7 +57,7 @@ def shard_cmd(archive_root: Path | None, verify: Path | None, **kw) -> None:
     from memdpc.report.stage_tables import print_shard_report, print_verify
 
     if verify is not None:
-        if not print_verify(verify_shards(verify), Console()):
+        if not print_verify(verify_shards(verify), rich_console()):
             raise SystemExit(1)
         return
     missing = ["ARCHIVE_ROOT"] * (archive_root is None) + [
@@ -67,6 +67,6 @@ def shard_cmd(archive_root: Path | None, verify: Path | None, **kw) -> None:
         raise click.UsageError(f"missing {', '.join(missing)} (or give --verify DIR)")
     index, stream, out, split = kw.pop("index"), kw.pop("stream"), kw.pop("out"), kw.pop("split")
     clip = ClipSpec(**take(ClipSpec, kw))
-    console = Console()
+    console = rich_console()
     report = run_shard(archive_root, index, stream, out, split, clip=clip, console=console, **kw)
     print_shard_report(report, console, next_step=True)

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import click
 from click.core import ParameterSource
-from rich.console import Console
 from rich.markup import escape
 
 from memdpc.commands.options import OUT_DIR, config_options
+from memdpc.common.console import rich_console
 from memdpc.report.show_options import ShowOptions
 
 __all__ = ["show_cmd"]
@@ -28,13 +28,13 @@ def show_cmd(path: Path, out: Path, **kw) -> None:
     if click.get_current_context().get_parameter_source("crop_size") is ParameterSource.DEFAULT:
         # not given: ShowOptions' own default (the shards' frame size), not the value the option keeps (train's)
         del kw["crop_size"]
-    err = Console(stderr=True)
+    err = rich_console(stderr=True)
 
     def warn(text: str) -> None:
         err.print("[yellow]warning:[/yellow]", escape(text), soft_wrap=True)
 
     for written in show(path, out, ShowOptions(**kw), warn):
-        Console().print(f"wrote {written}", markup=False, soft_wrap=True)
+        rich_console().print(f"wrote {written}", markup=False, soft_wrap=True)
     err.print(
         "next: open them in an image viewer, or `memdpc report FOLDER` for one page of a whole run (e.g. a "
         "quickstart folder)",

@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
-from rich.console import Console
 
 from memdpc.commands.options import config_options
+from memdpc.common.console import rich_console
 from memdpc.common.errors import UserError
 from memdpc.train.config import TrainConfig, config_from_dict, read_config_file
 
@@ -81,7 +81,7 @@ def train_cmd(
 
         plan = plan_run(config, overwrite)
         if plan is not None:  # rank 0
-            Console().print("\n".join(plan.lines()), markup=False, soft_wrap=True)
+            rich_console().print("\n".join(plan.lines()), markup=False, soft_wrap=True)
         return
     if init_only:
         from memdpc.train.checkpoint import next_command, write_initial_checkpoint
@@ -89,7 +89,7 @@ def train_cmd(
         path = write_initial_checkpoint(config, Path(config.out) / "checkpoints" / "init.pt", bn_from_data)
         what = "the --init weights" if config.init else f"untrained, seed {config.seed}"
         what += ", BatchNorm statistics of the training clips" if bn_from_data else ""
-        Console(stderr=True).print(
+        rich_console(stderr=True).print(
             f"wrote {path} ({what})\nnext: {next_command(path, config.shards)}", markup=False, soft_wrap=True
         )
         return

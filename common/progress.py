@@ -98,6 +98,13 @@ class LogLines(Progress):
             if last:
                 self._done.add(task_id)
 
+    def settle(self) -> None:
+        """Write the last line of every task whose count is complete, now: before a line that says what comes
+        after it (a run's summary, its ``next:``), not when the display stops."""
+        for task_id, task in list(self._tasks.items()):
+            if task.total is not None and task.completed >= task.total:
+                self._write(task_id, last=True)
+
     def update(self, task_id: TaskID, **kw: Any) -> None:
         super().update(task_id, **kw)
         self._write(task_id)

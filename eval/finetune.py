@@ -20,12 +20,12 @@ from typing import Any
 
 import numpy as np
 import torch
-from rich.console import Console
 from torch import nn
 
 from memdpc.common import distenv as dd
 from memdpc.common import interrupts
 from memdpc.common.atomic import write_bytes_atomic
+from memdpc.common.console import rich_console
 from memdpc.common.errors import UserError
 from memdpc.eval.classify import score_videos
 from memdpc.eval.data import EvalData
@@ -130,7 +130,7 @@ def train_epochs(
             "state", state_path, f"{what} state kept at {state_path}, epoch {len(losses)} of {fit.epochs}"
         )
         if env.is_main and len(losses) < fit.epochs:
-            Console(stderr=True).print(
+            rich_console(stderr=True).print(
                 f"resuming {state_path}: epoch {len(losses)} of {fit.epochs} done",
                 markup=False,
                 soft_wrap=True,

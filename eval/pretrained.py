@@ -6,10 +6,10 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from rich.console import Console
 from rich.markup import escape
 from torch import nn
 
+from memdpc.common.console import rich_console
 from memdpc.common.distenv import DistEnv
 from memdpc.common.errors import UserError
 from memdpc.common.streams import STREAMS
@@ -42,7 +42,7 @@ def _load(checkpoint, data: EvalData, env: DistEnv, require) -> tuple[nn.Module,
     require(ckpt, checkpoint)
     stream, warning = resolve_stream(ckpt, checkpoint, data.stream)
     if warning and env.is_main:
-        Console(stderr=True).print("[yellow]warning:[/]", escape(warning), soft_wrap=True)
+        rich_console(stderr=True).print("[yellow]warning:[/]", escape(warning), soft_wrap=True)
     if data.stream is None:
         _check_shards_hold(checkpoint, ckpt, data, stream)
     return model, ckpt, stream

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import psutil
 from rich.console import Console
-from rich.table import Table
 
 from memdpc.common.atomic import write_json_atomic
+from memdpc.common.console import rich_console, titled_table
 from memdpc.common.errors import UserError
 from memdpc.pipeline.augment import AugmentSpec
 from memdpc.pipeline.clip import ClipSpec
@@ -88,7 +88,7 @@ def time_loader(cfg: LoaderBench, backend: str, augment: bool, frame_side: int, 
 
 def bench_loader(cfg: LoaderBench, console: Console | None = None) -> dict:
     """Alternating runs of both backends, with and without augmentation; prints a table, writes JSON."""
-    console = console or Console()
+    console = console or rich_console()
     if not dali_available():
         raise UserError(
             "the loader bench compares DALI with the torch loader, but nvidia-dali is not installed"
@@ -140,8 +140,8 @@ def _manifest(cfg: LoaderBench) -> dict:
 def _print(cfg: LoaderBench, manifest: dict, side: int, rows: list[dict], console: Console) -> None:
     sizes = [f"{w}×{h}" for h, w in frame_sizes(manifest)] or ["mixed-size"]  # width×height, as every message
     clip = ClipSpec(**manifest["clip"])
-    table = Table(
-        title=f"loaders on {cfg.shards}/{cfg.stream} ({', '.join(sizes)} JPEG frames, {clip.num_frames} per "
+    table = titled_table(
+        f"loaders on {cfg.shards}/{cfg.stream} ({', '.join(sizes)} JPEG frames, {clip.num_frames} per "
         f"clip), output {cfg.size}² (aug off: {side}²), batch {cfg.batch_size}, {cfg.workers} "
         f"workers/threads, best of {cfg.repeat}"
     )

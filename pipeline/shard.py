@@ -42,6 +42,7 @@ from rich.markup import escape
 
 from memdpc.common import interrupts
 from memdpc.common.atomic import atomic_path, remove_stale_tmp, write_bytes_atomic, write_json_atomic
+from memdpc.common.console import rich_console
 from memdpc.common.digest import file_sha256
 from memdpc.common.errors import ResourceFault, UserError, free_bytes
 from memdpc.common.progress import progress_bar
@@ -394,7 +395,7 @@ def _write(folder: Path, plan: Plan, report: ShardReport, bar) -> list[dict]:
             f"{size_text(free)} is free there: the run will stop when the disk is full; the same command then "
             "resumes once space is freed"
         )
-        Console(stderr=True).print(f"[yellow]warning:[/yellow] {escape(text)}", soft_wrap=True)
+        rich_console(stderr=True).print(f"[yellow]warning:[/yellow] {escape(text)}", soft_wrap=True)
     task = bar.add_task(
         f"{stream}/{split}: write shards",
         total=plan.num_samples * per_sample,

@@ -34,12 +34,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
 from rich.markup import escape
 from rich.progress import Progress as ProgressBar
 
 from memdpc.common import interrupts
 from memdpc.common.atomic import write_json_atomic
+from memdpc.common.console import rich_console
 from memdpc.common.errors import ResourceFault, UserError
 from memdpc.common.progress import progress_bar
 from memdpc.preprocess.decode import StderrCapture
@@ -243,7 +243,7 @@ def run_preprocess(
     ``("done", id, units)`` as a video's entry arrives (its pairs, or frames without flow; 0 if it failed).
     """
     cfg.validate()
-    console = Console(stderr=True)
+    console = rich_console(stderr=True)
     used, flow, results, stage_stats, backend = cfg, None, _results, {}, None
     if "flow" in cfg.streams:
         choice = choose_flow(cfg)

@@ -13,8 +13,8 @@ from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
+from memdpc.common.console import titled_table
 from memdpc.common.errors import UserError
 from memdpc.common.wording import name_list, plural
 from memdpc.pipeline.manifest import VerifyResult
@@ -35,7 +35,7 @@ def print_preprocess_report(
     """What a preprocess run did (a table, the flow backend used), its failed videos (on ``errors``), what
     it wrote and what to run next."""
     cfg, s = report["config"], report["summary"]
-    table = Table(title=f"preprocess {','.join(cfg['streams'])} → {cfg['out']}")
+    table = titled_table(f"preprocess {','.join(cfg['streams'])} → {cfg['out']}")
     for col in ("done", "partial", "skipped", "failed", "frames", "frames/s", "seconds"):
         table.add_column(col, justify="right")
     table.add_row(
@@ -139,7 +139,7 @@ def print_shard_report(r: ShardReport, console: Console, next_step: bool = False
     """One table row for the shards written (or kept); the skipped videos counted by why (failed in
     preprocess, archive not written yet, unusable archive) and listed; the warnings; then what was written and,
     with ``next_step``, the command that goes on from here."""
-    table = Table(title=str(r.manifest))
+    table = titled_table(str(r.manifest))
     for col in ("videos", "samples", "shards", "GB", "samples/s", "short", "skipped"):
         table.add_column(col, justify="right")
     table.add_row(
@@ -180,7 +180,7 @@ def print_shard_report(r: ShardReport, console: Console, next_step: bool = False
 
 def print_verify(results: list[VerifyResult], console: Console) -> bool:
     """Print one table row per manifest and every problem; return True when all shards check out."""
-    table = Table(title="shard verification")
+    table = titled_table("shard verification")
     for col in ("manifest", "shards", "samples", "GB", "status"):
         table.add_column(col, justify="left" if col == "manifest" else "right")
     for r in results:

@@ -12,6 +12,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from memdpc.common.console import titled_table
 from memdpc.common.wording import plural
 from memdpc.eval.compare import verdict
 from memdpc.eval.results import FILE_ROLES, load_result
@@ -73,8 +74,8 @@ def counts_text(result: dict[str, Any]) -> str:
 def metrics_table(result: dict[str, Any]) -> Table:
     """A rich table of one result's metrics: the value and its 95 % interval in percent and the interval's
     method; under it what they count and, in yellow, a small test set."""
-    table = Table(
-        title=f"{result['kind']} · {result['stream']} · {result['dataset']}/{result['split']}",
+    table = titled_table(
+        f"{result['kind']} · {result['stream']} · {result['dataset']}/{result['split']}",
         caption=counts_text(result),
     )
     for col in ("metric", "value", "95 % interval", "method"):
@@ -116,8 +117,8 @@ def print_comparison(
     """``memdpc eval compare``: per metric A, B, A − B and its 95 % interval (percentage points), the test, its
     p-value and the discordant videos (A right and B wrong / the reverse); then one verdict per metric."""
     a, b = comparison["a"]["path"], comparison["b"]["path"]
-    table = Table(
-        title=f"A − B on the same {plural(comparison['videos'], 'test video')}",
+    table = titled_table(
+        f"A − B on the same {plural(comparison['videos'], 'test video')}",
         caption=f"A: {a}\nB: {b}",
     )
     for col in ("metric", "A", "B", "A − B [95 % interval]", "test", "p", "discordant A/B"):
@@ -149,7 +150,7 @@ def print_comparison(
 
 def print_recipes(recipes: list[Recipe], console: Console) -> None:
     """One line per recipe: its name, the table row it reproduces, the figures to expect."""
-    table = Table(title="memdpc recipes (memdpc recipes NAME prints one's commands)")
+    table = titled_table("memdpc recipes (memdpc recipes NAME prints one's commands)")
     table.add_column("recipe", no_wrap=True)
     table.add_column("row")
     table.add_column("expect")

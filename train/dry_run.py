@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from rich.console import Console
 from rich.markup import escape
 
 from memdpc.common import distenv as dd
+from memdpc.common.console import rich_console
 from memdpc.common.errors import UserError
 from memdpc.common.wording import duration_text, name_list, plural, size_text
 from memdpc.model import checkpoint as mc
@@ -195,7 +195,7 @@ def _time_steps(
         scaler,
         config,
         device,
-        lambda text: Console(stderr=True).print("[yellow]warning:[/]", escape(text), soft_wrap=True),
+        lambda text: rich_console(stderr=True).print("[yellow]warning:[/]", escape(text), soft_wrap=True),
     )
     loader.set_epoch(0)
     seconds = []

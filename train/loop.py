@@ -42,7 +42,6 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from rich.console import Console
 from rich.markup import escape
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
@@ -50,6 +49,7 @@ from torch.nn.parallel import DistributedDataParallel
 from memdpc.common import distenv as dd
 from memdpc.common import interrupts
 from memdpc.common.atomic import remove_stale_tmp
+from memdpc.common.console import rich_console
 from memdpc.common.errors import ResourceFault, UserError
 from memdpc.model import checkpoint as mc
 from memdpc.pipeline.clip import ClipSpec
@@ -167,7 +167,7 @@ def _train(config: TrainConfig, env: dd.DistEnv, overwrite: bool) -> Path:
         raise refused
     try:
         if lock is not None and lock.note:
-            Console(stderr=True).print("[yellow]note:[/]", escape(lock.note), soft_wrap=True)
+            rich_console(stderr=True).print("[yellow]note:[/]", escape(lock.note), soft_wrap=True)
         return _train_held(config, env, resume_from, overwrite)
     finally:
         if lock is not None:
@@ -183,12 +183,14 @@ def _train_held(config: TrainConfig, env: dd.DistEnv, resume_from: Path | None, 
         ck.check_same_shards(ckpt, resume_from, shards)
     if env.is_main:
         for warning in val_split_warnings(config):
-            Console(stderr=True).print("[yellow]warning:[/]", escape(warning), soft_wrap=True)
+            rich_console(stderr=True).print("[yellow]warning:[/]", escape(warning), soft_wrap=True)
     dd.barrier(env)
     run_dir = Path(config.out)
     if env.is_main:
         if overwrite:
-            clear_run(run_dir, lambda text: Console(stderr=True).print(text, markup=False, soft_wrap=True))
+            clear_run(
+                run_dir, lambda text: rich_console(stderr=True).print(text, markup=False, soft_wrap=True)
+            )
         (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
         remove_stale_tmp(run_dir / "checkpoints")
         write_config(config, run_dir / CONFIG_NAME)
@@ -232,7 +234,7 @@ def _read_init(config: TrainConfig, env: dd.DistEnv) -> dict[str, Any]:
     """The ``--init`` checkpoint of a new run (checked before the run directory is made)."""
     init, warning = ck.read_init(config.init, config)
     if warning and env.is_main:
-        Console(stderr=True).print("[yellow]warning:[/]", escape(warning), soft_wrap=True)
+        rich_console(stderr=True).print("[yellow]warning:[/]", escape(warning), soft_wrap=True)
     return init
 
 

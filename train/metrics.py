@@ -20,13 +20,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from rich.console import Console
 from torch.utils.tensorboard import SummaryWriter
 
 from memdpc.common import file_kinds
 from memdpc.common.atomic import write_bytes_atomic
+from memdpc.common.console import rich_console
 from memdpc.common.errors import output_faults
-from memdpc.common.progress import progress_bar
+from memdpc.common.progress import LogLines, progress_bar
 from memdpc.pipeline.augment import AugmentSpec, denormalise
 from memdpc.viz.pictures import clip_picture
 
@@ -226,7 +226,9 @@ class MetricsLogger:
         """Print a line (or lines) above the progress display; ``markup=False`` for text holding paths."""
         if not self.enabled:
             return
-        console = self._progress.console if self._progress is not None else Console(stderr=True)
+        if isinstance(self._progress, LogLines):  # the epoch's last count before what follows it
+            self._progress.settle()
+        console = self._progress.console if self._progress is not None else rich_console(stderr=True)
         console.print(text, markup=markup, soft_wrap=True)
 
     def _writer_thread_failed(self, args: threading.ExceptHookArgs) -> None:

@@ -109,3 +109,18 @@ def test_a_verb_writing_into_a_file_leaves_whole_lines_and_no_bar(tiny_dataset, 
     assert any(
         line.startswith("preprocess rgb 270/270 frames · ") and "· 9/9 videos · " in line for line in lines
     )
+
+
+def test_a_log_writes_the_last_line_of_a_finished_task_before_what_follows_it():
+    """``settle`` (a run's summary and its ``next:`` come after it) writes a finished task's last line then, not
+    when the display stops after them; a task still counting is left to the display."""
+    console = _console(terminal=False)
+    with progress_bar(console=console) as bar:
+        done = bar.add_task("epoch 3", total=2)
+        bar.advance(done, 2)
+        going = bar.add_task("features", total=5)
+        bar.advance(going, 1)
+        bar.settle()
+        console.print("next: memdpc eval retrieve best.pt")
+    lines = [line.rsplit(" · ", 1)[0] for line in console.export_text().splitlines()]
+    assert lines == ["epoch 3 2/2", "next: memdpc eval retrieve best.pt", "features 1/5"]
