@@ -150,6 +150,7 @@ table { border-collapse: collapse; margin: 0.5em 0; } th, td { border: 1px solid
 td.n { text-align: right; font-variant-numeric: tabular-nums; } th { background: #f3f3f3; }
 figure { display: inline-block; margin: 0.5em 1em 1em 0; vertical-align: top; }
 img { max-width: 100%; border: 1px solid #eee; } figcaption { font-size: 0.85em; color: #555; max-width: 60em; }
+figure.wide { display: block; overflow-x: auto; } figure.wide img { max-width: none; }
 .note { color: #666; } .missing { color: #a00; }
 """
 
@@ -173,9 +174,14 @@ class Page:
     def _slug(self, path: Path) -> str:
         return self._rel(path).replace(os.sep, "-").strip(".-") or "top"
 
-    def _figure(self, image: Path, text: str) -> str:
+    def _figure(self, image: Path, text: str, wide: bool = False) -> str:
+        """A picture, linked to itself at full size; ``wide``: shown at its own size, scrolled sideways where it
+        is wider than the page (frames that shrunk to the page's width would be too small to see)."""
         src = quote(os.path.relpath(image, self.out).replace(os.sep, "/"))
-        return f'<figure><img src="{src}" alt="{_e(image.name)}"><figcaption>{_e(text)}</figcaption></figure>'
+        return (
+            f'<figure{" class=wide" if wide else ""}><a href="{src}"><img src="{src}" alt="{_e(image.name)}"></a>'
+            f"<figcaption>{_e(text)}</figcaption></figure>"
+        )
 
     def _draw(self, what: str, draw: Callable[[], list[Path]]) -> list[Path]:
         """Draw, or put on the page why not (the page still gets written)."""
@@ -380,7 +386,9 @@ class Page:
                 stream = picture.stem.rsplit("-", 1)[-1]
                 self.parts.append(
                     self._figure(
-                        picture, f"{self._rel(path)} (R@1 {metric_text(result, 'R@1')}): {stream} frames"
+                        picture,
+                        f"{self._rel(path)} (R@1 {metric_text(result, 'R@1')}): {stream} frames",
+                        wide=True,
                     )
                 )
                 if stream == FLOW:

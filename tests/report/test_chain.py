@@ -185,6 +185,14 @@ def test_the_page_shows_the_chain_and_leaves_scratch_folders_out(made, tmp_path)
     assert "Left out, not part of any result&#x27;s chain: old-shards." in text
     assert not (tmp_path / "page" / "old-shards").exists() and (tmp_path / "page" / "shards").is_dir()
     assert (tmp_path / "page" / PAGE) == page
+    # the retrieval strips at their own size (96-px frames; scrolled sideways, not shrunk to the page), every
+    # picture linked to itself at full size
+    strip = "eval/retrieval-rgb-strips-rgb.png"
+    assert (
+        f'<figure class=wide><a href="{strip}"><img src="{strip}"' in text
+        and (tmp_path / "page" / strip).is_file()
+    )
+    assert text.count("<img ") == text.count("><img ") == text.count("</a><figcaption>")
 
 
 def test_shards_cut_again_keep_the_index_and_archives_rows_and_a_replaced_video_flags_the_results(
