@@ -4,15 +4,18 @@ The counts come from the run's own loaders (their ``len()`` is an epoch's steps,
 its clips, from the shards' manifests and indexes), the starting point from the checkpoint a run would resume
 from (refused as the run refuses it, e.g. on shards changed since; with ``--overwrite``, what the run would
 remove), and the time from a short warm-up on this device: real training steps on real batches (loading
-included) and validation batches, timed. Disk is the size of one checkpoint, serialised in memory with its
-optimiser state, times the checkpoints a run keeps. No run directory, checkpoint or log is written.
+included) and validation batches, timed. On a CPU, where a step's time grows with its clips, the steps and
+batches timed hold :data:`CPU_TIMED_BATCH` clips and their times are scaled to the batch size, and no more steps
+are timed once :data:`WARMUP_BUDGET_S` is spent: a dry run costs seconds, not minutes of full steps, which on a
+small data set are most of the run it estimates. Disk is the size of one checkpoint, serialised in memory with
+its optimiser state, times the checkpoints a run keeps. No run directory, checkpoint or log is written.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +46,8 @@ __all__ = ["plan_run"]
 
 WARMUP_STEPS = 3  # timed training steps, after one untimed (the loader's start, kernel selection)
 VAL_BATCHES = 2  # validation batches run to time one
+CPU_TIMED_BATCH = 2  # clips of the steps and batches timed on a CPU (scaled to the batch size)
+WARMUP_BUDGET_S = 5.0  # no more steps are timed once the timed ones took this long
 
 
 @dataclass(frozen=True)
@@ -71,7 +76,8 @@ class RunPlan:
     checkpoint_bytes: int
     checkpoints: int  # the most files checkpoints/ holds
     timed_steps: int
-    first_step_s: float
+    timed_batch: int  # clips per step and validation batch timed (the batch size, or fewer on a CPU)
+    first_step_s: float  # scaled to the batch size
     step_s: float
     val_batch_s: float
 
@@ -117,8 +123,13 @@ class RunPlan:
             if self.removes
             else ""
         )
+        scaled = (
+            f" of {plural(self.timed_batch, 'clip')}, scaled to {self.batch_size}"
+            if self.timed_batch != self.batch_size
+            else ""
+        )
         timed = (
-            f"{self.step_s:.3g} s per step over {plural(self.timed_steps, 'timed step')} (the first "
+            f"{self.step_s:.3g} s per step over {plural(self.timed_steps, 'timed step')}{scaled} (the first "
             f"{self.first_step_s:.3g} s)"
             + (
                 f", {self.val_batch_s:.3g} s per validation batch"
@@ -211,6 +222,8 @@ def _time_steps(
             t1 = _sync(device)
             seconds.append(t1 - t0)
             t0 = t1
+            if len(seconds) > 1 and sum(seconds[1:]) >= WARMUP_BUDGET_S:
+                break
     del batches
     return model, optimizer, seconds
 
@@ -276,8 +289,19 @@ def plan_run(config: TrainConfig, overwrite: bool = False) -> RunPlan | None:
             validation += (
                 f"; the kNN monitor every {plural(config.knn_every, 'epoch')} ({knn_batches} batches)"
             )
-    model, optimizer, seconds = _time_steps(config, loader, device, init)
-    val_batch_s = _time_val(model, val, device) if val is not None and val_batches else 0.0
+    # on a CPU a step's time grows with its clips: fewer are timed, and scaled (no GPU is that linear)
+    timed = (
+        config
+        if device.type == "cuda"
+        else replace(config, batch_size=min(config.batch_size, CPU_TIMED_BATCH))
+    )
+    scale = config.batch_size / timed.batch_size
+    if timed is not config:
+        loader = split_loader(timed, config.train_split, clip, True, 0, world_size, str(device))
+        val = val and split_loader(timed, config.val_split, clip, False, 0, world_size, str(device))
+    model, optimizer, seconds = _time_steps(timed, loader, device, init)
+    seconds = [t * scale for t in seconds]
+    val_batch_s = scale * _time_val(model, val, device) if val is not None and val_batches else 0.0
     data = mc.serialize(
         mc.build_checkpoint(
             model,
@@ -313,6 +337,7 @@ def plan_run(config: TrainConfig, overwrite: bool = False) -> RunPlan | None:
         checkpoint_bytes=len(data),
         checkpoints=2 + (config.epochs // config.keep_every if config.keep_every else 0),
         timed_steps=max(len(seconds) - 1, 0),
+        timed_batch=timed.batch_size,
         first_step_s=seconds[0] if seconds else math.nan,
         step_s=sum(seconds[1:]) / len(seconds[1:])
         if len(seconds) > 1

@@ -49,7 +49,9 @@ def test_the_dry_runs_counts_are_those_of_the_real_epoch_and_it_writes_nothing(
     assert not (tmp_path / "run").exists()
     assert (plan.videos, plan.windows, plan.clips_per_epoch, plan.steps_per_epoch) == (9, 18, clips, steps)
     assert (plan.world_size, plan.global_batch, plan.start, plan.steps) == (1, 4, (0, 0), steps)
-    assert plan.timed_steps == min(steps, 4) - 1 and plan.step_s > 0 and plan.checkpoints == 2
+    # on the CPU the steps timed hold 2 clips (scaled to the batch of 4): the 18 or 9 clips give 4 of them
+    assert (plan.timed_batch, plan.timed_steps) == (2, 3) and plan.step_s > 0 and plan.checkpoints == 2
+    assert "over 3 timed steps of 2 clips, scaled to 4 (the first " in plan.lines()[-2]
     assert plan.val_batches == 2  # the 6 test clips in batches of 4
     run = train(config)
     last = read_checkpoint(run / "checkpoints" / "last.pt")
@@ -58,6 +60,16 @@ def test_the_dry_runs_counts_are_those_of_the_real_epoch_and_it_writes_nothing(
     # resumed for two more epochs, the plan starts where the run stopped
     more = plan_run(replace(config, epochs=3))
     assert (more.start, more.steps, more.epochs_run) == ((1, steps), 2 * steps, 2)
+
+
+def test_the_timing_stops_once_its_budget_is_spent(train_shards, tmp_path, one_thread, monkeypatch):
+    """A dry run costs seconds: once the steps timed took the budget, no more are run (here: none left after the
+    first timed one)."""
+    from memdpc.train import dry_run
+
+    monkeypatch.setattr(dry_run, "WARMUP_BUDGET_S", 0.0)
+    plan = plan_run(TrainConfig(shards=str(train_shards), out=str(tmp_path / "run"), **SMALL))
+    assert plan.timed_steps == 1 and plan.step_s > 0
 
 
 def test_the_command_prints_the_plan_and_leaves_no_run_folder(train_shards, tmp_path):
