@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.rule import Rule
 from rich.table import Table
 
 from memdpc.common import file_kinds
@@ -162,8 +163,13 @@ def _check_same_run(out: Path, settings: dict[str, Any]) -> None:
         write_json_atomic(path, settings)
 
 
+RULE_WIDTH = (
+    100  # columns of a step's rule at most: a file's or a pipe's console is far wider (common/console.py)
+)
+
+
 def _step(console: Console, text: str) -> None:
-    console.rule(f"[bold]{text}")
+    console.print(Rule(f"[bold]{text}"), width=min(console.width, RULE_WIDTH))
 
 
 def _data(out: Path, p: Profile, family: str, seed: int, console: Console) -> Path:
