@@ -457,9 +457,13 @@ def _short_warnings(plan: Plan) -> list[str]:
         return []
     clip, stream = ClipSpec(**plan.config["clip"]), plan.config["stream"]
     videos = len([v for v in plan.archives.values() if v is not None])
+    if plan.short == videos:
+        who = "the video is" if videos == 1 else f"all {videos} videos are"
+    else:
+        who = f"{plan.short} of the {videos} videos {'is' if plan.short == 1 else 'are'}"
     what = (
-        f"{plan.short} of the {plural(videos, 'video')} are shorter than one window ({clip.span} frames: "
-        f"{clip.num_blocks} blocks × {clip.block_len} frames, --clip-stride {clip.stride})"
+        f"{who} shorter than one window ({clip.span} frames: {clip.num_blocks} blocks × {clip.block_len} frames, "
+        f"--clip-stride {clip.stride})"
     )
     if plan.config["windows"]["short"] == "drop":
         return [f"{what}: left out (--short drop); a smaller --clip-stride keeps them"]
