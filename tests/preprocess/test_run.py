@@ -634,8 +634,9 @@ def test_ffmpeg_messages_go_to_the_report_not_the_terminal(bad_index, clips, tmp
         f"wrote the archives of 2 videos in {out / 'rgb'}; report {out / 'preprocess-report.json'}"
         in res.stdout
     )
-    index = tmp_path / "index.jsonl"
-    assert f"next: memdpc shard {out} --index {index} --stream rgb --out shards" in res.stdout
+    # every video of class X failed: shard would refuse the split, and the next step says so
+    assert "next: not memdpc shard yet, which would refuse the splits that lost a class: " in res.stdout
+    assert "train has no video of class 'X' left (its 5 videos failed)" in res.stdout
 
 
 # ------------------------------------------------------------------------ faults of a part of a run
