@@ -9,19 +9,21 @@ import sys
 
 from memdpc.common.console import PIPE_WIDTH, rich_console
 
-from ..conftest import run_memdpc
 
-
-def test_a_pipe_gets_whole_tables_and_a_terminal_or_columns_its_own_width(tiny_dataset, tmp_path):
+def test_a_pipe_gets_whole_tables_and_a_terminal_or_columns_its_own_width(
+    tiny_dataset, tmp_path, monkeypatch
+):
     from memdpc.preprocess.datasets import build_index
     from memdpc.preprocess.video_index import write_index
 
+    monkeypatch.delenv("COLUMNS", raising=False)  # as a shell's pipe: no width set (pytest-xdist may set one)
     write_index(build_index(tiny_dataset, "ucf101", 1), tmp_path / "index.jsonl")
     out = tmp_path / (
         "frames-of-a-folder-whose-name-alone-is-longer-than-a-line-of-eighty-columns-" + "x" * 20
     )
-    res = run_memdpc(
-        "preprocess", "frames", tmp_path / "index.jsonl", "--out", out, "--workers", "1", "--size", "16"
+    args = ["preprocess", "frames", tmp_path / "index.jsonl", "--out", out, "--workers", "1", "--size", "16"]
+    res = subprocess.run(
+        [sys.executable, "-m", "memdpc.cli", *map(str, args)], capture_output=True, text=True
     )
     assert res.returncode == 0, res.stderr
     assert f"preprocess rgb → {out}" in res.stdout.splitlines()[0]  # the title on one line
