@@ -15,18 +15,20 @@ import click
 from rich.markup import escape
 
 from memdpc import __version__
-from memdpc.commands.bench import bench
-from memdpc.commands.convert import convert_cmd
-from memdpc.commands.data import data
-from memdpc.commands.eval import eval_group
-from memdpc.commands.index import index_cmd
-from memdpc.commands.preprocess import preprocess
-from memdpc.commands.quickstart import quickstart_cmd
-from memdpc.commands.recipes import recipes_cmd
-from memdpc.commands.report import report_cmd
-from memdpc.commands.shard import shard_cmd
-from memdpc.commands.show import show_cmd
-from memdpc.commands.train import train_cmd
+from memdpc.commands import (
+    bench,
+    convert,
+    data,
+    index,
+    preprocess,
+    quickstart,
+    recipes,
+    report,
+    shard,
+    show,
+    train,
+)
+from memdpc.commands import eval as evaluate
 from memdpc.common import interrupts
 from memdpc.common.console import rich_console
 from memdpc.common.errors import ResourceFault, UserError
@@ -65,22 +67,11 @@ def main() -> None:
     interrupts.install()
 
 
-# the verbs in the order of the data: example data, index, preprocess, shard, train, eval; then the helpers
-for verb, name in (
-    (data, "data"),
-    (index_cmd, "index"),
-    (preprocess, "preprocess"),
-    (shard_cmd, "shard"),
-    (train_cmd, "train"),
-    (eval_group, "eval"),
-    (convert_cmd, "convert"),
-    (recipes_cmd, "recipes"),
-    (quickstart_cmd, "quickstart"),
-    (show_cmd, "show"),
-    (report_cmd, "report"),
-    (bench, "bench"),
-):
-    main.add_command(verb, name)
+# the verbs in the order of the data: example data, index, preprocess, shard, train, eval; then the helpers. Each
+# module of memdpc.commands is one verb: its ``command``, which carries the verb's name
+VERBS = (data, index, preprocess, shard, train, evaluate, convert, recipes, quickstart, show, report, bench)
+for verb in VERBS:
+    main.add_command(verb.command)
 
 if __name__ == "__main__":
     main()

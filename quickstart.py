@@ -32,6 +32,7 @@ from memdpc.eval.compare import compare_results, winner
 from memdpc.eval.run import evaluate, fuse
 from memdpc.pipeline.clip import ClipSpec
 from memdpc.pipeline.shard import run_shard
+from memdpc.pipeline.shard_plan import ShardSettings
 from memdpc.preprocess.datasets import build_index
 from memdpc.preprocess.examples.families import EXAMPLE_FAMILIES
 from memdpc.preprocess.run import preprocess
@@ -40,7 +41,7 @@ from memdpc.report.page import write_report
 from memdpc.report.stage_tables import print_shard_report
 from memdpc.report.tables import cell_text, print_result
 from memdpc.train.checkpoint import write_initial_checkpoint
-from memdpc.train.config import TrainConfig
+from memdpc.train.config import TrainConfig, config_from_dict
 from memdpc.train.loop import train
 from memdpc.train.metrics import read_metrics
 from memdpc.train.pretext import pretext_scores
@@ -197,10 +198,7 @@ def _shards(out: Path, frames: Path, index: Path, p: Profile, seed: int, console
                 stream,
                 out / "shards",
                 split,
-                clip=p.clip,
-                window_step=p.window_step,
-                max_count=p.max_count,
-                seed=seed,
+                ShardSettings(clip=p.clip, window_step=p.window_step, max_count=p.max_count, seed=seed),
                 console=console,
             )
             print_shard_report(report, console)
@@ -208,16 +206,18 @@ def _shards(out: Path, frames: Path, index: Path, p: Profile, seed: int, console
 
 
 def _train_config(out: Path, shards: Path, stream: str, p: Profile, seed: int, workers: int, backend: str):
-    return TrainConfig(
-        stream=stream,
-        shards=str(shards),
-        out=str(out / "runs" / stream),
-        seed=seed,
-        num_blocks=p.clip.num_blocks,
-        block_len=p.clip.block_len,
-        num_workers=workers,
-        backend=backend,
-        **{**p.train, **p.stream_train.get(stream, {})},
+    return config_from_dict(
+        dict(
+            stream=stream,
+            shards=str(shards),
+            out=str(out / "runs" / stream),
+            seed=seed,
+            num_blocks=p.clip.num_blocks,
+            block_len=p.clip.block_len,
+            num_workers=workers,
+            backend=backend,
+            **{**p.train, **p.stream_train.get(stream, {})},
+        )
     )
 
 

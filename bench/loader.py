@@ -15,12 +15,20 @@ from memdpc.pipeline.augment import AugmentSpec
 from memdpc.pipeline.loader_bench import bench_loader
 from memdpc.pipeline.loader_bench_options import LoaderBench
 from memdpc.pipeline.shard import shard_stream
+from memdpc.pipeline.shard_plan import ShardSettings
 
 
 def synthetic_shards(root: Path, videos: int, frames: int, side: int) -> Path:
     """Render and shard a synthetic train set (for running this file without a shard set)."""
     records = make_archives(root / "archives", videos, frames, side)
-    shard_stream(root / "archives", records, "rgb", root / "shards", "train", window_step=10, max_count=4)
+    shard_stream(
+        root / "archives",
+        records,
+        "rgb",
+        root / "shards",
+        "train",
+        ShardSettings(window_step=10, max_count=4),
+    )
     return root / "shards"
 
 

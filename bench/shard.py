@@ -65,7 +65,9 @@ def baseline(root: Path, records: list[VideoRecord], out: Path, clip: ClipSpec) 
 
 
 def run_shard(root: Path, records: list[VideoRecord], out: Path) -> tuple[int, int]:
-    manifest = json.loads(shard_stream(root, records, "rgb", out, "train", max_count=64).read_text())
+    manifest = json.loads(
+        shard_stream(root, records, "rgb", out, "train", ShardSettings(max_count=64)).read_text()
+    )
     return manifest["num_samples"], sum(s["bytes"] for s in manifest["shards"])
 
 

@@ -58,7 +58,8 @@ from memdpc.model import create_model
 from memdpc.pipeline.clip import ClipSpec
 from memdpc.pipeline.loader import dali_available
 from memdpc.pipeline.shard import shard_stream
-from memdpc.train.config import TrainConfig
+from memdpc.pipeline.shard_plan import ShardSettings
+from memdpc.train.config import TrainConfig, config_from_dict
 from memdpc.train.loop import train
 from memdpc.train.seeding import seed_everything, set_determinism
 from memdpc.train.step import (
@@ -147,10 +148,7 @@ def make_shards(root: Path, videos: int, frames: int, frame_size: int) -> Path:
         "rgb",
         root / "shards",
         "train",
-        clip=ClipSpec(),
-        window_step=5,
-        max_count=4,
-        seed=0,
+        ShardSettings(clip=ClipSpec(), window_step=5, max_count=4, seed=0),
     )  # small shards: every loader worker gets some
     return root / "shards"
 
@@ -163,25 +161,27 @@ def config(
     backend: str = "torch",
     **over,
 ) -> TrainConfig:
-    return TrainConfig(
-        stream="rgb",
-        shards=str(shards),
-        out=str(out),
-        val_split="none",
-        backend=backend,
-        num_workers=args.num_workers,
-        arch=args.arch,
-        widths=args.widths,
-        size=args.size,
-        mem_size=args.mem_size,
-        bidirectional=args.bidirectional,
-        batch_size=batch,
-        epochs=10_000,
-        max_steps=args.steps,
-        log_every=WINDOW,
-        progress=False,
-        device=args.device.type,
-        **over,
+    return config_from_dict(
+        dict(
+            stream="rgb",
+            shards=str(shards),
+            out=str(out),
+            val_split="none",
+            backend=backend,
+            num_workers=args.num_workers,
+            arch=args.arch,
+            widths=args.widths,
+            size=args.size,
+            mem_size=args.mem_size,
+            bidirectional=args.bidirectional,
+            batch_size=batch,
+            epochs=10_000,
+            max_steps=args.steps,
+            log_every=WINDOW,
+            progress=False,
+            device=args.device.type,
+            **over,
+        )
     )
 
 

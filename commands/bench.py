@@ -10,15 +10,15 @@ import click
 from memdpc.commands.options import config_options
 from memdpc.pipeline.loader_bench_options import LoaderBench
 
-__all__ = ["bench"]
+__all__ = ["command"]
 
 
-@click.group()
-def bench() -> None:
+@click.group("bench")
+def command() -> None:
     """Benchmarks: each prints a table and writes JSON."""
 
 
-@bench.command("loader")
+@command.command("loader")
 @click.argument("shards", type=click.Path(path_type=Path, exists=True, file_okay=False))
 @config_options(LoaderBench)
 def bench_loader_cmd(shards: Path, **kw) -> None:

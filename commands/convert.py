@@ -9,7 +9,7 @@ import click
 from memdpc.common.console import rich_console, titled_table
 from memdpc.common.streams import STREAMS
 
-__all__ = ["convert_cmd"]
+__all__ = ["command"]
 
 
 @click.command("convert")
@@ -36,7 +36,7 @@ __all__ = ["convert_cmd"]
     default=None,
     help="Input size the weights were trained at, recorded as evaluation's default (unknown: 128).",
 )
-def convert_cmd(checkpoint: Path, out: Path, to: str, stream: str | None, input_size: int | None) -> None:
+def command(checkpoint: Path, out: Path, to: str, stream: str | None, input_size: int | None) -> None:
     """Convert CHECKPOINT between the reference implementation's layout and memdpc's; write OUT."""
     from memdpc.model.convert import convert_file
 

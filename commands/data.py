@@ -12,11 +12,11 @@ from memdpc.preprocess.examples.layout import ExampleConfig
 from memdpc.preprocess.examples.photos import PhotoConfig, make_photos
 from memdpc.preprocess.examples.synthetic import SyntheticConfig, make_synthetic
 
-__all__ = ["data"]
+__all__ = ["command"]
 
 
-@click.group()
-def data() -> None:
+@click.group("data")
+def command() -> None:
     """Built-in example data."""
 
 
@@ -25,7 +25,7 @@ def _wrote(root: Path, cfg: ExampleConfig) -> None:
     rich_console().print(f"next: memdpc index {root} --layout ucf101")
 
 
-@data.command("synthetic")
+@command.command("synthetic")
 @click.argument("out", type=OUT_DIR)
 @config_options(ExampleConfig, defaults=SyntheticConfig())
 def data_synthetic(out: Path, **kw) -> None:
@@ -34,7 +34,7 @@ def data_synthetic(out: Path, **kw) -> None:
     _wrote(make_synthetic(out, cfg), cfg)
 
 
-@data.command("photos")
+@command.command("photos")
 @click.argument("out", type=OUT_DIR)
 @config_options(ExampleConfig, defaults=PhotoConfig())
 def data_photos(out: Path, **kw) -> None:

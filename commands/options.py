@@ -4,11 +4,13 @@ setting`), with the setting's default and help, so that no verb types a default 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 import click
+
+from memdpc.common.settings import kind, options_of
 
 __all__ = ["OUT_DIR", "config_options", "stack", "take"]
 
@@ -30,41 +32,18 @@ def stack(*decorators: Callable[[F], F]) -> Callable[[F], F]:
     return wrap
 
 
-def _settings(cls: type) -> Iterator[dataclasses.Field]:
-    """The fields of ``cls`` that are options (those with help), nested configs' own flattened in place."""
-    for f in dataclasses.fields(cls):
-        if f.metadata.get("nested"):
-            yield from _settings(type(f.default))
-        elif f.metadata.get("help"):
-            yield f
-
-
-def _kind(f: dataclasses.Field) -> str:
-    """The field's type as a name: int, float, str, bool, Path or list (``X | None`` reads as X)."""
-    text = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
-    text = text.replace(" | None", "").replace("None | ", "")
-    return "list" if text.startswith(("list", "tuple")) else text
-
-
-def _default(f: dataclasses.Field, defaults: Any) -> Any:
-    if defaults is not None and hasattr(defaults, f.name):
-        return getattr(defaults, f.name)
-    if f.default is not dataclasses.MISSING:
-        return f.default
-    if f.default_factory is not dataclasses.MISSING:
-        return f.default_factory()
-    return None
-
-
-def _type(f: dataclasses.Field, kind: str) -> click.ParamType | type:
-    meta = f.metadata
+def _type(f: dataclasses.Field, meta: dict[str, Any], kind_: str, unset: bool) -> click.ParamType | type:
     if "choices" in meta:
         return click.Choice([str(c) for c in meta["choices"]])
-    if "min" in meta:
-        return click.FloatRange(min=meta["min"]) if kind == "float" else click.IntRange(min=meta["min"])
-    if kind == "Path":
+    if kind_ == "Path" or ("path" in meta and not unset):
         return click.Path(path_type=Path, **meta.get("path", {}))
-    return _KINDS.get(kind, str)
+    if kind_ == "tuple":
+        return float if "float" in str(f.type) else int
+    if ("min" in meta or "max" in meta) and not unset:
+        # unset: the value is checked when the config is made (check), as a settings file's are
+        ranged = click.FloatRange if kind_ == "float" else click.IntRange
+        return ranged(min=meta.get("min"), max=meta.get("max"))
+    return _KINDS.get(kind_, str)
 
 
 def _shown(value: Any) -> str:
@@ -73,13 +52,14 @@ def _shown(value: Any) -> str:
     return "none" if value in ("", None) else str(value)
 
 
-def _option(f: dataclasses.Field, defaults: Any, unset: bool) -> Callable[[F], F]:
-    meta, kind = f.metadata, _kind(f)
-    default = _default(f, defaults)
+def _option(f: dataclasses.Field, meta: dict[str, Any], default: Any, unset: bool) -> Callable[[F], F]:
+    kind_ = kind(f)
     name = f.name
     flags = tuple(meta.get("flags") or ("--" + name.rstrip("_").replace("_", "-"),))
     text = meta["help"]
     kw: dict[str, Any] = {"help": text}
+    if "nargs" in meta:
+        kw["nargs"] = meta["nargs"]
     if "option_default" in meta:  # "decided later", as the help says
         default = meta["option_default"]
     elif unset:  # "not given here": the value comes from a settings file, else the config's default
@@ -90,7 +70,7 @@ def _option(f: dataclasses.Field, defaults: Any, unset: bool) -> Callable[[F], F
         default = None
     elif default is not None:
         kw["show_default"] = True
-    if kind == "bool":  # an on/off pair where off must be sayable (default on, or unset); else a plain flag
+    if kind_ == "bool":  # an on/off pair where off must be sayable (default on, or unset); else a plain flag
         if "/" not in flags[-1] and (unset or default):
             flags = (*flags[:-1], f"{flags[-1]}/--no-{flags[-1][2:]}")
         if "/" in flags[-1]:
@@ -101,7 +81,7 @@ def _option(f: dataclasses.Field, defaults: Any, unset: bool) -> Callable[[F], F
         default = str(default)
     if not kw.get("required"):  # a required option has no default at all (click counts None as given)
         kw["default"] = default
-    return click.option(*flags, name, type=_type(f, kind), **kw)
+    return click.option(*flags, name, type=_type(f, meta, kind_, unset), **kw)
 
 
 def config_options(cls: type, *, defaults: Any = None, unset: bool = False) -> Callable[[F], F]:
@@ -109,11 +89,12 @@ def config_options(cls: type, *, defaults: Any = None, unset: bool = False) -> C
 
     ``defaults``: an instance whose values are shown as the defaults (a family's or a task's own); ``unset``:
     every option defaults to None ("not given"), its help naming the config's default — for verbs whose
-    settings files fill what the command line leaves out.
+    settings files fill what the command line leaves out; their values are checked when the config is made
+    (:func:`memdpc.common.settings.check`), as a file's are, so the options carry no range of their own.
     """
-    return stack(*(_option(f, defaults, unset) for f in _settings(cls)))
+    return stack(*(_option(f, meta, default, unset) for f, meta, default in options_of(cls, defaults)))
 
 
 def take(cls: type, kw: dict[str, Any]) -> dict[str, Any]:
     """Pop the options of ``cls``'s settings from the parsed ``kw`` (as keyword arguments of ``cls``)."""
-    return {f.name: kw.pop(f.name) for f in _settings(cls) if f.name in kw}
+    return {f.name: kw.pop(f.name) for f, _, _ in options_of(cls) if f.name in kw}

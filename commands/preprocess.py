@@ -12,11 +12,11 @@ from memdpc.common.streams import FLOW, RGB
 from memdpc.preprocess.flow.tvl1_params import TVL1Params
 from memdpc.preprocess.options import PreprocessOptions
 
-__all__ = ["preprocess"]
+__all__ = ["command"]
 
 
-@click.group()
-def preprocess() -> None:
+@click.group("preprocess")
+def command() -> None:
     """Decode videos once into per-video archives of RGB frames and/or TV-L1 flow."""
 
 
@@ -48,14 +48,14 @@ def _run(index: Path, dry_run: bool, **kw) -> None:
         raise SystemExit(1)
 
 
-@preprocess.command("frames")
+@command.command("frames")
 @_options(RGB)
 def preprocess_frames(index: Path, **kw) -> None:
     """RGB JPEG frames of every video in INDEX (a video index JSONL from `memdpc index`)."""
     _run(index, **kw)
 
 
-@preprocess.command("flow")
+@command.command("flow")
 @_options(FLOW)
 def preprocess_flow(index: Path, **kw) -> None:
     """TV-L1 flow images of every video in INDEX, computed from the video (n frames → n − 1 flows)."""

@@ -10,7 +10,7 @@ from memdpc.commands.options import OUT_DIR
 from memdpc.pipeline.backends import BACKENDS
 from memdpc.preprocess.examples.families import EXAMPLE_FAMILIES
 
-__all__ = ["quickstart_cmd"]
+__all__ = ["command"]
 
 
 @click.command("quickstart")
@@ -46,7 +46,7 @@ __all__ = ["quickstart_cmd"]
     show_default=True,
     help="Loader backend for training and evaluation (auto: DALI where installed).",
 )
-def quickstart_cmd(out: Path, tiny: bool, workers: int, seed: int, data: str, backend: str) -> None:
+def command(out: Path, tiny: bool, workers: int, seed: int, data: str, backend: str) -> None:
     """The main job end to end on example data: data, preprocess, shard, train rgb and flow, evaluate
     MemDPC against random init (retrieval, linear probe, late fusion) and print one table."""
     from memdpc.quickstart import quickstart

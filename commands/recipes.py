@@ -7,7 +7,7 @@ import click
 from memdpc.common.console import rich_console
 from memdpc.recipes.recipe import commands, load, names
 
-__all__ = ["recipes_cmd"]
+__all__ = ["command"]
 
 
 @click.command("recipes")
@@ -20,7 +20,7 @@ __all__ = ["recipes_cmd"]
     help="Folder of the datasets in their official layouts, one sub-folder each (ucf101, hmdb51, k400).",
 )
 @click.option("--work", default="WORK", show_default=True, help="Folder for everything the commands write.")
-def recipes_cmd(name: str | None, data: str, work: str) -> None:
+def command(name: str | None, data: str, work: str) -> None:
     """The paper's experiments, one recipe per table row: list them, or print the commands of recipe NAME (a short
     name or a path), from the datasets to the figures to expect."""
     from memdpc.report.tables import print_recipes

@@ -9,7 +9,7 @@ import click
 from memdpc.commands.options import OUT_DIR
 from memdpc.common.console import rich_console
 
-__all__ = ["report_cmd"]
+__all__ = ["command"]
 
 
 @click.command("report")
@@ -20,7 +20,7 @@ __all__ = ["report_cmd"]
     default=None,
     help="Folder for the page (index.html) and its pictures [default: FOLDER/report].",
 )
-def report_cmd(folder: Path, out: Path | None) -> None:
+def command(folder: Path, out: Path | None) -> None:
     """One static page of what FOLDER holds (a quickstart folder, or a folder of runs, eval results, shards and
     frame archives): results table, curves, sample clips, retrieval strips; it opens from the file system."""
     from memdpc.report.page import write_report

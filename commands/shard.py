@@ -9,12 +9,12 @@ import click
 
 from memdpc.commands.options import OUT_DIR, config_options, take
 from memdpc.common.console import rich_console
+from memdpc.common.settings import from_flat
 from memdpc.common.streams import STREAMS
-from memdpc.pipeline.clip import ClipSpec
 from memdpc.pipeline.shard import run_shard
 from memdpc.pipeline.shard_plan import SPLITS, ShardSettings
 
-__all__ = ["shard_cmd"]
+__all__ = ["command"]
 
 
 @click.command("shard")
@@ -30,7 +30,6 @@ __all__ = ["shard_cmd"]
     help="Videos to shard; train/all: train windows, shuffled; test/val: eval windows (0, 59, 118, …).",
 )
 @config_options(ShardSettings)
-@config_options(ClipSpec)
 @click.option("--strict", is_flag=True, help="Stop at the first bad video (default: skip and report it).")
 @click.option(
     "--allow-missing-classes",
@@ -51,7 +50,7 @@ __all__ = ["shard_cmd"]
     default=None,
     help="Instead of sharding: re-read every shard in DIR and check it against its manifest and index.",
 )
-def shard_cmd(archive_root: Path | None, verify: Path | None, **kw) -> None:
+def command(archive_root: Path | None, verify: Path | None, **kw) -> None:
     """Cut per-video frame archives into WebDataset shards of 40-frame samples, with DALI indexes."""
     from memdpc.pipeline.manifest import verify_shards
     from memdpc.report.stage_tables import print_shard_report, print_verify
@@ -66,7 +65,7 @@ def shard_cmd(archive_root: Path | None, verify: Path | None, **kw) -> None:
     if missing:
         raise click.UsageError(f"missing {', '.join(missing)} (or give --verify DIR)")
     index, stream, out, split = kw.pop("index"), kw.pop("stream"), kw.pop("out"), kw.pop("split")
-    clip = ClipSpec(**take(ClipSpec, kw))
+    settings = from_flat(ShardSettings, take(ShardSettings, kw), "options")
     console = rich_console()
-    report = run_shard(archive_root, index, stream, out, split, clip=clip, console=console, **kw)
+    report = run_shard(archive_root, index, stream, out, split, settings, console=console, **kw)
     print_shard_report(report, console, next_step=True)

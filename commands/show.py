@@ -12,14 +12,14 @@ from memdpc.commands.options import OUT_DIR, config_options
 from memdpc.common.console import rich_console
 from memdpc.report.show_options import ShowOptions
 
-__all__ = ["show_cmd"]
+__all__ = ["command"]
 
 
 @click.command("show")
 @click.argument("path", type=click.Path(path_type=Path))
 @click.option("--out", type=OUT_DIR, required=True, help="Folder for the pictures (PNG, GIF).")
 @config_options(ShowOptions)
-def show_cmd(path: Path, out: Path, **kw) -> None:
+def command(path: Path, out: Path, **kw) -> None:
     """Pictures of PATH: a frame archive or folder of them (contact sheet + GIF, flow in colour), a shard or shard
     folder (samples as the model reads them), a run folder (curves) or an eval folder (retrieval strips,
     confusion matrices)."""

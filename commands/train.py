@@ -9,9 +9,10 @@ import click
 from memdpc.commands.options import config_options
 from memdpc.common.console import rich_console
 from memdpc.common.errors import UserError
+from memdpc.recipes.merge import given_over
 from memdpc.train.config import TrainConfig, config_from_dict, read_config_file
 
-__all__ = ["train_cmd"]
+__all__ = ["command"]
 
 
 @click.command("train")
@@ -48,7 +49,7 @@ __all__ = ["train_cmd"]
     help="Print what the run will do (clips and steps per epoch, global batch, schedule, disk, the wall time "
     "estimated from a few timed steps on this device) and write nothing.",
 )
-def train_cmd(
+def command(
     config_file: Path | None, init_only: bool, bn_from_data: bool, overwrite: bool, dry_run: bool, **options
 ) -> None:
     """Self-supervised pretraining on one stream's shards (runs alone, under torchrun or srun).
@@ -58,8 +59,12 @@ def train_cmd(
     naming the change; --overwrite starts afresh); --init CHECKPOINT starts a new run from given weights.
     SIGINT (Ctrl-C) and SIGTERM stop it at the next step, with checkpoints/last.pt saved there.
     """
-    values = read_config_file(config_file) if config_file else {}
-    values.update({k: v for k, v in options.items() if v is not None})
+    if config_file:
+        ctx = click.get_current_context()
+        options = given_over(ctx, options, read_config_file(config_file), str(config_file), TrainConfig)
+    values = {
+        k: v for k, v in options.items() if v is not None
+    }  # not given here, nor in the file: the default
     config = config_from_dict(values, where=str(config_file or "options"))
     if bn_from_data and not init_only:
         raise UserError(
@@ -90,7 +95,9 @@ def train_cmd(
         what = "the --init weights" if config.init else f"untrained, seed {config.seed}"
         what += ", BatchNorm statistics of the training clips" if bn_from_data else ""
         rich_console(stderr=True).print(
-            f"wrote {path} ({what})\nnext: {next_command(path, config.shards)}", markup=False, soft_wrap=True
+            f"wrote {path} ({what})\nnext: {next_command(path, config.loader.shards)}",
+            markup=False,
+            soft_wrap=True,
         )
         return
     from memdpc.train.loop import train

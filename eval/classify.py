@@ -7,7 +7,6 @@ per video, as after finetuning. The classifier's class ``i`` is taken to be labe
 from __future__ import annotations
 
 import os
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -52,7 +51,7 @@ def run_classify(
     """``memdpc eval classify``: writes ``classify-<stream>.json`` (+ npz with per-video probabilities and
     the per-window logits)."""
     clf, ckpt, stream = load_classifier(checkpoint, data, env)
-    data = replace(data, stream=stream)
+    data = data.with_loader(stream=stream)
     classes, _ = split_classes(data, data.test_split)
     if ckpt["model_config"]["num_classes"] != len(classes):
         raise UserError(

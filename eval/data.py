@@ -3,38 +3,32 @@ torch, so that the command line reads its defaults from here at start."""
 
 from __future__ import annotations
 
-from dataclasses import MISSING, dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
-from memdpc.common.settings import setting
-from memdpc.common.streams import STREAMS
-from memdpc.pipeline.backends import BACKENDS
+from memdpc.common.settings import Checked, setting
+from memdpc.pipeline.backends import LoaderSettings
 
 __all__ = ["EvalData"]
 
 
-@dataclass
-class EvalData:
-    """Where the evaluation data is and how to load it (shared by every ``memdpc eval`` command)."""
+@dataclass(frozen=True)
+class EvalData(Checked):
+    """Where the evaluation data is and how to load it (shared by every ``memdpc eval`` command): the loader's
+    settings as training has them (the stream: the checkpoint's where not given; the workers: the loader's
+    choice), the split to test and the input size."""
 
-    shards: Path = setting(MISSING, "Shard folder (holding <stream>/manifest-<split>.json).", required=True)
-    stream: str = setting(
-        MISSING,
-        "Stream to evaluate (default: the checkpoint's; another one is refused, except for a converted checkpoint, "
-        "with a warning).",
-        choices=STREAMS,
-        option_default=None,
-    )
-    train_split: str = setting("train", "Split to train on / the gallery.")
+    loader: LoaderSettings = setting(LoaderSettings(stream=None, num_workers=None), nested=True)
     test_split: str = setting("test", "Split to test / the queries.")
-    size: int = setting(128, "Input size (default: the checkpoint's training size).", option_default=None)
-    batch_size: int = setting(16, "Clips per batch (per rank).", min=1)
-    backend: str = setting("auto", "Loader backend.", choices=BACKENDS)
-    num_workers: int | None = setting(
-        None, "Loader workers (torch) / threads (DALI).", flags=("--workers", "--num-workers"), min=0
-    )
+    size: int | None = setting(None, "Input size [default: the checkpoint's training size].")
     dataset: str | None = setting(None, "Dataset name in the results (default: the shard folder's).")
 
     @property
     def dataset_name(self) -> str:
-        return self.dataset or Path(self.shards).resolve().name
+        return self.dataset or Path(self.loader.shards).resolve().name
+
+    def with_loader(self, **changes: Any) -> EvalData:
+        """The same evaluation with some of the loader's settings changed (e.g. the stream the checkpoint
+        resolves to)."""
+        return replace(self, loader=replace(self.loader, **changes))

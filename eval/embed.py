@@ -21,8 +21,10 @@ from memdpc.eval.data import EvalData
 from memdpc.eval.features import run_windows, video_mean
 from memdpc.eval.pretrained import default_size, load_encoder
 from memdpc.model.checkpoint import read_checkpoint, resolve_stream
+from memdpc.pipeline.backends import LoaderSettings
 from memdpc.pipeline.clip import ClipSpec
 from memdpc.pipeline.shard import run_shard
+from memdpc.pipeline.shard_plan import ShardSettings
 from memdpc.preprocess.decode import DecodeSpec
 from memdpc.preprocess.run import preprocess
 from memdpc.preprocess.video_index import VideoRecord, video_id, write_index
@@ -46,8 +48,8 @@ def shard_features(
     *,
     stream: str | None = None,
     size: int | None = None,
-    batch_size: int = EvalData.batch_size,
-    backend: str = EvalData.backend,
+    batch_size: int = LoaderSettings.batch_size,
+    backend: str = LoaderSettings.backend,
     workers: int | None = None,
     device: str = "auto",
 ) -> VideoFeatures:
@@ -56,12 +58,11 @@ def shard_features(
     size it was trained at. One process (no torchrun)."""
     if size is None:
         size = default_size(read_checkpoint(checkpoint))
-    data = EvalData(
-        Path(shards), stream, size=size, batch_size=batch_size, backend=backend, num_workers=workers
-    )
+    loader = LoaderSettings(str(shards), stream, batch_size=batch_size, backend=backend, num_workers=workers)
+    data = EvalData(loader, size=size)
     env = dd.DistEnv(0, 1, 0, dd.pick_device(device, 0))
     model, _, stream = load_encoder(checkpoint, data, env)
-    data.stream = stream
+    data = data.with_loader(stream=stream)
     windows = run_windows(model.features, data, split, env, desc="features")
     ids, labels, feats = video_mean(windows)
     return VideoFeatures(ids, labels, feats.astype(np.float32))
@@ -105,6 +106,14 @@ def video_features(
             model.get("block_len", ClipSpec.block_len),
             clip_stride,
         )
-        run_shard(root / "frames", records, stream, root / "shards", "test", clip=clip, overwrite=True)
+        run_shard(
+            root / "frames",
+            records,
+            stream,
+            root / "shards",
+            "test",
+            ShardSettings(clip=clip),
+            overwrite=True,
+        )
         with torch.inference_mode():
             return shard_features(checkpoint, root / "shards", "test", **{**options, "stream": stream})

@@ -65,10 +65,12 @@ class Windows:
 def split_classes(data: EvalData, split: str) -> tuple[list[str], dict[str, Any]]:
     """(class names, manifest) of a split; refuses an empty split, and one whose shards hold videos changed since
     their archives were made (features of them, cached or new, would be of the old videos)."""
-    manifest = load_manifest(data.shards, data.stream, split)
+    manifest = load_manifest(data.loader.shards, data.loader.stream, split)
     if int(manifest.get("num_samples", 0)) == 0:
-        raise UserError(f"{manifest_path(data.shards, data.stream, split)}: the {split} split is empty")
-    stale = sources_changed(manifest, manifest_path(data.shards, data.stream, split))
+        raise UserError(
+            f"{manifest_path(data.loader.shards, data.loader.stream, split)}: the {split} split is empty"
+        )
+    stale = sources_changed(manifest, manifest_path(data.loader.shards, data.loader.stream, split))
     if stale:
         raise UserError(stale)
     return list(manifest["classes"]), manifest
@@ -76,12 +78,12 @@ def split_classes(data: EvalData, split: str) -> tuple[list[str], dict[str, Any]
 
 def same_classes(data: EvalData) -> list[str]:
     """The class list shared by the train and test splits; refuses label sets that differ."""
-    train, _ = split_classes(data, data.train_split)
+    train, _ = split_classes(data, data.loader.train_split)
     test, _ = split_classes(data, data.test_split)
     if train != test:
         raise UserError(
-            f"{manifest_path(data.shards, data.stream, data.test_split)}: its classes differ from "
-            f"those of the {data.train_split} split ({len(test)} vs {len(train)} classes, first "
+            f"{manifest_path(data.loader.shards, data.loader.stream, data.test_split)}: its classes differ from "
+            f"those of the {data.loader.train_split} split ({len(test)} vs {len(train)} classes, first "
             f"difference: {_first_difference(train, test)})"
         )
     return train
@@ -120,19 +122,19 @@ def run_windows(
 
     Returns the gathered :class:`Windows` on rank 0, None on the other ranks.
     """
-    manifest = load_manifest(data.shards, data.stream, split)
+    manifest = load_manifest(data.loader.shards, data.loader.stream, split)
     loader = make_loader(
-        data.shards,
-        data.stream,
+        data.loader.shards,
+        data.loader.stream,
         split,
         train=False,
-        batch_size=data.batch_size,
-        backend=data.backend,
+        batch_size=data.loader.batch_size,
+        backend=data.loader.backend,
         size=data.size,
         crops=crops,
         rank=env.rank,
         world_size=env.world_size,
-        num_workers=data.num_workers,
+        num_workers=data.loader.num_workers,
         device=str(env.device),
         clip=ClipSpec(**manifest["clip"]),
     )
@@ -157,7 +159,7 @@ def run_windows(
     expected = int(manifest["num_samples"])
     if len(found) != expected:
         raise UserError(
-            f"{manifest_path(data.shards, data.stream, split)}: evaluated {len(found)} distinct "
+            f"{manifest_path(data.loader.shards, data.loader.stream, split)}: evaluated {len(found)} distinct "
             f"windows, but the shards hold {expected}"
         )
     keys = sorted(found)
@@ -203,11 +205,11 @@ def fingerprint(source: dict[str, str], data: EvalData, split: str, **settings: 
     return json.dumps(
         {
             "checkpoint_sha256": source["sha256"],
-            "manifest_sha256": manifest_identity(data.shards, data.stream, split)["sha256"],
-            "stream": data.stream,
+            "manifest_sha256": manifest_identity(data.loader.shards, data.loader.stream, split)["sha256"],
+            "stream": data.loader.stream,
             "split": split,
             "size": data.size,
-            "backend": data.backend,
+            "backend": data.loader.backend,
             **settings,
         },
         sort_keys=True,

@@ -14,7 +14,7 @@ import io
 import json
 import os
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -61,19 +61,19 @@ Batches = Callable[[int], Iterator[tuple[torch.Tensor, list[str], torch.Tensor]]
 
 
 def train_loader(data: EvalData, env: dd.DistEnv, seed: int):
-    manifest = load_manifest(data.shards, data.stream, data.train_split)
+    manifest = load_manifest(data.loader.shards, data.loader.stream, data.loader.train_split)
     return make_loader(
-        data.shards,
-        data.stream,
-        data.train_split,
+        data.loader.shards,
+        data.loader.stream,
+        data.loader.train_split,
         train=True,
-        batch_size=data.batch_size,
-        backend=data.backend,
+        batch_size=data.loader.batch_size,
+        backend=data.loader.backend,
         size=data.size,
         rank=env.rank,
         world_size=env.world_size,
         seed=seed,
-        num_workers=data.num_workers,
+        num_workers=data.loader.num_workers,
         device=str(env.device),
         clip=ClipSpec(**manifest["clip"]),
         drop_last=env.distributed,
@@ -218,7 +218,7 @@ def label_subset(data: EvalData, fraction: float, seed: int) -> set[str] | None:
     """The train videos kept for ``fraction`` (None: all), from the windows' own labels in the shards."""
     if fraction >= 1.0:
         return None
-    info = window_info(data.shards, data.stream, data.train_split)
+    info = window_info(data.loader.shards, data.loader.stream, data.loader.train_split)
     videos = {w["video_id"]: int(w["label"]) for w in info.values()}
     return set(stratified_subset(list(videos), list(videos.values()), fraction, seed))
 
@@ -243,7 +243,7 @@ def run_finetune(
     """``memdpc eval finetune``: writes ``finetune-<stream>[-frac<F>].json`` (+ npz with probabilities) and the
     finetuned classifier's checkpoint ``….pt``; ``….state.pt`` resumes an interrupted run."""
     pretrained, _, stream = load_encoder(checkpoint, data, env)
-    data = replace(data, stream=stream, batch_size=fit.batch_size)
+    data = data.with_loader(stream=stream, batch_size=fit.batch_size)
     classes = same_classes(data)
     tag = (
         f"finetune-{stream}"
@@ -265,7 +265,9 @@ def run_finetune(
     settings = {
         "checkpoint": out.source["checkpoint"],
         "checkpoint_sha256": out.source["sha256"],
-        TRAIN_SHARDS: manifest_identity(data.shards, data.stream, data.train_split)["sha256"],
+        TRAIN_SHARDS: manifest_identity(data.loader.shards, data.loader.stream, data.loader.train_split)[
+            "sha256"
+        ],
         "label_fraction": label_fraction,
         "random_init": random_init,
         "dropout": dropout,
@@ -310,7 +312,7 @@ def run_finetune(
         "classes": classes,
         "train_loss": losses,
         "config": {**settings, "crops": crops, "train_videos": None if keep is None else len(keep)},
-        **out.record(data, (data.train_split, data.test_split)),
+        **out.record(data, (data.loader.train_split, data.test_split)),
     }
     return save_result(
         path, result, {"video_ids": np.array(ids), "labels": labels, "probs": probs.astype(np.float32)}

@@ -17,7 +17,7 @@ their mean, with intervals from a bootstrap over the test videos (a video's step
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -58,8 +58,8 @@ def window_labels(
     data: EvalData, split: str, keys: list[str], times: dict[str, float], index: str
 ) -> np.ndarray:
     """(W, num_blocks) step labels of the given windows, from their start, fps and the failure time."""
-    spec = ClipSpec(**load_manifest(data.shards, data.stream, split)["clip"])
-    info = window_info(data.shards, data.stream, split)
+    spec = ClipSpec(**load_manifest(data.loader.shards, data.loader.stream, split)["clip"])
+    info = window_info(data.loader.shards, data.loader.stream, split)
     out = []
     for key in keys:
         w = info[key]
@@ -96,16 +96,16 @@ def _frozen(model, data: EvalData, out: Outputs, env, times, index, fit: FitConf
             split,
             env,
             out,
-            f"oops-steps-{data.stream}-{split}.npz",
+            f"oops-steps-{data.loader.stream}-{split}.npz",
             desc="step features",
             kind="oops-steps",
         )
-        for split in (data.train_split, data.test_split)
+        for split in (data.loader.train_split, data.test_split)
     }
     if not env.is_main:
         return None
-    train, test = sets[data.train_split], sets[data.test_split]
-    y = window_labels(data, data.train_split, train.keys, times, index)[:, 1:].reshape(-1)
+    train, test = sets[data.loader.train_split], sets[data.test_split]
+    y = window_labels(data, data.loader.train_split, train.keys, times, index)[:, 1:].reshape(-1)
     torch.manual_seed(fit.seed)
 
     head = OopsHead(model.backbone.out_channels, len(CLASSES)).fc  # the linear layer over z_t ⊕ ẑ_t
@@ -117,8 +117,8 @@ def _frozen(model, data: EvalData, out: Outputs, env, times, index, fit: FitConf
 
 
 def _finetune(model, data: EvalData, out: Outputs, env, times, index, fit: FitConfig, settings):
-    info = window_info(data.shards, data.stream, data.train_split)
-    spec = ClipSpec(**split_classes(data, data.train_split)[1]["clip"])
+    info = window_info(data.loader.shards, data.loader.stream, data.loader.train_split)
+    spec = ClipSpec(**split_classes(data, data.loader.train_split)[1]["clip"])
     labels_of = {
         k: step_labels(int(w["start"]), float(w["fps"]), times[w["video_id"]], spec)
         for k, w in info.items()
@@ -147,7 +147,7 @@ def _finetune(model, data: EvalData, out: Outputs, env, times, index, fit: FitCo
         lambda e: kept_batches(loader, None, fit.batch_size, e),
         env,
         fit,
-        out.folder / f"oops-finetune-{data.stream}.state.pt",
+        out.folder / f"oops-finetune-{data.loader.stream}.state.pt",
         settings,
         out,
         "Oops finetune",
@@ -175,14 +175,16 @@ def run_oops(
         raise UserError(f"Oops mode must be 'frozen' or 'finetune', not {mode!r}")
     times = failure_times(index)
     model, _, stream = load_encoder(checkpoint, data, env)
-    data = replace(data, stream=stream)
-    for split in (data.train_split, data.test_split):
+    data = data.with_loader(stream=stream)
+    for split in (data.loader.train_split, data.test_split):
         split_classes(data, split)  # refuses an empty split
     path = out.claim(f"oops-{mode}-{stream}.json")
     settings = {
         "checkpoint": out.source["checkpoint"],
         "checkpoint_sha256": out.source["sha256"],
-        TRAIN_SHARDS: manifest_identity(data.shards, data.stream, data.train_split)["sha256"],
+        TRAIN_SHARDS: manifest_identity(data.loader.shards, data.loader.stream, data.loader.train_split)[
+            "sha256"
+        ],
         "index": str(index),
         "size": data.size,
         **asdict(fit),
@@ -214,7 +216,7 @@ def run_oops(
         "classes": CLASSES,
         "train_loss": losses,
         "config": settings,
-        **out.record(data, (data.train_split, data.test_split)),
+        **out.record(data, (data.loader.train_split, data.test_split)),
     }
     arrays = {
         "video_ids": np.array(test.video_ids),

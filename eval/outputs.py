@@ -97,5 +97,5 @@ class Outputs:
     def record(self, data: EvalData, splits: tuple[str, ...]) -> dict[str, Any]:
         """What the results file records of its inputs and outputs: ``source``, ``shards`` (per split of
         ``data`` the task read: :func:`~memdpc.pipeline.provenance.manifest_identity`) and ``files``."""
-        shards = {split: manifest_identity(data.shards, data.stream, split) for split in splits}
+        shards = {split: manifest_identity(data.loader.shards, data.loader.stream, split) for split in splits}
         return {"source": self.source, "shards": shards, "files": self.listing()}

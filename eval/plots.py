@@ -80,15 +80,15 @@ def retrieval_examples(
     stream; pass "rgb" to show RGB frames for a flow model, as the paper does); flow is drawn in colour. Every
     frame is drawn :data:`STRIP_FRAME_PX` pixels wide (the figure is sized to it), whatever the frames' size.
     """
-    stream = stream or data.stream
-    num_blocks = int(load_manifest(data.shards, stream, data.test_split)["clip"]["num_blocks"])
+    stream = stream or data.loader.stream
+    num_blocks = int(load_manifest(data.loader.shards, stream, data.test_split)["clip"]["num_blocks"])
     rows = min(rows, len(q_ids))
     top = neighbours[:rows, :3]
     q_frames = window_frames(
-        data.shards, stream, data.test_split, [sample_key(q_ids[i], 0) for i in range(rows)]
+        data.loader.shards, stream, data.test_split, [sample_key(q_ids[i], 0) for i in range(rows)]
     )
     g_keys = [sample_key(g_ids[j], 0) for j in np.unique(top)]
-    g_frames = window_frames(data.shards, stream, data.train_split, g_keys)
+    g_frames = window_frames(data.loader.shards, stream, data.loader.train_split, g_keys)
     grid = []  # per row: (strip or None, title, colour) of the query and its neighbours
     for i in range(rows):
         cells = [(q_frames.get(sample_key(q_ids[i], 0)), f"query: {classes[q_labels[i]]}", "black")]

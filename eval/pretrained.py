@@ -35,24 +35,26 @@ def load_classifier(
 
 
 def _load(checkpoint, data: EvalData, env: DistEnv, require) -> tuple[nn.Module, dict[str, Any], str]:
-    """``data.stream`` None takes the checkpoint's stream. An RGB encoder evaluated on flow shards gives
+    """``data.loader.stream`` None takes the checkpoint's stream. An RGB encoder evaluated on flow shards gives
     meaningless numbers without any error, so another stream is refused, except for a converted checkpoint
     whose recorded stream ``--stream`` overrides (with a warning)."""
     model, ckpt = load_model(checkpoint, map_location=env.device)
     require(ckpt, checkpoint)
-    stream, warning = resolve_stream(ckpt, checkpoint, data.stream)
+    stream, warning = resolve_stream(ckpt, checkpoint, data.loader.stream)
     if warning and env.is_main:
         rich_console(stderr=True).print("[yellow]warning:[/]", escape(warning), soft_wrap=True)
-    if data.stream is None:
+    if data.loader.stream is None:
         _check_shards_hold(checkpoint, ckpt, data, stream)
     return model, ckpt, stream
 
 
 def _check_shards_hold(checkpoint, ckpt: dict[str, Any], data: EvalData, stream: str) -> None:
     """Refuse shards that lack the checkpoint's stream, naming the stream they do hold."""
-    if manifest_path(data.shards, stream, data.test_split).is_file():
+    if manifest_path(data.loader.shards, stream, data.test_split).is_file():
         return
-    others = [s for s in STREAMS if s != stream and manifest_path(data.shards, s, data.test_split).is_file()]
+    others = [
+        s for s in STREAMS if s != stream and manifest_path(data.loader.shards, s, data.test_split).is_file()
+    ]
     if not others:
         return  # no shards of either stream: the manifest reader names the missing file
     hint = (
@@ -61,7 +63,7 @@ def _check_shards_hold(checkpoint, ckpt: dict[str, Any], data: EvalData, stream:
         else ""
     )
     raise UserError(
-        f"{checkpoint}: holds {stream} weights, but {data.shards} has no {stream} shards, only "
+        f"{checkpoint}: holds {stream} weights, but {data.loader.shards} has no {stream} shards, only "
         f"{others[0]}{hint}"
     )
 

@@ -10,7 +10,6 @@ all windows and then all crops of a video.
 from __future__ import annotations
 
 import os
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -101,18 +100,18 @@ def run_probe(
 ) -> Path | None:
     """``memdpc eval probe``: writes ``probe-<head>-<stream>.json`` (+ npz with per-video probabilities)."""
     model, _, stream = load_encoder(checkpoint, data, env)
-    data = replace(data, stream=stream)
+    data = data.with_loader(stream=stream)
     classes = same_classes(data)
     path = out.claim(f"probe-{head}-{stream}.json")
     sets = {}
-    for split, k in ((data.train_split, 1), (data.test_split, crops)):
+    for split, k in ((data.loader.train_split, 1), (data.test_split, crops)):
         suffix = "" if k == 1 else f"-crops{k}"
         sets[split] = task_features(
             model.features, data, split, env, out, f"features-{stream}-{split}{suffix}.npz", crops=k
         )
     if not env.is_main:
         return None
-    train = sets[data.train_split]
+    train = sets[data.loader.train_split]
     torch.manual_seed(fit.seed)
     probe = make_head(head, train.values.shape[-1], len(classes), dropout)
     losses = fit_head(
@@ -132,7 +131,7 @@ def run_probe(
         "classes": classes,
         "train_loss": losses,
         "config": {"checkpoint": str(checkpoint), "crops": crops, "dropout": dropout, **fit.__dict__},
-        **out.record(data, (data.train_split, data.test_split)),
+        **out.record(data, (data.loader.train_split, data.test_split)),
     }
     return save_result(
         path, result, {"video_ids": np.array(ids), "labels": labels, "probs": probs.astype(np.float32)}

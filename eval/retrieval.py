@@ -9,7 +9,6 @@ neighbours of each are kept, so a Kinetics-size gallery fits in memory.
 from __future__ import annotations
 
 import os
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -40,16 +39,16 @@ def run_retrieval(
     per video; test videos query train videos. Writes ``retrieval-<stream>.json`` (+ npz); returns its path
     on rank 0, None elsewhere."""
     model, _, stream = load_encoder(checkpoint, data, env)
-    data = replace(data, stream=stream)
+    data = data.with_loader(stream=stream)
     classes = same_classes(data)
     path = out.claim(f"retrieval-{stream}.json")
     sets = {
         split: task_features(model.features, data, split, env, out, f"features-{stream}-{split}.npz")
-        for split in (data.train_split, data.test_split)
+        for split in (data.loader.train_split, data.test_split)
     }
     if not env.is_main:
         return None
-    g_ids, g_labels, g_feats = video_mean(sets[data.train_split])
+    g_ids, g_labels, g_feats = video_mean(sets[data.loader.train_split])
     q_ids, q_labels, q_feats = video_mean(sets[data.test_split])
     _, neighbours = retrieve([q_feats], [g_feats], q_labels, g_labels, chunk=chunk)
     arrays = {
@@ -88,10 +87,10 @@ def run_retrieval(
         "classes": classes,
         "config": {
             "checkpoint": str(checkpoint),
-            "shards": str(Path(data.shards).resolve()),
-            "train_split": data.train_split,
+            "shards": str(Path(data.loader.shards).resolve()),
+            "train_split": data.loader.train_split,
             "size": data.size,
         },
-        **out.record(data, (data.train_split, data.test_split)),
+        **out.record(data, (data.loader.train_split, data.test_split)),
     }
     return save_result(path, result, arrays)

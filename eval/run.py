@@ -16,6 +16,7 @@ from typing import Any
 from memdpc.common import distenv as dd
 from memdpc.common import file_kinds, interrupts
 from memdpc.common.errors import ResourceFault, UserError
+from memdpc.common.settings import from_flat, names_of
 from memdpc.eval.classify import run_classify
 from memdpc.eval.data import EvalData
 from memdpc.eval.finetune import run_finetune
@@ -48,44 +49,39 @@ def evaluate(
     task: str,
     checkpoint: str | os.PathLike,
     *,
-    shards: str | os.PathLike,
     out: str | os.PathLike,
-    stream: str | None = None,
-    dataset: str | None = None,
-    train_split: str = EvalData.train_split,
-    test_split: str = EvalData.test_split,
-    size: int | None = None,
-    batch_size: int = EvalData.batch_size,
-    backend: str = EvalData.backend,
-    num_workers: int | None = None,
-    device: str = "auto",
     fit: dict[str, Any] | None = None,
     overwrite: bool = False,
-    **task_kw: Any,
+    **options: Any,
 ) -> Path | None:
     """Run one evaluation task (``retrieve``, ``probe``, ``finetune``, ``oops``, ``classify``); rank 0 writes
     its results file, which lists every file the task wrote (:mod:`memdpc.eval.outputs`).
 
-    ``size`` None takes the size the checkpoint was trained at (128 when unknown). ``fit`` overrides
-    :class:`FitConfig` fields for the tasks that train a head. Results in ``out`` of another checkpoint are
-    refused unless ``overwrite`` (which also starts an unfinished finetuning of other settings over). An
-    interrupt says what was kept (feature caches, the finetune state and its epoch) before it propagates, and
-    so does a :class:`~memdpc.common.errors.ResourceFault` (a full disk: every file is written atomically, so
-    none is half-written).
+    ``options``: :class:`EvalData`'s settings by name (``shards``, ``stream``, ``size``, ``batch_size``,
+    ``device``, …), then the task's own (e.g. ``crops``, ``head``). ``size`` None (the default) takes the size
+    the checkpoint was trained at (128 when unknown). ``fit`` overrides :class:`FitConfig` fields for the tasks
+    that train a head. Results in ``out`` of another checkpoint are refused unless ``overwrite`` (which also
+    starts an unfinished finetuning of other settings over). An interrupt says what was kept (feature caches,
+    the finetune state and its epoch) before it propagates, and so does a
+    :class:`~memdpc.common.errors.ResourceFault` (a full disk: every file is written atomically, so none is
+    half-written).
     Returns the results path on rank 0, None elsewhere.
     """
-    if size is None:
-        size = default_size(read_checkpoint(checkpoint))
-    data = EvalData(
-        Path(shards), stream, train_split, test_split, size, batch_size, backend, num_workers, dataset
-    )
-    if fit is not None:
-        base = {"finetune": replace(FINETUNE_FIT, batch_size=batch_size), "oops": OOPS_FIT}.get(
-            task, PROBE_FIT
-        )
+    given = {k: options.pop(k) for k in names_of(EvalData) if k in options}
+    if given.get("size") is None:
+        given["size"] = default_size(read_checkpoint(checkpoint))
+    data = from_flat(EvalData, given, "evaluate")
+    task_kw = options
+    if fit is not None:  # a network trained end to end takes the loader's batch; a head, its own
+        whole = task == "finetune" or (task == "oops" and task_kw.get("mode") == "finetune")
+        base = {"finetune": FINETUNE_FIT, "oops": OOPS_FIT}.get(task, PROBE_FIT)
+        if whole:
+            base = replace(base, batch_size=data.loader.batch_size)
         task_kw["fit"] = fit_config(base, **fit)
     outputs = Outputs(Path(out), Path(checkpoint), overwrite)
-    env = dd.setup(device)  # ``out`` appears with the first file written (a refused checkpoint leaves none)
+    env = dd.setup(
+        data.loader.device
+    )  # ``out`` appears with the first file written (a refused checkpoint leaves none)
     finished = False
     try:
         path = _runner(task)(checkpoint, data, outputs, env, **task_kw)

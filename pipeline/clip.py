@@ -9,34 +9,37 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from memdpc.common.errors import UserError
-from memdpc.common.settings import setting
+from memdpc.common.settings import Checked, setting
 
-__all__ = ["ClipSpec", "EVAL_CROPS"]
+__all__ = ["ClipShape", "ClipSpec", "EVAL_CROPS"]
 
 EVAL_CROPS = (1, 5, 10)  # crops per clip in evaluation: the centre; 4 corners + centre; those and their flips
 
 
 @dataclass(frozen=True)
-class ClipSpec:
+class ClipShape(Checked):
+    """What the model reads of a sample: ``num_blocks`` blocks of ``block_len`` frames (training's clip; the
+    shards' :class:`ClipSpec` adds how far apart the frames are taken)."""
+
+    num_blocks: int = setting(8, "Blocks per clip.", flags=("--blocks",), min=1)
+    block_len: int = setting(5, "Frames per block.", min=1)
+
+    @property
+    def num_frames(self) -> int:
+        """Frames per sample (40)."""
+        return self.num_blocks * self.block_len
+
+
+@dataclass(frozen=True)
+class ClipSpec(ClipShape):
     """The geometry of a sample: ``num_blocks`` blocks of ``block_len`` frames, ``stride`` source frames apart."""
 
-    num_blocks: int = setting(8, "Blocks per sample.", flags=("--blocks",), min=1)
-    block_len: int = setting(5, "Frames per block.", min=1)
     stride: int = setting(
         3,
         "Source frames between the frames of a sample (a sample spans blocks × block-len × stride).",
         flags=("--clip-stride",),
         min=1,
     )
-
-    def __post_init__(self) -> None:
-        if min(self.num_blocks, self.block_len, self.stride) < 1:
-            raise UserError(f"clip geometry must be positive, got {self}")
-
-    @property
-    def num_frames(self) -> int:
-        """Frames per sample (40)."""
-        return self.num_blocks * self.block_len
 
     @property
     def span(self) -> int:

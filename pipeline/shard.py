@@ -60,7 +60,7 @@ from memdpc.pipeline.manifest import (
 from memdpc.pipeline.provenance import records_digest
 from memdpc.pipeline.sample import FRAME_PATTERN, INFO, LABEL, encode_label, frame_member, member_name
 from memdpc.pipeline.shard_plan import (
-    DEFAULT_CLIP,
+    DEFAULT_SETTINGS,
     FORMAT,
     NOT_WRITTEN,
     SKIP_KINDS,
@@ -577,13 +577,8 @@ def run_shard(
     stream: str,
     out_dir: str | os.PathLike,
     split: str,
+    settings: ShardSettings = DEFAULT_SETTINGS,
     *,
-    clip: ClipSpec = DEFAULT_CLIP,
-    window_step: int = ShardSettings.window_step,
-    short: str = ShardSettings.short,
-    max_count: int = ShardSettings.max_count,
-    max_size: int = ShardSettings.max_size,
-    seed: int = ShardSettings.seed,
     strict: bool = False,
     overwrite: bool = False,
     allow_missing_classes: bool = False,
@@ -591,9 +586,8 @@ def run_shard(
 ) -> ShardReport:
     """Shard one stream and split (see the module docstring); with ``console``, show progress there.
 
-    ``clip`` is the samples' geometry (:class:`ClipSpec`); ``window_step``, ``short``, ``max_count``, ``max_size``
-    and ``seed`` are :class:`ShardSettings`' (their help says what each does); ``strict``: stop at the first bad
-    video (default: skip it and report it). ``overwrite``: an output folder holding the split's shards of another
+    ``settings``: the samples' geometry, the window rule and the shards' sizes (:class:`ShardSettings`; their
+    help says what each does); ``strict``: stop at the first bad video (default: skip it and report it). ``overwrite``: an output folder holding the split's shards of another
     plan (other options, videos or archives) gets them deleted and written anew instead of refused. A class with
     videos in the split but no samples (its videos failed in preprocess, or are not written yet) is refused before
     anything is written (UserError), unless ``allow_missing_classes``: the shards then leave it out, with a
@@ -615,12 +609,7 @@ def run_shard(
                 index_records,
                 stream,
                 split,
-                clip=clip,
-                window_step=window_step,
-                short=short,
-                max_count=max_count,
-                max_size=max_size,
-                seed=seed,
+                settings,
                 strict=strict,
                 source=source,
                 on_video=lambda i, n: bar.update(scan, completed=i + 1, total=n),
@@ -653,8 +642,9 @@ def shard_stream(
     stream: str,
     out_dir: str | os.PathLike,
     split: str,
+    settings: ShardSettings = DEFAULT_SETTINGS,
     **kw: Any,
 ) -> Path:
-    """Shard one stream and split with the options of :func:`run_shard`; return the manifest path
+    """Shard one stream and split as :func:`run_shard` does; return the manifest path
     (``<out>/<stream>/manifest-<split>.json``)."""
-    return run_shard(archive_root, index_records, stream, out_dir, split, **kw).manifest
+    return run_shard(archive_root, index_records, stream, out_dir, split, settings, **kw).manifest

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from memdpc.common.errors import UserError
-from memdpc.common.settings import setting
+from memdpc.common.settings import Checked, setting
 from memdpc.common.streams import STREAMS
 from memdpc.common.wording import plural
 from memdpc.pipeline import ustar
@@ -39,7 +39,7 @@ from memdpc.preprocess.source import source_changes
 from memdpc.preprocess.video_index import VideoRecord
 
 __all__ = [
-    "DEFAULT_CLIP",
+    "DEFAULT_SETTINGS",
     "FORMAT",
     "FrameSource",
     "NOT_WRITTEN",
@@ -63,9 +63,11 @@ SHORT_POLICIES = ("pad", "drop")  # a video shorter than one window: padded with
 
 
 @dataclass(frozen=True)
-class ShardSettings:
-    """How a split is cut into samples and shards (``memdpc shard``'s options; :func:`make_plan`'s keywords)."""
+class ShardSettings(Checked):
+    """How a split is cut into samples and shards (``memdpc shard``'s options; :func:`make_plan`'s and
+    :func:`~memdpc.pipeline.shard.run_shard`'s): the samples' geometry, the window rule and the shards' sizes."""
 
+    clip: ClipSpec = setting(ClipSpec(), nested=True)
     # UCF101 (~180 frames at 25 fps): starts 0, 20, 40 (, 60) → 3–4 windows per video
     window_step: int = setting(
         20, "Train windows start every N source frames (UCF101-length videos give 3–4 windows).", min=1
@@ -82,7 +84,7 @@ class ShardSettings:
     seed: int = setting(0, "Seed of the train shuffle.")
 
 
-DEFAULT_CLIP = ClipSpec()
+DEFAULT_SETTINGS = ShardSettings()
 # why a video of the split has no samples: its kind in ``Plan.skipped`` and how the summary names it
 FAILED, NOT_WRITTEN, UNUSABLE = "failed", "not-written", "unusable"
 SKIP_KINDS = {
@@ -415,29 +417,18 @@ def make_plan(
     records: list[VideoRecord],
     stream: str,
     split: str,
+    settings: ShardSettings = DEFAULT_SETTINGS,
     *,
-    clip: ClipSpec = DEFAULT_CLIP,
-    window_step: int = ShardSettings.window_step,
-    short: str = ShardSettings.short,
-    max_count: int = ShardSettings.max_count,
-    max_size: int = ShardSettings.max_size,
-    seed: int = ShardSettings.seed,
     strict: bool = False,
     source: str = "video index",
     on_video: Callable[[int, int], None] | None = None,
 ) -> Plan:
-    """Scan the archives of ``split`` and plan every shard. Bad videos are skipped and reported (UserError
-    instead with ``strict``); bad options, labels or ids raise UserError. ``on_video(i, total)`` is called
-    before scanning the i-th video (progress)."""
+    """Scan the archives of ``split`` and plan every shard as ``settings`` say. Bad videos are skipped and
+    reported (UserError instead with ``strict``); a bad stream, labels or ids raise UserError.
+    ``on_video(i, total)`` is called before scanning the i-th video (progress)."""
     if stream not in STREAMS:
         raise UserError(f"unknown stream '{stream}' (choose from {', '.join(STREAMS)})")
-    if short not in SHORT_POLICIES:
-        raise UserError(f"--short must be one of {', '.join(SHORT_POLICIES)}, not '{short}'")
-    if max_count < 1 or max_size < 1:
-        raise UserError("--max-count and --max-size must be ≥ 1")
-    train = split in TRAIN_SPLITS
-    if train and window_step < 1:
-        raise UserError(f"--window-step must be ≥ 1, not {window_step}")
+    clip, train = settings.clip, split in TRAIN_SPLITS
     classes = class_names(records, source)
     chosen = [r for r in records if split == "all" or r.split == split]
     if not chosen:
@@ -481,10 +472,10 @@ def make_plan(
         archives[rec.id], metas[rec.id] = archive_digest(src), src.meta
         if usable_frames(stream, src.num_frames) < clip.span:
             num_short += 1
-            if short == "drop":
+            if settings.short == "drop":
                 continue
         sources[rec.id] = src
-        samples.extend(_video_samples(rec, src, stream, clip, train, window_step))
+        samples.extend(_video_samples(rec, src, stream, clip, train, settings.window_step))
     if foreign:
         rec, path, recorded = foreign[0]
         raise UserError(
@@ -495,22 +486,22 @@ def make_plan(
         )
     if stale:
         raise UserError(_stale_message(stale, stream, root, source))
-    settings = _check_settings(metas, root / stream)
+    made_with = _check_settings(metas, root / stream)
     if train:
-        samples = [samples[i] for i in np.random.default_rng(seed).permutation(len(samples))]
+        samples = [samples[i] for i in np.random.default_rng(settings.seed).permutation(len(samples))]
     config = {
         "stream": stream,
         "split": split,
         "clip": clip.to_dict(),
         "windows": {
             "mode": "train" if train else "eval",
-            "window_step": window_step if train else None,
-            "short": short,
+            "window_step": settings.window_step if train else None,
+            "short": settings.short,
             "rule": "starts on the n-1 frames that have a flow partner",
         },
-        "max_count": max_count,
-        "max_size": max_size,
-        "seed": seed,
+        "max_count": settings.max_count,
+        "max_size": settings.max_size,
+        "seed": settings.seed,
     }
-    shards = _cut(samples, sources, split, max_count, max_size)
-    return Plan(config, classes, sources, shards, skipped, num_short, archives, settings)
+    shards = _cut(samples, sources, split, settings.max_count, settings.max_size)
+    return Plan(config, classes, sources, shards, skipped, num_short, archives, made_with)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from memdpc.common.errors import UserError
+from memdpc.common.settings import Checked, setting
 from memdpc.common.wording import name_list, plural
 from memdpc.preprocess.decode import DecodeError, StderrCapture, read_header
 from memdpc.preprocess.video_index import (
@@ -30,7 +31,7 @@ from memdpc.preprocess.video_index import (
     write_index,
 )
 
-__all__ = ["READERS", "build_index", "folder_passed_over", "make_index"]
+__all__ = ["IndexOptions", "IndexReport", "READERS", "build_index", "folder_passed_over", "make_index"]
 
 
 def _first_existing(candidates: list[Path], what: str) -> Path:
@@ -361,22 +362,37 @@ def _unreadable(rec: VideoRecord) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class IndexOptions(Checked):
+    """Which official split ``memdpc index`` reads and which videos it holds out (:func:`make_index`'s)."""
+
+    split: int = setting(1, "Official split 1–3.", min=1, max=3)
+    test_per_class: int = setting(
+        0, "Move this many training videos per class to a 'test' split (for a folder without test/).", min=0
+    )
+    val_per_class: int = setting(0, "Then move this many training videos per class to a 'val' split.", min=0)
+    seed: int | None = setting(
+        None,
+        "Draw the held-out videos at random per class with this seed (default: the last ones by id).",
+        min=0,
+    )
+
+
 def make_index(
     root: str | os.PathLike,
     layout: str,
-    split: int = 1,
+    options: IndexOptions = IndexOptions(),
     *,
-    val_per_class: int = 0,
-    test_per_class: int = 0,
-    seed: int | None = None,
     out: str | os.PathLike | None = None,
     overwrite: bool = False,
 ) -> IndexReport:
-    """``memdpc index``: read the dataset, hold videos out (:func:`~memdpc.preprocess.video_index.hold_out`) among
-    those whose files read (:func:`_unreadable`), write the index (default :func:`default_index_path`) and say
-    what is missing from its splits, which files the hold-out passed over and which it did not index. An index
-    there already that shards were made from (:func:`~memdpc.preprocess.video_index.dependants`) is not written
-    over with other records unless ``overwrite``: UserError naming them."""
+    """``memdpc index``: read the dataset (``options``: which split, which videos to hold out), hold videos out
+    (:func:`~memdpc.preprocess.video_index.hold_out`) among those whose files read (:func:`_unreadable`), write
+    the index (default :func:`default_index_path`) and say what is missing from its splits, which files the
+    hold-out passed over and which it did not index. An index there already that shards were made from
+    (:func:`~memdpc.preprocess.video_index.dependants`) is not written over with other records unless
+    ``overwrite``: UserError naming them."""
+    split, test_per_class = options.split, options.test_per_class
     records = build_index(root, layout, split)
     if test_per_class and any(r.split == "test" for r in records):
         raise UserError(
@@ -392,7 +408,7 @@ def make_index(
         return why
 
     with StderrCapture():  # FFmpeg's complaints about a broken file: the reason recorded says enough
-        records = hold_out(records, val_per_class, test_per_class, seed=seed, check=check)
+        records = hold_out(records, options.val_per_class, test_per_class, seed=options.seed, check=check)
     path = Path(out) if out is not None else default_index_path(root, layout, split)
     _check_dependants(path, records, overwrite)
     write_index(records, path)

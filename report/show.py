@@ -35,6 +35,7 @@ from memdpc.eval.plots import confusion_matrix, retrieval_examples
 from memdpc.eval.results import load_result
 from memdpc.eval.scores import CLASSIFIER_KINDS, RETRIEVAL_KINDS
 from memdpc.model.checkpoint import read_checkpoint
+from memdpc.pipeline.backends import LoaderSettings
 from memdpc.pipeline.clip import ClipSpec
 from memdpc.pipeline.loader import plan_loader
 from memdpc.pipeline.manifest import frame_sizes, load_manifest, manifest_path, shard_paths
@@ -43,7 +44,7 @@ from memdpc.pipeline.torch_loader import ClipTransform
 from memdpc.pipeline.wds_index import index_path, read_index, split_name
 from memdpc.preprocess.archive import META, archive_path, frame_index, read_meta
 from memdpc.report.show_options import TAKES, ShowOptions
-from memdpc.train.config import TrainConfig
+from memdpc.train.config import TrainConfig, config_from_dict
 from memdpc.train.metrics import METRICS_NAME, read_metrics
 from memdpc.train.prepare import CONFIG_NAME, augment_spec
 from memdpc.viz.flow_colours import codes_colours
@@ -421,13 +422,15 @@ def draw_samples(
     transform = rng = None
     if o.augment:
         crop = _crop_size(root, stream, split, manifest, o, warn)
-        config = TrainConfig(
-            stream=stream,
-            shards=str(root),
-            size=o.size,
-            crop_size=crop,
-            jitter_flow=o.jitter_flow,
-            seed=o.seed,
+        config = config_from_dict(
+            dict(
+                stream=stream,
+                shards=str(root),
+                size=o.size,
+                crop_size=crop,
+                jitter_flow=o.jitter_flow,
+                seed=o.seed,
+            )
         )
         plan = plan_loader(
             root,
@@ -589,7 +592,7 @@ def _recorded_shards(result: dict[str, Any]) -> tuple[Path | None, str]:
     """(shard folder, train split) a retrieval result was made from: its own record, or its inputs'."""
     config = result.get("config") or {}
     if config.get("shards"):
-        return Path(config["shards"]), config.get("train_split", EvalData.train_split)
+        return Path(config["shards"]), config.get("train_split", LoaderSettings.train_split)
     for source in config.get("inputs", []):
         try:
             found = _recorded_shards(json.loads(Path(source).read_text()))
@@ -597,7 +600,7 @@ def _recorded_shards(result: dict[str, Any]) -> tuple[Path | None, str]:
             continue
         if found[0] is not None:
             return found
-    return None, config.get("train_split", EvalData.train_split)
+    return None, config.get("train_split", LoaderSettings.train_split)
 
 
 def draw_result(
@@ -624,7 +627,7 @@ def draw_result(
     written = []
     for stream in streams:
         if manifest_path(shards, stream, result["split"]).is_file():
-            data = EvalData(shards, stream, train_split=train_split, test_split=result["split"])
+            data = EvalData(LoaderSettings(str(shards), stream, train_split), test_split=result["split"])
             written.append(
                 retrieval_examples(
                     out / f"{path.stem}-strips-{stream}.png",

@@ -1,5 +1,5 @@
-"""The command line's tables of the offline stages' reports: what ``memdpc preprocess`` did, what ``memdpc
-shard`` (and the quickstart) wrote, and ``memdpc shard --verify``. The library returns the reports; only the
+"""The command line's tables of the offline stages' reports: the index ``memdpc index`` wrote, what ``memdpc
+preprocess`` did, what ``memdpc shard`` (and the quickstart) wrote, and ``memdpc shard --verify``. The library returns the reports; only the
 front ends print them. Kept apart from :mod:`memdpc.report.tables`, whose tables read evaluation results (and
 so import torch): a stage's command starts without torch.
 """
@@ -20,13 +20,54 @@ from memdpc.common.wording import name_list, plural
 from memdpc.pipeline.manifest import VerifyResult
 from memdpc.pipeline.shard import ShardReport
 from memdpc.pipeline.shard_plan import SKIP_KINDS, UNUSABLE
+from memdpc.preprocess.datasets import IndexReport
 from memdpc.preprocess.job import PreprocessConfig
-from memdpc.preprocess.video_index import read_index
+from memdpc.preprocess.video_index import read_index, summary
 
-__all__ = ["print_preprocess_report", "print_shard_report", "print_verify"]
+__all__ = ["print_index_report", "print_preprocess_report", "print_shard_report", "print_verify"]
 
 SKIPPED_LISTED = 20  # skipped videos listed per kind; the manifest's "skipped" lists them all
 MAX_FAILURES = 10  # failed videos named one by one after a preprocess run; the report holds them all
+
+
+def print_index_report(
+    report: IndexReport, root: str | os.PathLike, console: Console, errors: Console
+) -> None:
+    """The index ``memdpc index`` wrote from the dataset at ``root``: its videos per class and split (a table), the
+    files it passed over or did not index and the warnings about its splits (on ``errors``), and the next step."""
+    counts = summary(report.records)
+    table = titled_table(f"{report.path} — {len(report.records)} videos")
+    table.add_column("class")
+    for s in counts:
+        table.add_column(s, justify="right")
+    for name in sorted({n for c in counts.values() for n in c}):
+        table.add_row(name or "(none)", *(str(c.get(name, 0)) for c in counts.values()))
+    table.add_row("[bold]total", *(f"[bold]{sum(c.values())}" for c in counts.values()))
+    console.print(table)
+    warnings = []
+    if report.passed_over:
+        files = name_list([f"{path} ({why})" for path, why in report.passed_over])
+        warnings.append(
+            f"held out only videos whose files read: passed over {plural(len(report.passed_over), 'file')}, "
+            f"left in train, where preprocess reports them: {files}"
+        )
+    if report.not_indexed:
+        by_why: dict[str, list[str]] = {}
+        for path, why in report.not_indexed:
+            by_why.setdefault(why, []).append(path)
+        kinds = "; ".join(
+            f"{plural(len(paths), 'file')} {why} ({name_list(paths)})" for why, paths in by_why.items()
+        )
+        warnings.append(f"not indexed: {plural(len(report.not_indexed), 'file')} of {root}: {kinds}")
+    for w in warnings:
+        errors.print("[yellow]warning:[/yellow]", escape(w), soft_wrap=True)
+    for w in report.warnings:
+        errors.print(f"[yellow]warning:[/yellow] {w}", soft_wrap=True)
+    errors.print(
+        f"wrote {report.path}; next: memdpc preprocess flow {report.path} --out FRAMES --streams rgb,flow "
+        "(FRAMES: a new folder for the frame archives)",
+        soft_wrap=True,
+    )
 
 
 def print_preprocess_report(

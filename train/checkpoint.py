@@ -174,7 +174,7 @@ def read_resume(path: Path, config: TrainConfig, world_size: int) -> dict[str, A
             f"{path}: holds weights only (no optimiser, RNG or loader state), so training cannot "
             "resume from it; start a new run from its weights with --init"
         )
-    check_config_compatible(ckpt, path, config.stream, config.model_kwargs())
+    check_config_compatible(ckpt, path, config.loader.stream, config.model_kwargs())
     diff = config_differences(ckpt["config"], config)
     if diff:
         raise UserError(f"{path}: checkpoint of a different config ({'; '.join(diff)})")
@@ -209,7 +209,7 @@ def read_init(path: str | Path, config: TrainConfig) -> tuple[dict[str, Any], st
     """
     ckpt = read_checkpoint(path)
     require_pretrained(ckpt, path)
-    _, warning = resolve_stream(ckpt, path, config.stream)
+    _, warning = resolve_stream(ckpt, path, config.loader.stream)
     keys = tuple(k for k in WEIGHT_KEYS if k != "track_running_stats")
     check_compatible(ckpt, path, create_model(**config.model_kwargs()).config, keys)
     return ckpt, warning
@@ -251,7 +251,7 @@ def write_initial_checkpoint(config: TrainConfig, path: str | Path, bn_from_data
                 clip = ClipSpec(**check_shards(config)["train"]["clip"])
                 data_batchnorm_stats(
                     model,
-                    split_loader(config, config.train_split, clip, False),
+                    split_loader(config, config.loader.train_split, clip, False),
                     torch.device("cpu"),
                     BN_BATCHES,
                 )
@@ -259,7 +259,7 @@ def write_initial_checkpoint(config: TrainConfig, path: str | Path, bn_from_data
             serialize(
                 build_checkpoint(
                     model,
-                    config.stream,
+                    config.loader.stream,
                     "init",
                     input_size=config.size,
                     epoch=0,
@@ -267,7 +267,11 @@ def write_initial_checkpoint(config: TrainConfig, path: str | Path, bn_from_data
                     config=config.to_dict(),
                     bn_from_data=bn_from_data,
                     shards=(
-                        {"train": split_record(config.shards, config.stream, config.train_split)}
+                        {
+                            "train": split_record(
+                                config.loader.shards, config.loader.stream, config.loader.train_split
+                            )
+                        }
                         if bn_from_data
                         else None
                     ),

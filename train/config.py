@@ -7,8 +7,7 @@ This module imports no torch so that the CLI stays fast to start.
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,10 +15,10 @@ import yaml
 
 from memdpc.common.atomic import write_bytes_atomic
 from memdpc.common.errors import UserError
-from memdpc.common.settings import choices_of, setting
-from memdpc.common.streams import STREAMS
+from memdpc.common.settings import check, flat, from_flat, setting
 from memdpc.model.names import NEGATIVES, PRETRAIN_NAMES
-from memdpc.pipeline.backends import BACKENDS
+from memdpc.pipeline.backends import LoaderSettings
+from memdpc.pipeline.clip import ClipShape
 from memdpc.recipes.recipe import train_settings
 
 __all__ = [
@@ -39,13 +38,14 @@ AUTO_VAL_SPLIT = (
 @dataclass
 class TrainConfig:
     """Every setting of a training run, with the paper's defaults; each field is a ``memdpc train`` option
-    (with ``--workers`` and ``--blocks`` as the names other verbs use, the field's own still accepted)."""
+    (with ``--workers`` and ``--blocks`` as the names other verbs use, the field's own still accepted). The
+    loader's settings and the clip's shape are nested (:class:`LoaderSettings`, :class:`ClipShape`: the same
+    settings as ``memdpc eval``'s and ``memdpc shard``'s); a settings file, a recipe and ``config.yaml`` name
+    them as the others, flat."""
 
     # data
-    stream: str = setting("rgb", "Input stream; must match the shards' manifest.", choices=STREAMS)
-    shards: str = setting("", "Shard folder (holding <stream>/manifest-<split>.json).")
+    loader: LoaderSettings = setting(LoaderSettings(), nested=True)
     out: str = setting("", "Run directory (config.yaml, metrics.jsonl, checkpoints/, tb/).")
-    train_split: str = setting("train", "Shard split to train on.")
     val_split: str = setting(
         AUTO_VAL_SPLIT,
         "Shard split for the validation loss (and the kNN monitor): auto = 'val' where the "
@@ -56,12 +56,7 @@ class TrainConfig:
         0,
         "Windows of each video an epoch takes, drawn at random among the video's shard windows "
         "anew every epoch (1: the paper's epoch); 0: every window of the shards.",
-    )
-    backend: str = setting("auto", "Loader backend.", choices=BACKENDS)
-    num_workers: int = setting(
-        2,
-        "Loader worker processes per rank (torch backend) / threads (DALI).",
-        flags=("--workers", "--num-workers"),
+        min=0,
     )
     jitter_flow: bool = setting(
         True, "Per-frame colour jitter and random grey on flow images too (the paper: yes)."
@@ -70,15 +65,15 @@ class TrainConfig:
         224,
         "The random crop is resized to this, then to --size (the paper: 224); 0 = straight "
         "to --size (for frames much smaller than 224).",
+        min=0,
     )
     # model
     arch: str = setting("memdpc_r18", "Model architecture.", choices=PRETRAIN_NAMES)
     bidirectional: bool = setting(False, "Bidirectional MemDPC (a second, backward aggregator).")
-    size: int = setting(128, "Input size in pixels (square).")
-    num_blocks: int = setting(8, "Blocks per clip.", flags=("--blocks", "--num-blocks"))
-    block_len: int = setting(5, "Frames per block.")
-    pred_steps: int = setting(3, "Future blocks to predict.")
-    mem_size: int = setting(1024, "Memory slots k.")
+    size: int = setting(128, "Input size in pixels (square).", min=1)
+    clip: ClipShape = setting(ClipShape(), nested=True, flags={"num_blocks": ("--blocks", "--num-blocks")})
+    pred_steps: int = setting(3, "Future blocks to predict.", min=1)
+    mem_size: int = setting(1024, "Memory slots k.", min=1)
     widths: list[int] = setting(
         [64, 128, 256, 256], "Encoder stage widths (comma-separated; tiny CPU nets: 8,16,32,32)."
     )
@@ -86,7 +81,9 @@ class TrainConfig:
         False, "All-gather targets across ranks so every rank's batch is a negative."
     )
     temperature: float = setting(
-        0.0, "Score cosine similarities divided by this temperature; 0: raw dot products (the paper)."
+        0.0,
+        "Score cosine similarities divided by this temperature; 0: raw dot products (the paper).",
+        min=0.0,
     )
     negatives: str = setting(
         "all",
@@ -95,8 +92,7 @@ class TrainConfig:
         choices=NEGATIVES,
     )
     # optimisation
-    epochs: int = setting(300, "Epochs to train.")
-    batch_size: int = setting(16, "Clips per device (per rank).")
+    epochs: int = setting(300, "Epochs to train.", min=1)
     lr: float = setting(1e-3, "Adam learning rate.")
     weight_decay: float = setting(1e-5, "Adam weight decay.")
     schedule: str = setting(
@@ -106,7 +102,7 @@ class TrainConfig:
         choices=("plateau", "milestones", "constant"),
     )
     lr_min: float = setting(1e-4, "Learning rate after the decay.")
-    patience: int = setting(10, "Epochs without validation-loss improvement before the plateau decay.")
+    patience: int = setting(10, "Epochs without validation-loss improvement before the plateau decay.", min=0)
     milestones: list[int] = setting([], "Epochs at which the milestone schedule decays (comma-separated).")
     amp: str = setting("none", "Automatic mixed precision.", choices=("none", "bf16", "fp16"))
     compile: bool = setting(
@@ -124,26 +120,33 @@ class TrainConfig:
         "CUDA speed defaults (channels_last_3d encoder and clips, fused Adam), fp32 numerics kept; "
         "--no-fast for the eager reference. No effect on CPU.",
     )
-    device: str = setting("auto", "auto: CUDA when available, else CPU.", choices=("auto", "cpu", "cuda"))
     seed: int = setting(0, "Random seed (same seed, same weights on CPU).")
     deterministic: bool = setting(
         False, "torch.use_deterministic_algorithms (bit-exact resume on GPU; slower)."
     )
-    max_steps: int = setting(0, "Stop after this many optimiser steps in total (0: no limit).")
+    max_steps: int = setting(0, "Stop after this many optimiser steps in total (0: no limit).", min=0)
     # checkpoints and logging
-    ckpt_every_steps: int = setting(0, "Also save checkpoints/last.pt every N steps (0: only per epoch).")
-    keep_every: int = setting(0, "Keep checkpoints/epoch-NNNN.pt every K epochs (0: only last and best).")
-    val_max_batches: int = setting(0, "Validation batches per epoch per rank (0: the whole split).")
-    log_every: int = setting(10, "Steps between metric records.")
-    knn_every: int = setting(0, "Run the kNN retrieval monitor (train→val, R@1) every E epochs (0: off).")
-    knn_max_batches: int = setting(50, "Batches per split that the kNN monitor embeds.")
+    ckpt_every_steps: int = setting(
+        0, "Also save checkpoints/last.pt every N steps (0: only per epoch).", min=0
+    )
+    keep_every: int = setting(
+        0, "Keep checkpoints/epoch-NNNN.pt every K epochs (0: only last and best).", min=0
+    )
+    val_max_batches: int = setting(0, "Validation batches per epoch per rank (0: the whole split).", min=0)
+    log_every: int = setting(10, "Steps between metric records.", min=1)
+    knn_every: int = setting(
+        0, "Run the kNN retrieval monitor (train→val, R@1) every E epochs (0: off).", min=0
+    )
+    knn_max_batches: int = setting(50, "Batches per split that the kNN monitor embeds.", min=1)
     best_by: str = setting(
         "loss",
         "What makes checkpoints/best.pt: the lowest validation loss (training loss without a "
         "validation split), or the highest kNN monitor R@1 (needs --knn-every 1).",
         choices=("loss", "knn"),
     )
-    early_stop: int = setting(0, "Stop after this many epochs without a new best (by --best-by); 0: never.")
+    early_stop: int = setting(
+        0, "Stop after this many epochs without a new best (by --best-by); 0: never.", min=0
+    )
     progress: bool = setting(True, "Show a rich progress display (rank 0).")
     resume: str = setting(
         "", "Checkpoint to resume from (default: <out>/checkpoints/last.pt when it exists)."
@@ -156,38 +159,15 @@ class TrainConfig:
     )
 
     def __post_init__(self) -> None:
-        for name, choices in choices_of(TrainConfig).items():
-            if getattr(self, name) not in choices:
-                raise UserError(f"{name} must be one of {', '.join(choices)}, not {getattr(self, name)!r}")
-        for name in (
-            "size",
-            "num_blocks",
-            "block_len",
-            "pred_steps",
-            "mem_size",
-            "epochs",
-            "batch_size",
-            "log_every",
-            "knn_max_batches",
-        ):
-            if getattr(self, name) < 1:
-                raise UserError(f"{name} must be ≥ 1, not {getattr(self, name)}")
-        if self.clips_per_video < 0:
-            raise UserError(f"clips_per_video must be ≥ 0 (0 = every window), not {self.clips_per_video}")
-        if self.crop_size < 0:
-            raise UserError(f"crop_size must be ≥ 0 (0 = resize the crop once), not {self.crop_size}")
-        if self.pred_steps >= self.num_blocks:
+        check(self)  # each setting's range and choices; then what holds between settings
+        if self.pred_steps >= self.clip.num_blocks:
             raise UserError(
-                f"pred_steps ({self.pred_steps}) must be smaller than num_blocks ({self.num_blocks})"
+                f"pred_steps ({self.pred_steps}) must be smaller than num_blocks ({self.clip.num_blocks})"
             )
         if not (0 < self.lr_min <= self.lr):
             raise UserError(f"lr_min must be in (0, lr={self.lr}], not {self.lr_min}")
         if len(self.widths) != 4 or min(self.widths) < 1:
             raise UserError(f"widths must be 4 positive numbers, not {self.widths}")
-        if self.temperature < 0:
-            raise UserError(f"temperature must be > 0, or 0 for raw dot products, not {self.temperature}")
-        if self.early_stop < 0:
-            raise UserError(f"early_stop must be ≥ 0 (0 = never), not {self.early_stop}")
         if self.best_by == "knn" and (self.knn_every != 1 or self.val_split == "none"):
             raise UserError(
                 "best_by knn needs the kNN monitor every epoch (--knn-every 1) and a validation split"
@@ -207,8 +187,8 @@ class TrainConfig:
             bidirectional=self.bidirectional,
             mem_size=self.mem_size,
             pred_steps=self.pred_steps,
-            num_blocks=self.num_blocks,
-            block_len=self.block_len,
+            num_blocks=self.clip.num_blocks,
+            block_len=self.clip.block_len,
             input_size=self.size,
             widths=list(self.widths),
             global_negatives=self.global_negatives,
@@ -217,7 +197,8 @@ class TrainConfig:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """The settings by name, flat (as a settings file and ``config.yaml`` hold them)."""
+        return flat(self)
 
 
 # Fields that may differ when a run restarts: they change how the run is executed or logged, not the
@@ -246,44 +227,11 @@ RESTART_FREE = frozenset(
 )
 
 
-def _coerce(f: dataclasses.Field, value: Any, where: str) -> Any:
-    kind = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
-    try:
-        if kind == "bool":
-            if isinstance(value, str) and value.lower() in ("true", "false", "yes", "no", "1", "0"):
-                return value.lower() in ("true", "yes", "1")
-            if not isinstance(value, bool):
-                raise ValueError
-            return value
-        if kind == "int":
-            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
-                raise ValueError
-            return int(value)
-        if kind == "float":
-            return float(value)
-        if kind == "list[int]":
-            if isinstance(value, str):
-                value = [v for v in value.replace(" ", "").split(",") if v]
-            return [int(v) for v in value]
-        return str(value) if value is not None else ""
-    except (TypeError, ValueError):
-        raise UserError(f"{where}: {f.name} must be {kind}, not {value!r}") from None
-
-
 def config_from_dict(
     values: dict[str, Any], where: str = "config", base: TrainConfig | None = None
 ) -> TrainConfig:
     """Build a config from ``values`` over ``base`` (default: the paper's defaults); unknown keys are errors."""
-    by_name = {f.name: f for f in fields(TrainConfig)}
-    unknown = sorted(set(values) - set(by_name))
-    if unknown:
-        raise UserError(f"{where}: unknown setting(s) {', '.join(unknown)}")
-    merged = (base or TrainConfig()).to_dict()
-    merged.update({k: _coerce(by_name[k], v, where) for k, v in values.items()})
-    try:
-        return TrainConfig(**merged)
-    except UserError as e:
-        raise UserError(f"{where}: {e}") from None
+    return from_flat(TrainConfig, values, where, base)
 
 
 def read_config_file(path: str | Path) -> dict[str, Any]:

@@ -261,13 +261,13 @@ def plan_run(config: TrainConfig, overwrite: bool = False) -> RunPlan | None:
     if resumed is not None:
         ck.check_same_shards(resumed, resume_from, shard_records(config))
     clip = ClipSpec(**manifests["train"]["clip"])
-    device = dd.pick_device(config.device, local_rank)
-    loader = split_loader(config, config.train_split, clip, True, 0, world_size, str(device))
+    device = dd.pick_device(config.loader.device, local_rank)
+    loader = split_loader(config, config.loader.train_split, clip, True, 0, world_size, str(device))
     steps_per_epoch = len(loader)
     if steps_per_epoch == 0:
         raise UserError(
-            f"{config.shards}: the {config.train_split} split has fewer clips per rank than one "
-            f"batch ({config.batch_size}); lower --batch-size"
+            f"{config.loader.shards}: the {config.loader.train_split} split has fewer clips per rank than one "
+            f"batch ({config.loader.batch_size}); lower --batch-size"
         )
     start = (resumed["epoch"], resumed["step"]) if resumed else (0, 0)
     total = config.epochs * steps_per_epoch
@@ -283,7 +283,7 @@ def plan_run(config: TrainConfig, overwrite: bool = False) -> RunPlan | None:
         if config.knn_every:
             one = [
                 split_loader(config, s, clip, False, 0, 1, str(device))
-                for s in (config.train_split, config.val_split)
+                for s in (config.loader.train_split, config.val_split)
             ]
             knn_batches = sum(min(len(x), config.knn_max_batches) for x in one)
             validation += (
@@ -293,11 +293,13 @@ def plan_run(config: TrainConfig, overwrite: bool = False) -> RunPlan | None:
     timed = (
         config
         if device.type == "cuda"
-        else replace(config, batch_size=min(config.batch_size, CPU_TIMED_BATCH))
+        else replace(
+            config, loader=replace(config.loader, batch_size=min(config.loader.batch_size, CPU_TIMED_BATCH))
+        )
     )
-    scale = config.batch_size / timed.batch_size
+    scale = config.loader.batch_size / timed.loader.batch_size
     if timed is not config:
-        loader = split_loader(timed, config.train_split, clip, True, 0, world_size, str(device))
+        loader = split_loader(timed, config.loader.train_split, clip, True, 0, world_size, str(device))
         val = val and split_loader(timed, config.val_split, clip, False, 0, world_size, str(device))
     model, optimizer, seconds = _time_steps(timed, loader, device, init)
     seconds = [t * scale for t in seconds]
@@ -305,7 +307,7 @@ def plan_run(config: TrainConfig, overwrite: bool = False) -> RunPlan | None:
     data = mc.serialize(
         mc.build_checkpoint(
             model,
-            config.stream,
+            config.loader.stream,
             "train",
             input_size=config.size,
             optimizer=optimizer.state_dict(),
@@ -316,10 +318,10 @@ def plan_run(config: TrainConfig, overwrite: bool = False) -> RunPlan | None:
     )
     return RunPlan(
         out=config.out,
-        manifest=str(manifest_path(config.shards, config.stream, config.train_split)),
+        manifest=str(manifest_path(config.loader.shards, config.loader.stream, config.loader.train_split)),
         device=_device_name(device),
         world_size=world_size,
-        batch_size=config.batch_size,
+        batch_size=config.loader.batch_size,
         videos=int(manifests["train"]["num_videos"]),
         windows=int(manifests["train"]["num_samples"]),
         clips_per_video=config.clips_per_video,
@@ -337,7 +339,7 @@ def plan_run(config: TrainConfig, overwrite: bool = False) -> RunPlan | None:
         checkpoint_bytes=len(data),
         checkpoints=2 + (config.epochs // config.keep_every if config.keep_every else 0),
         timed_steps=max(len(seconds) - 1, 0),
-        timed_batch=timed.batch_size,
+        timed_batch=timed.loader.batch_size,
         first_step_s=seconds[0] if seconds else math.nan,
         step_s=sum(seconds[1:]) / len(seconds[1:])
         if len(seconds) > 1

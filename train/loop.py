@@ -137,7 +137,7 @@ def train(config: TrainConfig, overwrite: bool = False) -> Path:
     (:func:`memdpc.train.prepare.clear_run`) after saying so. Raises :class:`~memdpc.common.interrupts.Interrupted`
     on SIGINT or SIGTERM, after saving where the run stopped (module docstring)."""
     config = resolve_val_split(config, fresh=overwrite)
-    env = dd.setup(config.device)
+    env = dd.setup(config.loader.device)
     finished = False
     run_dir = None
     try:
@@ -200,8 +200,8 @@ def _train_held(config: TrainConfig, env: dd.DistEnv, resume_from: Path | None, 
     dd.barrier(env)
     set_determinism(config.deterministic)
     parts = _build(config, env, run_dir, ClipSpec(**manifests["train"]["clip"]), init, shards)
-    if config.backend == "auto":  # which one it is depends on the machine: say so
-        parts.logger.message(f"loader: {backend_words(config.backend)}", markup=False)
+    if config.loader.backend == "auto":  # which one it is depends on the machine: say so
+        parts.logger.message(f"loader: {backend_words(config.loader.backend)}", markup=False)
     state = State()
     if ckpt is not None:
         state = _restore(parts, ckpt, resume_from)
@@ -217,7 +217,7 @@ def _train_held(config: TrainConfig, env: dd.DistEnv, resume_from: Path | None, 
     except ResourceFault as fault:
         raise _fault_kept(parts, state, fault) from None
     except RuntimeError as e:  # torch.OutOfMemoryError is one
-        too_big = out_of_memory(e, config.batch_size, env.device)
+        too_big = out_of_memory(e, config.loader.batch_size, env.device)
         if too_big is None:
             raise
         raise too_big from None
@@ -247,11 +247,11 @@ def _build(
     init: dict[str, Any] | None,
     shards: dict[str, dict[str, Any]],
 ) -> Parts:
-    train_loader = _loader(config, env, config.train_split, clip, train=True)
+    train_loader = _loader(config, env, config.loader.train_split, clip, train=True)
     if len(train_loader) == 0:
         raise UserError(
-            f"{config.shards}: the {config.train_split} split has fewer clips per rank than one "
-            f"batch ({config.batch_size}); lower --batch-size"
+            f"{config.loader.shards}: the {config.loader.train_split} split has fewer clips per rank than one "
+            f"batch ({config.loader.batch_size}); lower --batch-size"
         )
     val_loader = (
         _loader(config, env, config.val_split, clip, train=False) if config.val_split != "none" else None
@@ -362,7 +362,7 @@ def _save(p: Parts, s: State, names: list[str]) -> None:
         data = mc.serialize(
             mc.build_checkpoint(
                 model,
-                p.config.stream,
+                p.config.loader.stream,
                 "train",
                 input_size=p.config.size,
                 **ck.training_entries(
@@ -546,7 +546,7 @@ def _finished(p: Parts, s: State) -> str:
             *([f"warning: {chance}"] if chance else []),
             f"last: {_last(p)}",
             f"metrics: {p.run_dir / 'metrics.jsonl'}; tensorboard --logdir {p.run_dir / 'tb'}",
-            f"next: {ck.next_command(chosen, p.config.shards)}",
+            f"next: {ck.next_command(chosen, p.config.loader.shards)}",
         ]
     )
 
@@ -586,7 +586,7 @@ def _epoch_batches(p: Parts, s: State) -> Iterator[None]:
             p.steps.add(out, batch.clips.shape[0], wait)
             s.step, s.epoch_step = s.step + 1, s.epoch_step + 1
             if not shown:  # a few clips of the epoch's first batch, as TensorBoard images (rank 0)
-                p.logger.clips(batch.clips, batch.keys, p.train_loader.plan.spec, c.stream, s.step)
+                p.logger.clips(batch.clips, batch.keys, p.train_loader.plan.spec, c.loader.stream, s.step)
                 shown = True
             if s.step % c.log_every == 0:
                 info = f"loss {_read(p, s)['loss']:.3f}"
@@ -737,7 +737,7 @@ def _knn(p: Parts) -> float:
         c = p.config
         loaders = [
             _loader(c, p.env, split, p.clip, train=False, rank=0, world_size=1)
-            for split in (c.train_split, c.val_split)
+            for split in (c.loader.train_split, c.val_split)
         ]
         r1 = knn_recall(ck.unwrap(p.model), *loaders, p.env.device, c.knn_max_batches)
     return dd.from_main(p.env, r1)

@@ -52,20 +52,22 @@ CONFIG_NAME = file_kinds.RUN_CONFIG
 
 
 def _stream_manifest(config: TrainConfig, split: str) -> dict[str, Any]:
-    shards = Path(config.shards)
-    if not manifest_path(shards, config.stream, split).is_file():
-        others = [s for s in STREAMS if s != config.stream and manifest_path(shards, s, split).is_file()]
+    shards = Path(config.loader.shards)
+    if not manifest_path(shards, config.loader.stream, split).is_file():
+        others = [
+            s for s in STREAMS if s != config.loader.stream and manifest_path(shards, s, split).is_file()
+        ]
         if others:
             raise UserError(
-                f"{shards}: holds {others[0]} shards, not {config.stream} shards "
-                f"(--stream {config.stream}); pass --stream {others[0]} or the {config.stream} shards"
+                f"{shards}: holds {others[0]} shards, not {config.loader.stream} shards "
+                f"(--stream {config.loader.stream}); pass --stream {others[0]} or the {config.loader.stream} shards"
             )
-    manifest = load_manifest(shards, config.stream, split)
+    manifest = load_manifest(shards, config.loader.stream, split)
     clip = manifest.get("clip", {})
-    if (clip.get("num_blocks"), clip.get("block_len")) != (config.num_blocks, config.block_len):
+    if (clip.get("num_blocks"), clip.get("block_len")) != (config.clip.num_blocks, config.clip.block_len):
         raise UserError(
-            f"{manifest_path(shards, config.stream, split)}: clips of {clip.get('num_blocks')}×"
-            f"{clip.get('block_len')} frames, but the config asks for {config.num_blocks}×{config.block_len}"
+            f"{manifest_path(shards, config.loader.stream, split)}: clips of {clip.get('num_blocks')}×"
+            f"{clip.get('block_len')} frames, but the config asks for {config.clip.num_blocks}×{config.clip.block_len}"
         )
     return manifest
 
@@ -73,13 +75,13 @@ def _stream_manifest(config: TrainConfig, split: str) -> dict[str, Any]:
 def check_shards(config: TrainConfig) -> dict[str, dict[str, Any]]:
     """The manifests of the training (and validation) split; UserError for wrong-stream or missing shards."""
     config = resolve_val_split(config)
-    if not config.shards:
+    if not config.loader.shards:
         raise UserError("no shard folder given: pass --shards DIR (written by `memdpc shard`)")
-    manifests = {"train": _stream_manifest(config, config.train_split)}
+    manifests = {"train": _stream_manifest(config, config.loader.train_split)}
     if config.val_split != "none":
-        if not manifest_path(config.shards, config.stream, config.val_split).is_file():
+        if not manifest_path(config.loader.shards, config.loader.stream, config.val_split).is_file():
             raise UserError(
-                f"{manifest_path(config.shards, config.stream, config.val_split)}: no validation "
+                f"{manifest_path(config.loader.shards, config.loader.stream, config.val_split)}: no validation "
                 "shards; shard that split or pass --val-split none (the plateau then watches the "
                 "training loss)"
             )
@@ -91,9 +93,9 @@ def shard_records(config: TrainConfig) -> dict[str, dict[str, Any]]:
     """What the run records of the shards it reads, per role (``train``, and ``val`` unless ``--val-split
     none``): :func:`memdpc.pipeline.provenance.split_record`. Its checkpoints keep it, and a resume compares it."""
     config = resolve_val_split(config)
-    roles = {"train": config.train_split, "val": config.val_split}
+    roles = {"train": config.loader.train_split, "val": config.val_split}
     return {
-        role: split_record(config.shards, config.stream, split)
+        role: split_record(config.loader.shards, config.loader.stream, split)
         for role, split in roles.items()
         if split != "none"
     }
@@ -144,7 +146,7 @@ def resolve_val_split(config: TrainConfig, fresh: bool = False) -> TrainConfig:
             split = None  # check_run_dir names the damage
         if split and split != AUTO_VAL_SPLIT:
             return dataclasses.replace(config, val_split=split)
-    split = "val" if manifest_path(config.shards, config.stream, "val").is_file() else "test"
+    split = "val" if manifest_path(config.loader.shards, config.loader.stream, "val").is_file() else "test"
     return dataclasses.replace(config, val_split=split)
 
 
@@ -154,10 +156,12 @@ def val_split_warnings(config: TrainConfig) -> list[str]:
     config = resolve_val_split(config)
     if config.val_split == "none":
         return []
-    classes = load_manifest(config.shards, config.stream, config.train_split)["classes"]
-    train = videos_by_class(config.shards, config.stream, config.train_split, until=set(range(len(classes))))
-    val = videos_by_class(config.shards, config.stream, config.val_split)
-    where = manifest_path(config.shards, config.stream, config.val_split)
+    classes = load_manifest(config.loader.shards, config.loader.stream, config.loader.train_split)["classes"]
+    train = videos_by_class(
+        config.loader.shards, config.loader.stream, config.loader.train_split, until=set(range(len(classes)))
+    )
+    val = videos_by_class(config.loader.shards, config.loader.stream, config.val_split)
+    where = manifest_path(config.loader.shards, config.loader.stream, config.val_split)
     use = "the kNN monitor's R@1" if config.knn_every else "the validation loss"
     if config.best_by == "knn" or not config.knn_every:
         use += ", which chooses best.pt,"
@@ -167,7 +171,7 @@ def val_split_warnings(config: TrainConfig) -> list[str]:
         names = name_list([(classes[k] if k < len(classes) else "") or str(k) for k in missing])
         warnings.append(
             f"{where}: the {config.val_split} split holds no video of {len(missing)} of the "
-            f"{len(train)} classes of the {config.train_split} split ({names}); {use} leaves them out"
+            f"{len(train)} classes of the {config.loader.train_split} split ({names}); {use} leaves them out"
         )
     videos = sum(len(v) for v in val.values())
     if videos < FEW_VAL_VIDEOS:
@@ -365,18 +369,18 @@ def split_loader(
     batch, so every rank takes equal steps, and takes ``--clips-per-video`` windows of each video per epoch."""
     spec = augment_spec(config)
     return make_loader(
-        config.shards,
-        config.stream,
+        config.loader.shards,
+        config.loader.stream,
         split,
         train=train,
-        batch_size=config.batch_size,
-        backend=config.backend,
+        batch_size=config.loader.batch_size,
+        backend=config.loader.backend,
         size=config.size,
         spec=spec,
         rank=rank,
         world_size=world_size,
         seed=config.seed,
-        num_workers=config.num_workers,
+        num_workers=config.loader.num_workers,
         device=device,
         clip=clip,
         drop_last=train,

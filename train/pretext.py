@@ -23,7 +23,7 @@ def pretext_scores(checkpoint: str | os.PathLike, config: TrainConfig, split: st
     (NaN where the split gives no batch)."""
     model, _ = load_model(checkpoint)
     model.eval()
-    clip = ClipSpec(**load_manifest(config.shards, config.stream, split)["clip"])
+    clip = ClipSpec(**load_manifest(config.loader.shards, config.loader.stream, split)["clip"])
     sums, batches = {"loss": 0.0, "top1": 0.0}, 0
     for batch in split_loader(config, split, clip, train=False):
         out = model(batch.clips)

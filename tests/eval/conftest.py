@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from memdpc.pipeline.clip import ClipSpec
+from memdpc.pipeline.shard_plan import ShardSettings
 from memdpc.preprocess.examples.synthetic import CLASSES, render_video
 from memdpc.preprocess.video_index import VideoRecord, write_index
 
@@ -66,7 +67,12 @@ def eval_data(tmp_path_factory) -> EvalFixture:
     for stream in ("rgb", "flow"):
         for split in ("train", "test"):
             shard_stream(
-                root / "archives", records, stream, out, split, clip=CLIP, window_step=6, max_count=4, seed=0
+                root / "archives",
+                records,
+                stream,
+                out,
+                split,
+                ShardSettings(clip=CLIP, window_step=6, max_count=4, seed=0),
             )
     return EvalFixture(out, root / "index.jsonl", records)
 
@@ -91,10 +97,12 @@ TRAIN_ARGS = dict(
 
 def pretrain(shards: Path, out: Path, stream: str, seed: int = 0) -> Path:
     """One real training step of a tiny MemDPC on ``stream``; returns checkpoints/last.pt."""
-    from memdpc.train.config import TrainConfig
+    from memdpc.train.config import config_from_dict
     from memdpc.train.loop import train
 
-    run = train(TrainConfig(stream=stream, shards=str(shards), out=str(out), seed=seed, **TRAIN_ARGS))
+    run = train(
+        config_from_dict(dict(stream=stream, shards=str(shards), out=str(out), seed=seed, **TRAIN_ARGS))
+    )
     return run / "checkpoints" / "last.pt"
 
 

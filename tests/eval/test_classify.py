@@ -9,6 +9,7 @@ from click.testing import CliRunner
 
 from memdpc.cli import main
 from memdpc.common.distenv import DistEnv
+from memdpc.common.settings import from_flat
 from memdpc.eval.data import EvalData
 from memdpc.eval.features import run_windows
 from memdpc.eval.results import load_result
@@ -38,7 +39,10 @@ def test_a_converted_classifier_gives_the_logits_of_its_weights_loaded_directly(
 
     clf = create_model("classifier_r18", widths=REFERENCE_WIDTHS, num_classes=NUM_CLASSES)
     clf.load_state_dict(weights)
-    data = EvalData(eval_data.shards, "rgb", size=32, batch_size=4, backend="torch", num_workers=0)
+    data = from_flat(
+        EvalData,
+        dict(shards=eval_data.shards, stream="rgb", size=32, batch_size=4, backend="torch", num_workers=0),
+    )
     env = DistEnv(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))
     windows = run_windows(clf.eval(), data, "test", env)
     assert arrays["keys"].tolist() == windows.keys

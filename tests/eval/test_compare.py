@@ -14,6 +14,7 @@ from memdpc.common.errors import UserError
 from memdpc.eval.compare import compare_results, verdict
 from memdpc.eval.results import load_result, save_result
 from memdpc.pipeline.shard import shard_stream
+from memdpc.pipeline.shard_plan import ShardSettings
 
 from .conftest import CLIP, run_cli
 
@@ -43,9 +44,7 @@ def results(eval_data, checkpoints, other_rgb, tmp_path_factory) -> dict[str, ob
             "rgb",
             fewer,
             split,
-            clip=CLIP,
-            window_step=6,
-            max_count=4,
+            ShardSettings(clip=CLIP, window_step=6, max_count=4),
         )
     _eval("probe", checkpoints["rgb"], "--shards", fewer, "--out", root / "fewer", "--epochs", "2")
     return {

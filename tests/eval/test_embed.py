@@ -12,6 +12,7 @@ from memdpc.eval.run import evaluate
 from memdpc.model.retrieval import center_normalize
 from memdpc.pipeline.clip import ClipSpec
 from memdpc.pipeline.shard import run_shard
+from memdpc.pipeline.shard_plan import ShardSettings
 from memdpc.preprocess.run import preprocess
 from memdpc.preprocess.video_index import VideoRecord, write_index
 
@@ -38,7 +39,14 @@ def test_video_features_are_what_the_videos_shards_give(tiny_dataset, checkpoint
     records = [VideoRecord(p.stem, str(p), -1, "", "test") for p in videos]
     write_index(records, tmp_path / "index.jsonl")
     preprocess(tmp_path / "index.jsonl", tmp_path / "frames", "rgb", size=32, progress=False)
-    run_shard(tmp_path / "frames", records, "rgb", tmp_path / "shards", "test", clip=ClipSpec(5, 3, 1))
+    run_shard(
+        tmp_path / "frames",
+        records,
+        "rgb",
+        tmp_path / "shards",
+        "test",
+        ShardSettings(clip=ClipSpec(5, 3, 1)),
+    )
     by_hand = shard_features(checkpoints["rgb"], tmp_path / "shards", "test", **LOAD)
     assert found.video_ids == by_hand.video_ids
     assert np.array_equal(found.features, by_hand.features)

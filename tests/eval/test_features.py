@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import shutil
 from collections import Counter
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +13,7 @@ import torch
 
 from memdpc.common.distenv import DistEnv
 from memdpc.common.errors import UserError
+from memdpc.common.settings import from_flat
 from memdpc.eval.data import EvalData
 from memdpc.eval.features import cached_windows, fingerprint, run_windows, same_classes, video_mean
 from memdpc.eval.outputs import checkpoint_source
@@ -23,7 +23,18 @@ ENV = DistEnv(0, 1, 0, torch.device("cpu"))
 
 
 def _data(eval_data, stream="rgb", **kw) -> EvalData:
-    return EvalData(eval_data.shards, stream, size=32, batch_size=3, backend="torch", num_workers=0, **kw)
+    return from_flat(
+        EvalData,
+        dict(
+            shards=eval_data.shards,
+            stream=stream,
+            size=32,
+            batch_size=3,
+            backend="torch",
+            num_workers=0,
+            **kw,
+        ),
+    )
 
 
 def _mean_pixel(clips: torch.Tensor) -> torch.Tensor:
@@ -34,7 +45,7 @@ def _mean_pixel(clips: torch.Tensor) -> torch.Tensor:
 def test_every_window_once_and_video_means(eval_data):
     data = _data(eval_data)
     w = run_windows(_mean_pixel, data, "test", ENV)
-    info = window_info(data.shards, "rgb", "test")
+    info = window_info(data.loader.shards, "rgb", "test")
     assert w.keys == sorted(info) and len(set(w.keys)) == len(w.keys)
     assert w.values.shape == (len(info), 1, 3)
     counts = Counter(w.video_ids)
@@ -80,7 +91,9 @@ def test_a_split_evaluated_with_windows_missing_is_refused(eval_data, tmp_path):
     manifest.write_text(
         json.dumps({**held, "num_samples": held["num_samples"] + 1})
     )  # one window the loader lacks
-    data = EvalData(shards, "rgb", size=32, batch_size=3, backend="torch", num_workers=0)
+    data = from_flat(
+        EvalData, dict(shards=shards, stream="rgb", size=32, batch_size=3, backend="torch", num_workers=0)
+    )
     n = held["num_samples"]
     with pytest.raises(UserError, match=f"evaluated {n} distinct windows, but the shards hold {n + 1}"):
         run_windows(_mean_pixel, data, "test", ENV)
@@ -96,10 +109,18 @@ def test_dali_cpu_pipeline_gives_the_same_windows_as_the_torch_loader(eval_data)
     # 12 test windows in batches of 5: DALI pads the last batch by repeating samples; each counts once
     kw = dict(size=32, batch_size=5, num_workers=1)
     torch_w = run_windows(
-        _mean_pixel, EvalData(eval_data.shards, "rgb", backend="torch", **kw), "test", ENV, crops=5
+        _mean_pixel,
+        from_flat(EvalData, dict(shards=eval_data.shards, stream="rgb", backend="torch", **kw)),
+        "test",
+        ENV,
+        crops=5,
     )
     dali_w = run_windows(
-        _mean_pixel, EvalData(eval_data.shards, "rgb", backend="dali", **kw), "test", ENV, crops=5
+        _mean_pixel,
+        from_flat(EvalData, dict(shards=eval_data.shards, stream="rgb", backend="dali", **kw)),
+        "test",
+        ENV,
+        crops=5,
     )
     assert dali_w.keys == torch_w.keys and dali_w.video_ids == torch_w.video_ids
     np.testing.assert_allclose(dali_w.values, torch_w.values, atol=0.02)  # JPEG decoders differ slightly
@@ -120,11 +141,11 @@ def test_the_cache_fingerprint_follows_the_checkpoint_bytes_and_the_split_manife
     shards = tmp_path / "shards"
     shutil.copytree(eval_data.shards, shards)
     assert fingerprint(same, _data(eval_data), "test") == fingerprint(
-        same, replace(data, shards=shards), "test"
+        same, data.with_loader(shards=shards), "test"
     )
     manifest = shards / "rgb" / "manifest-test.json"  # resharded: other shards, another manifest
     manifest.write_text(json.dumps({**json.loads(manifest.read_text()), "seed": 1}))
-    assert fingerprint(same, replace(data, shards=shards), "test") != fingerprint(same, data, "test")
+    assert fingerprint(same, data.with_loader(shards=shards), "test") != fingerprint(same, data, "test")
 
 
 def test_a_split_whose_videos_changed_since_their_archives_were_made_is_refused(tiny_dataset, tmp_path):
@@ -145,7 +166,7 @@ def test_a_split_whose_videos_changed_since_their_archives_were_made_is_refused(
     preprocess(index, frames, "rgb", size=24, workers=1, progress=False)
     for split in ("train", "test"):
         shard_stream(frames, index, "rgb", shards, split)
-    data = EvalData(shards, "rgb", size=24, backend="torch", num_workers=0)
+    data = from_flat(EvalData, dict(shards=shards, stream="rgb", size=24, backend="torch", num_workers=0))
     classes = same_classes(data)
     test = [r for r in records if r.split == "test"]
     sizes = [Path(r.path).stat().st_size for r in test[:2]]

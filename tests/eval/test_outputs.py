@@ -12,6 +12,7 @@ from memdpc.common.errors import UserError
 from memdpc.eval.data import EvalData
 from memdpc.eval.outputs import Outputs, checkpoint_source
 from memdpc.eval.results import save_result
+from memdpc.pipeline.backends import LoaderSettings
 
 RESULT = {
     "kind": "retrieval",
@@ -35,7 +36,7 @@ def _results_of(out: Outputs) -> None:
     if not manifest.is_file():
         manifest.parent.mkdir(parents=True)
         manifest.write_text('{"stream": "rgb", "split": "test", "shards": []}\n')
-    record = out.record(EvalData(manifest.parent.parent, "rgb"), ("test",))
+    record = out.record(EvalData(LoaderSettings(manifest.parent.parent, "rgb")), ("test",))
     assert record["shards"] == {
         "test": {
             "manifest": str(manifest.resolve()),

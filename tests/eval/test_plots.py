@@ -14,6 +14,7 @@ from memdpc.eval.plots import (
     memory_norms,
     retrieval_examples,
 )
+from memdpc.pipeline.backends import LoaderSettings
 from memdpc.preprocess.encode import FLOW_ENCODING
 from memdpc.preprocess.flow.backends import flow_to_codes
 
@@ -68,7 +69,7 @@ def test_retrieval_strips_draw_every_frame_large_enough_to_see(eval_data, tmp_pa
     neighbours = np.tile(np.arange(len(train)), (len(test), 1))
     path = retrieval_examples(
         tmp_path / "strips.png",
-        EvalData(eval_data.shards, "rgb"),
+        EvalData(LoaderSettings(eval_data.shards, "rgb")),
         [r.id for r in test],
         np.array([r.label for r in test]),
         [r.id for r in train],

@@ -24,6 +24,7 @@ from memdpc.eval.results import load_result, save_result
 from memdpc.eval.run import evaluate, fuse
 from memdpc.pipeline.provenance import manifest_identity
 from memdpc.pipeline.shard import run_shard
+from memdpc.pipeline.shard_plan import ShardSettings
 
 from ..limits import STOP_WITHIN
 from .conftest import CLIP
@@ -180,8 +181,7 @@ def test_results_record_their_shards_and_caches_of_other_shards_or_checkpoints_a
         "rgb",
         shards,
         "test",
-        clip=CLIP,
-        max_count=4,
+        ShardSettings(clip=CLIP, max_count=4),
         overwrite=True,
     )
     result, now = retrieve(checkpoints["rgb"])  # test re-sharded: its cache made anew, the train one reused

@@ -15,6 +15,7 @@ import pytest
 
 from memdpc.pipeline.clip import ClipSpec
 from memdpc.pipeline.shard import shard_stream
+from memdpc.pipeline.shard_plan import ShardSettings
 from memdpc.preprocess.archive import archive_path, write_archive
 from memdpc.preprocess.datasets import build_index
 from memdpc.preprocess.encode import FLOW_ENCODING
@@ -85,7 +86,14 @@ def mixed_shards(mixed_archives, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("mixed_shards")
     for stream in ("rgb", "flow"):
         for split in ("train", "test"):
-            shard_stream(mixed_archives.root, mixed_archives.records, stream, out, split, max_count=2, seed=0)
+            shard_stream(
+                mixed_archives.root,
+                mixed_archives.records,
+                stream,
+                out,
+                split,
+                ShardSettings(max_count=2, seed=0),
+            )
     return out
 
 
@@ -95,7 +103,14 @@ def tiny_shards(tiny_archives, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("tiny_shards")
     for stream in ("rgb", "flow"):
         for split in ("train", "test"):
-            shard_stream(tiny_archives.root, tiny_archives.records, stream, out, split, max_count=2, seed=0)
+            shard_stream(
+                tiny_archives.root,
+                tiny_archives.records,
+                stream,
+                out,
+                split,
+                ShardSettings(max_count=2, seed=0),
+            )
     return out
 
 
@@ -121,7 +136,7 @@ def planes_shards(tmp_path_factory) -> Path:
             write_archive(archive_path(root, "flow", vid), [FLOW_ENCODING.encode_rgb(c) for c in codes], meta)
             records.append(VideoRecord(vid, f"/nowhere/{vid}.avi", ci, cls, split, 25.0, 30))
     for split in ("train", "test"):
-        shard_stream(root, records, "flow", root / "shards", split, max_count=2, seed=0)
+        shard_stream(root, records, "flow", root / "shards", split, ShardSettings(max_count=2, seed=0))
     return root / "shards"
 
 
@@ -150,9 +165,6 @@ def windowed_shards(tmp_path_factory) -> Path:
         "rgb",
         out,
         "train",
-        clip=WINDOWED_CLIP,
-        window_step=4,
-        max_count=3,
-        seed=0,
+        ShardSettings(clip=WINDOWED_CLIP, window_step=4, max_count=3, seed=0),
     )
     return out

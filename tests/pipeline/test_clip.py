@@ -63,5 +63,5 @@ def test_train_window_step_below_one_is_a_user_error():
 
 @pytest.mark.parametrize("field", ["num_blocks", "block_len", "stride"])
 def test_non_positive_geometry_is_a_user_error(field):
-    with pytest.raises(UserError, match="clip geometry must be positive"):
+    with pytest.raises(UserError, match=f"^{field} must be ≥ 1, not 0$"):
         ClipSpec(**{field: 0})

@@ -9,6 +9,7 @@ import torch
 from memdpc.pipeline.augment import AugmentSpec, crop_box, draw_crop, eval_boxes
 from memdpc.pipeline.dali_loader import DaliLoader, crop_box_graph, eval_boxes_graph
 from memdpc.pipeline.loader import make_loader
+from memdpc.pipeline.shard_plan import ShardSettings
 
 from .test_loader import one_epoch, shard_keys
 
@@ -180,7 +181,9 @@ def test_gpu_loader_decodes_rgb_coded_flow_on_the_cpu(tiny_archives, tmp_path):
         meta, images = read_archive(archive_path(tiny_archives.root, "flow", r.id))
         jpegs = [FLOW_ENCODING_RGB.encode_rgb(decode_rgb(j)) for j in images]
         write_archive(archive_path(root, "flow", r.id), jpegs, {**meta, "encoding": FLOW_ENCODING_RGB.name})
-    shard_stream(root, tiny_archives.records, "flow", tmp_path / "shards", "test", max_count=2, seed=0)
+    shard_stream(
+        root, tiny_archives.records, "flow", tmp_path / "shards", "test", ShardSettings(max_count=2, seed=0)
+    )
     kw = dict(train=False, batch_size=2, size=32, backend="dali", num_workers=2, spec=AugmentSpec.off())
     gpu = one_epoch(make_loader(tmp_path / "shards", "flow", "test", device="cuda", **kw))
     cpu = one_epoch(make_loader(tmp_path / "shards", "flow", "test", **kw))

@@ -22,6 +22,7 @@ from memdpc.pipeline.loader import make_loader
 from memdpc.pipeline.manifest import load_manifest, shard_paths
 from memdpc.pipeline.plan import Batch
 from memdpc.pipeline.shard import shard_stream
+from memdpc.pipeline.shard_plan import ShardSettings
 from memdpc.pipeline.wds_index import read_index
 from memdpc.preprocess.encode import decode_rgb
 
@@ -131,7 +132,9 @@ def test_drop_last_gives_every_rank_the_same_number_of_full_batches(tiny_shards,
 def long_shards(long_archives, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("long_shards")
     for split in ("train", "test"):
-        shard_stream(long_archives.root, long_archives.records, "rgb", out, split, max_count=3, seed=0)
+        shard_stream(
+            long_archives.root, long_archives.records, "rgb", out, split, ShardSettings(max_count=3, seed=0)
+        )
     return out
 
 

@@ -15,7 +15,7 @@ import numpy as np
 from memdpc.pipeline.manifest import load_manifest
 from memdpc.pipeline.provenance import records_digest, shard_changes, split_record
 from memdpc.pipeline.shard import run_shard
-from memdpc.pipeline.shard_plan import archive_digest, scan_archive
+from memdpc.pipeline.shard_plan import ShardSettings, archive_digest, scan_archive
 from memdpc.preprocess.archive import archive_path, read_archive, write_archive
 from memdpc.preprocess.video_index import write_index
 
@@ -28,10 +28,10 @@ def _copy(archives, tmp_path: Path) -> Path:
     return root
 
 
-def _shard(root: Path, records, out: Path, **kw) -> dict[str, dict]:
+def _shard(root: Path, records, out: Path, seed: int = 0) -> dict[str, dict]:
     """Shards of the train and test splits (max 2 samples each), and what a run records of them (test as val)."""
     for split in ("train", "test"):
-        run_shard(root, records, "rgb", out, split, max_count=2, overwrite=True, **kw)
+        run_shard(root, records, "rgb", out, split, ShardSettings(max_count=2, seed=seed), overwrite=True)
     return {role: split_record(out, "rgb", split) for role, split in (("train", "train"), ("val", "test"))}
 
 
@@ -71,7 +71,7 @@ def test_each_change_of_the_shards_is_named(long_archives, tmp_path):
         == []
     )
     write_index(records, tmp_path / "index.jsonl")  # the manifest rewritten with the index's path: same data
-    run_shard(root, tmp_path / "index.jsonl", "rgb", out, "train", max_count=2)
+    run_shard(root, tmp_path / "index.jsonl", "rgb", out, "train", ShardSettings(max_count=2))
     now = split_record(out, "rgb", "train")
     assert (
         now["sha256"] != before["train"]["sha256"] and shard_changes(before, {**before, "train": now}) == []

@@ -26,7 +26,7 @@ from memdpc.common.errors import UserError
 from memdpc.pipeline.clip import ClipSpec
 from memdpc.pipeline.manifest import load_manifest, shard_paths, verify_shards
 from memdpc.pipeline.shard import THROTTLE_ENV, run_shard, shard_stream
-from memdpc.pipeline.shard_plan import usable_frames
+from memdpc.pipeline.shard_plan import ShardSettings, usable_frames
 from memdpc.preprocess.archive import archive_path, read_archive, write_archive
 from memdpc.preprocess.datasets import build_index
 from memdpc.preprocess.run import preprocess
@@ -64,7 +64,14 @@ def long_shards(long_archives, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("long_shards")
     for stream in ("rgb", "flow"):
         for split in ("train", "test"):
-            shard_stream(long_archives.root, long_archives.records, stream, out, split, max_count=3, seed=1)
+            shard_stream(
+                long_archives.root,
+                long_archives.records,
+                stream,
+                out,
+                split,
+                ShardSettings(max_count=3, seed=1),
+            )
     return out
 
 
@@ -126,7 +133,9 @@ def test_short_videos_are_named_with_the_clip_stride_that_fits_them(long_archive
         f"2 {what}: their windows repeat their last frame (--short pad); --clip-stride 1 fits every one of them, "
         "or --short drop leaves them out"
     ) in report.warnings
-    report = run_shard(long_archives.root, long_archives.records, "rgb", tmp_path / "b", "test", short="drop")
+    report = run_shard(
+        long_archives.root, long_archives.records, "rgb", tmp_path / "b", "test", ShardSettings(short="drop")
+    )
     assert f"2 {what}: left out (--short drop); a smaller --clip-stride keeps them" in report.warnings
     report = run_shard(tiny_archives.root, tiny_archives.records, "rgb", tmp_path / "c", "train")
     assert (
@@ -135,7 +144,12 @@ def test_short_videos_are_named_with_the_clip_stride_that_fits_them(long_archive
         "frames even at --clip-stride 1, or --short drop leaves them out"
     ) in report.warnings
     report = run_shard(
-        long_archives.root, long_archives.records, "rgb", tmp_path / "d", "test", clip=ClipSpec(stride=1)
+        long_archives.root,
+        long_archives.records,
+        "rgb",
+        tmp_path / "d",
+        "test",
+        ShardSettings(clip=ClipSpec(stride=1)),
     )
     assert not any("shorter than one window" in w for w in report.warnings)
 
@@ -146,7 +160,7 @@ def not_short(warnings: list[str]) -> list[str]:
 
 
 def long_shards_for(archives, out: Path, short: str) -> Path:
-    shard_stream(archives.root, archives.records, "rgb", out, "test", short=short)
+    shard_stream(archives.root, archives.records, "rgb", out, "test", ShardSettings(short=short))
     return out
 
 
@@ -261,7 +275,14 @@ def test_dali_cpu_pipeline_reads_every_shard(tiny_shards):
 
 def test_same_seed_gives_identical_shards_and_train_is_shuffled(long_archives, tmp_path):
     def run(out, seed):
-        shard_stream(long_archives.root, long_archives.records, "rgb", out, "train", max_count=3, seed=seed)
+        shard_stream(
+            long_archives.root,
+            long_archives.records,
+            "rgb",
+            out,
+            "train",
+            ShardSettings(max_count=3, seed=seed),
+        )
         return {p.name: p.read_bytes() for p in sorted((out / "rgb").iterdir())}
 
     a, b, c = run(tmp_path / "a", 5), run(tmp_path / "b", 5), run(tmp_path / "c", 6)
@@ -281,7 +302,7 @@ def test_max_size_bounds_every_shard(long_archives, tmp_path):
 
 
 def load_manifest_of(archives, out, **kw):
-    shard_stream(archives.root, archives.records, "rgb", out, "train", **kw)
+    shard_stream(archives.root, archives.records, "rgb", out, "train", ShardSettings(**kw))
     return load_manifest(out, "rgb", "train")
 
 
@@ -297,7 +318,7 @@ def flow_train_ref(long_archives, tmp_path_factory) -> Path:
     """flow/train shards of ``long_archives`` with --max-count 2 (5 shards), written without interruption from
     its index file (as the command line's runs below: the manifest records the index it was given)."""
     out = tmp_path_factory.mktemp("ref")
-    run_shard(long_archives.root, long_archives.index, "flow", out, "train", max_count=2)
+    run_shard(long_archives.root, long_archives.index, "flow", out, "train", ShardSettings(max_count=2))
     return out / "flow"
 
 
@@ -394,8 +415,8 @@ def test_sigint_and_sigterm_stop_within_seconds_say_what_was_kept_and_the_rerun_
 
 
 def test_resume_keeps_complete_shards_and_rewrites_damaged_ones(long_archives, tmp_path):
-    kw = {"max_count": 2}
-    first = run_shard(long_archives.root, long_archives.records, "rgb", tmp_path, "train", **kw)
+    settings = ShardSettings(max_count=2)
+    first = run_shard(long_archives.root, long_archives.records, "rgb", tmp_path, "train", settings)
     tars = sorted((tmp_path / "rgb").glob("*.tar"))
     originals = [t.read_bytes() for t in tars]
     tars[0].write_bytes(originals[0][:-2000])  # truncated
@@ -403,18 +424,22 @@ def test_resume_keeps_complete_shards_and_rewrites_damaged_ones(long_archives, t
     flipped[3000] ^= 0xFF  # same size and layout, damaged JPEG data: caught by the .sha256 file
     tars[1].write_bytes(bytes(flipped))
     tars[2].unlink()  # missing
-    again = run_shard(long_archives.root, long_archives.records, "rgb", tmp_path, "train", **kw)
+    again = run_shard(long_archives.root, long_archives.records, "rgb", tmp_path, "train", settings)
     assert (again.written, again.kept, again.rewritten) == (3, first.shards - 3, 2)
     assert [t.read_bytes() for t in tars] == originals
     assert not any(r.problems for r in verify_shards(tmp_path))
 
 
 def test_refuses_an_output_folder_of_another_configuration(long_archives, tmp_path):
-    shard_stream(long_archives.root, long_archives.records, "rgb", tmp_path, "train", seed=0)
+    shard_stream(long_archives.root, long_archives.records, "rgb", tmp_path, "train", ShardSettings(seed=0))
     with pytest.raises(UserError, match="another configuration.*seed"):
-        shard_stream(long_archives.root, long_archives.records, "rgb", tmp_path, "train", seed=1)
+        shard_stream(
+            long_archives.root, long_archives.records, "rgb", tmp_path, "train", ShardSettings(seed=1)
+        )
     with pytest.raises(UserError, match="another configuration.*input"):
-        shard_stream(long_archives.root, long_archives.records[1:], "rgb", tmp_path, "train", seed=0)
+        shard_stream(
+            long_archives.root, long_archives.records[1:], "rgb", tmp_path, "train", ShardSettings(seed=0)
+        )
     foreign = tmp_path / "foreign"
     (foreign / "rgb").mkdir(parents=True)
     (foreign / "rgb" / "train-000000.tar").write_bytes(b"")
@@ -488,7 +513,9 @@ def test_cli_shards_verifies_and_reports_user_errors(tiny_archives, tmp_path):
 
 
 def test_split_all_takes_every_video_with_train_windows(long_archives, tmp_path):
-    shard_stream(long_archives.root, long_archives.records, "flow", tmp_path, "all", window_step=30)
+    shard_stream(
+        long_archives.root, long_archives.records, "flow", tmp_path, "all", ShardSettings(window_step=30)
+    )
     samples = all_samples(tmp_path, "flow", "all")
     want = {f"{r.id}_{s:05d}" for r in long_archives.records for s in CLIP.train_starts(r.num_frames - 1, 30)}
     assert set(samples) == want
@@ -670,7 +697,7 @@ def test_archives_changed_since_the_plan_are_refused_and_overwrite_rewrites_the_
     root = _copy_archives(long_archives, tmp_path)
     test = [r for r in long_archives.records if r.split == "test"]
     out = tmp_path / "shards"
-    run_shard(root, long_archives.records, "rgb", out, "test", max_count=1)
+    run_shard(root, long_archives.records, "rgb", out, "test", ShardSettings(max_count=1))
     before = _shard_files(out / "rgb")
     meta, frames = read_archive(archive_path(root, "rgb", test[1].id))  # preprocess again, at another quality
     lower = [jpeg(cv2.imdecode(np.frombuffer(f, np.uint8), cv2.IMREAD_COLOR), quality=50) for f in frames]
@@ -695,18 +722,20 @@ def test_archives_changed_since_the_plan_are_refused_and_overwrite_rewrites_the_
         "another --out"
     )
     assert _shard_files(out / "rgb") == before  # refused: nothing touched
-    again = run_shard(root, long_archives.records, "rgb", out, "test", max_count=1, overwrite=True)
+    again = run_shard(
+        root, long_archives.records, "rgb", out, "test", ShardSettings(max_count=1), overwrite=True
+    )
     assert (again.kept, again.written) == (0, 4)
-    run_shard(root, long_archives.records, "rgb", tmp_path / "fresh", "test", max_count=1)
+    run_shard(root, long_archives.records, "rgb", tmp_path / "fresh", "test", ShardSettings(max_count=1))
     assert _shard_files(out / "rgb") == _shard_files(tmp_path / "fresh" / "rgb") != before
     # an archive written since (sharded while preprocess still ran), then other options: fewer shards, no leftovers
     archive_path(root, "rgb", test[0].id).rename(tmp_path / "later.tar")
-    run_shard(root, long_archives.records, "rgb", out, "test", max_count=1, overwrite=True)
+    run_shard(root, long_archives.records, "rgb", out, "test", ShardSettings(max_count=1), overwrite=True)
     (tmp_path / "later.tar").rename(archive_path(root, "rgb", test[0].id))
     with pytest.raises(UserError, match=f"e.g. {test[0].id}: its archive was written since"):
-        run_shard(root, long_archives.records, "rgb", out, "test", max_count=1)
-    run_shard(root, long_archives.records, "rgb", out, "test", max_count=3, overwrite=True)
-    run_shard(root, long_archives.records, "rgb", tmp_path / "fresh3", "test", max_count=3)
+        run_shard(root, long_archives.records, "rgb", out, "test", ShardSettings(max_count=1))
+    run_shard(root, long_archives.records, "rgb", out, "test", ShardSettings(max_count=3), overwrite=True)
+    run_shard(root, long_archives.records, "rgb", tmp_path / "fresh3", "test", ShardSettings(max_count=3))
     assert _shard_files(out / "rgb") == _shard_files(tmp_path / "fresh3" / "rgb")
     assert not any(r.problems for r in verify_shards(out))
 
@@ -714,7 +743,13 @@ def test_archives_changed_since_the_plan_are_refused_and_overwrite_rewrites_the_
 def test_progress_counts_frames(long_archives, tmp_path):
     console = Console(file=io.StringIO(), width=200)
     report = run_shard(
-        long_archives.root, long_archives.records, "flow", tmp_path, "train", max_count=2, console=console
+        long_archives.root,
+        long_archives.records,
+        "flow",
+        tmp_path,
+        "train",
+        ShardSettings(max_count=2),
+        console=console,
     )
     total = report.samples * NF
     assert "flow/train: write shards" in console.file.getvalue()
@@ -801,11 +836,13 @@ def test_an_index_naming_other_files_for_the_archives_ids_is_refused_naming_both
 
 def test_an_index_that_gives_a_video_another_class_is_not_resumed_over(long_archives, tmp_path):
     out = tmp_path / "shards"
-    run_shard(long_archives.root, long_archives.records, "rgb", out, "train", max_count=2)
+    run_shard(long_archives.root, long_archives.records, "rgb", out, "train", ShardSettings(max_count=2))
     plan = out / "rgb" / "plan-train.json"
     older = {k: v for k, v in json.loads(plan.read_text()).items() if k != "labels_sha256"}
     plan.write_text(json.dumps(older))  # a plan written before plans recorded the labels: resumed as before
-    again = run_shard(long_archives.root, long_archives.records, "rgb", out, "train", max_count=2)
+    again = run_shard(
+        long_archives.root, long_archives.records, "rgb", out, "train", ShardSettings(max_count=2)
+    )
     assert (again.kept, again.written) == (again.shards, 0)
     assert "labels_sha256" in json.loads(plan.read_text())
     first = next(r for r in long_archives.records if r.split == "train")
@@ -815,12 +852,12 @@ def test_an_index_that_gives_a_video_another_class_is_not_resumed_over(long_arch
         for r in long_archives.records
     ]
     with pytest.raises(UserError) as e:
-        run_shard(long_archives.root, relabelled, "rgb", out, "train", max_count=2)
+        run_shard(long_archives.root, relabelled, "rgb", out, "train", ShardSettings(max_count=2))
     assert str(e.value) == (
         f"{out / 'rgb'}: holds train shards planned when the index gave some of their videos other classes; add "
         "--overwrite to rewrite the train shards, or use another --out"
     )
-    run_shard(long_archives.root, relabelled, "rgb", out, "train", max_count=2, overwrite=True)
+    run_shard(long_archives.root, relabelled, "rgb", out, "train", ShardSettings(max_count=2), overwrite=True)
     samples = all_samples(out, "rgb", "train")
     labels = {struct.unpack("<i", s["cls"])[0] for k, s in samples.items() if k.rsplit("_", 1)[0] == first.id}
     assert labels == {other.label}

@@ -24,6 +24,7 @@ from memdpc.pipeline.shard_plan import (
     FAILED,
     NOT_WRITTEN,
     UNUSABLE,
+    ShardSettings,
     archive_digest,
     class_names,
     make_plan,
@@ -52,7 +53,9 @@ def test_usable_frames_are_those_with_a_flow_partner():
 
 @pytest.mark.parametrize("stream", ["rgb", "flow"])
 def test_train_windows_every_step_on_the_usable_frames(long_archives, stream):
-    plan = make_plan(long_archives.root, long_archives.records, stream, "train", window_step=20)
+    plan = make_plan(
+        long_archives.root, long_archives.records, stream, "train", ShardSettings(window_step=20)
+    )
     want = _index_order(long_archives, "train", lambda n: CLIP.train_starts(n, 20))
     assert sorted(_keys(plan)) == sorted(want)
     assert sorted(k for k in want if "_g00_" in k) == [
@@ -69,12 +72,12 @@ def test_train_windows_every_step_on_the_usable_frames(long_archives, stream):
 def test_train_samples_are_shuffled_by_seed(long_archives):
     base = _index_order(long_archives, "train", lambda n: CLIP.train_starts(n, 20))
     plans = {
-        seed: make_plan(long_archives.root, long_archives.records, "rgb", "train", seed=seed)
+        seed: make_plan(long_archives.root, long_archives.records, "rgb", "train", ShardSettings(seed=seed))
         for seed in (0, 1)
     }
     for seed, plan in plans.items():
         assert _keys(plan) == [base[i] for i in np.random.default_rng(seed).permutation(len(base))]
-    again = make_plan(long_archives.root, long_archives.records, "rgb", "train", seed=0)
+    again = make_plan(long_archives.root, long_archives.records, "rgb", "train", ShardSettings(seed=0))
     assert _keys(again) == _keys(plans[0]) and again.fingerprint() == plans[0].fingerprint()
     assert _keys(plans[1]) != _keys(plans[0])
     assert plans[1].fingerprint()["samples_sha256"] != plans[0].fingerprint()["samples_sha256"]
@@ -82,7 +85,7 @@ def test_train_samples_are_shuffled_by_seed(long_archives):
 
 def test_eval_windows_in_index_order_and_short_videos_padded(long_archives):
     plan = make_plan(
-        long_archives.root, long_archives.records, "rgb", "test", window_step=0
+        long_archives.root, long_archives.records, "rgb", "test", ShardSettings(window_step=7)
     )  # unused for eval
     assert _keys(plan) == _index_order(long_archives, "test", CLIP.eval_starts)
     assert _keys(plan) == [f"v_{c}_g{g:02d}_00000" for c in ("MoveRight", "MoveLeft") for g in (1, 3)]
@@ -95,20 +98,20 @@ def test_eval_windows_in_index_order_and_short_videos_padded(long_archives):
 
 
 def test_short_videos_are_dropped_on_request(long_archives):
-    plan = make_plan(long_archives.root, long_archives.records, "flow", "test", short="drop")
+    plan = make_plan(long_archives.root, long_archives.records, "flow", "test", ShardSettings(short="drop"))
     assert _keys(plan) == ["v_MoveRight_g01_00000", "v_MoveLeft_g01_00000"]
     assert plan.short == 2 and set(plan.sources) == {"v_MoveRight_g01", "v_MoveLeft_g01"}
 
 
 def test_shards_are_cut_by_count_and_by_size(long_archives):
-    plan = make_plan(long_archives.root, long_archives.records, "rgb", "train", max_count=3)
+    plan = make_plan(long_archives.root, long_archives.records, "rgb", "train", ShardSettings(max_count=3))
     assert [len(sh.samples) for sh in plan.shards] == [3, 3, 3, 1]
     assert [sh.name for sh in plan.shards] == [f"train-{k:06d}.tar" for k in range(4)]
     assert plan.num_samples == 10
     for sh in plan.shards:
         body = sum(sample_bytes(s, plan.sources[s.video_id]) for s in sh.samples) + 1024  # + the end blocks
         assert sh.bytes == body + (-body % 10240)  # padded to whole 10 KiB records
-    one = make_plan(long_archives.root, long_archives.records, "rgb", "train", max_size=1)
+    one = make_plan(long_archives.root, long_archives.records, "rgb", "train", ShardSettings(max_size=1))
     assert [len(sh.samples) for sh in one.shards] == [
         1
     ] * 10  # a sample larger than max_size is a shard alone
@@ -118,10 +121,10 @@ def test_shards_are_cut_by_count_and_by_size(long_archives):
     "kw, message",
     [
         ({"stream": "depth"}, "unknown stream 'depth' (choose from rgb, flow)"),
-        ({"short": "keep"}, "--short must be one of pad, drop, not 'keep'"),
-        ({"max_count": 0}, "--max-count and --max-size must be ≥ 1"),
-        ({"max_size": 0}, "--max-count and --max-size must be ≥ 1"),
-        ({"window_step": 0}, "--window-step must be ≥ 1, not 0"),
+        ({"short": "keep"}, "short must be one of pad, drop, not 'keep'"),
+        ({"max_count": 0}, "max_count must be ≥ 1, not 0"),
+        ({"max_size": 0}, "max_size must be ≥ 1, not 0"),
+        ({"window_step": 0}, "window_step must be ≥ 1, not 0"),
         (
             {"split": "val"},
             "video index: no videos in split 'val' (it has test: 4, train: 4); "
@@ -130,9 +133,11 @@ def test_shards_are_cut_by_count_and_by_size(long_archives):
     ],
 )
 def test_bad_options_are_one_line_user_errors(long_archives, kw, message):
+    """A stream or split is the plan's to refuse; a setting, the settings' own (before any archive is read)."""
     args = {"stream": "rgb", "split": "train", **kw}
+    stream, split = args.pop("stream"), args.pop("split")
     with pytest.raises(UserError) as e:
-        make_plan(long_archives.root, long_archives.records, args.pop("stream"), args.pop("split"), **args)
+        make_plan(long_archives.root, long_archives.records, stream, split, ShardSettings(**args))
     assert str(e.value) == message
 
 

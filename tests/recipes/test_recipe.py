@@ -22,6 +22,7 @@ from memdpc.common.errors import UserError
 from memdpc.common.streams import STREAMS
 from memdpc.model.checkpoint import read_checkpoint
 from memdpc.pipeline.shard import shard_stream
+from memdpc.pipeline.shard_plan import ShardSettings
 from memdpc.preprocess.examples.synthetic import CLASSES, render_video
 from memdpc.preprocess.video_index import VideoRecord
 from memdpc.recipes.recipe import (
@@ -83,7 +84,9 @@ def tiny_shards(tmp_path_factory) -> Path:
             )
     for stream in STREAMS:
         for split in ("train", "test"):
-            shard_stream(root / "archives", records, stream, root / "shards", split, max_count=2, seed=0)
+            shard_stream(
+                root / "archives", records, stream, root / "shards", split, ShardSettings(max_count=2, seed=0)
+            )
     return root / "shards"
 
 
@@ -101,7 +104,7 @@ def test_every_recipe_names_its_row_figures_data_and_a_valid_training():
         else:
             assert r.pretrain in known and r.eval["task"] in ("retrieve", "probe", "finetune"), name
             config = config_from_dict(train_settings(name), where=name)
-            assert config.clips_per_video == 1 and config.stream == r.preprocess["streams"], name
+            assert config.clips_per_video == 1 and config.loader.stream == r.preprocess["streams"], name
     figures = {d: f for n in names() for d, f in load(n).expect.items() if n.endswith("ucf101-r18-fused")}
     assert figures == {"ucf101": {"top1": 84.0}}
 
@@ -262,7 +265,7 @@ def test_a_recipes_eval_options_fill_only_what_the_command_line_leaves(tiny_shar
         ],
     )
     assert res.exit_code == 2 and res.output.splitlines()[-1].startswith(
-        f"Error: {bad}: eval: crops: '7' is not one of"
+        f"Error: {bad}: eval: crops must be one of 1, 5, 10, not 7"
     )
 
 

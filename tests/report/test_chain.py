@@ -16,12 +16,13 @@ import torch
 from memdpc.eval.run import evaluate
 from memdpc.pipeline.clip import ClipSpec
 from memdpc.pipeline.shard import run_shard
+from memdpc.pipeline.shard_plan import ShardSettings
 from memdpc.preprocess.datasets import build_index
 from memdpc.preprocess.run import preprocess
 from memdpc.preprocess.video_index import hold_out, read_index, write_index
 from memdpc.report.chain import AS_RECORDED, CHANGED, GONE, chains
 from memdpc.report.page import PAGE, write_report
-from memdpc.train.config import TrainConfig
+from memdpc.train.config import config_from_dict
 from memdpc.train.loop import train
 
 from ..conftest import MESSY_BROKEN
@@ -69,11 +70,18 @@ def made(messy_folder, tmp_path_factory, one_thread_module) -> Path:
     preprocess(root / "index.jsonl", root / "frames", "rgb", size=24, workers=1, progress=False)
     for split in ("train", "test"):
         run_shard(
-            root / "frames", root / "index.jsonl", "rgb", root / "shards", split, clip=CLIP, max_count=4
+            root / "frames",
+            root / "index.jsonl",
+            "rgb",
+            root / "shards",
+            split,
+            ShardSettings(clip=CLIP, max_count=4),
         )
     shutil.copytree(root / "shards", root / "old-shards")
     run = train(
-        TrainConfig(stream="rgb", shards=str(root / "shards"), out=str(root / "runs" / "rgb"), **TINY)
+        config_from_dict(
+            dict(stream="rgb", shards=str(root / "shards"), out=str(root / "runs" / "rgb"), **TINY)
+        )
     )
     evaluate("retrieve", run / "checkpoints" / "last.pt", shards=root / "shards", out=root / "eval", **EVAL)
     return root
@@ -143,8 +151,7 @@ def test_each_link_says_what_changed_since(made, tmp_path):
             "rgb",
             made / "shards",
             "test",
-            clip=CLIP,
-            max_count=1,
+            ShardSettings(clip=CLIP, max_count=1),
             overwrite=True,
         )
         ckpt.rename(moved)
@@ -168,8 +175,7 @@ def test_each_link_says_what_changed_since(made, tmp_path):
             "rgb",
             made / "shards",
             "test",
-            clip=CLIP,
-            max_count=4,
+            ShardSettings(clip=CLIP, max_count=4),
             overwrite=True,
         )
     (chain,) = chains([made / "eval" / "retrieval-rgb.json"])
@@ -212,8 +218,7 @@ def test_shards_cut_again_keep_the_index_and_archives_rows_and_a_replaced_video_
                 "rgb",
                 made / "shards",
                 split,
-                clip=CLIP,
-                max_count=2,
+                ShardSettings(clip=CLIP, max_count=2),
                 overwrite=True,
             )
         shutil.copyfile(records[1].path, video)
@@ -244,8 +249,7 @@ def test_shards_cut_again_keep_the_index_and_archives_rows_and_a_replaced_video_
                 "rgb",
                 made / "shards",
                 split,
-                clip=CLIP,
-                max_count=4,
+                ShardSettings(clip=CLIP, max_count=4),
                 overwrite=True,
             )
     (chain,) = chains([made / "eval" / "retrieval-rgb.json"])

@@ -18,6 +18,7 @@ from memdpc.common.errors import UserError
 from memdpc.eval.results import save_result
 from memdpc.pipeline.clip import ClipSpec
 from memdpc.pipeline.shard import shard_stream
+from memdpc.pipeline.shard_plan import ShardSettings
 from memdpc.preprocess.archive import archive_path, read_archive, write_archive
 from memdpc.preprocess.datasets import build_index
 from memdpc.preprocess.run import preprocess
@@ -55,7 +56,7 @@ def shards(frames):
     root, records = frames
     out = root.parent / "shards"
     for stream in ("rgb", "flow"):
-        shard_stream(root, records, stream, out, "train", max_count=2, seed=0)
+        shard_stream(root, records, stream, out, "train", ShardSettings(max_count=2, seed=0))
     return out
 
 
@@ -145,7 +146,9 @@ def test_samples_of_a_split_come_from_several_videos_and_classes_not_the_first_v
     """The test split in index order, 13 windows of each video: the first samples would all be the first
     video's; show spreads them over the videos, one class after another."""
     root, records = frames
-    shard_stream(root, records, "rgb", tmp_path / "shards", "test", clip=ClipSpec(2, 2, 1), max_count=8)
+    shard_stream(
+        root, records, "rgb", tmp_path / "shards", "test", ShardSettings(clip=ClipSpec(2, 2, 1), max_count=8)
+    )
     labels = {r.id: r.label_name for r in records}
     written = show(tmp_path / "shards", tmp_path / "pics", ShowOptions(samples=3, split="test"))
     videos = [p.name.removeprefix("rgb-test-").rsplit("_", 1)[0] for p in written]

@@ -14,6 +14,7 @@ import pytest
 from memdpc.pipeline.clip import ClipSpec
 from memdpc.pipeline.manifest import verify_shards
 from memdpc.pipeline.shard import ShardReport, run_shard
+from memdpc.pipeline.shard_plan import ShardSettings
 from memdpc.preprocess.datasets import build_index
 from memdpc.preprocess.examples.synthetic import CLASSES, render_video
 from memdpc.preprocess.run import preprocess
@@ -46,7 +47,12 @@ def shards(tmp_path_factory) -> tuple[Path, ShardReport]:
         records.append(VideoRecord(vid, f"/nowhere/{vid}.avi", 0, CLASSES[0], "train"))
     records.append(VideoRecord("v_gone", "/nowhere/v_gone.avi", 0, CLASSES[0], "train"))
     report = run_shard(
-        root / "archives", records, "rgb", root / "shards", "train", clip=CLIP, window_step=4, max_count=2
+        root / "archives",
+        records,
+        "rgb",
+        root / "shards",
+        "train",
+        ShardSettings(clip=CLIP, window_step=4, max_count=2),
     )
     return root / "shards", report
 

@@ -16,6 +16,7 @@ import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from memdpc.pipeline.clip import ClipSpec
+from memdpc.pipeline.shard_plan import ShardSettings
 from memdpc.preprocess.examples.synthetic import CLASSES, render_video
 from memdpc.preprocess.video_index import VideoRecord
 
@@ -56,7 +57,12 @@ def train_shards(tmp_path_factory) -> Path:
     out = root / "shards"
     for split in ("train", "test"):
         shard_stream(
-            root / "archives", records, "rgb", out, split, clip=CLIP, window_step=8, max_count=4, seed=0
+            root / "archives",
+            records,
+            "rgb",
+            out,
+            split,
+            ShardSettings(clip=CLIP, window_step=8, max_count=4, seed=0),
         )
     return out
 
@@ -69,7 +75,14 @@ def val_shards(train_shards, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("val_data") / "shards"
     shutil.copytree(train_shards, out)
     records = [video_record(0, 3, "val"), video_record(1, 3, "val")]
-    shard_stream(train_shards.parent / "archives", records, "rgb", out, "val", clip=CLIP, max_count=4, seed=0)
+    shard_stream(
+        train_shards.parent / "archives",
+        records,
+        "rgb",
+        out,
+        "val",
+        ShardSettings(clip=CLIP, max_count=4, seed=0),
+    )
     return out
 
 
@@ -94,7 +107,12 @@ def blank_shards(tmp_path_factory) -> Path:
     out = root / "shards"
     for split in ("train", "test"):
         shard_stream(
-            root / "archives", records, "rgb", out, split, clip=CLIP, window_step=8, max_count=4, seed=0
+            root / "archives",
+            records,
+            "rgb",
+            out,
+            split,
+            ShardSettings(clip=CLIP, window_step=8, max_count=4, seed=0),
         )
     return out
 

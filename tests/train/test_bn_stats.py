@@ -10,7 +10,7 @@ from memdpc.common.distenv import DistEnv
 from memdpc.model.checkpoint import load_model, read_checkpoint
 from memdpc.train.bn_stats import data_batchnorm_stats
 from memdpc.train.checkpoint import initial_model, param_digest
-from memdpc.train.config import TrainConfig
+from memdpc.train.config import config_from_dict
 from memdpc.train.loop import _loader
 
 from .conftest import CLIP
@@ -29,7 +29,7 @@ OPTIONS = dict(
 
 
 def test_statistics_are_the_average_over_the_batches_and_weights_stay(train_shards):
-    config = TrainConfig(shards=str(train_shards), out="unused", **OPTIONS)
+    config = config_from_dict(dict(shards=str(train_shards), out="unused", **OPTIONS))
     env = DistEnv(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))
     model = initial_model(config)
     before = param_digest(model)

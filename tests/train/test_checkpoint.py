@@ -18,7 +18,7 @@ from memdpc.train.checkpoint import (
     read_training_entries,
     training_entries,
 )
-from memdpc.train.config import TrainConfig
+from memdpc.train.config import config_from_dict
 from memdpc.train.seeding import seed_everything
 
 from ..conftest import reference_weights
@@ -67,7 +67,7 @@ def _converted(tmp_path, name="memdpc_r18", stream="rgb", **kw):
 
 def test_init_weights_start_the_run_and_the_init_only_checkpoint(tmp_path):
     path, weights = _converted(tmp_path, mem_size=8, bidirectional=False)
-    config = TrainConfig(init=str(path), out=str(tmp_path / "run"), **CONFIG)
+    config = config_from_dict(dict(init=str(path), out=str(tmp_path / "run"), **CONFIG))
     init, warning = ck.read_init(path, config)
     assert warning is None
     model = ck.initial_model(config, init)
@@ -77,15 +77,15 @@ def test_init_weights_start_the_run_and_the_init_only_checkpoint(tmp_path):
     written = mc.read_checkpoint(ck.write_initial_checkpoint(config, tmp_path / "init.pt"))
     assert written["origin"] == "init" and written["input_size"] == 32
     assert all(torch.equal(v, weights[k]) for k, v in written["model"].items())
-    seeded = ck.initial_model(TrainConfig(**CONFIG))
+    seeded = ck.initial_model(config_from_dict(CONFIG))
     assert not torch.equal(seeded.memory, weights["memory"])
 
 
 def test_a_reference_dpc_without_batchnorm_statistics_starts_a_dpc_run(tmp_path):
     """The reference DPC tracks no BatchNorm statistics; its weights start the run, its statistics are fresh."""
     path, weights = _converted(tmp_path, "dpc_r18", track_running_stats=False)
-    config = TrainConfig(
-        **{**CONFIG, "arch": "dpc_r18"}
+    config = config_from_dict(
+        dict(**{**CONFIG, "arch": "dpc_r18"})
     )  # its mem_size (not the file's 1024) is moot for DPC
     init, _ = ck.read_init(path, config)
     state = ck.initial_model(config, init).state_dict()
@@ -99,7 +99,7 @@ def test_a_reference_dpc_without_batchnorm_statistics_starts_a_dpc_run(tmp_path)
 
 
 def test_init_checkpoints_that_cannot_start_the_run_are_refused(tmp_path):
-    config = TrainConfig(**CONFIG)
+    config = config_from_dict(CONFIG)
     dpc, _ = _converted(tmp_path, "dpc_r18", bidirectional=False)
     with pytest.raises(
         UserError,
@@ -117,7 +117,7 @@ def test_init_checkpoints_that_cannot_start_the_run_are_refused(tmp_path):
     _, warning = ck.read_init(flow, config)
     assert "converted as flow weights; used on the rgb stream" in warning
     own = tmp_path / "own.pt"
-    ck.write_initial_checkpoint(TrainConfig(**CONFIG, stream="flow"), own)
+    ck.write_initial_checkpoint(config_from_dict(dict(**CONFIG, stream="flow")), own)
     with pytest.raises(UserError, match=f"{own}: checkpoint was trained on the flow stream, not rgb"):
         ck.read_init(own, config)
     (tmp_path / "cut.pt").write_bytes(own.read_bytes()[:1000])

@@ -5,7 +5,7 @@ from dataclasses import fields
 import pytest
 
 from memdpc.common.errors import UserError
-from memdpc.common.settings import choices_of
+from memdpc.common.settings import options_of
 from memdpc.train.config import (
     RESTART_FREE,
     TrainConfig,
@@ -17,7 +17,7 @@ from memdpc.train.config import (
 
 def test_defaults_are_the_papers():
     c = TrainConfig()
-    assert (c.arch, c.size, c.num_blocks, c.block_len, c.pred_steps, c.mem_size) == (
+    assert (c.arch, c.size, c.clip.num_blocks, c.clip.block_len, c.pred_steps, c.mem_size) == (
         "memdpc_r18",
         128,
         8,
@@ -25,7 +25,13 @@ def test_defaults_are_the_papers():
         3,
         1024,
     )
-    assert (c.lr, c.weight_decay, c.batch_size, c.schedule, c.lr_min) == (1e-3, 1e-5, 16, "plateau", 1e-4)
+    assert (c.lr, c.weight_decay, c.loader.batch_size, c.schedule, c.lr_min) == (
+        1e-3,
+        1e-5,
+        16,
+        "plateau",
+        1e-4,
+    )
     assert c.widths == [64, 128, 256, 256] and not c.global_negatives and c.amp == "none"
     assert (c.negatives, c.best_by, c.early_stop) == ("all", "loss", 0)
 
@@ -38,7 +44,7 @@ def test_yaml_and_toml_give_the_same_config(tmp_path):
     a = config_from_dict(read_config_file(tmp_path / "c.yaml"))
     b = config_from_dict(read_config_file(tmp_path / "c.toml"))
     assert a == b
-    assert (a.stream, a.lr, a.widths, a.bidirectional, a.batch_size) == (
+    assert (a.loader.stream, a.lr, a.widths, a.bidirectional, a.loader.batch_size) == (
         "flow",
         0.01,
         [8, 16, 32, 32],
@@ -64,12 +70,14 @@ def test_option_strings_are_coerced():
         ("lr: [\n", "not valid YAML"),
         ("pred_steps: 8\n", "pred_steps (8) must be smaller than num_blocks (8)"),
         ("schedule: milestones\n", "needs --milestones"),
-        ("crop_size: -1\n", "crop_size must be ≥ 0 (0 = resize the crop once), not -1"),
+        ("crop_size: -1\n", "crop_size must be ≥ 0, not -1"),
         ("negatives: none\n", "negatives must be one of all, same_position"),
         ("best_by: knn\nknn_every: 2\n", "best_by knn needs the kNN monitor every epoch (--knn-every 1)"),
         ("best_by: knn\nknn_every: 1\nval_split: none\n", "and a validation split"),
         ("early_stop: -1\n", "early_stop must be ≥ 0"),
-        ("clips_per_video: -1\n", "clips_per_video must be ≥ 0 (0 = every window), not -1"),
+        ("clips_per_video: -1\n", "clips_per_video must be ≥ 0, not -1"),
+        ("num_blocks: 0\n", "num_blocks must be ≥ 1, not 0"),
+        ("batch_size: 0\n", "batch_size must be ≥ 1, not 0"),
     ],
 )
 def test_bad_config_files_name_the_file_and_problem(tmp_path, text, message):
@@ -87,22 +95,28 @@ def test_missing_config_file(tmp_path):
 
 
 def test_differences_ignore_settings_free_to_change_on_restart():
-    recorded = TrainConfig(shards="/a", out="/r").to_dict()
-    assert config_differences(recorded, TrainConfig(shards="/b", out="/r", epochs=5, num_workers=8)) == []
-    diff = config_differences(recorded, TrainConfig(shards="/a", out="/r", lr=0.01))
+    recorded = config_from_dict(dict(shards="/a", out="/r")).to_dict()
+    assert (
+        config_differences(recorded, config_from_dict(dict(shards="/b", out="/r", epochs=5, num_workers=8)))
+        == []
+    )
+    diff = config_differences(recorded, config_from_dict(dict(shards="/a", out="/r", lr=0.01)))
     assert diff == ["lr: 0.001 → 0.01"]
     assert "lr" not in RESTART_FREE and "seed" not in RESTART_FREE
 
 
 def test_a_setting_newer_than_the_recorded_run_counts_as_its_default():
-    recorded = TrainConfig(shards="/a", out="/r").to_dict()
+    recorded = config_from_dict(dict(shards="/a", out="/r")).to_dict()
     del recorded["jitter_flow"]  # a run directory written before the setting existed
-    assert config_differences(recorded, TrainConfig(shards="/a", out="/r")) == []
-    assert config_differences(recorded, TrainConfig(shards="/a", out="/r", jitter_flow=False)) == [
+    assert config_differences(recorded, config_from_dict(dict(shards="/a", out="/r"))) == []
+    assert config_differences(recorded, config_from_dict(dict(shards="/a", out="/r", jitter_flow=False))) == [
         "jitter_flow: True → False"
     ]
 
 
-def test_every_field_is_an_option_with_help():
-    assert all(f.metadata["help"] for f in fields(TrainConfig))
-    assert choices_of(TrainConfig)["amp"] == ("none", "bf16", "fp16")
+def test_every_field_is_an_option_with_help_and_nested_settings_are_named_flat():
+    assert all(f.metadata.get("help") or f.metadata.get("nested") for f in fields(TrainConfig))
+    by_name = {f.name: meta for f, meta, _ in options_of(TrainConfig)}
+    assert by_name["amp"]["choices"] == ("none", "bf16", "fp16")
+    assert by_name["num_blocks"]["flags"] == ("--blocks", "--num-blocks")  # the clip's setting, train's flags
+    assert {"shards", "num_workers", "num_blocks", "block_len"} <= set(TrainConfig().to_dict())

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from memdpc.cli import main
 from memdpc.common.errors import UserError
 from memdpc.model.checkpoint import read_checkpoint
-from memdpc.train.config import TrainConfig
+from memdpc.train.config import config_from_dict
 from memdpc.train.dry_run import plan_run
 from memdpc.train.loop import train
 
@@ -42,8 +42,8 @@ SMALL = dict(
 def test_the_dry_runs_counts_are_those_of_the_real_epoch_and_it_writes_nothing(
     train_shards, tmp_path, one_thread, clips_per_video, clips, steps
 ):
-    config = TrainConfig(
-        shards=str(train_shards), out=str(tmp_path / "run"), clips_per_video=clips_per_video, **SMALL
+    config = config_from_dict(
+        dict(shards=str(train_shards), out=str(tmp_path / "run"), clips_per_video=clips_per_video, **SMALL)
     )
     plan = plan_run(config)
     assert not (tmp_path / "run").exists()
@@ -68,7 +68,7 @@ def test_the_timing_stops_once_its_budget_is_spent(train_shards, tmp_path, one_t
     from memdpc.train import dry_run
 
     monkeypatch.setattr(dry_run, "WARMUP_BUDGET_S", 0.0)
-    plan = plan_run(TrainConfig(shards=str(train_shards), out=str(tmp_path / "run"), **SMALL))
+    plan = plan_run(config_from_dict(dict(shards=str(train_shards), out=str(tmp_path / "run"), **SMALL)))
     assert plan.timed_steps == 1 and plan.step_s > 0
 
 
@@ -132,9 +132,9 @@ def test_the_command_prints_the_plan_and_leaves_no_run_folder(train_shards, tmp_
 def test_a_run_folder_of_another_config_is_refused_as_the_run_would_refuse_it(train_shards, tmp_path):
     out = tmp_path / "run"
     out.mkdir()
-    (out / "config.yaml").write_text(json.dumps({**TrainConfig(**SMALL).to_dict(), "lr": 0.5}))
+    (out / "config.yaml").write_text(json.dumps({**config_from_dict(SMALL).to_dict(), "lr": 0.5}))
     with pytest.raises(UserError, match="holds a different config"):
-        plan_run(TrainConfig(shards=str(train_shards), out=str(out), **SMALL))
+        plan_run(config_from_dict(dict(shards=str(train_shards), out=str(out), **SMALL)))
     res = CliRunner().invoke(
         main,
         ["train", "--init-only", "--dry-run", "--shards", str(train_shards), "--out", str(tmp_path / "x")],

@@ -32,8 +32,9 @@ from memdpc.model import create_model
 from memdpc.model.checkpoint import load_model, read_checkpoint
 from memdpc.pipeline.clip import ClipSpec
 from memdpc.pipeline.shard import run_shard
+from memdpc.pipeline.shard_plan import ShardSettings
 from memdpc.train.checkpoint import initial_model, param_digest
-from memdpc.train.config import TrainConfig
+from memdpc.train.config import config_from_dict
 from memdpc.train.knn import knn_recall
 from memdpc.train.loop import State, _check_weights, _loader
 from memdpc.train.metrics import StepValues, at_chance, chance_summary
@@ -191,28 +192,32 @@ def test_short_run_lowers_the_loss_and_records_everything(learned_run, train_sha
     first, knn = records(learned_run, "knn")  # at initialisation and after epoch 4
     assert first["step"] == 0 and knn["step"] == 16
     # the monitor's R@1 is that of the weights it ran on (the initial weights, the epoch's last.pt), recomputed here
-    config = TrainConfig(
-        shards=str(train_shards),
-        out="unused",
-        backend="torch",
-        size=64,
-        num_blocks=5,
-        block_len=3,
-        batch_size=4,
-        num_workers=0,
+    config = config_from_dict(
+        dict(
+            shards=str(train_shards),
+            out="unused",
+            backend="torch",
+            size=64,
+            num_blocks=5,
+            block_len=3,
+            batch_size=4,
+            num_workers=0,
+        )
     )
     env = DistEnv(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))
     loaders = [_loader(config, env, split, CLIP, train=False) for split in ("train", "test")]
     last, _ = load_model(learned_run / "checkpoints" / "last.pt")
     assert knn["r1"] == knn_recall(last, *loaders, env.device, config.knn_max_batches)
-    run_config = TrainConfig(
-        **{
-            **config.to_dict(),
-            "arch": "memdpc_r18",
-            "widths": [8, 16, 32, 32],
-            "mem_size": 32,
-            "pred_steps": 2,
-        }
+    run_config = config_from_dict(
+        dict(
+            **{
+                **config.to_dict(),
+                "arch": "memdpc_r18",
+                "widths": [8, 16, 32, 32],
+                "mem_size": 32,
+                "pred_steps": 2,
+            }
+        )
     )
     assert first["r1"] == knn_recall(initial_model(run_config), *loaders, env.device, config.knn_max_batches)
     assert knn["r1"] * 3 == pytest.approx(round(knn["r1"] * 3))  # a recall over the 3 test videos
@@ -939,7 +944,9 @@ def test_val_split_warnings_are_printed_once_at_the_start(val_shards, tmp_path, 
     assert lines[:2] == [
         f"warning: {w}"
         for w in val_split_warnings(
-            TrainConfig(shards=str(val_shards), val_split="val", knn_every=1, num_blocks=5, block_len=3)
+            config_from_dict(
+                dict(shards=str(val_shards), val_split="val", knn_every=1, num_blocks=5, block_len=3)
+            )
         )
     ]
     # once; the summary may add its own, of a validation loss at chance (a tiny run on 2 videos)
@@ -1441,16 +1448,18 @@ def test_gpu_bf16_training_at_the_fast_defaults_stays_finite(train_shards, tmp_p
 
 @pytest.mark.parametrize(("jitter", "crop_size"), [(True, 224), (False, 0)])
 def test_augmentation_settings_reach_the_loader(train_shards, jitter, crop_size):
-    config = TrainConfig(
-        shards=str(train_shards),
-        out="unused",
-        backend="torch",
-        size=32,
-        num_blocks=5,
-        block_len=3,
-        pred_steps=2,
-        jitter_flow=jitter,
-        crop_size=crop_size,
+    config = config_from_dict(
+        dict(
+            shards=str(train_shards),
+            out="unused",
+            backend="torch",
+            size=32,
+            num_blocks=5,
+            block_len=3,
+            pred_steps=2,
+            jitter_flow=jitter,
+            crop_size=crop_size,
+        )
     )
     env = DistEnv(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))
     spec = _loader(config, env, "train", ClipSpec(5, 3, stride=1), train=True).plan.spec
@@ -1464,7 +1473,13 @@ def _shard_videos(shards: Path, archives: Path, val: set[tuple[int, int]]) -> No
     records = [video_record(ci, g, "val" if (ci, g) in val else "train") for ci in range(3) for g in range(4)]
     for split in ("train", "val"):
         run_shard(
-            archives, records, "rgb", shards, split, clip=CLIP, window_step=8, max_count=4, overwrite=True
+            archives,
+            records,
+            "rgb",
+            shards,
+            split,
+            ShardSettings(clip=CLIP, window_step=8, max_count=4),
+            overwrite=True,
         )
 
 

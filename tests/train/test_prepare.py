@@ -17,7 +17,7 @@ import yaml
 
 from memdpc.common.errors import UserError
 from memdpc.pipeline.manifest import load_manifest
-from memdpc.train.config import TrainConfig
+from memdpc.train.config import TrainConfig, config_from_dict
 from memdpc.train.prepare import (
     CONFIG_NAME,
     check_run_dir,
@@ -33,7 +33,7 @@ GEOMETRY = {"num_blocks": 5, "block_len": 3}
 
 
 def _config(shards: Path | str, out: Path | str = "", **kw) -> TrainConfig:
-    return TrainConfig(shards=str(shards), out=str(out), **{**GEOMETRY, **kw})
+    return config_from_dict(dict(shards=str(shards), out=str(out), **{**GEOMETRY, **kw}))
 
 
 def test_the_train_and_validation_manifests(train_shards):
@@ -49,7 +49,7 @@ def test_no_shard_folder_is_a_user_error():
     with pytest.raises(
         UserError, match=r"^no shard folder given: pass --shards DIR \(written by `memdpc shard`\)$"
     ):
-        check_shards(TrainConfig(**GEOMETRY))
+        check_shards(config_from_dict(GEOMETRY))
 
 
 def test_shards_of_the_other_stream_are_named(train_shards):
@@ -159,7 +159,7 @@ def test_an_unreadable_recorded_config_is_a_user_error(tmp_path):
 
 def test_an_empty_recorded_config_counts_as_the_defaults(tmp_path):
     (tmp_path / CONFIG_NAME).write_text("")
-    assert check_run_dir(TrainConfig(out=str(tmp_path))) is None
+    assert check_run_dir(config_from_dict(dict(out=str(tmp_path)))) is None
     with pytest.raises(UserError, match=r"different config \(block_len: 5 → 3; num_blocks: 8 → 5\)"):
         check_run_dir(_config("s", tmp_path))
 
@@ -257,9 +257,9 @@ def _killed_holding_the_lock(run: Path, then: str = "") -> str:
     """The process id of a process SIGKILLed while it holds ``run``'s lock, after running ``then`` (Python
     lines)."""
     code = (
-        "import os, signal, sys, time; from memdpc.train.config import TrainConfig; "
+        "import os, signal, sys, time; from memdpc.train.config import config_from_dict; "
         "from memdpc.train.prepare import hold_run_dir\n"
-        f"lock = hold_run_dir(TrainConfig(out=sys.argv[1]))\n{then}"
+        f"lock = hold_run_dir(config_from_dict(dict(out=sys.argv[1])))\n{then}"
         "print(os.getpid(), flush=True); os.kill(os.getpid(), signal.SIGKILL)"
     )
     killed = subprocess.run([sys.executable, "-c", code, str(run)], capture_output=True, text=True)

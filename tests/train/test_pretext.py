@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from memdpc.train.config import TrainConfig
+from memdpc.train.config import config_from_dict
 from memdpc.train.loop import train
 from memdpc.train.pretext import pretext_scores
 
@@ -29,7 +29,7 @@ TINY = dict(
 
 
 def test_the_score_is_the_validation_the_loop_logged(train_shards, tmp_path, one_thread):
-    config = TrainConfig(shards=str(train_shards), out=str(tmp_path / "run"), **TINY)
+    config = config_from_dict(dict(shards=str(train_shards), out=str(tmp_path / "run"), **TINY))
     run = train(config)
     (val,) = [
         r

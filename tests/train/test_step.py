@@ -20,7 +20,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from memdpc.common.errors import UserError
 from memdpc.model import create_model
 from memdpc.model.names import PRETRAIN_NAMES
-from memdpc.train.config import TrainConfig
+from memdpc.train.config import TrainConfig, config_from_dict
 from memdpc.train.step import Stepper, make_optimizer, out_of_memory, place_clips, place_model
 
 CPU = torch.device("cpu")
@@ -91,7 +91,9 @@ def stepper(config: TrainConfig, device: torch.device = CPU, backend: str = "ind
 
 def clips(config: TrainConfig, device: torch.device = CPU, batch: int = 2, seed: int = 1) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)
-    x = torch.randn(batch, config.num_blocks, 3, config.block_len, config.size, config.size, generator=g)
+    x = torch.randn(
+        batch, config.clip.num_blocks, 3, config.clip.block_len, config.size, config.size, generator=g
+    )
     return place_clips(x, config, device)
 
 
@@ -103,7 +105,7 @@ def state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 
 def test_fast_defaults_change_nothing_on_cpu():
-    config = TrainConfig(shards="unused", out="unused", widths=[4, 8, 16, 16], size=32)
+    config = config_from_dict(dict(shards="unused", out="unused", widths=[4, 8, 16, 16], size=32))
     model = place_model(create_model("dpc_r18", widths=(4, 8, 16, 16), input_size=32), config, CPU)
     assert model.backbone.conv1.weight.is_contiguous()
     assert make_optimizer(model, config, CPU).defaults["fused"] is None  # torch's default Adam, as before
@@ -117,8 +119,8 @@ def test_every_pretraining_step_is_one_graph_and_steps_as_eager(arch, bidirectio
     """torch.compile's tracer (the eager backend: no code generation) takes each architecture's whole forward
     pass, loss included, as one graph (a graph break would fail it and fall back with a warning), and the step
     it runs is the eager step bit for bit."""
-    config = TrainConfig(**TINY, arch=arch, bidirectional=bidirectional, compile=True)
-    eager_config = TrainConfig(**{**config.to_dict(), "compile": False})
+    config = config_from_dict(dict(**TINY, arch=arch, bidirectional=bidirectional, compile=True))
+    eager_config = config_from_dict({**config.to_dict(), "compile": False})
     results = []
     for cfg in (config, eager_config):
         model, step, warnings = stepper(cfg, backend="eager")
@@ -135,8 +137,8 @@ def test_the_channels_last_bf16_step_is_one_graph_too(one_thread):
     """The CUDA fast path's layout (channels_last_3d encoder and clips) under bf16 autocast, traced on the CPU:
     one graph, at each of three batch sizes (the third as a dynamic shape). (The values are not checked: this
     torch's CPU bf16 3D-convolution weight gradients are not deterministic, sometimes not finite.)"""
-    config = TrainConfig(
-        **{**TINY, "size": 64}, arch="memdpc_r18", bidirectional=True, compile=True, amp="bf16"
+    config = config_from_dict(
+        dict(**{**TINY, "size": 64}, arch="memdpc_r18", bidirectional=True, compile=True, amp="bf16")
     )
     model, step, warnings = stepper(config, backend="eager")
     model.backbone.to(memory_format=torch.channels_last_3d)
@@ -170,7 +172,7 @@ class _Dtypes(TorchDispatchMode):
 def test_bf16_autocast_reaches_every_convolution_and_matrix_product(one_thread):
     """--amp bf16: the encoder's, the GRU's and the predictor's convolutions (forward and backward), the memory
     read's and the loss's matrix products all run in bf16; only the loss's log-softmax stays in fp32."""
-    config = TrainConfig(**TINY, arch="memdpc_r18", bidirectional=True, amp="bf16")
+    config = config_from_dict(dict(**TINY, arch="memdpc_r18", bidirectional=True, amp="bf16"))
     _, step, _ = stepper(config)
     with _Dtypes() as dtypes:
         step(clips(config))
@@ -193,9 +195,9 @@ def test_compiled_step_equals_the_eager_step(arch, bidirectional, one_thread):
     statistics up to the summation order (dropout drawn as eager draws it), and the same Adam update. With and
     without the memory, in both directions; ResNet-34 adds only blocks of the same code (and each inductor compile
     is slow on a CPU: its C++ is generated without SIMD, less to compile, the same graph and fusions)."""
-    config = TrainConfig(**TINY, arch=arch, bidirectional=bidirectional, compile=True)
+    config = config_from_dict(dict(**TINY, arch=arch, bidirectional=bidirectional, compile=True))
     results = []
-    for cfg in (config, TrainConfig(**{**config.to_dict(), "compile": False})):
+    for cfg in (config, config_from_dict({**config.to_dict(), "compile": False})):
         model, step, warnings = stepper(cfg)
         torch.manual_seed(3)
         with inductor_config.patch({"fallback_random": True, "cpp.simdlen": 1}):
@@ -226,9 +228,9 @@ def test_compiled_step_equals_the_eager_step(arch, bidirectional, one_thread):
 
 
 def test_a_backend_that_cannot_compile_falls_back_to_the_eager_step_with_one_warning(one_thread):
-    config = TrainConfig(**TINY, arch="memdpc_r18", bidirectional=True, compile=True)
+    config = config_from_dict(dict(**TINY, arch="memdpc_r18", bidirectional=True, compile=True))
     model, step, warnings = stepper(config, backend="no_such_backend")
-    eager_model, eager_step, _ = stepper(TrainConfig(**{**config.to_dict(), "compile": False}))
+    eager_model, eager_step, _ = stepper(config_from_dict({**config.to_dict(), "compile": False}))
     for seed in (1, 2):
         torch.manual_seed(seed)
         out = step(clips(config, seed=seed))
@@ -244,7 +246,7 @@ def test_a_backend_that_cannot_compile_falls_back_to_the_eager_step_with_one_war
 
 
 def test_cuda_graphs_on_a_cpu_warn_and_train_eagerly():
-    config = TrainConfig(**TINY, cuda_graphs=True)
+    config = config_from_dict(dict(**TINY, cuda_graphs=True))
     _, step, warnings = stepper(config)
     assert not step.graphs and step(clips(config))["loss"].isfinite()
     assert warnings == ["--cuda-graphs needs a CUDA device; training on cpu without"]
@@ -252,7 +254,7 @@ def test_cuda_graphs_on_a_cpu_warn_and_train_eagerly():
 
 def test_cuda_graphs_refuse_fp16():
     with pytest.raises(UserError, match="cuda_graphs does not go with amp fp16"):
-        TrainConfig(shards="unused", out="unused", cuda_graphs=True, amp="fp16")
+        config_from_dict(dict(shards="unused", out="unused", cuda_graphs=True, amp="fp16"))
 
 
 def _train(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
@@ -362,7 +364,7 @@ def test_out_of_memory_reads_cuda_s_message():
 # ------------------------------------------------------------------------------------------------- GPU
 @pytest.mark.gpu
 def test_gpu_fast_defaults_place_the_encoder_and_clips_channels_last():
-    config = TrainConfig(shards="unused", out="unused")
+    config = config_from_dict(dict(shards="unused", out="unused"))
     cuda = torch.device("cuda")
     model = place_model(create_model("dpc_r18", widths=(4, 8, 16, 16), input_size=32), config, cuda)
     assert model.backbone.conv1.weight.is_contiguous(memory_format=torch.channels_last_3d)
@@ -378,15 +380,17 @@ def test_gpu_cuda_graph_steps_follow_the_eager_steps(amp):
     """Warm-up steps, the capture, replays, and a new capture after the learning rate changes: every step's loss
     and the final weights as the eager steps give them (no dropout: its draws differ inside a graph)."""
     cuda = torch.device("cuda")
-    config = TrainConfig(
-        **{**TINY, "widths": [16, 32, 64, 64], "size": 64},
-        arch="memdpc_r18",
-        bidirectional=True,
-        amp=amp,
-        cuda_graphs=True,
+    config = config_from_dict(
+        dict(
+            **{**TINY, "widths": [16, 32, 64, 64], "size": 64},
+            arch="memdpc_r18",
+            bidirectional=True,
+            amp=amp,
+            cuda_graphs=True,
+        )
     )
     runs = []
-    for cfg in (config, TrainConfig(**{**config.to_dict(), "cuda_graphs": False})):
+    for cfg in (config, config_from_dict({**config.to_dict(), "cuda_graphs": False})):
         model, step, warnings = stepper(cfg, cuda, gru_dropout=0.0)
         losses = []
         for i in range(8):
@@ -407,7 +411,7 @@ def test_gpu_cuda_graph_steps_follow_the_eager_steps(amp):
 @pytest.mark.gpu
 def test_gpu_a_batch_that_does_not_fit_names_its_size_and_the_memory_asked_for():
     cuda = torch.device("cuda")
-    config = TrainConfig(**{**TINY, "widths": [64, 128, 256, 256], "size": 512}, arch="memdpc_r18")
+    config = config_from_dict(dict(**{**TINY, "widths": [64, 128, 256, 256], "size": 512}, arch="memdpc_r18"))
     _, step, _ = stepper(config, cuda)
     batch = 64  # 3 GB of input: it fits, its activations (GBs per clip) do not
     with pytest.raises(torch.OutOfMemoryError) as caught:
