@@ -84,4 +84,4 @@ step train_compiled 120 "${train[@]}" --profile --variants compile-graphs-bf16,c
 step gpu_tests 120 python3 -m pytest -m gpu -q -p no:cacheprovider tests/preprocess/flow/test_batched.py \
     tests/preprocess/flow/test_tvl1_triton.py tests/preprocess/flow/test_tvl1_torch.py \
     tests/preprocess/test_encode.py tests/pipeline/test_dali_loader.py \
-    tests/train/test_loop.py tests/train/test_step.py
+    tests/train/test_loop_gpu.py tests/train/test_step.py

@@ -34,6 +34,7 @@ torch.set_num_threads(1)
 # file started last keeps one core busy after the others are done (the default quickstart's is the longest).
 LONGEST_FIRST = (
     "tests/test_quickstart.py",
+    "tests/train/test_loop_resume.py",
     "tests/train/test_loop.py",
     "tests/train/test_step.py",
     "tests/bench/test_gpu_checks.py",
@@ -190,11 +191,66 @@ def mixed_size_dataset(tmp_path_factory) -> Path:
 MIXED_FRAME_SIZES = {(24, 32), (43, 24), (24, 24)}  # mixed_size_dataset after preprocess --size 24
 
 
+# A tiny network on clips of 5 blocks × 3 frames of 32 px, read by the torch loader in the test's own process: the
+# training settings the train, eval and report tests start from (TrainConfig's names), each adding its own
+TINY_TRAIN = dict(
+    stream="rgb",
+    arch="dpc_r18",
+    widths=[4, 8, 16, 16],
+    size=32,
+    num_blocks=5,
+    block_len=3,
+    pred_steps=2,
+    batch_size=4,
+    backend="torch",
+    num_workers=0,
+    progress=False,
+)
+
+
+def train_options(**settings) -> list[str]:
+    """Training settings (TrainConfig's names) as ``memdpc train`` options: ``--num-blocks 5``, lists
+    comma-separated, a boolean as its flag or the flag's ``--no-`` form."""
+    out = []
+    for name, value in settings.items():
+        flag = "--" + name.replace("_", "-")
+        if isinstance(value, bool):
+            out.append(flag if value else f"--no-{flag[2:]}")
+        else:
+            out += [flag, ",".join(map(str, value)) if isinstance(value, list) else str(value)]
+    return out
+
+
+def subprocess_env() -> dict:
+    """The environment of a process a test starts: one torch thread, as the tests' own."""
+    return dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+
+
+def memdpc_command(*args) -> list[str]:
+    """``python -m memdpc.cli ARGS`` (this interpreter, this checkout)."""
+    return [sys.executable, "-m", "memdpc.cli", *map(str, args)]
+
+
+def torchrun_command(*args, ranks: int = 2) -> list[str]:
+    """``memdpc ARGS`` under torchrun: ``ranks`` processes on this machine (gloo on a CPU), on a free port."""
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        str(ranks),
+        "-m",
+        "memdpc.cli",
+        *map(str, args),
+    ]
+
+
 def run_memdpc(*args: str, cwd: Path | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
     """``python -m memdpc.cli ARGS`` in a subprocess with one torch thread; output captured as text."""
-    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    cmd = [sys.executable, "-m", "memdpc.cli", *map(str, args)]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd)
+    return subprocess.run(
+        memdpc_command(*args), capture_output=True, text=True, timeout=timeout, env=subprocess_env(), cwd=cwd
+    )
 
 
 def built_once(tmp_path_factory, name: str, build: Callable[[Path], None]) -> Path:

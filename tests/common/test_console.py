@@ -9,6 +9,8 @@ import sys
 
 from memdpc.common.console import PIPE_WIDTH, rich_console
 
+from ..conftest import memdpc_command
+
 
 def test_a_pipe_gets_whole_tables_and_a_terminal_or_columns_its_own_width(
     tiny_dataset, tmp_path, monkeypatch
@@ -22,9 +24,7 @@ def test_a_pipe_gets_whole_tables_and_a_terminal_or_columns_its_own_width(
         "frames-of-a-folder-whose-name-alone-is-longer-than-a-line-of-eighty-columns-" + "x" * 20
     )
     args = ["preprocess", "frames", tmp_path / "index.jsonl", "--out", out, "--workers", "1", "--size", "16"]
-    res = subprocess.run(
-        [sys.executable, "-m", "memdpc.cli", *map(str, args)], capture_output=True, text=True
-    )
+    res = subprocess.run(memdpc_command(*args), capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
     assert f"preprocess rgb → {out}" in res.stdout.splitlines()[0]  # the title on one line
     assert rich_console().width == PIPE_WIDTH  # pytest's output is captured: not a terminal

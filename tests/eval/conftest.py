@@ -8,9 +8,6 @@ and the checkpoint comes from the real training loop.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,7 +20,7 @@ from memdpc.pipeline.shard_plan import ShardSettings
 from memdpc.preprocess.examples.synthetic import CLASSES, render_video
 from memdpc.preprocess.video_index import VideoRecord, write_index
 
-from ..conftest import frame_diffs, reference_weights, write_jpeg_archive
+from ..conftest import TINY_TRAIN, frame_diffs, reference_weights, write_jpeg_archive
 
 CLIP = ClipSpec(num_blocks=5, block_len=3, stride=1)  # span 15 frames; eval windows every 6 frames
 SIZE, FPS = 32, 10.0
@@ -77,22 +74,14 @@ def eval_data(tmp_path_factory) -> EvalFixture:
     return EvalFixture(out, root / "index.jsonl", records)
 
 
-TRAIN_ARGS = dict(
-    arch="memdpc_r18",
-    widths=[4, 8, 16, 16],
-    size=32,
-    num_blocks=5,
-    block_len=3,
-    pred_steps=2,
-    mem_size=16,
-    batch_size=4,
-    backend="torch",
-    num_workers=0,
-    progress=False,
-    epochs=1,
-    max_steps=1,
-    val_split="none",
-)
+TRAIN_ARGS = {
+    **TINY_TRAIN,
+    "arch": "memdpc_r18",
+    "mem_size": 16,
+    "epochs": 1,
+    "max_steps": 1,
+    "val_split": "none",
+}
 
 
 def pretrain(shards: Path, out: Path, stream: str, seed: int = 0) -> Path:
@@ -101,7 +90,9 @@ def pretrain(shards: Path, out: Path, stream: str, seed: int = 0) -> Path:
     from memdpc.train.loop import train
 
     run = train(
-        config_from_dict(dict(stream=stream, shards=str(shards), out=str(out), seed=seed, **TRAIN_ARGS))
+        config_from_dict(
+            {**TRAIN_ARGS, "stream": stream, "shards": str(shards), "out": str(out), "seed": seed}
+        )
     )
     return run / "checkpoints" / "last.pt"
 
@@ -117,14 +108,6 @@ def checkpoints(eval_data, tmp_path_factory) -> dict[str, Path]:
 def other_rgb(eval_data, tmp_path_factory) -> Path:
     """A second rgb checkpoint (another seed), for results of another checkpoint in the same --out."""
     return pretrain(eval_data.shards, tmp_path_factory.mktemp("eval_runs_b") / "rgb", "rgb", seed=1)
-
-
-def run_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    """``python -m memdpc.cli …`` in a subprocess with one torch thread."""
-    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    return subprocess.run(
-        [sys.executable, "-m", "memdpc.cli", *args], capture_output=True, text=True, timeout=timeout, env=env
-    )
 
 
 REFERENCE_WIDTHS = (4, 8, 16, 16)

@@ -11,7 +11,6 @@ import json
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +21,7 @@ from memdpc.cli import main
 from memdpc.eval.results import load_result, save_result
 from memdpc.eval.run import evaluate
 
-from .conftest import run_cli
+from ..conftest import run_memdpc, torchrun_command
 
 pytestmark = pytest.mark.slow
 OPTS = ["--backend", "torch", "--workers", "0", "--batch-size", "4", "--device", "cpu"]
@@ -50,16 +49,7 @@ def test_torchrun_two_ranks_gives_the_single_process_result(eval_data, checkpoin
         device="cpu",
     )
     two = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--nproc_per_node",
-            "2",
-            "--master_port",
-            "29531",
-            "-m",
-            "memdpc.cli",
+        torchrun_command(
             "eval",
             "retrieve",
             str(checkpoints["flow"]),
@@ -68,7 +58,7 @@ def test_torchrun_two_ranks_gives_the_single_process_result(eval_data, checkpoin
             "--out",
             str(tmp_path / "two"),
             *OPTS,
-        ],
+        ),
         capture_output=True,
         text=True,
         timeout=300,
@@ -83,7 +73,7 @@ def test_torchrun_two_ranks_gives_the_single_process_result(eval_data, checkpoin
 
 
 def test_wrong_stream_is_one_line_and_exit_2_in_a_real_process(eval_data, checkpoints, tmp_path):
-    proc = run_cli(
+    proc = run_memdpc(
         "eval",
         "retrieve",
         str(checkpoints["rgb"]),

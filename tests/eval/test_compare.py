@@ -16,13 +16,14 @@ from memdpc.eval.results import load_result, save_result
 from memdpc.pipeline.shard import shard_stream
 from memdpc.pipeline.shard_plan import ShardSettings
 
-from .conftest import CLIP, run_cli
+from ..conftest import run_memdpc
+from .conftest import CLIP
 
 OPTS = ["--backend", "torch", "--workers", "0", "--batch-size", "4", "--device", "cpu"]
 
 
 def _eval(*args) -> None:
-    res = run_cli("eval", *map(str, args), *OPTS)
+    res = run_memdpc("eval", *map(str, args), *OPTS)
     assert res.returncode == 0, res.stderr[-3000:]
 
 
@@ -60,7 +61,7 @@ def results(eval_data, checkpoints, other_rgb, tmp_path_factory) -> dict[str, ob
 def test_the_same_test_videos_are_paired_video_by_video(results):
     a, b = results["probe"]
     out = results["root"] / "compare.json"
-    res = run_cli("eval", "compare", str(a), str(b), "--out", str(out))
+    res = run_memdpc("eval", "compare", str(a), str(b), "--out", str(out))
     assert res.returncode == 0, res.stderr[-3000:]
     comparison = json.loads(out.read_text())
     (ra, arr_a), (rb, arr_b) = load_result(a), load_result(b)
@@ -102,7 +103,7 @@ def test_the_same_test_videos_are_paired_video_by_video(results):
 @pytest.mark.slow
 def test_results_on_other_videos_or_of_another_kind_are_refused_in_one_line(results):
     a = results["probe"][0]
-    res = run_cli("eval", "compare", str(a), str(results["fewer"]))
+    res = run_memdpc("eval", "compare", str(a), str(results["fewer"]))
     assert res.returncode == 2 and "Traceback" not in res.stderr
     assert res.stderr.strip().splitlines() == [
         f"Error: {a} and {results['fewer']}: the test video sets differ (1 only in the first, 0 only in the "
@@ -115,7 +116,7 @@ def test_results_on_other_videos_or_of_another_kind_are_refused_in_one_line(resu
         f"{a} is a probe-linear result and {retrieval} a retrieval result: compare needs results scored the "
         "same way (classifiers, retrieval or Oops) on the same test videos"
     )
-    res = run_cli("eval", "compare", str(a), str(results["probe"][1]), "--out", str(a))
+    res = run_memdpc("eval", "compare", str(a), str(results["probe"][1]), "--out", str(a))
     assert res.returncode == 2 and res.stderr.strip().endswith(
         "is one of the results being compared; give another --out"
     )

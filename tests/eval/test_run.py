@@ -9,7 +9,6 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import time
 
 import numpy as np
@@ -26,6 +25,7 @@ from memdpc.pipeline.provenance import manifest_identity
 from memdpc.pipeline.shard import run_shard
 from memdpc.pipeline.shard_plan import ShardSettings
 
+from ..conftest import memdpc_command, subprocess_env
 from ..limits import STOP_WITHIN
 from .conftest import CLIP
 
@@ -77,10 +77,7 @@ def test_fused_result_goes_beside_the_first_by_default(tmp_path):
 
 
 def _finetune_cmd(eval_data, checkpoint, out, epochs: int, backend: str) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "memdpc.cli",
+    return memdpc_command(
         "eval",
         "finetune",
         str(checkpoint),
@@ -98,7 +95,7 @@ def _finetune_cmd(eval_data, checkpoint, out, epochs: int, backend: str) -> list
         "4",
         "--device",
         "cpu",
-    ]
+    )
 
 
 @pytest.mark.parametrize(
@@ -113,7 +110,7 @@ def test_a_signal_stops_finetune_within_seconds_says_what_was_kept_and_the_rerun
     eval_data, checkpoints, tmp_path, sig, to_group, backend
 ):
     out = tmp_path / "out"
-    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    env = subprocess_env()
     proc = subprocess.Popen(
         _finetune_cmd(eval_data, checkpoints["rgb"], out, 500, backend),
         stdout=subprocess.PIPE,

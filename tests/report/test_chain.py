@@ -25,25 +25,21 @@ from memdpc.report.page import PAGE, write_report
 from memdpc.train.config import config_from_dict
 from memdpc.train.loop import train
 
-from ..conftest import MESSY_BROKEN
+from ..conftest import MESSY_BROKEN, TINY_TRAIN
 
 CLIP = ClipSpec(num_blocks=4, block_len=2, stride=1)
-TINY = dict(
-    arch="memdpc_r18",
-    widths=[4, 8, 16, 16],
-    size=24,
-    crop_size=0,
-    num_blocks=4,
-    block_len=2,
-    pred_steps=1,
-    mem_size=8,
-    batch_size=4,
-    backend="torch",
-    num_workers=0,
-    progress=False,
-    max_steps=1,
-    val_split="none",
-)
+TINY = {
+    **TINY_TRAIN,
+    "arch": "memdpc_r18",
+    "size": 24,
+    "crop_size": 0,
+    "num_blocks": 4,
+    "block_len": 2,
+    "pred_steps": 1,
+    "mem_size": 8,
+    "max_steps": 1,
+    "val_split": "none",
+}
 EVAL = dict(backend="torch", num_workers=0, batch_size=4, device="cpu")
 
 
@@ -78,11 +74,7 @@ def made(messy_folder, tmp_path_factory, one_thread_module) -> Path:
             ShardSettings(clip=CLIP, max_count=4),
         )
     shutil.copytree(root / "shards", root / "old-shards")
-    run = train(
-        config_from_dict(
-            dict(stream="rgb", shards=str(root / "shards"), out=str(root / "runs" / "rgb"), **TINY)
-        )
-    )
+    run = train(config_from_dict({**TINY, "shards": str(root / "shards"), "out": str(root / "runs" / "rgb")}))
     evaluate("retrieve", run / "checkpoints" / "last.pt", shards=root / "shards", out=root / "eval", **EVAL)
     return root
 

@@ -6,21 +6,28 @@ by the real shard writer. Clips are 5 blocks × 3 frames (stride 1), so a tiny n
 
 from __future__ import annotations
 
+import json
 import shutil
+import signal
+import subprocess
+import time
 from pathlib import Path
 
 import cv2
 import numpy as np
 import pytest
 import torch
+from click.testing import CliRunner
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from memdpc.cli import main
+from memdpc.model.checkpoint import read_checkpoint
 from memdpc.pipeline.clip import ClipSpec
 from memdpc.pipeline.shard_plan import ShardSettings
 from memdpc.preprocess.examples.synthetic import CLASSES, render_video
 from memdpc.preprocess.video_index import VideoRecord
 
-from ..conftest import write_jpeg_archive
+from ..conftest import TINY_TRAIN, subprocess_env, train_options, write_jpeg_archive
 
 CLIP = ClipSpec(num_blocks=5, block_len=3, stride=1)
 FRAMES, SIZE = 24, 32
@@ -138,3 +145,89 @@ def tb_images(log_dir: Path) -> dict[str, list[tuple[int, np.ndarray]]]:
         ]
         for tag in acc.Tags()["images"]
     }
+
+
+# The tiny network as `memdpc train` options (logging every step); each run adds its own settings.
+TINY = train_options(**TINY_TRAIN, log_every=1)
+
+
+def tiny(**settings) -> list[str]:
+    """:data:`TINY` and a run's own settings as ``memdpc train`` options (a repeated option: the last wins)."""
+    return [*TINY, *train_options(**settings)]
+
+
+# The learning run: MemDPC at 64 px with the kNN monitor at the end.
+LEARNED = [
+    "--arch",
+    "memdpc_r18",
+    "--widths",
+    "8,16,32,32",
+    "--mem-size",
+    "32",
+    "--size",
+    "64",
+    "--knn-every",
+    "4",
+    "--log-every",
+    "2",
+]
+
+
+def cli(*args: str):
+    """``memdpc train ARGS`` in this process (click's runner)."""
+    return CliRunner().invoke(main, ["train", *args])
+
+
+def records(run: Path, kind: str) -> list[dict]:
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    return [r for r in map(json.loads, lines) if r["kind"] == kind]
+
+
+def start(cmd: list[str], log: Path) -> subprocess.Popen:
+    """A real process, its stdout and stderr going to ``log``."""
+    with open(log, "w") as f:
+        return subprocess.Popen(cmd, env=subprocess_env(), stdout=f, stderr=subprocess.STDOUT)
+
+
+def train_steps(run: Path) -> int:
+    """The train records a running run (logging every step) has written so far, complete lines only."""
+    path = run / "metrics.jsonl"
+    lines = path.read_text().split("\n")[:-1] if path.exists() else []
+    return sum('"kind": "train"' in line for line in lines)
+
+
+def children(pid: int) -> list[str]:
+    """The child processes of ``pid`` (Linux)."""
+    return Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+
+
+def signal_when(proc: subprocess.Popen, ready, sig: int) -> float:
+    """Send ``sig`` to ``proc`` as soon as ``ready()`` holds; return the seconds from the signal to the exit."""
+    deadline = time.monotonic() + 240
+    while not ready():
+        assert proc.poll() is None, f"the run ended (exit {proc.returncode}) before the signal"
+        assert time.monotonic() < deadline, "the run never got there"
+        time.sleep(0.005)
+    sent = time.monotonic()
+    proc.send_signal(sig)
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise AssertionError(f"still running 60 s after {signal.Signals(sig).name}") from None
+    return time.monotonic() - sent
+
+
+def assert_same_training(a: Path, b: Path) -> None:
+    """The two runs' last checkpoints hold the same step, bit-identical weights and optimiser state, and the
+    same RNG states."""
+    ca, cb = (read_checkpoint(run / "checkpoints" / "last.pt") for run in (a, b))
+    assert (ca["epoch"], ca["step"], ca["epoch_step"]) == (cb["epoch"], cb["step"], cb["epoch_step"])
+    assert ca["model"].keys() == cb["model"].keys()
+    assert all(torch.equal(ca["model"][k], cb["model"][k]) for k in ca["model"])
+    opt_a, opt_b = ca["optimizer"]["state"], cb["optimizer"]["state"]
+    assert all(torch.equal(opt_a[i][k], opt_b[i][k]) for i in opt_a for k in ("exp_avg", "exp_avg_sq"))
+    for ra, rb in zip(ca["rng"], cb["rng"], strict=True):
+        assert (
+            torch.equal(ra["now"]["torch"], rb["now"]["torch"]) and ra["now"]["python"] == rb["now"]["python"]
+        )

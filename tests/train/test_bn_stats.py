@@ -13,19 +13,10 @@ from memdpc.train.checkpoint import initial_model, param_digest
 from memdpc.train.config import config_from_dict
 from memdpc.train.loop import _loader
 
+from ..conftest import TINY_TRAIN
 from .conftest import CLIP
 
-OPTIONS = dict(
-    arch="memdpc_r18",
-    widths=[4, 8, 16, 16],
-    size=32,
-    num_blocks=5,
-    block_len=3,
-    pred_steps=2,
-    batch_size=4,
-    backend="torch",
-    num_workers=0,
-)
+OPTIONS = {**TINY_TRAIN, "arch": "memdpc_r18"}
 
 
 def test_statistics_are_the_average_over_the_batches_and_weights_stay(train_shards):

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from dataclasses import replace
 
 import pytest
@@ -19,23 +18,10 @@ from memdpc.train.config import config_from_dict
 from memdpc.train.dry_run import plan_run
 from memdpc.train.loop import train
 
-from .conftest import CLIP
+from ..conftest import TINY_TRAIN, memdpc_command, train_options
 
 # 9 training videos of 2 windows each (18 clips); batch 4; validation on the 3 test videos
-SMALL = dict(
-    stream="rgb",
-    arch="dpc_r18",
-    widths=[4, 8, 16, 16],
-    size=32,
-    num_blocks=CLIP.num_blocks,
-    block_len=CLIP.block_len,
-    pred_steps=2,
-    batch_size=4,
-    backend="torch",
-    num_workers=0,
-    progress=False,
-    epochs=1,
-)
+SMALL = {**TINY_TRAIN, "epochs": 1}
 
 
 @pytest.mark.parametrize(("clips_per_video", "clips", "steps"), [(0, 18, 4), (1, 9, 2)])
@@ -79,26 +65,7 @@ def test_the_command_prints_the_plan_and_leaves_no_run_folder(train_shards, tmp_
         train_shards,
         "--out",
         out,
-        "--stream",
-        "rgb",
-        "--arch",
-        "dpc_r18",
-        "--widths",
-        "4,8,16,16",
-        "--size",
-        "32",
-        "--blocks",
-        "5",
-        "--block-len",
-        "3",
-        "--pred-steps",
-        "2",
-        "--batch-size",
-        "4",
-        "--backend",
-        "torch",
-        "--workers",
-        "0",
+        *train_options(**TINY_TRAIN),
         "--clips-per-video",
         "1",
         "--epochs",
@@ -113,7 +80,7 @@ def test_the_command_prints_the_plan_and_leaves_no_run_folder(train_shards, tmp_
     ]
     env = dict(os.environ, OMP_NUM_THREADS="1", RANK="0", WORLD_SIZE="2")  # planning for two processes
     res = subprocess.run(
-        [sys.executable, "-m", "memdpc.cli", "train", *map(str, args)],
+        memdpc_command("train", *args),
         env=env,
         capture_output=True,
         text=True,

@@ -10,22 +10,9 @@ from memdpc.train.config import config_from_dict
 from memdpc.train.loop import train
 from memdpc.train.pretext import pretext_scores
 
-TINY = dict(
-    stream="rgb",
-    arch="memdpc_r18",
-    widths=[4, 8, 16, 16],
-    size=32,
-    num_blocks=5,
-    block_len=3,
-    pred_steps=2,
-    mem_size=16,
-    batch_size=2,
-    backend="torch",
-    num_workers=0,
-    progress=False,
-    epochs=1,
-    val_split="test",
-)
+from ..conftest import TINY_TRAIN
+
+TINY = {**TINY_TRAIN, "arch": "memdpc_r18", "mem_size": 16, "batch_size": 2, "epochs": 1, "val_split": "test"}
 
 
 def test_the_score_is_the_validation_the_loop_logged(train_shards, tmp_path, one_thread):

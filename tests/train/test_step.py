@@ -23,45 +23,12 @@ from memdpc.model.names import PRETRAIN_NAMES
 from memdpc.train.config import TrainConfig, config_from_dict
 from memdpc.train.step import Stepper, make_optimizer, out_of_memory, place_clips, place_model
 
+from ..conftest import TINY_TRAIN, memdpc_command, train_options
+
 CPU = torch.device("cpu")
-# a tiny network on 5 blocks of 3 frames of 32 px
-TINY = dict(
-    shards="unused",
-    out="unused",
-    widths=[4, 8, 16, 16],
-    size=32,
-    mem_size=16,
-    num_blocks=5,
-    block_len=3,
-    pred_steps=2,
-)
-TRAIN = [
-    "--stream",
-    "rgb",
-    "--arch",
-    "dpc_r18",
-    "--widths",
-    "4,8,16,16",
-    "--size",
-    "32",
-    "--num-blocks",
-    "5",
-    "--block-len",
-    "3",
-    "--pred-steps",
-    "2",
-    "--batch-size",
-    "4",
-    "--backend",
-    "torch",
-    "--num-workers",
-    "0",
-    "--no-progress",
-    "--log-every",
-    "1",
-    "--val-split",
-    "none",
-]
+# the tiny network as a MemDPC (the default architecture), for configs that read no data
+TINY = {**TINY_TRAIN, "arch": "memdpc_r18", "mem_size": 16, "shards": "unused", "out": "unused"}
+TRAIN = train_options(**TINY_TRAIN, log_every=1, val_split="none")
 
 
 @pytest.fixture(autouse=True)
@@ -105,7 +72,7 @@ def state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 
 def test_fast_defaults_change_nothing_on_cpu():
-    config = config_from_dict(dict(shards="unused", out="unused", widths=[4, 8, 16, 16], size=32))
+    config = config_from_dict(TINY)
     model = place_model(create_model("dpc_r18", widths=(4, 8, 16, 16), input_size=32), config, CPU)
     assert model.backbone.conv1.weight.is_contiguous()
     assert make_optimizer(model, config, CPU).defaults["fused"] is None  # torch's default Adam, as before
@@ -119,7 +86,7 @@ def test_every_pretraining_step_is_one_graph_and_steps_as_eager(arch, bidirectio
     """torch.compile's tracer (the eager backend: no code generation) takes each architecture's whole forward
     pass, loss included, as one graph (a graph break would fail it and fall back with a warning), and the step
     it runs is the eager step bit for bit."""
-    config = config_from_dict(dict(**TINY, arch=arch, bidirectional=bidirectional, compile=True))
+    config = config_from_dict({**TINY, "arch": arch, "bidirectional": bidirectional, "compile": True})
     eager_config = config_from_dict({**config.to_dict(), "compile": False})
     results = []
     for cfg in (config, eager_config):
@@ -137,9 +104,7 @@ def test_the_channels_last_bf16_step_is_one_graph_too(one_thread):
     """The CUDA fast path's layout (channels_last_3d encoder and clips) under bf16 autocast, traced on the CPU:
     one graph, at each of three batch sizes (the third as a dynamic shape). (The values are not checked: this
     torch's CPU bf16 3D-convolution weight gradients are not deterministic, sometimes not finite.)"""
-    config = config_from_dict(
-        dict(**{**TINY, "size": 64}, arch="memdpc_r18", bidirectional=True, compile=True, amp="bf16")
-    )
+    config = config_from_dict({**TINY, "size": 64, "bidirectional": True, "compile": True, "amp": "bf16"})
     model, step, warnings = stepper(config, backend="eager")
     model.backbone.to(memory_format=torch.channels_last_3d)
     for batch in (2, 3, 4):
@@ -172,7 +137,7 @@ class _Dtypes(TorchDispatchMode):
 def test_bf16_autocast_reaches_every_convolution_and_matrix_product(one_thread):
     """--amp bf16: the encoder's, the GRU's and the predictor's convolutions (forward and backward), the memory
     read's and the loss's matrix products all run in bf16; only the loss's log-softmax stays in fp32."""
-    config = config_from_dict(dict(**TINY, arch="memdpc_r18", bidirectional=True, amp="bf16"))
+    config = config_from_dict({**TINY, "bidirectional": True, "amp": "bf16"})
     _, step, _ = stepper(config)
     with _Dtypes() as dtypes:
         step(clips(config))
@@ -195,7 +160,7 @@ def test_compiled_step_equals_the_eager_step(arch, bidirectional, one_thread):
     statistics up to the summation order (dropout drawn as eager draws it), and the same Adam update. With and
     without the memory, in both directions; ResNet-34 adds only blocks of the same code (and each inductor compile
     is slow on a CPU: its C++ is generated without SIMD, less to compile, the same graph and fusions)."""
-    config = config_from_dict(dict(**TINY, arch=arch, bidirectional=bidirectional, compile=True))
+    config = config_from_dict({**TINY, "arch": arch, "bidirectional": bidirectional, "compile": True})
     results = []
     for cfg in (config, config_from_dict({**config.to_dict(), "compile": False})):
         model, step, warnings = stepper(cfg)
@@ -228,7 +193,7 @@ def test_compiled_step_equals_the_eager_step(arch, bidirectional, one_thread):
 
 
 def test_a_backend_that_cannot_compile_falls_back_to_the_eager_step_with_one_warning(one_thread):
-    config = config_from_dict(dict(**TINY, arch="memdpc_r18", bidirectional=True, compile=True))
+    config = config_from_dict({**TINY, "bidirectional": True, "compile": True})
     model, step, warnings = stepper(config, backend="no_such_backend")
     eager_model, eager_step, _ = stepper(config_from_dict({**config.to_dict(), "compile": False}))
     for seed in (1, 2):
@@ -246,7 +211,7 @@ def test_a_backend_that_cannot_compile_falls_back_to_the_eager_step_with_one_war
 
 
 def test_cuda_graphs_on_a_cpu_warn_and_train_eagerly():
-    config = config_from_dict(dict(**TINY, cuda_graphs=True))
+    config = config_from_dict({**TINY, "cuda_graphs": True})
     _, step, warnings = stepper(config)
     assert not step.graphs and step(clips(config))["loss"].isfinite()
     assert warnings == ["--cuda-graphs needs a CUDA device; training on cpu without"]
@@ -259,7 +224,7 @@ def test_cuda_graphs_refuse_fp16():
 
 def _train(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "memdpc.cli", "train", *args],
+        memdpc_command("train", *args),
         capture_output=True,
         text=True,
         env={**os.environ, "OMP_NUM_THREADS": "1", **env},
@@ -381,13 +346,14 @@ def test_gpu_cuda_graph_steps_follow_the_eager_steps(amp):
     and the final weights as the eager steps give them (no dropout: its draws differ inside a graph)."""
     cuda = torch.device("cuda")
     config = config_from_dict(
-        dict(
-            **{**TINY, "widths": [16, 32, 64, 64], "size": 64},
-            arch="memdpc_r18",
-            bidirectional=True,
-            amp=amp,
-            cuda_graphs=True,
-        )
+        {
+            **TINY,
+            "widths": [16, 32, 64, 64],
+            "size": 64,
+            "bidirectional": True,
+            "amp": amp,
+            "cuda_graphs": True,
+        }
     )
     runs = []
     for cfg in (config, config_from_dict({**config.to_dict(), "cuda_graphs": False})):
@@ -411,7 +377,7 @@ def test_gpu_cuda_graph_steps_follow_the_eager_steps(amp):
 @pytest.mark.gpu
 def test_gpu_a_batch_that_does_not_fit_names_its_size_and_the_memory_asked_for():
     cuda = torch.device("cuda")
-    config = config_from_dict(dict(**{**TINY, "widths": [64, 128, 256, 256], "size": 512}, arch="memdpc_r18"))
+    config = config_from_dict({**TINY, "widths": [64, 128, 256, 256], "size": 512})
     _, step, _ = stepper(config, cuda)
     batch = 64  # 3 GB of input: it fits, its activations (GBs per clip) do not
     with pytest.raises(torch.OutOfMemoryError) as caught:

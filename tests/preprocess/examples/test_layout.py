@@ -1,6 +1,5 @@
 import signal
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from typing import ClassVar
@@ -12,7 +11,7 @@ from memdpc.common.errors import UserError
 from memdpc.preprocess.datasets import build_index
 from memdpc.preprocess.examples.layout import CODECS, ExampleConfig, write_example, write_video
 
-from ...conftest import decode_video
+from ...conftest import decode_video, memdpc_command
 from ...limits import STOP_WITHIN
 
 
@@ -92,10 +91,7 @@ def test_validate_names_the_bad_option(cfg, message):
 @pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_a_signal_keeps_the_videos_written_and_the_same_command_resumes(tmp_path, sig, code):
     out = tmp_path / "syn"
-    cmd = [
-        sys.executable,
-        "-m",
-        "memdpc.cli",
+    cmd = memdpc_command(
         "data",
         "synthetic",
         str(out),
@@ -107,7 +103,7 @@ def test_a_signal_keeps_the_videos_written_and_the_same_command_resumes(tmp_path
         "24",
         "--size",
         "32",
-    ]
+    )
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
     while not list(out.rglob("v_*.avi")) and time.monotonic() < deadline:  # a video in place, not a temp file
