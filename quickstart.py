@@ -1,5 +1,5 @@
 """``memdpc quickstart``: the main job end to end on the built-in data, with the same library calls a user
-makes by hand (see README: each step has its command-line equivalent).
+makes by hand (docs/quickstart.md has each step's command-line equivalent).
 
 synthetic videos → index → preprocess rgb + flow → shards → train rgb, train flow → retrieval and linear
 probe of the MemDPC encoders and of randomly initialised ones → late fusion → one table (JSON + Markdown), with
@@ -82,8 +82,8 @@ class Profile:
     1 × 1 map, where the dense loss has no position to learn) for 40. Flow images skip the per-frame colour
     jitter (``jitter_flow=False``; the paper jitters both streams): the example objects move only a few codes
     off the zero-flow 128, while brightness jitter moves that 128 by far more, differently in every frame.
-    These settings were chosen on the built-in family; the held-out photos family checks them (README,
-    "Pretraining on data it was not tuned on"). The kNN monitor on the ``val`` videos chooses ``best.pt``,
+    These settings were chosen on the built-in family; the held-out photos family checks them
+    (docs/pretraining.md). The kNN monitor on the ``val`` videos chooses ``best.pt``,
     which the evaluation reads (:data:`CHOOSE_BY_KNN`).
     Validation reads one batch per epoch (the whole split would cost a large part of the training time).
     Shards hold ``max_count`` clips each, so that every loader worker has shards of its own (the torch

@@ -286,7 +286,7 @@ def colour_frames(frames: np.ndarray, maps: np.ndarray) -> np.ndarray:
 def apply_colour(frames: torch.Tensor, maps: torch.Tensor) -> torch.Tensor:
     """Per-frame affine colour maps on uint8 frames: (B, F, H, W, 3) with (B, F, 3, 4) → uint8, rounded and
     saturated. On the CPU with ``cv2.transform`` (what the torch loader uses; DALI's CPU ``coord_transform``
-    is much slower; README has the figure), elsewhere as a batched matmul on the frames' device."""
+    is much slower; docs/loaders.md has the figure), elsewhere as a batched matmul on the frames' device."""
     if frames.device.type == "cpu":
         fr, ms = frames.numpy(), maps.numpy()
         return torch.from_numpy(np.stack([colour_frames(f, m) for f, m in zip(fr, ms, strict=True)]))

@@ -195,7 +195,7 @@ class DaliLoader:
         self.epoch = 0
         self._gpu = plan.device.startswith("cuda")
         # On the GPU every JPEG goes to the hardware decoder (A100, H100, H200), faster than DALI's default split
-        # between it and the CUDA decoder (README, Loaders). Encodings nvJPEG misreads decode on the CPU and are
+        # between it and the CUDA decoder (docs/benchmarks.md, Loaders). Encodings nvJPEG misreads decode on the CPU and are
         # uploaded (see gpu_decodes_alike).
         mixed = self._gpu and gpu_decodes_alike(plan.encoding)
         self._decode = {"device": "mixed", "hw_decoder_load": 1.0} if mixed else {"device": "cpu"}
@@ -206,7 +206,7 @@ class DaliLoader:
         self._upload = self._gpu and not mixed
         # The training crop's two resizes: DALI's on the GPU; on the CPU OpenCV's (crop_resize, as in the torch
         # loader) in a thread pool, since DALI's CPU resize costs more than OpenCV's, more than the decode itself
-        # (README, Loaders).
+        # (docs/loaders.md).
         self._host_geometry = not self._gpu if host_geometry is None else host_geometry
         if self._host_geometry and self._gpu:
             raise ValueError("host_geometry is for the CPU pipeline")

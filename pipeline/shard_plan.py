@@ -245,7 +245,7 @@ def archive_settings(meta: dict[str, Any]) -> dict[str, str]:
     """The preprocess settings an archive's ``meta.json`` records that change its frames, each as the options
     that give it (``{"frame size": "--size 256", "tvl1 warps": "--warps 5", …}``,
     :func:`memdpc.preprocess.job.setting_options`). The flow backend is not one: the backends give the same
-    codes (README, Batched TV-L1), so parts preprocessed on CPUs and on GPUs may be mixed."""
+    codes (docs/flow.md), so parts preprocessed on CPUs and on GPUs may be mixed."""
     return {name: options for name, (_, options) in setting_options(meta).items()}
 
 

@@ -1,6 +1,6 @@
 """Fast plain-USTAR headers: the hot path of sharding, which writes and lists tens of members per sample.
 
-:mod:`tarfile` builds and parses headers slowly in Python (README, Shard); sharding only ever needs plain
+:mod:`tarfile` builds and parses headers slowly in Python (docs/stages.md, Shard); sharding only ever needs plain
 regular-file USTAR headers with fixed owner, mode and mtime, so :func:`header` patches a template made by
 :mod:`tarfile` itself (same bytes, tested), and :func:`list_members` reads headers directly, refusing
 anything that is not a plain regular file (callers then fall back to :mod:`tarfile`). :func:`member_bytes`

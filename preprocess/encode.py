@@ -10,7 +10,7 @@ constant third channel back (:func:`split_planes`).
 
 The older 3-channel encodings stay readable: ``ycc`` (YCbCr 4:4:4; no chroma subsampling, which would
 average x and y over 2×2 pixels) cannot hold every code triple in 8-bit YCbCr (129, 128, 128 decodes as 128,
-128, 128), so small motions come back shifted by a fraction of a code, on average (README has the figures);
+128, 128), so small motions come back shifted by a fraction of a code, on average (docs/benchmarks.md has the figures);
 ``rgb`` (JPEG without the colour transform: Adobe APP14 transform 0, via Pillow) is decoded alike by OpenCV and
 DALI's CPU decoder, but nvImageCodec (DALI's GPU decode) parses every 3-channel JPEG as YCbCr, so it is decoded
 on the CPU. :func:`code_error` measures what an encoding does to the codes; ``bench/flow.py`` prints the table
@@ -158,7 +158,7 @@ class JpegEncoding:
 
 
 RGB_ENCODING = JpegEncoding(90, "420")
-# Chosen by measurement (bench/flow.py's storage table; README has the figures): greyscale planes at quality 100,
+# Chosen by measurement (bench/flow.py's storage table; docs/benchmarks.md has the figures): greyscale planes at quality 100,
 # a standard JPEG every decoder reads (nvJPEG included), whose codes come back without drift. The 3-channel
 # ``--flow-encoding ycc`` (4:4:4, quality 100) and ``rgb`` (no colour transform; CPU decoders) write 3-channel
 # JPEGs; archives and shards of every encoding are read.
@@ -176,7 +176,7 @@ DEFAULT_FLOW_ENCODING = PLANES
 def gpu_decodes_alike(encoding: str) -> bool:
     """Whether nvJPEG (DALI's ``mixed`` decoder) decodes JPEGs of this recorded ``encoding`` like
     libjpeg-turbo: YCbCr and greyscale JPEGs (``-444``, ``-planes``) decode alike; ``-rgb`` encodings (no YCbCr
-    transform) nvJPEG misreads (README has the measured error)."""
+    transform) nvJPEG misreads (docs/benchmarks.md has the measured error)."""
     return not encoding.endswith("-rgb")
 
 

@@ -36,12 +36,18 @@ def test_the_python_block_runs_as_written(tiny_quickstart, tmp_path):
     assert lines[0].startswith("rgb ") and len(lines) == 5, res.stdout
 
 
-def test_every_file_of_the_repository_the_readmes_name_exists():
+def test_every_file_of_the_repository_the_readmes_and_the_docs_name_exists():
     """A path into the repository (its first folder is one of the checkout's) names a file that is there."""
     root = README.parent
     folders = {p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")}
     missing = []
-    for readme in (README, root / "bench" / "README.md"):
+    pages = [
+        README,
+        root / "CONTRIBUTING.md",
+        root / "bench" / "README.md",
+        *sorted((root / "docs").glob("*.md")),
+    ]
+    for readme in pages:
         for path in set(re.findall(r"`([\w./-]+\.(?:py|sh|json|md|yaml))`", readme.read_text())):
             if path.split("/")[0] in folders and not (root / path).exists():
                 missing.append(f"{readme.relative_to(root)}: {path}")

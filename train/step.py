@@ -13,8 +13,8 @@ eagerly, compiled (``--compile``) or captured in one CUDA graph (``--cuda-graphs
   state); a new shape or learning rate captures again. Adam is then ``capturable`` (its step counters on the
   device). The outputs of a replayed step are overwritten by the next step: read or copy them before.
 
-``--compile`` and ``--cuda-graphs`` are off by default until bench/train.py measures them on a GPU (README,
-*Training speed*).
+``--compile`` and ``--cuda-graphs`` are off by default until bench/train.py measures them on a GPU
+(docs/training.md, *Speed on a GPU*).
 """
 
 from __future__ import annotations

@@ -48,7 +48,7 @@ class SyntheticConfig(ExampleConfig):
 PAIR_TINTS = ((0.3, 0.3, 1.0), (0.3, 1.0, 0.3), (1.0, 0.3, 0.3), (0.3, 1.0, 1.0), (1.0, 0.3, 1.0))
 # BGR tints of the scene, one per pair, unlike the object's: teal, purple, orange, indigo, olive. The scene fills
 # most of the frame: without a pair tint of its own its random colour drowned the object's, and appearance did
-# not even narrow a video down to its pair (README, Built-in example data, has the measured figures).
+# not even narrow a video down to its pair (docs/stages.md, Built-in example data, has the measured figures).
 SCENE_TINTS = ((0.8, 0.7, 0.2), (0.8, 0.3, 0.6), (0.2, 0.6, 1.0), (0.7, 0.3, 0.3), (0.2, 0.7, 0.5))
 
 

@@ -154,7 +154,7 @@ class TritonTVL1(TorchTVL1):
     batch_size = 128
     batch_pixels = (
         512 * 256 * 256
-    )  # chosen from the kernel table of bench/flow_e2e.py (README, Triton kernels)
+    )  # chosen from the kernel table of bench/flow_e2e.py (docs/benchmarks.md, Flow)
     kernels = "memdpc.preprocess.flow.tvl1_triton"
 
     def __init__(self, params: TVL1Params = TVL1Params(), device: str = "cuda") -> None:
