@@ -289,7 +289,7 @@ class Page:
                 self._figure(
                     p,
                     f"{self._rel(run)}: loss, pretext accuracy, kNN R@1 and learning rate "
-                    "against the step; the dashed line is best.pt, the dotted one the loss at chance",
+                    "against the step; the dashed line is best.pt, the dotted ones each loss at chance, the dash-dotted ones the kNN R@1 of the baselines",
                 )
                 for p in drawn
             ]

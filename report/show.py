@@ -20,6 +20,7 @@ import json
 import math
 import tarfile
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +46,7 @@ from memdpc.pipeline.wds_index import index_path, read_index, split_name
 from memdpc.preprocess.archive import META, archive_path, frame_index, read_meta
 from memdpc.report.show_options import TAKES, ShowOptions
 from memdpc.train.config import TrainConfig, config_from_dict
-from memdpc.train.metrics import METRICS_NAME, read_metrics
+from memdpc.train.metrics import DATA_BN, KNN_BASELINE, METRICS_NAME, read_metrics
 from memdpc.train.prepare import CONFIG_NAME, augment_spec
 from memdpc.viz.flow_colours import codes_colours
 from memdpc.viz.pictures import (
@@ -519,23 +520,60 @@ _PANELS = (  # (title, [(kind, key, label)], log scale)
     ("kNN R@1 (validation videos)", [("knn", "r1", "kNN monitor")], False),
     ("learning rate", [("train", "lr", "lr")], True),
 )
+BASELINE_NAMES = {DATA_BN: "untrained, data BN"}  # the kNN monitor's baselines besides the untrained encoder
+CHANCE = " chance (a uniform guess)"  # a loss curve's chance level: its label's ending
 
 
-def _chance_level(records: list[dict[str, Any]]) -> float | None:
-    """The loss of a uniform guess: the last validation record's, else the last train record's (None in runs
-    written before the model gave it)."""
-    for kind in ("val", "train"):
-        levels = [
-            r["chance"] for r in records if r["kind"] == kind and isinstance(r.get("chance"), int | float)
-        ]
-        if levels:
-            return levels[-1]
-    return None
+@dataclass(frozen=True)
+class Series:
+    """One line of a panel: ``steps`` and ``values``; a ``reference`` is a level to beat, drawn across."""
+
+    label: str
+    steps: tuple[int, ...]
+    values: tuple[float, ...]
+    chance_of: str | None = None  # the label of the curve whose chance level this is
+    reference: bool = False
+
+
+def _points(records: list[dict[str, Any]], kind: str, key: str) -> tuple[tuple[int, ...], tuple[float, ...]]:
+    pairs = [
+        (r["step"], r[key])
+        for r in records
+        if r["kind"] == kind and isinstance(r.get(key), int | float) and math.isfinite(r[key])
+    ]
+    return tuple(s for s, _ in pairs), tuple(v for _, v in pairs)
+
+
+def curve_series(records: list[dict[str, Any]]) -> dict[str, list[Series]]:
+    """What :func:`run_curves` draws, per panel title: each logged curve; beside each loss curve its own chance
+    level record by record (the loss of a uniform guess among the candidates its batches had, averaged as
+    the loss is); beside the kNN monitor the R@1 it must beat: the untrained encoder's (its reading at step 0)
+    and the baselines recorded with it (:data:`~memdpc.train.metrics.KNN_BASELINE`)."""
+    panels: dict[str, list[Series]] = {}
+    for title, series, _ in _PANELS:
+        lines = panels.setdefault(title, [])
+        for kind, key, label in series:
+            steps, values = _points(records, kind, key)
+            if not steps:
+                continue
+            lines.append(Series(label, steps, values))
+            if key == "loss":
+                chance = _points(records, kind, "chance")
+                if chance[0]:
+                    lines.append(Series(label + CHANCE, *chance, chance_of=label))
+            if kind == "knn" and steps[0] == 0:
+                lines.append(Series("untrained", (0,), (values[0],), reference=True))
+                for r in records:
+                    if r["kind"] == KNN_BASELINE and isinstance(r.get(key), int | float):
+                        name = BASELINE_NAMES.get(r.get("baseline"), str(r.get("baseline")))
+                        lines.append(Series(name, (r["step"],), (r[key],), reference=True))
+    return panels
 
 
 def run_curves(run: Path, path: Path) -> Path:
     """The curves of a run's metrics (loss, pretext accuracy, kNN R@1, learning rate) against the step, with
-    best.pt's step and the loss at chance marked; one PNG."""
+    best.pt's step marked, each loss with its own chance level and the kNN monitor with the R@1 it must beat
+    (:func:`curve_series`); one PNG."""
     records = read_metrics(run)
     if not records:
         raise UserError(
@@ -543,21 +581,30 @@ def run_curves(run: Path, path: Path) -> Path:
         )
     best = chosen_checkpoint(run)
     fig, axes = plt.subplots(2, 2, figsize=(10, 6.5))
-    for ax, (title, series, log) in zip(axes.flat, _PANELS, strict=True):
-        drawn = False
-        for kind, key, label in series:
-            points = [
-                (r["step"], r[key])
-                for r in records
-                if r["kind"] == kind and isinstance(r.get(key), int | float) and math.isfinite(r[key])
-            ]
-            if points:
-                steps, values = zip(*points, strict=True)
-                ax.plot(steps, values, marker="o" if len(points) < 30 else None, markersize=3, label=label)
-                drawn = True
-        chance = _chance_level(records) if title == "loss" and drawn else None
-        if chance is not None:
-            ax.axhline(chance, color="grey", linestyle=":", linewidth=1, label="chance (a uniform guess)")
+    references = iter(("grey", "tab:purple", "tab:brown"))
+    panels = curve_series(records)
+    for ax, (title, _, log) in zip(axes.flat, _PANELS, strict=True):
+        series = panels[title]
+        colours: dict[str, str] = {}
+        for s in series:
+            if s.reference:
+                ax.axhline(
+                    s.values[0],
+                    color=next(references),
+                    linestyle="-.",
+                    linewidth=1,
+                    label=f"{s.label}: {s.values[0]:.3f}",
+                )
+            elif s.chance_of is not None:
+                ax.plot(
+                    s.steps, s.values, color=colours[s.chance_of], linestyle=":", linewidth=1.2, label=s.label
+                )
+            else:
+                (line,) = ax.plot(
+                    s.steps, s.values, marker="o" if len(s.steps) < 30 else None, markersize=3, label=s.label
+                )
+                colours[s.label] = line.get_color()
+        drawn = bool(series)
         if best is not None and drawn:
             ax.axvline(
                 best["step"],

@@ -32,6 +32,7 @@ recorded, so the resumed run repeats it). Saving costs what a per-epoch save cos
 from __future__ import annotations
 
 import contextlib
+import copy
 import math
 import sys
 import time
@@ -55,9 +56,12 @@ from memdpc.model import checkpoint as mc
 from memdpc.pipeline.clip import ClipSpec
 from memdpc.pipeline.loader import backend_words
 from memdpc.train import checkpoint as ck
+from memdpc.train.bn_stats import data_batchnorm_stats
 from memdpc.train.config import TrainConfig, write_config
 from memdpc.train.knn import knn_recall
 from memdpc.train.metrics import (
+    DATA_BN,
+    KNN_BASELINE,
     Meter,
     MetricsLogger,
     StepValues,
@@ -444,6 +448,9 @@ def _loop(p: Parts, s: State) -> None:
         r1 = _knn(p)  # the value at initialisation, which training should not fall below
         _stop_point(p)
         _log_knn(p, s, r1)
+        r1 = _knn(p, data_bn=True)  # and the untrained encoder with the data's BatchNorm statistics
+        _stop_point(p)
+        p.logger.log({"kind": KNN_BASELINE, "epoch": s.epoch, "step": s.step, "baseline": DATA_BN, "r1": r1})
     while s.epoch < c.epochs and not (c.max_steps and s.step >= c.max_steps):
         if c.early_stop and s.stale >= c.early_stop:
             p.logger.message(f"early stop: no new best {c.best_by} for {s.stale} epochs")
@@ -729,9 +736,11 @@ def _end_epoch(p: Parts, s: State) -> None:
     )
 
 
-def _knn(p: Parts) -> float:
+def _knn(p: Parts, data_bn: bool = False) -> float:
     """The kNN monitor's R@1 (rank 0 computes it; every rank returns it); NaN without a validation split. Cut
-    short when a signal has arrived, like :func:`validate`."""
+    short when a signal has arrived, like :func:`validate`. With ``data_bn``, of a copy of the model whose
+    BatchNorm statistics are the training split's (the baseline ``--bn-from-data`` evaluates); the model
+    itself is left as it is."""
     r1 = math.nan
     if p.env.is_main and p.config.val_split != "none":
         c = p.config
@@ -739,7 +748,12 @@ def _knn(p: Parts) -> float:
             _loader(c, p.env, split, p.clip, train=False, rank=0, world_size=1)
             for split in (c.loader.train_split, c.val_split)
         ]
-        r1 = knn_recall(ck.unwrap(p.model), *loaders, p.env.device, c.knn_max_batches)
+        model = ck.unwrap(p.model)
+        if data_bn:
+            model = copy.deepcopy(model)
+            bn_loader = _loader(c, p.env, c.loader.train_split, p.clip, train=False, rank=0, world_size=1)
+            data_batchnorm_stats(model, bn_loader, p.env.device, ck.BN_BATCHES)
+        r1 = knn_recall(model, *loaders, p.env.device, c.knn_max_batches)
     return dd.from_main(p.env, r1)
 
 

@@ -1,7 +1,8 @@
 """Training metrics: a running meter, and a logger writing JSONL + TensorBoard + a rich progress display.
 
 Only rank 0 writes. Beside the scalars, TensorBoard gets a few clips of a batch as images once per epoch
-(:meth:`MetricsLogger.clips`: as trained on, after augmentation; flow in colour). Each record has ``kind`` (``train``, ``val`` or ``knn``), ``epoch`` and ``step``; train
+(:meth:`MetricsLogger.clips`: as trained on, after augmentation; flow in colour). Each record has ``kind`` (``train``, ``val``,
+``knn`` or :data:`KNN_BASELINE`), ``epoch`` and ``step``; train
 records carry the loss, contrastive top-1/top-5 (overall and per direction ``_f``/``_b``), the encoder
 features' ``content_share`` (:func:`memdpc.model.loss.content_share`; val records too), ``lr``,
 ``clips_per_s`` (all ranks) and ``data_wait`` (fraction of wall time spent waiting for the loader).
@@ -32,6 +33,8 @@ from memdpc.viz.pictures import clip_picture
 
 __all__ = [
     "CHANCE_MARGIN",
+    "DATA_BN",
+    "KNN_BASELINE",
     "METRICS_NAME",
     "TB_NAME",
     "Meter",
@@ -47,6 +50,10 @@ __all__ = [
 METRICS_NAME = file_kinds.RUN_METRICS
 """The run folder's metrics file: one JSON record per line."""
 TB_NAME = "tb"  # the run folder's TensorBoard logs
+KNN_BASELINE = "knn_baseline"
+"""The kind of the record, at step 0, of the kNN monitor's R@1 of a baseline that training must beat besides the
+untrained encoder (whose R@1 is the first ``knn`` record's): its ``baseline`` names it."""
+DATA_BN = "data_bn"  # that baseline: the untrained encoder with the training clips' BatchNorm statistics
 CLIPS_SHOWN = 2  # clips of a batch that :meth:`MetricsLogger.clips` draws
 CHANCE_MARGIN = 0.01
 """A loss within this fraction of its chance level (the loss of a uniform guess, a record's ``chance``) is at

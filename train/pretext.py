@@ -19,17 +19,18 @@ __all__ = ["pretext_scores"]
 
 @torch.no_grad()
 def pretext_scores(checkpoint: str | os.PathLike, config: TrainConfig, split: str) -> dict[str, float]:
-    """{"loss", "top1", "batches"} of ``checkpoint`` on ``split`` of ``config``'s shards, means over batches
-    (NaN where the split gives no batch)."""
+    """{"loss", "top1", "chance", "batches"} of ``checkpoint`` on ``split`` of ``config``'s shards, means over
+    batches (NaN where the split gives no batch); ``chance`` is the loss of a uniform guess among each
+    prediction's candidates, which a model that learnt nothing stays at."""
     model, _ = load_model(checkpoint)
     model.eval()
     clip = ClipSpec(**load_manifest(config.loader.shards, config.loader.stream, split)["clip"])
-    sums, batches = {"loss": 0.0, "top1": 0.0}, 0
+    sums, batches = {"loss": 0.0, "top1": 0.0, "chance": 0.0}, 0
     for batch in split_loader(config, split, clip, train=False):
         out = model(batch.clips)
         for key in sums:
             sums[key] += float(out[key])
         batches += 1
     if not batches:  # a mean of nothing would read as a measured 0
-        return {"loss": float("nan"), "top1": float("nan"), "batches": 0}
+        return {**dict.fromkeys(sums, float("nan")), "batches": 0}
     return {**{k: v / batches for k, v in sums.items()}, "batches": batches}

@@ -23,8 +23,9 @@ from memdpc.preprocess.archive import archive_path, read_archive, write_archive
 from memdpc.preprocess.datasets import build_index
 from memdpc.preprocess.run import preprocess
 from memdpc.preprocess.video_index import write_index
-from memdpc.report.show import LEGEND, show
+from memdpc.report.show import CHANCE, LEGEND, curve_series, show
 from memdpc.report.show_options import ShowOptions
+from memdpc.train.metrics import KNN_BASELINE, read_metrics
 from memdpc.viz.flow_colours import codes_colours
 from memdpc.viz.pictures import GAP, MIN_WIDTH, decode_frames
 
@@ -221,6 +222,25 @@ def test_augmented_flow_is_drawn_without_the_colour_jitter_unless_asked(shards, 
     off = show(tar, tmp_path / "off", ShowOptions(samples=1, augment=True, jitter_flow=False))
     on = show(tar, tmp_path / "on", ShowOptions(samples=1, augment=True, jitter_flow=True))
     assert drawn[0].read_bytes() == off[0].read_bytes() != on[0].read_bytes()
+
+
+@pytest.mark.slow
+def test_each_loss_curve_has_its_own_chance_and_the_knn_monitor_the_r1_of_both_baselines(tiny_quickstart):
+    """Train and validation batches differ in size (the last validation batch is short), so each loss curve gets
+    the chance level of its own records, named in the legend; the kNN curve the R@1 of the untrained encoder and
+    of the untrained encoder with the data's BatchNorm statistics, which training has to beat."""
+    records = read_metrics(tiny_quickstart / "runs" / "flow")
+    panels = curve_series(records)
+    by_label = {s.label: s for s in panels["loss"]}
+    for kind, label in (("train", "train"), ("val", "validation")):
+        chance = by_label[label + CHANCE]
+        assert chance.chance_of == label
+        assert chance.values == tuple(r["chance"] for r in records if r["kind"] == kind)
+        assert chance.steps == by_label[label].steps
+    knn = [r["r1"] for r in records if r["kind"] == "knn"]
+    (baseline,) = [r["r1"] for r in records if r["kind"] == KNN_BASELINE]
+    references = {s.label: s.values for s in panels["kNN R@1 (validation videos)"] if s.reference}
+    assert references == {"untrained": (knn[0],), "untrained, data BN": (baseline,)}
 
 
 @pytest.mark.slow

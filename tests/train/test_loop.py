@@ -24,11 +24,12 @@ from memdpc.common.distenv import DistEnv
 from memdpc.model import create_model
 from memdpc.model.checkpoint import load_model, read_checkpoint
 from memdpc.pipeline.clip import ClipSpec
-from memdpc.train.checkpoint import initial_model
+from memdpc.train.bn_stats import data_batchnorm_stats
+from memdpc.train.checkpoint import BN_BATCHES, initial_model
 from memdpc.train.config import config_from_dict
 from memdpc.train.knn import knn_recall
 from memdpc.train.loop import _loader
-from memdpc.train.metrics import StepValues, at_chance, chance_summary
+from memdpc.train.metrics import DATA_BN, KNN_BASELINE, StepValues, at_chance, chance_summary
 from memdpc.train.prepare import val_split_warnings
 
 from ..conftest import memdpc_command, reference_weights, run_memdpc, subprocess_env
@@ -111,6 +112,11 @@ def test_short_run_lowers_the_loss_and_records_everything(learned_run, train_sha
         )
     )
     assert first["r1"] == knn_recall(initial_model(run_config), *loaders, env.device, config.knn_max_batches)
+    # beside it, once, the baseline the curves also draw: the untrained encoder with the data's BatchNorm statistics
+    (baseline,) = records(learned_run, KNN_BASELINE)
+    assert (baseline["step"], baseline["baseline"]) == (0, DATA_BN)
+    bn = data_batchnorm_stats(initial_model(run_config), loaders[0], env.device, BN_BATCHES)
+    assert baseline["r1"] == knn_recall(bn, *loaders, env.device, config.knn_max_batches)
     assert knn["r1"] * 3 == pytest.approx(round(knn["r1"] * 3))  # a recall over the 3 test videos
     assert len(records(learned_run, "val")) == 4
     ckpt = read_checkpoint(learned_run / "checkpoints" / "last.pt")

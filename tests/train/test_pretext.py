@@ -27,3 +27,4 @@ def test_the_score_is_the_validation_the_loop_logged(train_shards, tmp_path, one
     assert scores["batches"] == 3  # 6 test clips, batches of 2
     assert scores["loss"] == pytest.approx(val["loss"], rel=1e-5)
     assert scores["top1"] == pytest.approx(val["top1"], rel=1e-5)
+    assert scores["chance"] == pytest.approx(val["chance"], rel=1e-6)
