@@ -9,6 +9,9 @@ features is more than that. Two options take such shortcuts away:
 - ``other_clips``: only against the B targets at p and step t, one per clip: the clip's other steps are no
   longer negatives, so what changes within a clip from step to step (where an object has got to) no longer
   helps either, and what sets the clip apart from other clips (its motion, its scene) is what is left to learn.
+- ``own_clip``: only against the P targets of its own clip at p, one per predicted step: what every step of a
+  clip shares (its scene, its objects' looks) no longer helps, and what is left is the order of events, where
+  things will have got to; frames shuffled in time leave nothing to learn (chance, ln P).
 """
 
 from __future__ import annotations
@@ -67,6 +70,12 @@ def _grouped(x: torch.Tensor, group: int) -> torch.Tensor:
     return x.view(-1, group, x.shape[1]).transpose(0, 1)
 
 
+def _per_clip(x: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+    """Rows ordered (b, t, h, w) -> (B*H*W, T, D): each (clip, position)'s rows, one per step."""
+    b, steps, _, h, w = shape
+    return x.view(b, steps, h * w, x.shape[1]).transpose(1, 2).reshape(b * h * w, steps, x.shape[1])
+
+
 def dense_infonce(
     pred: torch.Tensor,
     target: torch.Tensor,
@@ -78,9 +87,10 @@ def dense_infonce(
 
     Scores are raw dot products (the reference), or cosine similarities divided by ``temperature`` when one
     is given. With ``global_negatives`` under torch.distributed the targets of all ranks are negatives too
-    (every rank must hold the same batch size). ``negatives`` (:data:`~memdpc.model.names.NEGATIVES`): "all"
-    targets of the batch (the paper), only those at the prediction's own map position ("same_position"), or
-    only those of every clip at its own position and step ("other_clips"). Returns scalar ``loss`` (mean
+    (every rank must hold the same batch size; not with ``own_clip``, whose targets are the clip's own). ``negatives`` (:data:`~memdpc.model.names.NEGATIVES`): "all"
+    targets of the batch (the paper), only those at the prediction's own map position ("same_position"),
+    only those of every clip at its own position and step ("other_clips"), or only its own clip's steps at its
+    position ("own_clip"). Returns scalar ``loss`` (mean
     cross-entropy), ``top1``, ``top5`` and ``chance``: the loss of a uniform guess, ln of the number of candidates
     each prediction is scored against (e.g. 10 clips × 3 steps × a 1×1 map, all negatives: ln 30), which a model
     that learnt nothing the loss can see stays at.
@@ -98,6 +108,11 @@ def dense_infonce(
     if negatives == "all":
         scores = p @ t.t()  # (B*T*H*W, [world*]B*T*H*W)
         labels = torch.arange(p.shape[0], device=p.device) + offset
+    elif negatives == "own_clip":  # the clip's own steps only: no other rank's targets either
+        steps = pred.shape[1]
+        scores = torch.bmm(_per_clip(p, pred.shape), _per_clip(t[offset : offset + len(p)], pred.shape).mT)
+        labels = torch.arange(steps, device=p.device).repeat(scores.shape[0])
+        scores = scores.reshape(-1, steps)  # (B*H*W*T, T)
     else:
         group = pred.shape[3] * pred.shape[4] * (pred.shape[1] if negatives == "other_clips" else 1)
         scores = torch.bmm(

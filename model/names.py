@@ -16,7 +16,7 @@ DEPTHS = (18, 34)
 MODEL_NAMES = tuple(f"{fam}_r{d}" for fam in FAMILIES for d in DEPTHS)
 PRETRAIN_NAMES = tuple(f"{fam}_r{d}" for fam in PRETRAIN_FAMILIES for d in DEPTHS)
 # which targets the dense loss scores a prediction against (memdpc.model.loss.dense_infonce); the first is the paper's
-NEGATIVES = ("all", "same_position", "other_clips")
+NEGATIVES = ("all", "same_position", "other_clips", "own_clip")
 
 
 def split_name(name: str) -> tuple[str, int]:

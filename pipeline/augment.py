@@ -78,6 +78,8 @@ class AugmentSpec:
     hue: float = 0.25
     grey_p: float = 0.25
     jitter_flow: bool = True
+    flow_shift: float = 0.0
+    flow_gain: float = 1.0
     eval_scale: float = 0.875
     mean: tuple[float, float, float] = IMAGENET_MEAN
     std: tuple[float, float, float] = IMAGENET_STD
@@ -231,26 +233,45 @@ def _grey_maps(rng: np.random.Generator, n: int, p: float) -> np.ndarray:
     return out
 
 
+def _motion_maps(rng: np.random.Generator, num_frames: int, num_blocks: int, spec: AugmentSpec) -> np.ndarray:
+    """(F, 4, 4): per block, one random global shift and gain of the flow codes, x and y alike."""
+    shift = rng.uniform(-spec.flow_shift, spec.flow_shift, (num_blocks, 2))
+    gain = np.exp(rng.uniform(-math.log(spec.flow_gain), math.log(spec.flow_gain), num_blocks))
+    per = num_frames // num_blocks
+    out = _homogeneous(num_frames)
+    out[:, 2, 2] = 1.0
+    for k in range(num_blocks):
+        sl = slice(k * per, (k + 1) * per)
+        out[sl, 0, 0] = out[sl, 1, 1] = gain[k]
+        out[sl, :2, 3] = 128.0 * (1 - gain[k]) + shift[k]
+    return out
+
+
 def colour_maps(
-    rng: np.random.Generator, num_frames: int, stream: str, flip: bool, spec: AugmentSpec
+    rng: np.random.Generator, num_frames: int, stream: str, flip: bool, spec: AugmentSpec, num_blocks: int = 1
 ) -> np.ndarray | None:
     """Per-frame affine colour maps (F, 3, 4) float32, or None when the clip's colours stay as they are."""
     flow_flip = stream == "flow" and flip
-    if not spec.colour_on(stream) and not flow_flip:
+    motion = stream == "flow" and spec.enabled and (spec.flow_shift > 0 or spec.flow_gain > 1)
+    if not spec.colour_on(stream) and not flow_flip and not motion:
         return None
     maps = _homogeneous(num_frames)
     maps[:, :3] = flow_flip_map() if flow_flip else np.eye(3, 4)
+    if motion:
+        maps = _motion_maps(rng, num_frames, num_blocks, spec) @ maps
     if spec.colour_on(stream):
         maps = _grey_maps(rng, num_frames, spec.grey_p) @ _jitter_maps(rng, num_frames, spec) @ maps
     return maps[:, :3].astype(np.float32)
 
 
-def sample_clip(rng: np.random.Generator, num_frames: int, stream: str, spec: AugmentSpec) -> ClipParams:
+def sample_clip(
+    rng: np.random.Generator, num_frames: int, stream: str, spec: AugmentSpec, num_blocks: int = 1
+) -> ClipParams:
     """Draw everything random for one training clip (``spec.enabled`` must be true), whatever its frame size:
     the same draws fit every sample, so a loader may draw before it knows which sample they go to."""
     crop = draw_crop(rng, spec)
     flip = bool(rng.random() < spec.flip_p)
-    return ClipParams(crop, flip, colour_maps(rng, num_frames, stream, flip, spec))
+    return ClipParams(crop, flip, colour_maps(rng, num_frames, stream, flip, spec, num_blocks))
 
 
 # ------------------------------------------------------------------------------- OpenCV (host) ops

@@ -382,7 +382,7 @@ class DaliLoader:
             rng = np.random.default_rng([p.seed, epoch, p.rank, info.iteration])
             cols: dict[str, list[np.ndarray]] = {name: [] for name in self._draw_names}
             for _ in range(p.batch_size):
-                c = sample_clip(rng, p.num_frames, p.stream, p.spec)
+                c = sample_clip(rng, p.num_frames, p.stream, p.spec, p.num_blocks)
                 row = {
                     "crop": c.crop,
                     "flip": np.array([c.flip], np.int32),

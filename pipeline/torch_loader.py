@@ -123,7 +123,7 @@ class ClipTransform:
 
     def _train(self, frames: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         p = self.plan
-        c = sample_clip(rng, p.num_frames, p.stream, p.spec)
+        c = sample_clip(rng, p.num_frames, p.stream, p.spec, p.num_blocks)
         box = crop_box(*frames.shape[1:3], c.crop, p.spec)
         return _to_rgb(crop_resize(frames, box, c.flip, p.size, p.spec), c.colour)
 

@@ -61,6 +61,12 @@ class TrainConfig:
     jitter_flow: bool = setting(
         True, "Per-frame colour jitter and random grey on flow images too (the paper: yes)."
     )
+    flow_shift: float = setting(
+        0.0, "Flow: per block, a random global shift of the x and y codes, up to this many codes.", min=0
+    )
+    flow_gain: float = setting(
+        1.0, "Flow: per block, a random gain of the flow codes about 128, up to this factor.", min=1
+    )
     crop_size: int = setting(
         224,
         "The random crop is resized to this, then to --size (the paper: 224); 0 = straight "
@@ -87,8 +93,10 @@ class TrainConfig:
     )
     negatives: str = setting(
         "all",
-        "Targets each prediction is scored against: all of the batch (the paper) or only "
-        "those at its own map position (the position on the map then tells nothing).",
+        "Targets each prediction is scored against: all of the batch (the paper); those at its own "
+        "map position (same_position: the position on the map then tells nothing); every clip's at "
+        "its position and step (other_clips); or its own clip's steps at its position (own_clip: "
+        "only the order of events tells them apart).",
         choices=NEGATIVES,
     )
     # optimisation

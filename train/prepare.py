@@ -353,7 +353,12 @@ def clear_run(run_dir: Path, say: Callable[[str], None]) -> None:
 
 def augment_spec(config: TrainConfig) -> AugmentSpec:
     """The augmentation a run of ``config`` trains with (``memdpc show --augment`` draws it too)."""
-    return AugmentSpec(jitter_flow=config.jitter_flow, crop_size=config.crop_size or None)
+    return AugmentSpec(
+        jitter_flow=config.jitter_flow,
+        crop_size=config.crop_size or None,
+        flow_shift=config.flow_shift,
+        flow_gain=config.flow_gain,
+    )
 
 
 def split_loader(

@@ -23,7 +23,7 @@ def test_matches_a_loop_over_every_prediction():
     torch.testing.assert_close(dense_infonce(pred, tgt)["loss"], torch.stack(losses).mean())
 
 
-@pytest.mark.parametrize("negatives", ["same_position", "other_clips"])
+@pytest.mark.parametrize("negatives", ["same_position", "other_clips", "own_clip"])
 def test_restricted_negatives_match_a_loop_over_every_prediction(negatives):
     pred, tgt = (
         _targets(),
@@ -31,8 +31,12 @@ def test_restricted_negatives_match_a_loop_over_every_prediction(negatives):
     )
     losses, hits = [], []
     for b, t, i, j in [(b, t, i, j) for b in range(3) for t in range(3) for i in range(2) for j in range(2)]:
-        # the candidates: every clip's targets at (i, j), at every step or only at step t
-        cands = [(b2, t2) for b2 in range(3) for t2 in (range(3) if negatives == "same_position" else [t])]
+        # the candidates at (i, j): every clip's at every step, or at step t only; or the clip's own steps
+        cands = {
+            "same_position": [(b2, t2) for b2 in range(3) for t2 in range(3)],
+            "other_clips": [(b2, t) for b2 in range(3)],
+            "own_clip": [(b, t2) for t2 in range(3)],
+        }[negatives]
         scores = torch.stack([pred[b, t, :, i, j] @ tgt[b2, t2, :, i, j] for b2, t2 in cands])
         own = cands.index((b, t))
         losses.append(F.cross_entropy(scores[None], torch.tensor([own])))
@@ -49,6 +53,19 @@ def test_other_clips_ignore_what_changes_within_a_clip():
     torch.testing.assert_close(other[0], other[1])
     same = [dense_infonce(pred + step, tgt + shift, negatives="same_position")["loss"] for shift in (0, step)]
     assert same[1] < same[0] - 1  # with the clip's other steps as negatives, telling the steps apart pays
+
+
+def test_own_clip_negatives_ignore_what_a_clip_keeps_and_need_the_order_of_its_steps():
+    pred, tgt = _targets(), _targets()
+    clip = 5 * torch.randn(3, 1, 32, 1, 1, generator=torch.Generator().manual_seed(5))  # one vector per clip
+    own = [dense_infonce(pred, tgt + shift, negatives="own_clip")["loss"] for shift in (0, clip)]
+    torch.testing.assert_close(own[0], own[1])  # what every step of a clip shares cancels
+    step = 5 * torch.randn(1, 3, 32, 1, 1, generator=torch.Generator().manual_seed(4))
+    ordered = dense_infonce(pred + step, tgt + step, negatives="own_clip")["loss"]
+    shuffled = dense_infonce(pred + step, tgt + step[:, [2, 0, 1]], negatives="own_clip")["loss"]
+    assert (
+        ordered < math.log(3) - 1 < math.log(3) + 1 < shuffled
+    )  # steps in time order pay, out of order cost
 
 
 def test_only_same_position_negatives_ignore_what_tells_positions_apart():
@@ -83,7 +100,8 @@ def test_uninformative_predictions_give_log_n():
 
 
 @pytest.mark.parametrize(
-    "negatives, candidates", [("all", 3 * 3 * 2 * 2), ("same_position", 3 * 3), ("other_clips", 3)]
+    "negatives, candidates",
+    [("all", 3 * 3 * 2 * 2), ("same_position", 3 * 3), ("other_clips", 3), ("own_clip", 3)],
 )
 def test_chance_is_the_loss_of_a_uniform_guess_over_each_predictions_candidates(negatives, candidates):
     tgt = _targets()

@@ -120,6 +120,27 @@ def test_flow_flip_negates_x_only():
     assert colour_maps(np.random.default_rng(0), 3, "flow", False, spec) is None
 
 
+def test_flow_motion_shifts_and_scales_each_block_as_one_and_the_third_channel_not_at_all():
+    spec = AugmentSpec(jitter_flow=False, flow_shift=10.0, flow_gain=1.5)
+    maps = colour_maps(np.random.default_rng(0), 40, "flow", False, spec, num_blocks=4)
+    out = np.stack([apply(m, [128, 128, 77]) for m in maps])
+    blocks = out.reshape(4, 10, 3)
+    assert np.allclose(blocks, blocks[:, :1])  # one draw per block, every frame of it alike
+    assert len({tuple(b[0, :2].round(3)) for b in blocks}) == 4
+    assert np.all(np.abs(out[:, :2] - 128) <= 10 + 1e-3) and np.allclose(out[:, 2], 77)
+    gains = [(apply(maps[k * 10], [138, 138, 0]) - apply(maps[k * 10], [128, 128, 0]))[:2] / 10 for k in range(4)]
+    assert all(1 / 1.5 - 1e-4 <= g[0] <= 1.5 + 1e-4 and math.isclose(g[0], g[1], rel_tol=1e-5) for g in gains)
+    assert len({round(float(g[0]), 4) for g in gains}) == 4
+
+
+def test_flow_motion_off_by_default_leaves_the_draws_as_they_were():
+    rng_a, rng_b = np.random.default_rng(3), np.random.default_rng(3)
+    plain = colour_maps(rng_a, 8, "flow", False, AugmentSpec(), num_blocks=2)
+    again = colour_maps(rng_b, 8, "flow", False, AugmentSpec(flow_shift=0.0, flow_gain=1.0), num_blocks=2)
+    assert np.array_equal(plain, again) and rng_a.random() == rng_b.random()
+    assert colour_maps(np.random.default_rng(0), 8, "flow", False, AugmentSpec(jitter_flow=False)) is None
+
+
 def test_off_spec_draws_nothing():
     assert colour_maps(np.random.default_rng(0), 40, "rgb", True, AugmentSpec.off()) is None
     assert not AugmentSpec.off().colour_on("rgb")
