@@ -138,6 +138,7 @@ PROFILES = {
             epochs=2,
             pred_steps=1,
             mem_size=64,
+            log_every=1,  # a few steps an epoch: every one of them on the curves
             **CHOOSE_BY_KNN,
         ),
         stream_train={"rgb": dict(epochs=3), "flow": dict(jitter_flow=False)},  # RGB longer, like the default

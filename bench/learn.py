@@ -1,0 +1,478 @@
+"""Benchmark (scientific): when does MemDPC pretraining beat random init on the example families?
+
+A scan over data size (videos per class), training steps, encoder width, training frame size and the
+loss's and augmentation's options, on both example families (``synthetic``, ``photos``). Each cell renders
+its videos (cached per data draw), preprocesses and shards them, trains one stream, keeps checkpoints along
+the way and evaluates each of them, and the two random-init baselines (untrained; untrained with the data's
+BatchNorm statistics), by retrieval R@1 and linear-probe top-1 on the test videos; the last checkpoint is
+paired with each baseline on the same test videos (``memdpc eval compare``: McNemar's exact test).
+
+Cells run one at a time, each in its own process and folder under ``--work``: a killed scan resumes with
+the cells it had not finished (a cell's result is written last, atomically). ``--dry-run`` prints the plan
+and its estimated cost without running anything. Data seeds 100 and up are validation draws, on which
+settings were chosen; seeds below 100 are held out and are the only ones the results table reports as such.
+
+    python -m bench.learn [--plan scan] [--work runs/learn] [--out bench/results/learn] [--only SUBSTRING]
+        [--dry-run]
+
+Writes ``<out>.json`` (every cell), ``<out>.md`` (the tables) and ``<out>.png`` (the curves).
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import json
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from memdpc.common.atomic import atomic_path, write_json_atomic
+
+VALIDATION_SEEDS = (100, 101)  # data draws that settings are chosen on; never reported as results
+HELD_OUT_SEEDS = (0, 1)
+BASELINES = ("random", "random_bn")
+MODELS = ("memdpc", *BASELINES)
+
+
+@dataclass(frozen=True)
+class Data:
+    """One draw of an example family, and how it is cut into samples."""
+
+    family: str = "synthetic"
+    seed: int = 100
+    videos_per_class: int = 24
+    classes: int = 0  # 0: every class of the family
+    frames: int = 48
+    size: int = 64
+    blocks: int = 8
+    block_len: int = 5
+    window_step: int = 4
+
+    @property
+    def key(self) -> str:
+        return (
+            f"{self.family}-s{self.seed}-v{self.videos_per_class}-c{self.classes}-f{self.frames}-p{self.size}"
+            f"-{self.blocks}x{self.block_len}-w{self.window_step}"
+        )
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One training run of one stream on one data draw, evaluated at ``evals`` epochs (and at the end)."""
+
+    name: str
+    data: Data
+    stream: str = "flow"
+    train: dict[str, Any] = field(default_factory=dict)
+    evals: tuple[int, ...] = ()  # epochs whose checkpoints are evaluated besides the last
+
+    @property
+    def validation(self) -> bool:
+        return self.data.seed in VALIDATION_SEEDS
+
+
+# ------------------------------------------------------------------------------------------- the plans
+BASE_TRAIN: dict[str, Any] = dict(
+    widths=[16, 32, 64, 64],
+    batch_size=16,
+    size=64,
+    crop_size=0,
+    schedule="constant",
+    jitter_flow=False,
+    val_max_batches=2,
+    knn_every=2,
+    knn_max_batches=50,
+)
+
+
+def smoke() -> list[Cell]:
+    """One tiny cell, to check the scan's own code (seconds of training)."""
+    data = Data(seed=100, videos_per_class=6, classes=3, frames=24, size=32, blocks=4, block_len=4)
+    train = dict(widths=[8, 16, 16, 16], size=32, epochs=2, batch_size=4, pred_steps=1, mem_size=64)
+    return [Cell("smoke", data, "flow", train, evals=(1,))]
+
+
+PAPER: dict[str, Any] = dict(epochs=20)  # the paper's loss (every target of the batch, raw dot products)
+# chosen on the validation draws: negatives at the target's own position and step, cosine / 0.1, and a random
+# global shift and gain of the flow codes per block (so that a clip's mean motion does not name it)
+CHOSEN: dict[str, Any] = dict(
+    epochs=20, temperature=0.1, negatives="other_clips", flow_shift=10, flow_gain=1.5
+)
+EVALS = (5, 10, 15)
+
+
+def scan() -> list[Cell]:
+    """The paper's loss and the chosen settings on two held-out draws of both families (flow), with their
+    curves; on one held-out synthetic draw, the ablations that tell the data's size, the training's length,
+    the negatives, the augmentation, the encoder's width and the frame size apart."""
+    cells = []
+    for family in ("synthetic", "photos"):
+        for seed in HELD_OUT_SEEDS:
+            data = Data(family=family, seed=seed)
+            cells += [
+                Cell(f"{family}-s{seed}-paper", data, "flow", PAPER, evals=EVALS),
+                Cell(f"{family}-s{seed}-chosen", data, "flow", CHOSEN, evals=EVALS),
+            ]
+    data = Data(seed=0)
+    return cells + [
+        Cell("synthetic-s0-chosen-2x-videos", Data(seed=0, videos_per_class=48), "flow", CHOSEN, evals=EVALS),
+        Cell("synthetic-s0-chosen-2x-steps", data, "flow", {**CHOSEN, "epochs": 40}, evals=(10, 20, 30)),
+        Cell("synthetic-s0-chosen-no-motion-aug", data, "flow", {**CHOSEN, "flow_shift": 0, "flow_gain": 1}),
+        Cell("synthetic-s0-paper-motion-aug", data, "flow", {**PAPER, "flow_shift": 10, "flow_gain": 1.5}),
+        Cell(
+            "synthetic-s0-chosen-3x-steps", data, "flow", {**CHOSEN, "epochs": 60}, evals=(10, 20, 30, 40, 50)
+        ),
+        Cell(
+            "synthetic-s0-chosen-half-width", data, "flow", {**CHOSEN, "widths": [8, 16, 32, 32]}, evals=EVALS
+        ),
+        Cell("synthetic-s0-chosen-32px", data, "flow", {**CHOSEN, "size": 32}, evals=EVALS),
+    ]
+
+
+PLANS = {"smoke": smoke, "scan": scan}
+
+
+# ------------------------------------------------------------------------------------------ data draws
+def _locked(path: Path):
+    """An exclusive lock on ``path`` (two scans on one --work wait for each other's data draws)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle = open(path, "a")  # noqa: SIM115  (held until the caller closes it)
+    fcntl.flock(handle, fcntl.LOCK_EX)
+    return handle
+
+
+def prepare_data(work: Path, d: Data, console: Console) -> Path:
+    """Videos, index, frame and flow archives and shards of the draw ``d`` under ``work/data/<key>`` (made
+    once; every library call resumes, so a killed preparation is finished by the next cell that needs it)."""
+    from memdpc.pipeline.clip import ClipSpec
+    from memdpc.pipeline.shard import run_shard
+    from memdpc.pipeline.shard_plan import ShardSettings
+    from memdpc.preprocess.datasets import build_index
+    from memdpc.preprocess.examples.families import EXAMPLE_FAMILIES
+    from memdpc.preprocess.run import preprocess
+    from memdpc.preprocess.video_index import hold_out, write_index
+    from memdpc.quickstart import PROFILES
+
+    out = work / "data" / d.key
+    done = out / "done"
+    with _locked(out.with_suffix(".lock")):
+        if done.exists():
+            return out
+        config, make = EXAMPLE_FAMILIES[d.family]
+        sizes = dict(videos_per_class=d.videos_per_class, frames=d.frames, size=d.size, seed=d.seed)
+        root = make(out / "videos", config(**sizes, **({"num_classes": d.classes} if d.classes else {})))
+        index = out / "index.jsonl"
+        write_index(hold_out(build_index(root, "ucf101", 1), 1), index)
+        tvl1 = PROFILES["default"].tvl1
+        preprocess(index, out / "frames", "rgb,flow", size=d.size, tvl1=tvl1, workers=2, progress=False)
+        clip = ClipSpec(num_blocks=d.blocks, block_len=d.block_len, stride=1)
+        for stream in ("rgb", "flow"):
+            for split in ("train", "val", "test"):
+                run_shard(
+                    out / "frames",
+                    index,
+                    stream,
+                    out / "shards",
+                    split,
+                    ShardSettings(clip=clip, window_step=d.window_step, max_count=4, seed=d.seed),
+                )
+        done.write_text("")
+    return out
+
+
+# ----------------------------------------------------------------------------------------------- a cell
+PROBE = {"epochs": 300, "lr": 3e-3, "lr_min": 3e-4}  # the quickstart's probe: ~hundreds of windows
+
+
+def _scores(result_path: Path, metric: str) -> float:
+    return json.loads(result_path.read_text())["metrics"][metric]
+
+
+def run_cell(work: Path, cell: Cell) -> dict[str, Any]:
+    """Train and evaluate one cell in this process; returns (and writes, last) its result."""
+    from memdpc.eval.compare import compare_results
+    from memdpc.eval.run import evaluate
+    from memdpc.train.checkpoint import write_initial_checkpoint
+    from memdpc.train.config import config_from_dict
+    from memdpc.train.loop import train
+    from memdpc.train.metrics import read_metrics
+
+    console = Console(stderr=True)
+    out = work / "cells" / cell.name
+    t0 = time.perf_counter()
+    data = prepare_data(work, cell.data, console)
+    t_data = time.perf_counter() - t0
+    settings = {**BASE_TRAIN, **cell.train}
+    if cell.evals:
+        settings["keep_every"] = _gcd(cell.evals)
+    config = config_from_dict(
+        dict(
+            stream=cell.stream,
+            shards=str(data / "shards"),
+            out=str(out / "run"),
+            seed=cell.data.seed,
+            num_blocks=cell.data.blocks,
+            block_len=cell.data.block_len,
+            val_split="val",
+            progress=False,
+            **settings,
+        )
+    )
+    run = train(config)
+    t_train = time.perf_counter() - t0 - t_data
+    ckpts = {
+        "random": write_initial_checkpoint(config, out / "random" / "init.pt"),
+        "random_bn": write_initial_checkpoint(config, out / "random_bn" / "init.pt", bn_from_data=True),
+    }
+    kept = {e: run / "checkpoints" / f"epoch-{e:04d}.pt" for e in cell.evals if e < config.epochs}
+    kept[config.epochs] = run / "checkpoints" / "last.pt"
+    results: dict[str, dict[str, Path]] = {}
+
+    def score(name: str, ckpt: Path) -> dict[str, Any]:
+        common = dict(shards=data / "shards", out=out / "eval" / name, num_workers=2, overwrite=True)
+        paths = {
+            "R@1": evaluate("retrieve", ckpt, **common),
+            "top1": evaluate("probe", ckpt, head="linear", fit=PROBE, **common),
+        }
+        results[name] = paths
+        return {m: _scores(p, m) for m, p in paths.items()}
+
+    steps_per_epoch = _steps_per_epoch(read_metrics(run))
+    curve = [
+        {"epoch": e, "step": e * steps_per_epoch, **score(f"memdpc-e{e}", p)} for e, p in sorted(kept.items())
+    ]
+    baselines = {b: score(b, p) for b, p in ckpts.items()}
+    last = f"memdpc-e{config.epochs}"
+    paired = {
+        b: {
+            m: _paired(compare_results(results[last][m], results[b][m])["metrics"][m])
+            for m in ("R@1", "top1")
+        }
+        for b in BASELINES
+    }
+    records = read_metrics(run)
+    result = {
+        "cell": {**asdict(cell), "validation": cell.validation},
+        "train": config.to_dict(),
+        "videos": json.loads(results[last]["R@1"].read_text())["counts"],
+        "seconds": {"data": round(t_data), "train": round(t_train), "all": round(time.perf_counter() - t0)},
+        "curve": curve,
+        "baselines": baselines,
+        "paired": paired,
+        "monitor": {
+            "knn": [(r["step"], r["r1"]) for r in records if r["kind"] == "knn"],
+            "knn_baselines": {r["baseline"]: r["r1"] for r in records if r["kind"] == "knn_baseline"},
+            "val": [(r["step"], r["loss"], r["chance"]) for r in records if r["kind"] == "val"],
+            "train": [(r["step"], r["loss"], r["chance"]) for r in records if r["kind"] == "train"],
+        },
+    }
+    write_json_atomic(out / "result.json", result)
+    return result
+
+
+def _gcd(values: tuple[int, ...]) -> int:
+    from math import gcd
+
+    g = 0
+    for v in values:
+        g = gcd(g, v)
+    return g
+
+
+def _steps_per_epoch(records: list[dict[str, Any]]) -> int:
+    val = [r for r in records if r["kind"] == "val"]
+    return val[0]["step"] // (val[0]["epoch"] + 1) if val else 0
+
+
+def _paired(m: dict[str, Any]) -> dict[str, Any]:
+    """A paired comparison's difference, interval, p and discordant counts (MemDPC right only / baseline only)."""
+    return {
+        "difference": m["difference"],
+        "interval": m["interval"],
+        "p": m["p"],
+        "discordant": [m["discordant"]["a_only"], m["discordant"]["b_only"]],
+    }
+
+
+# ---------------------------------------------------------------------------------------------- the cost
+SECONDS_PER_CLIP = 0.032  # a training clip at 64², widths 16-32-64-64, batch 16, on the 2-core machine
+SECONDS_PER_VIDEO = 0.4  # render + decode + TV-L1 + archives of a 48-frame 64² video
+SECONDS_PER_WINDOW = 0.012  # an evaluation window's features
+
+
+def _classes(d: Data) -> int:
+    from memdpc.preprocess.examples.families import EXAMPLE_FAMILIES
+
+    return d.classes or len(EXAMPLE_FAMILIES[d.family][0].classes)
+
+
+def windows(d: Data, stream: str) -> dict[str, int]:
+    """Windows of the train split and of every split, as the example layout and ``hold_out`` cut them (a flow
+    video has one frame fewer than its RGB)."""
+    frames = d.frames - (stream == "flow")
+    per_video = (frames - d.blocks * d.block_len) // d.window_step + 1
+    test = sum(1 for g in range(d.videos_per_class) if g % 3 == 0)
+    train = d.videos_per_class - test - 1
+    return {"train": train * _classes(d) * per_video, "all": d.videos_per_class * _classes(d) * per_video}
+
+
+def estimate(cell: Cell) -> dict[str, float]:
+    """Seconds the cell's stages take on the 2-core machine (a rough model, for ``--dry-run``)."""
+    s = {**BASE_TRAIN, **cell.train}
+    w = windows(cell.data, cell.stream)
+    steps = s["epochs"] * (w["train"] // s["batch_size"])
+    pixels = (s["size"] / 64) ** 2 * (s["widths"][0] / 16) ** 2
+    frames = cell.data.frames / 48 * (cell.data.size / 64) ** 2
+    return {
+        "steps": steps,
+        "data": SECONDS_PER_VIDEO * frames * cell.data.videos_per_class * _classes(cell.data),
+        "train": SECONDS_PER_CLIP * pixels * steps * s["batch_size"],
+        "eval": SECONDS_PER_WINDOW * pixels * w["all"] * (len(cell.evals) + 1 + len(BASELINES)),
+    }
+
+
+# ---------------------------------------------------------------------------------------------- driving
+def _run_in_process(work: Path, cell: Cell) -> dict[str, Any]:
+    """The cell in a process of its own (its result file is the hand-off); resumes a cell a kill cut short."""
+    path = work / "cells" / cell.name / "result.json"
+    if not path.exists():
+        spec = json.dumps({**asdict(cell), "data": asdict(cell.data)})
+        subprocess.run([sys.executable, "-m", "bench.learn", "--work", str(work), "--cell", spec], check=True)
+    return json.loads(path.read_text())
+
+
+def _cell_from_json(text: str) -> Cell:
+    spec = json.loads(text)
+    return Cell(
+        name=spec["name"],
+        data=Data(**spec["data"]),
+        stream=spec["stream"],
+        train=spec["train"],
+        evals=tuple(spec["evals"]),
+    )
+
+
+# ---------------------------------------------------------------------------------------------- reports
+METRIC_NAMES = {"R@1": "R@1", "top1": "probe top-1"}
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f}"
+
+
+def _verdict(p: dict[str, Any]) -> str:
+    """'+d (p)' with ✓ where MemDPC is better at p < 0.05."""
+    mark = " ✓" if p["p"] < 0.05 and p["difference"] > 0 else (" ✗" if p["p"] < 0.05 else "")
+    return f"{100 * p['difference']:+.1f} (p {p['p']:.2g}){mark}"
+
+
+def markdown(results: list[dict[str, Any]]) -> str:
+    """One table per role (held out, validation): each cell's last checkpoint against both baselines."""
+    lines = []
+    for title, validation in (("Held-out draws", False), ("Validation draws (settings chosen here)", True)):
+        rows = [r for r in results if r["cell"]["validation"] == validation]
+        if not rows:
+            continue
+        lines += [
+            f"**{title}** (test videos n; percent; MemDPC − baseline, McNemar's exact p; ✓ better at p < 0.05)",
+            "",
+            "| cell | family | seed | train / test videos | steps | metric | MemDPC | random init | data BN "
+            "| vs random init | vs data BN |",
+            "|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for r in rows:
+            c, last = r["cell"], r["curve"][-1]
+            for m, name in METRIC_NAMES.items():
+                lines.append(
+                    f"| {c['name']} | {c['data']['family']} | {c['data']['seed']} | "
+                    f"{r['videos']['gallery']} / {r['videos']['videos']} | {last['step']} | {name} | "
+                    f"{_pct(last[m])} | {_pct(r['baselines']['random'][m])} | "
+                    f"{_pct(r['baselines']['random_bn'][m])} | {_verdict(r['paired']['random'][m])} | "
+                    f"{_verdict(r['paired']['random_bn'][m])} |"
+                )
+        lines.append("")
+    return "\n".join(lines)
+
+
+def curves(results: list[dict[str, Any]], path: Path) -> Path:
+    """Test R@1 and probe top-1 against the training step, per family (columns) and metric (rows): one line per
+    held-out cell, its baselines dotted (untrained) and dash-dotted (data BN) in the same colour."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    families = sorted({r["cell"]["data"]["family"] for r in results})
+    fig, axes = plt.subplots(2, len(families), figsize=(6 * len(families), 7), squeeze=False)
+    for col, family in enumerate(families):
+        cells = [r for r in results if r["cell"]["data"]["family"] == family and not r["cell"]["validation"]]
+        for row, (m, name) in enumerate(METRIC_NAMES.items()):
+            ax = axes[row][col]
+            for r in cells:
+                steps = [p["step"] for p in r["curve"]]
+                (line,) = ax.plot(
+                    [0, *steps],
+                    [r["baselines"]["random"][m], *(p[m] for p in r["curve"])],
+                    marker="o",
+                    markersize=3,
+                    label=r["cell"]["name"],
+                )
+                for b, style in (("random", ":"), ("random_bn", "-.")):
+                    ax.axhline(r["baselines"][b][m], color=line.get_color(), linestyle=style, linewidth=0.8)
+            ax.set_title(f"{family}: test {name} (dotted: untrained, dash-dotted: data BN)", fontsize=9)
+            ax.set_xlabel("training step")
+            if cells:
+                ax.legend(fontsize=7)
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=100, format="png")
+    plt.close(fig)
+    return path
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--plan", choices=sorted(PLANS), default="scan")
+    ap.add_argument("--work", type=Path, default=Path("runs/learn"))
+    ap.add_argument("--out", type=Path, default=Path("bench/results/learn"))
+    ap.add_argument("--only", default="", help="Run only the cells whose name contains this.")
+    ap.add_argument(
+        "--dry-run", action="store_true", help="Print the plan and its estimated cost; run nothing."
+    )
+    ap.add_argument("--cell", help=argparse.SUPPRESS)  # one cell's spec (JSON): the process a cell runs in
+    args = ap.parse_args()
+    if args.cell:
+        run_cell(args.work, _cell_from_json(args.cell))
+        return
+    console = Console()
+    cells = [c for c in PLANS[args.plan]() if args.only in c.name]
+    done = {c.name for c in cells if (args.work / "cells" / c.name / "result.json").exists()}
+    total = 0.0
+    for c in cells:
+        e = estimate(c)
+        cost = e["data"] + e["train"] + e["eval"]
+        total += 0 if c.name in done else cost
+        state = "done" if c.name in done else f"~{cost / 60:.0f} min"
+        console.print(f"{c.name}: {e['steps']} steps of {c.stream}, {state}", markup=False)
+    console.print(
+        f"{len(cells)} cells, {len(done)} done; the rest ~{total / 3600:.1f} h on the 2-core machine"
+    )
+    if args.dry_run:
+        return
+    results = [_run_in_process(args.work, c) for c in cells]
+    write_json_atomic(args.out.with_suffix(".json"), results)
+    with atomic_path(args.out.with_suffix(".md")) as tmp:
+        tmp.write_text(markdown(results))
+    curves(results, args.out.with_suffix(".png"))
+    print(markdown(results))
+    console.print(f"wrote {args.out}.json, .md and .png")
+
+
+if __name__ == "__main__":
+    main()
