@@ -128,7 +128,9 @@ def test_flow_motion_shifts_and_scales_each_block_as_one_and_the_third_channel_n
     assert np.allclose(blocks, blocks[:, :1])  # one draw per block, every frame of it alike
     assert len({tuple(b[0, :2].round(3)) for b in blocks}) == 4
     assert np.all(np.abs(out[:, :2] - 128) <= 10 + 1e-3) and np.allclose(out[:, 2], 77)
-    gains = [(apply(maps[k * 10], [138, 138, 0]) - apply(maps[k * 10], [128, 128, 0]))[:2] / 10 for k in range(4)]
+    gains = [
+        (apply(maps[k * 10], [138, 138, 0]) - apply(maps[k * 10], [128, 128, 0]))[:2] / 10 for k in range(4)
+    ]
     assert all(1 / 1.5 - 1e-4 <= g[0] <= 1.5 + 1e-4 and math.isclose(g[0], g[1], rel_tol=1e-5) for g in gains)
     assert len({round(float(g[0]), 4) for g in gains}) == 4
 
