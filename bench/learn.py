@@ -13,7 +13,7 @@ and its estimated cost without running anything. Data seeds 100 and up are valid
 settings were chosen; seeds below 100 are held out and are the only ones the results table reports as such.
 
     python -m bench.learn [--plan scan] [--work runs/learn] [--out bench/results/learn] [--only SUBSTRING]
-        [--dry-run]
+        [--dry-run | --report]
 
 Writes ``<out>.json`` (every cell), ``<out>.md`` (the tables) and ``<out>.png`` (the curves).
 """
@@ -34,6 +34,7 @@ from rich.console import Console
 
 from memdpc.common.atomic import atomic_path, write_json_atomic
 
+FAMILIES = ("synthetic", "photos")
 VALIDATION_SEEDS = (100, 101)  # data draws that settings are chosen on; never reported as results
 HELD_OUT_SEEDS = (0, 1)
 BASELINES = ("random", "random_bn")
@@ -112,7 +113,7 @@ def scan() -> list[Cell]:
     curves; on one held-out synthetic draw, the ablations that tell the data's size, the training's length,
     the negatives, the augmentation, the encoder's width and the frame size apart."""
     cells = []
-    for family in ("synthetic", "photos"):
+    for family in FAMILIES:
         for seed in HELD_OUT_SEEDS:
             data = Data(family=family, seed=seed)
             cells += [
@@ -400,35 +401,62 @@ def markdown(results: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _panels(results: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """The held-out cells to draw (the validation ones where none is), per panel: each family's main cells (the
+    paper's loss and the chosen settings), then the ablations of one draw."""
+    held = [r for r in results if not r["cell"]["validation"]] or results
+    main = [r for r in held if r["cell"]["name"].endswith(("-paper", "-chosen"))]
+    panels = {f: [r for r in main if r["cell"]["data"]["family"] == f] for f in FAMILIES}
+    ablations = [r for r in held if r not in main]
+    if ablations:
+        first = ablations[0]["cell"]
+        same = [
+            r for r in held if r["cell"]["data"] == first["data"] and r["cell"]["name"].endswith("-chosen")
+        ]
+        panels[f"ablations, {first['data']['family']} seed {first['data']['seed']}"] = same + ablations
+    return {k: v for k, v in panels.items() if v}
+
+
 def curves(results: list[dict[str, Any]], path: Path) -> Path:
-    """Test R@1 and probe top-1 against the training step, per family (columns) and metric (rows): one line per
-    held-out cell, its baselines dotted (untrained) and dash-dotted (data BN) in the same colour."""
+    """Test R@1 and probe top-1 (rows) against the training step, per family and for the ablations (columns).
+    A family's panel has one colour per data draw, the chosen settings solid and the paper's loss dashed, and
+    the draw's baselines across: dotted the untrained encoder, dash-dotted the one with the data's BatchNorm
+    statistics; the ablations' panel one colour per cell, over the draw's baselines in grey."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    families = sorted({r["cell"]["data"]["family"] for r in results})
-    fig, axes = plt.subplots(2, len(families), figsize=(6 * len(families), 7), squeeze=False)
-    for col, family in enumerate(families):
-        cells = [r for r in results if r["cell"]["data"]["family"] == family and not r["cell"]["validation"]]
+    panels = _panels(results)
+    fig, axes = plt.subplots(2, len(panels), figsize=(5.5 * len(panels), 7), squeeze=False)
+    for col, (title, cells) in enumerate(panels.items()):
+        ablations = title.startswith("ablations")
+        seeds = sorted({r["cell"]["data"]["seed"] for r in cells})
         for row, (m, name) in enumerate(METRIC_NAMES.items()):
             ax = axes[row][col]
-            for r in cells:
-                steps = [p["step"] for p in r["curve"]]
-                (line,) = ax.plot(
-                    [0, *steps],
+            for i, r in enumerate(cells):
+                c = r["cell"]
+                colour = f"C{i if ablations else seeds.index(c['data']['seed'])}"
+                label = c["name"] if ablations else f"seed {c['data']['seed']}, {c['name'].rsplit('-', 1)[1]}"
+                ax.plot(
+                    [0, *(p["step"] for p in r["curve"])],
                     [r["baselines"]["random"][m], *(p[m] for p in r["curve"])],
+                    color=colour,
+                    linestyle="--" if c["name"].endswith("-paper") else "-",
                     marker="o",
                     markersize=3,
-                    label=r["cell"]["name"],
+                    label=label,
                 )
                 for b, style in (("random", ":"), ("random_bn", "-.")):
-                    ax.axhline(r["baselines"][b][m], color=line.get_color(), linestyle=style, linewidth=0.8)
-            ax.set_title(f"{family}: test {name} (dotted: untrained, dash-dotted: data BN)", fontsize=9)
+                    ax.axhline(
+                        r["baselines"][b][m], color="grey" if ablations else colour, linestyle=style, lw=0.8
+                    )
+            ax.set_title(f"{title}: test {name}", fontsize=9)
             ax.set_xlabel("training step")
-            if cells:
-                ax.legend(fontsize=7)
+            ax.legend(fontsize=7)
+    fig.suptitle(
+        "held-out draws (dotted: untrained encoder; dash-dotted: untrained, the data's BatchNorm statistics)"
+    )
     fig.tight_layout()
     with atomic_path(path) as tmp:
         fig.savefig(tmp, dpi=100, format="png")
@@ -444,6 +472,9 @@ def main() -> None:
     ap.add_argument("--only", default="", help="Run only the cells whose name contains this.")
     ap.add_argument(
         "--dry-run", action="store_true", help="Print the plan and its estimated cost; run nothing."
+    )
+    ap.add_argument(
+        "--report", action="store_true", help="Write the outputs from the cells already done; run nothing."
     )
     ap.add_argument("--cell", help=argparse.SUPPRESS)  # one cell's spec (JSON): the process a cell runs in
     args = ap.parse_args()
@@ -465,7 +496,8 @@ def main() -> None:
     )
     if args.dry_run:
         return
-    results = [_run_in_process(args.work, c) for c in cells]
+    todo = [c for c in cells if c.name in done] if args.report else cells
+    results = [_run_in_process(args.work, c) for c in todo]
     write_json_atomic(args.out.with_suffix(".json"), results)
     with atomic_path(args.out.with_suffix(".md")) as tmp:
         tmp.write_text(markdown(results))

@@ -1,0 +1,77 @@
+"""bench/learn.py: the smoke plan run for real (render, preprocess, shard, train, evaluate, pair), in its own
+process per cell; a rerun resumes from the cells done, ``--dry-run`` runs nothing, ``--report`` only writes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from bench.learn import Cell, Data, estimate, markdown, scan, windows
+from tests.conftest import subprocess_env
+
+pytestmark = pytest.mark.slow
+
+
+def _learn(*args) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "bench.learn", "--plan", "smoke", *map(str, args)],
+        capture_output=True,
+        text=True,
+        env={**subprocess_env(), "OMP_NUM_THREADS": "1"},
+        timeout=600,
+    )
+
+
+def test_the_smoke_plan_runs_each_cell_once_and_writes_its_tables(tmp_path):
+    work, out = tmp_path / "work", tmp_path / "out" / "learn"
+    planned = _learn("--work", work, "--out", out, "--dry-run")
+    assert planned.returncode == 0, planned.stderr[-2000:]
+    assert "smoke:" in planned.stdout and not (work / "cells").exists()
+
+    first = _learn("--work", work, "--out", out)
+    assert first.returncode == 0, first.stderr[-3000:]
+    result = work / "cells" / "smoke" / "result.json"
+    cell = json.loads(result.read_text())
+    assert [p["epoch"] for p in cell["curve"]] == [1, 2]  # the kept epoch, then the last
+    assert set(cell["baselines"]) == {"random", "random_bn"} and set(cell["paired"]["random"]) == {
+        "R@1",
+        "top1",
+    }
+    assert cell["cell"]["validation"] and "knn_baselines" in cell["monitor"]
+    rows = json.loads(out.with_suffix(".json").read_text())
+    assert [r["cell"]["name"] for r in rows] == ["smoke"]
+    assert "Validation draws" in out.with_suffix(".md").read_text()
+    assert out.with_suffix(".png").read_bytes()[:4] == b"\x89PNG"
+
+    stamp = result.stat().st_mtime_ns
+    again = _learn("--work", work, "--out", out, "--report")
+    assert again.returncode == 0 and "1 cells, 1 done" in again.stdout
+    assert result.stat().st_mtime_ns == stamp  # done cells are read, not run again
+
+
+def test_the_scan_reports_held_out_draws_and_chooses_on_validation_ones_only():
+    cells = scan()
+    assert len({c.name for c in cells}) == len(cells)
+    assert all(not c.validation for c in cells)  # the scan's own cells are all held out
+    assert {c.data.family for c in cells} == {"synthetic", "photos"}
+    flow = windows(Data(), "flow")
+    assert flow["train"] == 15 * 10 * 2  # 48 frames: 47 flow frames, windows of 40 every 4: 2 per video
+    assert estimate(Cell("c", Data(), "flow", {"epochs": 20}))["steps"] == 20 * (flow["train"] // 16)
+
+
+def test_a_held_out_row_marks_only_a_significant_gain():
+    pair = {"difference": 0.2, "interval": [0.1, 0.3], "p": 0.01, "discordant": [20, 4]}
+    worse = {**pair, "difference": -0.2, "discordant": [4, 20]}
+    row = {
+        "cell": {"name": "c", "data": {"family": "synthetic", "seed": 0}, "validation": False},
+        "videos": {"gallery": 150, "videos": 80},
+        "curve": [{"epoch": 20, "step": 360, "R@1": 0.6, "top1": 0.5}],
+        "baselines": {"random": {"R@1": 0.4, "top1": 0.7}, "random_bn": {"R@1": 0.4, "top1": 0.7}},
+        "paired": {b: {"R@1": pair, "top1": worse} for b in ("random", "random_bn")},
+    }
+    text = markdown([row])
+    assert "Held-out draws" in text and "Validation" not in text
+    assert "+20.0 (p 0.01) ✓" in text and "-20.0 (p 0.01) ✗" in text
