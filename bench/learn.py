@@ -368,9 +368,10 @@ def _pct(x: float) -> str:
 
 
 def _verdict(p: dict[str, Any]) -> str:
-    """'+d (p)' with ✓ where MemDPC is better at p < 0.05."""
+    """'+d [lo, hi] p' with ✓ where MemDPC is better at p < 0.05, ✗ where worse."""
     mark = " ✓" if p["p"] < 0.05 and p["difference"] > 0 else (" ✗" if p["p"] < 0.05 else "")
-    return f"{100 * p['difference']:+.1f} (p {p['p']:.2g}){mark}"
+    lo, hi = (100 * x for x in p["interval"])
+    return f"{100 * p['difference']:+.1f} [{lo:+.1f}, {hi:+.1f}] p {p['p']:.2g}{mark}"
 
 
 def markdown(results: list[dict[str, Any]]) -> str:
@@ -381,7 +382,8 @@ def markdown(results: list[dict[str, Any]]) -> str:
         if not rows:
             continue
         lines += [
-            f"**{title}** (test videos n; percent; MemDPC − baseline, McNemar's exact p; ✓ better at p < 0.05)",
+            f"**{title}** (percent of the n test videos; MemDPC − baseline [95 % interval], McNemar's exact p; "
+            "✓ better, ✗ worse at p < 0.05)",
             "",
             "| cell | family | seed | train / test videos | steps | metric | MemDPC | random init | data BN "
             "| vs random init | vs data BN |",

@@ -74,4 +74,4 @@ def test_a_held_out_row_marks_only_a_significant_gain():
     }
     text = markdown([row])
     assert "Held-out draws" in text and "Validation" not in text
-    assert "+20.0 (p 0.01) ✓" in text and "-20.0 (p 0.01) ✗" in text
+    assert "+20.0 [+10.0, +30.0] p 0.01 ✓" in text and "-20.0 [+10.0, +30.0] p 0.01 ✗" in text
