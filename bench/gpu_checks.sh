@@ -4,9 +4,10 @@
 #   bash bench/gpu_checks.sh OUT_DIR [REFERENCE.npz]
 #
 # Each step has its own time limit, writes its JSON and log under OUT_DIR and does not stop the others.
-# CHECKS_ONLY=GLOB runs only the steps whose name matches. The limits add up to 790 s, past one 10-minute device
-# call and most of a session's 15 device minutes: run CHECKS_ONLY='flow*' (370 s) and CHECKS_ONLY='[tg]*' (420 s)
-# as two calls on one warm machine; CHECKS_DEVICE=cpu runs the flow storage and training steps' very commands
+# CHECKS_ONLY=GLOB runs only the steps whose name matches. The limits add up to 910 s, past one 10-minute device
+# call and a session's 15 device minutes: run CHECKS_ONLY='flow*' (370 s) and CHECKS_ONLY='[tg]*' (420 s) as two
+# calls on one warm machine, then CHECKS_ONLY=learn (120 s) if time is left; CHECKS_DEVICE=cpu runs the flow
+# storage, training and learning steps' very commands
 # on the CPU at tiny settings (tests/bench/test_gpu_checks.py), so that a first run on a GPU does not fail on a typo;
 # there the steps run without their limits (sized for a GPU; a cold compile cache alone can pass them).
 # REFERENCE.npz: the fidelity rows' frames and OpenCV flows (`python3 -m bench.flow_e2e --make-reference
@@ -80,6 +81,15 @@ step train 180 "${train[@]}" --profile --variants eager,fast,bf16,graphs,graphs-
     --out "$out/train.json"
 step train_compiled 120 "${train[@]}" --profile --variants compile-graphs-bf16,compile-graphs "${compiled[@]}" \
     --backends '' --eager-curves "$out/train.json" --out "$out/train_compiled.json"
+# --- the learning scan's largest cell at the card's pace (issue 46) ------------------------------------------------
+# synthetic seed 0, 480 videos, 760 steps of the chosen settings: data, training, the evaluations along the way and
+# both baselines, paired; its work folder (videos, shards) stays outside OUT_DIR, its table and curves come back.
+if [ "${CHECKS_DEVICE:-cuda}" = cpu ]; then
+    learn=(--plan smoke)
+else
+    learn=(--plan scan --only synthetic-s0-chosen-2x-videos)
+fi
+step learn 120 python3 -m bench.learn "${learn[@]}" --work "$(mktemp -d)" --out "$out/learn"
 # ------------------------------------------------------------------------------------------------------------------
 step gpu_tests 120 python3 -m pytest -m gpu -q -p no:cacheprovider tests/preprocess/flow/test_batched.py \
     tests/preprocess/flow/test_tvl1_triton.py tests/preprocess/flow/test_tvl1_torch.py \

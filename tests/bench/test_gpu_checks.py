@@ -1,5 +1,5 @@
-"""bench/gpu_checks.sh's training steps, their very commands run on the CPU at tiny settings (CHECKS_DEVICE=cpu),
-so that the script's first run on a GPU does not fail on a typo."""
+"""bench/gpu_checks.sh's steps, their very commands run on the CPU at tiny settings (CHECKS_DEVICE=cpu), so that
+the script's first run on a GPU does not fail on a typo."""
 
 from __future__ import annotations
 
@@ -66,3 +66,22 @@ def test_the_flow_storage_step_decodes_every_encoding_with_dali(tmp_path):
     assert default["encoding"] == "jpeg-q100-planes" and all(r["dali"]["device"] == "cpu" for r in rows)
     assert max(abs(default["dali"]["signed_x"]), abs(default["dali"]["signed_y"])) <= 0.02
     assert default["dali"]["abs_x"] == default["abs_x"]  # libjpeg-turbo in DALI as in OpenCV
+
+
+@pytest.mark.slow
+def test_the_learning_step_runs_a_cell_and_writes_its_table_and_curves(tmp_path):
+    """The learning scan's step, with the smoke plan's one tiny cell on the CPU: its table, curves and cells come
+    back under OUT_DIR, its work folder (videos, shards) does not."""
+    out = tmp_path / "checks"
+    res = subprocess.run(
+        ["bash", str(ROOT / "bench" / "gpu_checks.sh"), str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "CHECKS_DEVICE": "cpu", "CHECKS_ONLY": "learn", "OMP_NUM_THREADS": "1"},
+    )
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.splitlines()[-1] == "learn: exit 0", res.stdout
+    assert sorted(p.name for p in out.iterdir()) == ["learn.json", "learn.log", "learn.md", "learn.png"]
+    (cell,) = json.loads((out / "learn.json").read_text())
+    assert cell["cell"]["name"] == "smoke" and cell["curve"] and cell["paired"]
