@@ -16,6 +16,7 @@ loader reads each drawn sample's byte range (:func:`read_sample`).
 from __future__ import annotations
 
 import io
+import itertools
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -125,14 +126,19 @@ def write_drawn_indexes(
     catalog: Catalog, drawn: np.ndarray, folder: str | os.PathLike
 ) -> list[tuple[Path, Path]]:
     """Write, into ``folder``, one DALI index per shard holding drawn samples that lists only those; return the
-    (tar, index) pairs, in shard order. DALI's reader then reads exactly the drawn samples."""
+    (tar, index) pairs, in shard order. DALI's reader then reads exactly the drawn samples. One pass over the
+    drawn samples, shard by shard."""
     folder = Path(folder)
     pairs = []
+    drawn = drawn[np.argsort(catalog.shard[drawn], kind="stable")]  # by shard; already so when ascending
     shards = catalog.shard[drawn]
-    for s in np.unique(shards):
+    starts = np.flatnonzero(np.diff(shards, prepend=-1))  # where each shard's drawn samples begin
+    bounds = [*starts.tolist(), len(drawn)]
+    for begin, end in itertools.pairwise(bounds):
+        s = int(shards[begin])
         tar, idx = catalog.shards[s]
         lines = Path(idx).read_text().splitlines()[1:]
-        keep = [lines[i] for i in catalog.line[drawn[shards == s]]]
+        keep = [lines[i] for i in catalog.line[drawn[begin:end]]]
         path = folder / f"{s:06d}-{Path(idx).name}"
         path.write_text(f"{VERSION} {len(keep)}\n" + "".join(f"{text}\n" for text in keep))
         pairs.append((Path(tar), path))

@@ -12,6 +12,7 @@ import pytest
 
 from memdpc.common.errors import UserError
 from memdpc.pipeline.epoch_draw import (
+    Catalog,
     draw,
     rank_slice,
     read_catalog,
@@ -98,3 +99,70 @@ def test_a_damaged_index_is_named(windowed_shards, tmp_path):
     bad.write_text(idx.read_text().splitlines()[0] + "\nnot a sample line\n")
     with pytest.raises(UserError, match=rf"{bad.name}: line 2 is not a sample of a DALI index"):
         read_catalog([(tar, bad)])
+
+
+class _Counted(np.ndarray):
+    """An array that counts the elements every numpy operation on it takes in (its ufuncs and functions, e.g. a
+    comparison with a scalar, ``argsort``), so a test can tell work linear in the samples from quadratic work."""
+
+    elements = 0
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        return self._count(getattr(ufunc, method), inputs, kwargs)
+
+    def __array_function__(self, func, types, args, kwargs):
+        return self._count(func, args, kwargs)
+
+    @classmethod
+    def _count(cls, func, args, kwargs):
+        arrays = [a for a in args if isinstance(a, np.ndarray)] + [
+            a for arg in args if isinstance(arg, (tuple, list)) for a in arg if isinstance(a, np.ndarray)
+        ]
+        cls.elements += sum(a.size for a in arrays)
+        plain = [_plain(a) for a in args]
+        result = func(*plain, **{k: _plain(v) for k, v in kwargs.items()})
+        return result.view(cls) if isinstance(result, np.ndarray) else result
+
+
+def _plain(value):
+    if isinstance(value, _Counted):
+        return value.view(np.ndarray)
+    if isinstance(value, (tuple, list)):
+        return type(value)(_plain(v) for v in value)
+    return value
+
+
+def _counted_catalog(folder: Path, shards: int, per_shard: int) -> Catalog:
+    """A catalog of ``shards`` shards of ``per_shard`` samples of one video each, whose DALI indexes are lines
+    of text (the drawn indexes copy them)."""
+    folder.mkdir()
+    pairs = []
+    for s in range(shards):
+        idx = folder / f"train-{s:06d}.idx"
+        idx.write_text("v1.2 x\n" + "".join(f"line {s} {i}\n" for i in range(per_shard)))
+        pairs.append((folder / f"train-{s:06d}.tar", idx))
+    n = shards * per_shard
+    return Catalog(
+        pairs,
+        np.repeat(np.arange(shards, dtype=np.int32), per_shard).view(_Counted),
+        np.tile(np.arange(per_shard, dtype=np.int32), shards).view(_Counted),
+        (np.arange(n, dtype=np.int32) // 2).view(_Counted),  # two windows per video
+        np.zeros(n, np.int32).view(_Counted),
+        np.zeros((n, 2), np.int64).view(_Counted),
+        [f"v{i}" for i in range(n // 2)],
+    )
+
+
+def test_an_epochs_draw_and_its_indexes_take_work_linear_in_the_samples(tmp_path):
+    """The elements numpy operations take in, drawing an epoch and writing its indexes, at 4× the shards and the
+    samples: 4× as many (16× where each shard's samples were picked by comparing every drawn sample's shard)."""
+    work = {}
+    for shards in (100, 400):
+        catalog = _counted_catalog(tmp_path / str(shards), shards, 6)
+        _Counted.elements = 0
+        drawn = draw(catalog, 1, seed=0, epoch=0)
+        pairs = write_drawn_indexes(catalog, drawn, tmp_path / str(shards))
+        work[shards] = _Counted.elements
+        assert len(pairs) == shards
+        assert sum(len(idx.read_text().splitlines()) - 1 for _, idx in pairs) == len(drawn) == shards * 3
+    assert work[400] < 5 * work[100], work
