@@ -34,7 +34,8 @@ from memdpc.pipeline.clip import ClipSpec
 from memdpc.pipeline.manifest import shard_name
 from memdpc.pipeline.sample import LABEL_BYTES, frame_member, member_name, sample_key
 from memdpc.preprocess.archive import META, archive_path, frame_index, frame_name
-from memdpc.preprocess.job import REPORTS, read_report_entries, remake_command, setting_options
+from memdpc.preprocess.job import remake_command, setting_options
+from memdpc.preprocess.report import failed_videos
 from memdpc.preprocess.source import source_changes
 from memdpc.preprocess.video_index import VideoRecord
 
@@ -52,7 +53,6 @@ __all__ = [
     "TRAIN_SPLITS",
     "UNUSABLE",
     "make_plan",
-    "preprocess_outcomes",
     "usable_frames",
 ]
 
@@ -270,22 +270,11 @@ def _check_settings(metas: dict[str, dict[str, Any]], folder: Path) -> dict[str,
     )
 
 
-def preprocess_outcomes(archive_root: str | os.PathLike) -> dict[str, dict[str, Any]]:
-    """Video id → its entry (``status``, ``reason``) in the preprocess reports of ``archive_root``, the
-    newest report last so that it wins; empty when preprocess wrote none there."""
-    root = Path(archive_root)
-    found = {p for pattern in REPORTS for p in root.glob(pattern)}
-    out: dict[str, dict[str, Any]] = {}
-    for path in sorted(found, key=lambda p: (p.stat().st_mtime_ns, p.name)):
-        out.update(read_report_entries(path))
-    return out
-
-
-def _missing(path: Path, outcome: dict[str, Any] | None) -> dict[str, str]:
-    """The skip entry of a video without an archive: failed in preprocess (its report says why), or not
-    written yet."""
-    if outcome is not None and outcome.get("status") == "failed":
-        return {"kind": FAILED, "reason": f"failed in preprocess: {outcome.get('reason', 'no reason given')}"}
+def _missing(path: Path, failure: str | None) -> dict[str, str]:
+    """The skip entry of a video without an archive: failed in preprocess (``failure``: the reason its report
+    gives), or not written yet."""
+    if failure is not None:
+        return {"kind": FAILED, "reason": f"failed in preprocess: {failure}"}
     return {
         "kind": NOT_WRITTEN,
         "reason": f"{path}: not written yet (preprocess not run on it, or still running)",
@@ -437,7 +426,7 @@ def make_plan(
         raise UserError(f"{source}: no videos in split '{split}' (it has {have}){hint}")
     root = Path(archive_root)
     _check_root(root, stream)
-    outcomes = preprocess_outcomes(root)
+    failures = failed_videos(root, stream)
     sources: dict[str, FrameSource] = {}
     archives: dict[str, str | None] = {}
     metas: dict[str, dict[str, Any]] = {}
@@ -458,7 +447,7 @@ def make_plan(
             except UserError as e:
                 skip = {"kind": UNUSABLE, "reason": str(e)}
         else:
-            skip = _missing(path, outcomes.get(rec.id))
+            skip = _missing(path, failures.get(rec.id))
         if skip is not None:
             if strict:
                 raise UserError(f"{rec.id}: {skip['reason']}")

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import json
 import os
 import re
 import time
@@ -31,6 +30,7 @@ from memdpc.preprocess.decode import DecodeError, DecodeSpec, PartialVideo, Vide
 from memdpc.preprocess.encode import FLOW_ENCODING, FLOW_ENCODINGS, RGB_ENCODING, JpegEncoding, code_error
 from memdpc.preprocess.flow.backends import AUTO, BACKENDS, BOUND, FlowStage, make_backend
 from memdpc.preprocess.flow.tvl1_params import TVL1Params
+from memdpc.preprocess.report import REPORT, REPORT_OF_PART
 from memdpc.preprocess.source import source_changes
 from memdpc.preprocess.video_index import VideoRecord
 
@@ -39,7 +39,6 @@ __all__ = [
     "FlowWriter",
     "PreprocessConfig",
     "Progress",
-    "REPORTS",
     "Ticker",
     "archive_differences",
     "commit_archives",
@@ -52,27 +51,11 @@ __all__ = [
     "no_progress",
     "parse_part",
     "process_video",
-    "read_report_entries",
     "remake_command",
     "remove_temporaries",
     "select_part",
     "setting_options",
 ]
-
-REPORT = "preprocess-report.json"  # a run's report in --out; a --part I/N run writes REPORT_OF_PART
-REPORT_OF_PART = "preprocess-report-part{i}of{n}.json"
-REPORTS = (REPORT, REPORT_OF_PART.format(i="*", n="*"))  # every report a folder may hold, as glob patterns
-
-
-def read_report_entries(path: str | os.PathLike) -> dict[str, dict[str, Any]]:
-    """Video id → its entry (``id``, ``path``, ``status``: done/partial/skipped/failed, ``reason``, …) in the
-    run report at ``path``; UserError if it is not a readable preprocess report."""
-    try:
-        return {v["id"]: v for v in json.loads(Path(path).read_text())["videos"] if "status" in v}
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise UserError(
-            f"{path}: unreadable preprocess report ({e}); delete it or run preprocess again"
-        ) from None
 
 
 @dataclass(frozen=True)

@@ -92,7 +92,9 @@ class PreprocessOptions:
         False,
         "Rewrite archives in OUT made with other settings or from another source file (default: refuse them).",
     )
-    report: Path | None = setting(None, "Run report JSON (default: OUT/preprocess-report[-partIofN].json).")
+    report: Path | None = setting(
+        None, "Run report, JSON lines appended to (default: OUT/preprocess-report[-partIofN].jsonl)."
+    )
     tvl1: TVL1Params = setting(TVL1Params(), nested=True)  # its fields are options of their own
 
 

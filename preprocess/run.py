@@ -1,6 +1,6 @@
 """The preprocessing run: per-video jobs (decode once → RGB frames and/or TV-L1 flow → archives) on an
 executor — or, for flow on a batched (GPU) backend, the batched stage of ``batched.py`` — with
-resumability, a progress bar and a JSON run report.
+resumability, a progress bar and a run report (JSON lines).
 
 A video is one independent, idempotent unit: its archive ``<out>/<stream>/<id>.tar`` is renamed into place
 only when complete, so a re-run skips finished videos and a killed run leaves nothing half-written under a
@@ -8,11 +8,11 @@ final name. A re-run skips an archive only if it was made with the same settings
 (``job.archive_differences``); it refuses archives made otherwise, unless ``overwrite`` rewrites them. Bad
 videos are recorded in the report with their reason and skipped.
 
-The report (``preprocess-report.json``, one per ``--part``) describes the archives on disk: ``summary`` is
-what this run did, ``videos`` every video of the part with the entry of the run that wrote its archives (a
-rerun that skips a video keeps the earlier entry) or that last failed on it, and ``failures`` those that
-failed. SIGINT or SIGTERM stops the run within seconds: queued videos are cancelled, workers terminated,
-the temporary archives of unfinished videos removed, and the report of what was done written
+The report (``preprocess-report.jsonl``, one per ``--part``; :mod:`memdpc.preprocess.report`) is appended to
+as the run goes: a line when it starts, one per video converted or failed, one when it ends (what this run did);
+a video skipped keeps the line of the run that wrote its archives, so the reports of a folder describe every
+archive in it, whichever runs wrote them. SIGINT or SIGTERM stops the run within seconds: queued videos are
+cancelled, workers terminated, the temporary archives of unfinished videos removed, and the report's end written
 (``interrupted``) before :class:`memdpc.common.interrupts.Interrupted` goes on with a note of what was kept.
 
 A fault of the output (its disk full, a quota, read-only or forbidden: a
@@ -38,10 +38,10 @@ from rich.markup import escape
 from rich.progress import Progress as ProgressBar
 
 from memdpc.common import interrupts
-from memdpc.common.atomic import write_json_atomic
 from memdpc.common.console import rich_console
 from memdpc.common.errors import ResourceFault, UserError
 from memdpc.common.progress import progress_bar
+from memdpc.preprocess.archive import archive_path
 from memdpc.preprocess.decode import StderrCapture
 from memdpc.preprocess.flow.batched import run_batched
 from memdpc.preprocess.job import (
@@ -49,13 +49,13 @@ from memdpc.preprocess.job import (
     Progress,
     kept_messages,
     process_video,
-    read_report_entries,
     remove_temporaries,
     select_part,
 )
 from memdpc.preprocess.options import config_from_options
 from memdpc.preprocess.plan import check_existing, choose_flow, disk_estimate
 from memdpc.preprocess.pool import pool_results
+from memdpc.preprocess.report import ReportWriter
 from memdpc.preprocess.video_index import VideoRecord, read_index
 
 __all__ = ["PreprocessConfig", "preprocess", "run_preprocess"]
@@ -113,28 +113,46 @@ def _batched(devices: list[str], stats: dict[str, dict]) -> Results:
 
 # ------------------------------------------------------------------------------------------- progress
 class _Tracker:
-    """The run's progress bar: units (frame pairs when flow is computed, else frames) across all videos,
-    with a rate and an ETA, and the videos done and failed.
+    """The run's progress bar, counted in the videos this run converts: its total is known from the start and
+    never moves. A video open counts as the share of its units (frame pairs when flow is computed, else frames)
+    written so far, out of those its header promised, so the bar moves within a long video too; beside it, the
+    units written and their rate, and the videos already there and failed.
 
-    A video's header promises its units when it opens; videos not opened yet count as the mean of those
-    that were; a finished video counts the units it really had. So the total is an estimate that settles as
-    videos open and finish."""
+    Each event costs the same however many videos the run has: the tracker holds only the videos open now."""
 
-    def __init__(self, bar: ProgressBar, cfg: PreprocessConfig, videos: int, skipped: int, todo: int) -> None:
+    def __init__(self, bar: ProgressBar, cfg: PreprocessConfig, skipped: int, todo: int) -> None:
         self.bar, self.noun = bar, "pairs" if "flow" in cfg.streams else "frames"
-        self.videos, self.ok, self.failed, self.todo = videos, skipped, 0, todo
-        self.expected: dict[str, int] = {}  # units by video opened: promised, or real once finished
-        self.received: dict[str, int] = {}
+        self.skipped, self.finished, self.failed = skipped, 0, 0
+        self.promised: dict[str, int] = {}  # the videos open now: units promised by the header
+        self.received: dict[str, int] = {}  # … and units written so far
+        self.share = 0.0  # of the videos open now, the sum of their shares written
         self.units, self.t0 = 0, time.perf_counter()
-        self.task = bar.add_task(f"preprocess {'+'.join(cfg.streams)}", total=None, info="")
+        self.task = bar.add_task(f"preprocess {'+'.join(cfg.streams)}", total=todo, info="")
         self._show()
+
+    def _part(self, video_id: str) -> float:
+        """The share of an open video's promised units written (1 once all are, or none were promised)."""
+        promised = self.promised[video_id]
+        return min(self.received[video_id] / promised, 1.0) if promised > 0 else 1.0
+
+    def _close(self, video_id: str) -> None:
+        if video_id in self.promised:
+            self.share -= self._part(video_id)
+            del self.promised[video_id], self.received[video_id]
+            if not self.promised:
+                self.share = 0.0  # no rounding left over from the videos closed
 
     def event(self, kind: str, video_id: str, n: int) -> None:
         """A :data:`memdpc.preprocess.job.Progress` event."""
         if kind == "start":
-            self.expected[video_id] = n
+            self._close(video_id)  # a video tried again (its worker died) starts over
+            self.promised[video_id], self.received[video_id] = n, 0
+            self.share += self._part(video_id)
         else:
-            self.received[video_id] = self.received.get(video_id, 0) + n
+            if video_id in self.promised:
+                self.share -= self._part(video_id)
+                self.received[video_id] += n
+                self.share += self._part(video_id)
             self.units += n
         self._show()
 
@@ -142,23 +160,21 @@ class _Tracker:
         """A video's report entry: count it, and its real units."""
         vid = entry["id"]
         got = self.received.get(vid, 0)
-        real = _units(entry) if entry["status"] in ("done", "partial") else got
-        self.units += real - got
-        self.received[vid] = self.expected[vid] = real
-        self.ok += entry["status"] in OK
+        self._close(vid)
+        if entry["status"] in ("done", "partial"):
+            self.units += _units(entry) - got
+        self.finished += 1
         self.failed += entry["status"] == "failed"
         self._show()
 
     def _show(self) -> None:
-        opened, known = len(self.expected), sum(self.expected.values())
-        total = None
-        if opened:
-            promised = sum(max(n, self.received.get(v, 0)) for v, n in self.expected.items())
-            total = max(promised + round(known / opened * max(self.todo - opened, 0)), self.units)
         rate = self.units / max(time.perf_counter() - self.t0, 1e-9)
-        failed = f", {self.failed} failed" if self.failed else ""
-        info = f"{self.noun} · {rate:.1f} {self.noun}/s · {self.ok}/{self.videos} videos{failed}"
-        self.bar.update(self.task, completed=self.units, total=total, info=info)
+        info = f"videos · {self.units:,} {self.noun} · {rate:.1f} {self.noun}/s"
+        if self.skipped:
+            info += f" · {self.skipped:,} done before"
+        if self.failed:
+            info += f" · {self.failed:,} failed"
+        self.bar.update(self.task, completed=self.finished + max(self.share, 0.0), info=info)
 
 
 def _units(entry: dict) -> int:
@@ -186,28 +202,9 @@ def _summary(videos: list[dict], seconds: float, pending: int) -> dict:
     }
 
 
-def _earlier_entries(path: Path) -> dict[str, dict]:
-    """The per-video entries of the report an earlier run wrote at ``path`` (none if there is none)."""
-    return read_report_entries(path) if path.exists() else {}
-
-
-def _merged(mine: list[VideoRecord], entries: dict[str, dict], earlier: dict[str, dict]) -> list[dict]:
-    """Every video of the part, in index order, with the entry that describes its archives: this run's,
-    except that a video this run skipped keeps the entry of the run that wrote it, and a video this run did
-    not reach (interrupted) keeps an earlier failure."""
-    videos = []
-    for rec in mine:
-        new, old = entries.get(rec.id), earlier.get(rec.id)
-        same_file = old is not None and old.get("path") == rec.path
-        if new is None:
-            entry = old if same_file and old["status"] == "failed" else None
-        elif new["status"] == "skipped" and same_file and old["status"] in ("done", "partial"):
-            entry = old
-        else:
-            entry = new
-        if entry is not None:
-            videos.append(entry)
-    return videos
+def _unwritten(cfg: PreprocessConfig, video_id: str) -> list[str]:
+    """The streams of the run whose archive of ``video_id`` is not there: those a failed video did not write."""
+    return [s for s in cfg.streams if not archive_path(cfg.out, s, video_id).exists()]
 
 
 # ------------------------------------------------------------------------------------------------ run
@@ -226,17 +223,19 @@ def run_preprocess(
 
     Finished videos (all requested archives present, made with these settings from the same source file)
     are skipped without work; archives made otherwise are refused (UserError) unless ``cfg.overwrite``.
-    The report lists every video of the part with its status (``done``, ``partial``, ``skipped``,
-    ``failed`` + reason), frame counts, fps, seconds per stage, the measured flow storage error and what
-    FFmpeg printed about it (``messages``); for flow, ``flow`` names the backend and devices used (``auto``
+    The report (:class:`~memdpc.preprocess.report.ReportWriter`) gets a line per video converted or failed as
+    it finishes; the returned report holds ``config``, ``summary``, ``failures`` (this run's, with their split and
+    class) and ``videos``: every video of the part this run reached, with its status (``done``, ``partial``,
+    ``skipped``, ``failed`` + reason), frame counts, fps, seconds per stage, the measured flow storage error and
+    what FFmpeg printed about it (``messages``); for flow, ``flow`` names the backend and devices used (``auto``
     resolved) and the note of a fallback. A batched backend (torch, triton) runs in the batched stage
     (``memdpc.preprocess.flow.batched``) unless the run goes to Dask, and ``flow.stage`` then says per device
     where its time went (:attr:`~memdpc.preprocess.flow.batched.DeviceStage.stats`); the OpenCV backend runs
-    in per-video jobs. On SIGINT/SIGTERM (KeyboardInterrupt) the report of what was done is written and the
+    in per-video jobs. On SIGINT/SIGTERM (KeyboardInterrupt) the report's end is written and the
     interrupt re-raised as :class:`memdpc.common.interrupts.Interrupted` with a note of what was kept; a fault
     of the output (a full disk) is re-raised the same way, as :class:`~memdpc.common.errors.ResourceFault`,
-    after the report (``stopped``). A warning goes to stderr first when the archives will not fit in the free
-    space, by :func:`memdpc.preprocess.plan.disk_estimate`.
+    after the report's end (``stopped``). A warning goes to stderr first when the archives will not fit in the
+    free space, by :func:`memdpc.preprocess.plan.disk_estimate`.
 
     ``observe`` (for callers that time the run) is called in this thread with each progress event of the
     videos (``("start", id, units promised)``, ``("units", id, n)`` as units are written) and with
@@ -255,7 +254,6 @@ def run_preprocess(
         if choice.note:
             console.print(f"[yellow]note:[/yellow] {choice.note}")
     mine = select_part(records, cfg.part)
-    earlier = _earlier_entries(cfg.report_path)  # before any work: a damaged report stops nothing halfway
     with console.status(f"checking the archives in {cfg.out}") if progress else contextlib.nullcontext():
         done, todo = check_existing(mine, cfg)
         space = disk_estimate(todo, used, backend).warning() if todo else None
@@ -263,12 +261,19 @@ def run_preprocess(
         console.print(f"[yellow]warning:[/yellow] {escape(space)}", soft_wrap=True)
     remove_temporaries(cfg.out, cfg.streams, {r.id for r in todo})  # of a killed run
     entries = {r.id: {"id": r.id, "path": r.path, "status": "skipped"} for r in done}
+    by_id = {r.id: r for r in todo}
     started, t0 = datetime.now(timezone.utc), time.perf_counter()
+    begin = {
+        "command": "preprocess",
+        "started": started.isoformat(timespec="seconds"),
+        "config": {**asdict(cfg), "streams": list(cfg.streams), "part": list(cfg.part)},
+        **({"flow": flow} if flow else {}),
+    }
     stop: interrupts.Interrupted | None = None
     fault: ResourceFault | None = None  # the output's disk full, or the like: the run's, not a video's
-    with StderrCapture() as stderr:
+    with ReportWriter(cfg.report_path, begin) as log, StderrCapture() as stderr:
         with progress_bar("{task.fields[info]}", bold=True, console=console, disable=not progress) as bar:
-            tracker = _Tracker(bar, cfg, len(mine), len(done), len(todo))
+            tracker = _Tracker(bar, cfg, len(done), len(todo))
             events = tracker.event if observe is None else _both(tracker.event, observe)
             try:
                 work = (
@@ -279,6 +284,11 @@ def run_preprocess(
                 with work as videos:
                     for entry in videos:
                         entries[entry["id"]] = entry
+                        failed = entry["status"] == "failed"
+                        if failed:  # the index's split and class: what a held-out split lost
+                            rec = by_id[entry["id"]]
+                            entry.update(split=rec.split, label_name=rec.label_name)
+                        log.video(entry, _unwritten(cfg, entry["id"]) if failed else ())
                         tracker.finish(entry)
                         if "retried" in entry:  # its worker died (pool.py): done on a second try, alone
                             why = f"{entry['id']}: {entry['retried']}; done on a second try, alone"
@@ -291,48 +301,42 @@ def run_preprocess(
             except ResourceFault as e:
                 fault = e
         messages = stderr.take()
-    if stop is not None or fault is not None:
-        remove_temporaries(cfg.out, cfg.streams, {r.id for r in todo if r.id not in entries})
-    this_run = [entries[r.id] for r in mine if r.id in entries]
-    videos = _merged(mine, entries, earlier)
-    by_id = {r.id: r for r in mine}
-    report = {
-        "command": "preprocess",
-        "config": {**asdict(cfg), "streams": list(cfg.streams), "part": list(cfg.part)},
-        "started": started.isoformat(timespec="seconds"),
-        "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        **({"interrupted": str(stop)} if stop else {}),
-        **({"stopped": str(fault)} if fault else {}),
-        **({"flow": {**flow, "stage": stage_stats} if stage_stats else flow} if flow else {}),
-        "summary": _summary(this_run, time.perf_counter() - t0, len(mine) - len(this_run)),
-        "failures": [
-            {
-                "id": v["id"],
-                "path": v["path"],
-                "reason": v["reason"],
-                "split": by_id[v["id"]].split,
-                "label_name": by_id[v["id"]].label_name,
-            }
-            for v in videos
-            if v["status"] == "failed"
-        ],
-        **({"messages": kept_messages(messages)} if messages else {}),
-        "videos": videos,
-    }
-    ok = sum(v["status"] in OK for v in this_run)
-    failed = sum(v["status"] == "failed" for v in this_run)
-    done_note = f"{ok} of {len(mine)} videos done{f', {failed} failed' if failed else ''}"
-    if fault is not None:
-        fault.keep(f"{done_note}, their archives kept; {fault.resumes}")
-        try:
-            write_json_atomic(cfg.report_path, report)
-        except ResourceFault as again:
-            raise fault.keep(f"the report could not be written either ({again})") from None
-        raise fault.keep(f"report: {cfg.report_path}")
-    write_json_atomic(cfg.report_path, report)
+        if stop is not None or fault is not None:
+            remove_temporaries(cfg.out, cfg.streams, {r.id for r in todo if r.id not in entries})
+        this_run = [entries[r.id] for r in mine if r.id in entries]
+        end = {
+            "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            **({"interrupted": str(stop)} if stop else {}),
+            **({"stopped": str(fault)} if fault else {}),
+            "summary": _summary(this_run, time.perf_counter() - t0, len(mine) - len(this_run)),
+            **({"stage": stage_stats} if stage_stats else {}),
+            **({"messages": kept_messages(messages)} if messages else {}),
+        }
+        ok = end["summary"]["done"] + end["summary"]["partial"] + end["summary"]["skipped"]
+        failed = end["summary"]["failed"]
+        done_note = f"{ok} of {len(mine)} videos done{f', {failed} failed' if failed else ''}"
+        if fault is not None:
+            fault.keep(f"{done_note}, their archives kept; {fault.resumes}")
+            try:
+                log.end(end)
+            except ResourceFault as again:
+                raise fault.keep(f"the report could not be written either ({again})") from None
+            raise fault.keep(f"report: {cfg.report_path}")
+        log.end(end)
     if stop is not None:
         raise stop.keep(f"{done_note}; the same command resumes").keep(f"report: {cfg.report_path}")
-    return report
+    return {
+        **begin,
+        **{k: v for k, v in end.items() if k not in ("stage", "messages")},
+        **({"flow": {**flow, "stage": stage_stats} if stage_stats else flow} if flow else {}),
+        "failures": [
+            {k: v[k] for k in ("id", "path", "reason", "split", "label_name")}
+            for v in this_run
+            if v["status"] == "failed"
+        ],
+        **({"messages": end["messages"]} if "messages" in end else {}),
+        "videos": this_run,
+    }
 
 
 def preprocess(

@@ -26,7 +26,7 @@ from memdpc.common.streams import STREAMS
 from memdpc.common.wording import name_list, plural
 from memdpc.model.checkpoint import read_checkpoint
 from memdpc.pipeline.provenance import changed_sources, records_digest
-from memdpc.pipeline.shard_plan import preprocess_outcomes
+from memdpc.preprocess.report import failed_videos
 from memdpc.preprocess.video_index import read_index
 
 __all__ = ["AS_RECORDED", "CHANGED", "GONE", "Chain", "Link", "chains"]
@@ -112,11 +112,7 @@ def _archives_link(root: Path, changed: dict[str, tuple[str, list[str]]]) -> Lin
     counts = [f"{s} {len(list((root / s).glob('*.tar')))}" for s in STREAMS if (root / s).is_dir()]
     what = f"frame archives: {', '.join(counts) or 'none'}"
     try:
-        failed = [
-            (vid, e.get("reason", ""))
-            for vid, e in preprocess_outcomes(root).items()
-            if e["status"] == "failed"
-        ]
+        failed = list(failed_videos(root).items())
     except UserError as e:
         failed, what = [], f"{what}; {e}"
     if failed:

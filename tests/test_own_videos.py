@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from memdpc.preprocess.report import read_report
+
 from .conftest import MESSY_BROKEN, MESSY_VIDEOS
 
 README = Path(__file__).resolve().parents[1] / "README.md"
@@ -65,10 +67,10 @@ def test_readme_own_videos_block_runs_on_a_messy_folder_to_the_fused_tables(mess
         ]
 
     # the broken files are reported with their reason, every real video made it
-    report = json.loads((work / "frames" / "preprocess-report.json").read_text())
-    failed = {Path(f["path"]).relative_to(messy_folder).as_posix(): f["reason"] for f in report["failures"]}
+    failures = [v for v in read_report(work / "frames").entries("flow").values() if v["status"] == "failed"]
+    failed = {Path(f["path"]).relative_to(messy_folder).as_posix(): f["reason"] for f in failures}
     assert sorted(failed) == sorted(MESSY_BROKEN)
-    assert {f["split"] for f in report["failures"]} == {"train"}  # the held-out splits lost nothing
+    assert {f["split"] for f in failures} == {"train"}  # the held-out splits lost nothing
     assert "truncated" in failed[MESSY_BROKEN[0]] and "not a readable video" in failed[MESSY_BROKEN[1]]
     for name in MESSY_BROKEN:
         assert f"failed {name.replace('/', '__').rsplit('.', 1)[0]}" in output

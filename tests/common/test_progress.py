@@ -107,7 +107,8 @@ def test_a_verb_writing_into_a_file_leaves_whole_lines_and_no_bar(tiny_dataset, 
     lines = res.stderr.splitlines()
     assert "━" not in res.stderr
     assert any(
-        line.startswith("preprocess rgb 270/270 frames · ") and "· 9/9 videos · " in line for line in lines
+        line.startswith("preprocess rgb 9/9 videos · 270 frames · ") and " frames/s · " in line
+        for line in lines
     )
 
 

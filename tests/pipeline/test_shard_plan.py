@@ -33,6 +33,7 @@ from memdpc.pipeline.shard_plan import (
     usable_frames,
 )
 from memdpc.preprocess.archive import META, archive_path, read_archive, write_archive
+from memdpc.preprocess.report import ReportWriter
 from memdpc.preprocess.video_index import VideoRecord
 
 CLIP = ClipSpec()
@@ -263,10 +264,15 @@ def test_videos_without_archive_are_told_apart_by_the_preprocess_reports(long_ar
         root, "preprocess-report-part0of2.json", [{"id": ids[0], "status": "failed", "reason": "no frames"}]
     )
     _report(root, "preprocess-report-part1of2.json", [{"id": ids[1], "status": "done"}])
+    # then runs of this version: an rgb run that failed on ids[1] (its flow archive is still not written)
+    for vid, stream in ((ids[1], "rgb"), (ids[2], "flow"), (ids[2], "rgb")):
+        with ReportWriter(root / "preprocess-report.jsonl", {"config": {"streams": [stream]}}) as log:
+            log.video({"id": vid, "status": "failed", "reason": f"no {stream}"}, [stream])
     plan = make_plan(root, long_archives.records, "flow", "test")
     kinds = {s["video_id"]: (s["kind"], s["reason"]) for s in plan.skipped}
     assert kinds[ids[0]] == (FAILED, "failed in preprocess: no frames")
-    for vid in ids[1:3]:
+    assert kinds[ids[2]] == (FAILED, "failed in preprocess: no flow")
+    for vid in ids[1:2]:
         path = archive_path(root, "flow", vid)
         assert kinds[vid] == (
             NOT_WRITTEN,

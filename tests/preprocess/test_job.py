@@ -66,10 +66,10 @@ def test_defaults_are_valid_and_the_report_is_named_by_part(tmp_path):
     cfg = PreprocessConfig(out=str(tmp_path))
     cfg.validate()
     assert (cfg.streams, cfg.flow_backend, cfg.device, cfg.tvl1) == (("rgb",), "auto", "auto", TVL1Params())
-    assert cfg.report_path == tmp_path / "preprocess-report.json"
+    assert cfg.report_path == tmp_path / "preprocess-report.jsonl"
     assert (
         PreprocessConfig(out=str(tmp_path), part=(2, 4)).report_path
-        == tmp_path / "preprocess-report-part2of4.json"
+        == tmp_path / "preprocess-report-part2of4.jsonl"
     )
     assert (
         PreprocessConfig(out=str(tmp_path), report="/r.json", part=(2, 4)).report_path.as_posix() == "/r.json"

@@ -4,7 +4,6 @@ killed, two runs on one folder at once."""
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -21,6 +20,7 @@ from click.testing import CliRunner
 
 from memdpc.cli import EXIT_RESOURCE, main
 from memdpc.common.errors import UserError
+from memdpc.common.progress import progress_bar
 from memdpc.preprocess import run
 from memdpc.preprocess.archive import archive_path, read_archive
 from memdpc.preprocess.datasets import build_index
@@ -29,6 +29,7 @@ from memdpc.preprocess.encode import decode_rgb
 from memdpc.preprocess.examples.layout import write_video
 from memdpc.preprocess.examples.synthetic import texture
 from memdpc.preprocess.flow.tvl1_params import TVL1Params
+from memdpc.preprocess.report import read_report
 from memdpc.preprocess.run import PreprocessConfig, preprocess, run_preprocess
 from memdpc.preprocess.video_index import VideoRecord, read_index, write_index
 
@@ -81,8 +82,12 @@ def test_rgb_and_flow_from_one_decode_then_resume_skips(index, tmp_path):
     assert (
         np.abs(decode_rgb(rgb[recs[0].id][1][0])[..., ::-1].astype(int) - first).mean() < 10
     )  # JPEG q90 of a 32² texture
-    saved = json.loads((tmp_path / "preprocess-report.json").read_text())
-    assert saved["summary"] == report["summary"]
+    saved = read_report(tmp_path / "preprocess-report.jsonl")
+    assert saved.runs[-1]["summary"] == report["summary"] and saved.runs[-1]["config"] == report["config"]
+    # one entry per video, describing both its archives: this run's, as returned
+    assert {vid: (by["rgb"], by["flow"]) for vid, by in saved.videos.items()} == {
+        v["id"]: ({**v, "run": saved.runs[-1]["run"]},) * 2 for v in report["videos"]
+    }
 
     stamps = {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*.tar")}
     again = preprocess(index, tmp_path, "rgb,flow", size=0, tvl1=FAST, progress=False)
@@ -171,10 +176,11 @@ def test_bad_videos_are_reported_and_skipped(bad_index, tmp_path):
     ]
     res = CliRunner().invoke(main, args)
     assert res.exit_code == 0, res.output
-    report = json.loads((out / "preprocess-report.json").read_text())
-    status = {v["id"]: v["status"] for v in report["videos"]}
+    entries = read_report(out).entries("flow")
+    status = {vid: v["status"] for vid, v in entries.items()}
     assert list(status.values()) == ["done", "failed", "failed", "failed", "failed", "done"]
-    reasons = {f["id"]: f["reason"] for f in report["failures"]}
+    assert entries == read_report(out).entries("rgb")
+    reasons = {vid: v["reason"] for vid, v in entries.items() if v["status"] == "failed"}
     assert "decoded only" in reasons["cut"] and "cannot open" in reasons["text"]
     assert "cannot open" in reasons["zero"] and "not found" in reasons["gone"]
     assert "failed cut" in res.output
@@ -186,9 +192,9 @@ def test_bad_videos_are_reported_and_skipped(bad_index, tmp_path):
     strict = CliRunner().invoke(main, [*args, "--strict"])  # done videos are skipped, failures again
     assert strict.exit_code == 1
 
-    kept = CliRunner().invoke(main, [*args, "--keep-partial", "--report", str(tmp_path / "r.json")])
+    kept = CliRunner().invoke(main, [*args, "--keep-partial", "--report", str(tmp_path / "r.jsonl")])
     assert kept.exit_code == 0
-    entry = next(v for v in json.loads((tmp_path / "r.json").read_text())["videos"] if v["id"] == "cut")
+    entry = read_report(tmp_path / "r.jsonl").entries("rgb")["cut"]
     meta, frames = read_archive(archive_path(out, "rgb", "cut"))
     assert entry["status"] == "partial" and 0 < len(frames) == entry["streams"]["rgb"] < 30
     assert "decoded only" in meta["partial"]
@@ -275,13 +281,25 @@ def test_auto_is_the_default_and_the_report_names_what_ran(index, tmp_path):
     assert "flow" not in preprocess(index, tmp_path, "rgb", size=16, part="0/9", progress=False)
 
 
+def test_a_frames_run_then_a_flow_run_into_one_folder_leave_a_report_of_both_streams(index, tmp_path):
+    preprocess(index, tmp_path, "rgb", size=16, part="0/3", progress=False)
+    preprocess(index, tmp_path, "flow", size=16, part="0/3", tvl1=FAST, progress=False)
+    report = read_report(tmp_path)
+    assert [r["config"]["streams"] for r in report.runs] == [["rgb"], ["flow"]]
+    frames, flow = (r["run"] for r in report.runs)
+    assert list(report.videos) == [r.id for r in read_index(index)[0::3]]
+    for by in report.videos.values():
+        assert (by["rgb"]["streams"], by["rgb"]["run"]) == ({"rgb": 30}, frames)
+        assert (by["flow"]["streams"], by["flow"]["run"]) == ({"flow": 29}, flow)
+
+
 def test_part_partitions_are_disjoint_and_cover(index, tmp_path):
     recs = read_index(index)
     done = []
     for i in range(3):
         report = preprocess(index, tmp_path, "rgb", size=16, part=f"{i}/3", progress=False)
         done.append({v["id"] for v in report["videos"] if v["status"] == "done"})
-        assert (tmp_path / f"preprocess-report-part{i}of3.json").is_file()
+        assert (tmp_path / f"preprocess-report-part{i}of3.jsonl").is_file()
     assert sum(map(len, done)) == 9 and set.union(*done) == {r.id for r in recs}
     assert set(archives(tmp_path, "rgb")) == {r.id for r in recs}
 
@@ -416,7 +434,7 @@ def test_a_rerun_with_other_settings_is_refused_then_rewritten_with_overwrite(
     args = ["preprocess", "flow", str(index), "--out", str(out), "--streams", "rgb,flow", *SMALL]
     assert _run(*args, *first)[0] == 0
     before = {p: p.read_bytes() for p in out.glob("*/*.tar")}
-    report = (out / "preprocess-report-part0of3.json").read_text()
+    report = (out / "preprocess-report-part0of3.jsonl").read_text()
     assert len(before) == 4  # clip0 and clip3, rgb and flow
 
     code, output = _run(*args, *then)
@@ -429,19 +447,22 @@ def test_a_rerun_with_other_settings_is_refused_then_rewritten_with_overwrite(
         output,
     ), output
     assert {p: p.read_bytes() for p in out.glob("*/*.tar")} == before  # nothing touched
-    assert (out / "preprocess-report-part0of3.json").read_text() == report
+    assert (out / "preprocess-report-part0of3.jsonl").read_text() == report
 
     code, output = _run(*args, *then, "--overwrite")
     assert code == 0, output
-    after = json.loads((out / "preprocess-report-part0of3.json").read_text())
-    assert after["summary"]["done"] == 2 and all(v["status"] == "done" for v in after["videos"])
+    after = read_report(out / "preprocess-report-part0of3.jsonl")
+    assert after.runs[-1]["summary"]["done"] == 2
+    assert all(
+        v["status"] == "done" and v["run"] == after.runs[-1]["run"] for v in after.entries("flow").values()
+    )
     changed = {p for p, data in before.items() if p.read_bytes() != data}
     assert len(changed) == n
     meta = read_archive(out / "flow" / "clip0.tar")[0]
     if "--square" in then:
         assert (meta["height"], meta["width"], meta["decode"]["square"]) == (32, 32, 32)
     assert _run(*args, *then)[0] == 0  # the same settings now: a cheap skip
-    assert json.loads((out / "preprocess-report-part0of3.json").read_text())["summary"]["skipped"] == 2
+    assert read_report(out / "preprocess-report-part0of3.jsonl").runs[-1]["summary"]["skipped"] == 2
 
 
 def test_an_index_of_another_folder_whose_ids_collide_is_refused(clips, tmp_path):
@@ -464,14 +485,17 @@ def test_a_rerun_that_only_skips_keeps_the_report_of_the_run_that_did_the_work(b
     out = tmp_path / "out"
     args = ["preprocess", "frames", str(bad_index), "--out", str(out), "--size", "0"]
     assert CliRunner().invoke(main, args).exit_code == 0
-    first = json.loads((out / "preprocess-report.json").read_text())
-    assert [v["status"] for v in first["videos"]] == ["done", "failed", "failed", "failed", "failed", "done"]
+    first = read_report(out).entries("rgb")
+    assert [v["status"] for v in first.values()] == ["done", "failed", "failed", "failed", "failed", "done"]
     assert CliRunner().invoke(main, args).exit_code == 0  # the good videos skip, the bad ones fail again
-    second = json.loads((out / "preprocess-report.json").read_text())
-    assert (second["summary"]["skipped"], second["summary"]["failed"], second["summary"]["done"]) == (2, 4, 0)
-    kept = [v for v in second["videos"] if v["status"] != "failed"]
-    assert kept == [v for v in first["videos"] if v["status"] == "done"]  # frame counts, stages, seconds
-    assert [f["id"] for f in second["failures"]] == ["cut", "text", "zero", "gone"]
+    report = read_report(out)
+    second, run = report.entries("rgb"), report.runs[-1]
+    assert (run["summary"]["skipped"], run["summary"]["failed"], run["summary"]["done"]) == (2, 4, 0)
+    kept = {vid: v for vid, v in second.items() if v["status"] != "failed"}
+    assert kept == {
+        vid: v for vid, v in first.items() if v["status"] == "done"
+    }  # frame counts, stages, seconds
+    assert [vid for vid, v in second.items() if v["run"] == run["run"]] == ["cut", "text", "zero", "gone"]
 
 
 @pytest.mark.parametrize("workers", ["1", "2"])
@@ -488,17 +512,21 @@ def test_a_rerun_with_nothing_left_to_do_skips_every_video(tiny_dataset, tmp_pat
         "--workers",
         workers,
     ]
+    path, lines = tmp_path / "out" / "preprocess-report.jsonl", []
     for _ in range(2):
         res = CliRunner().invoke(main, args)
         assert res.exit_code == 0, res.output
-    report = json.loads((tmp_path / "out" / "preprocess-report.json").read_text())
-    assert (report["summary"]["skipped"], report["summary"]["done"]) == (3, 0)
-    assert [v["status"] for v in report["videos"]] == ["done"] * 3  # the run that did the work, kept
+        lines.append(len(path.read_text().splitlines()))
+    report = read_report(path)
+    assert (report.runs[-1]["summary"]["skipped"], report.runs[-1]["summary"]["done"]) == (3, 0)
+    first = report.runs[0]["run"]
+    assert [(v["status"], v["run"]) for v in report.entries("rgb").values()] == [("done", first)] * 3
+    assert lines == [1 + 3 + 1, 1 + 3 + 1 + 2]  # the rerun adds its start and its end, nothing else
 
 
-def test_a_damaged_report_of_an_earlier_run_is_named_not_overwritten(tiny_dataset, tmp_path):
+def test_a_report_of_another_kind_is_named_not_appended_to(tiny_dataset, tmp_path):
     write_index(build_index(tiny_dataset, "ucf101", 1)[:1], tmp_path / "index.jsonl")
-    report = tmp_path / "out" / "preprocess-report.json"
+    report = tmp_path / "out" / "preprocess-report.jsonl"
     report.parent.mkdir()
     report.write_text("{half a report")
     res = CliRunner().invoke(
@@ -514,7 +542,9 @@ def test_a_damaged_report_of_an_earlier_run_is_named_not_overwritten(tiny_datase
         ],
     )
     assert res.exit_code == 2 and "Traceback" not in res.output
-    assert f"{report}: unreadable preprocess report (" in " ".join(res.output.split())
+    assert f"{report}: not a preprocess report of this memdpc version (one JSON line per event" in " ".join(
+        res.output.split()
+    )
     assert (
         report.read_text() == "{half a report" and not (tmp_path / "out" / "rgb").exists()
     )  # before any work
@@ -553,7 +583,7 @@ def test_a_signal_stops_the_workers_within_seconds_and_the_same_command_resumes(
     assert "Traceback" not in stopped.stderr and "Aborted" not in stopped.stderr
     note = re.search(
         rf"interrupted \({sig.name}\): (\d) of 6 videos done; the same command resumes; report: "
-        rf"{re.escape(str(out / 'preprocess-report.json'))}",
+        rf"{re.escape(str(out / 'preprocess-report.jsonl'))}",
         stopped.stderr,
     )
     assert note, stopped.stderr
@@ -564,28 +594,61 @@ def test_a_signal_stops_the_workers_within_seconds_and_the_same_command_resumes(
     for s in ("rgb", "flow"):
         for video in final[s]:
             assert read_archive(archive_path(out, s, video))[0]["num_frames"] == (41 if s == "rgb" else 40)
-    report = json.loads((out / "preprocess-report.json").read_text())
-    done = {v["id"] for v in report["videos"] if v["status"] == "done"}
-    assert report["interrupted"] == sig.name and len(done) == int(note[1]) and done <= complete
-    assert report["summary"]["pending"] == 6 - len(done)
+    report = read_report(out)
+    done = {vid for vid, v in report.entries("flow").items() if v["status"] == "done"}
+    stopped_run = report.runs[-1]
+    assert stopped_run["interrupted"] == sig.name and len(done) == int(note[1]) and done <= complete
+    assert stopped_run["summary"]["pending"] == 6 - len(done)
     stamps = {p: p.stat().st_mtime_ns for p in out.glob("*/*.tar")}
 
     resumed = subprocess.run(cmd, capture_output=True, text=True)
     assert resumed.returncode == 0, resumed.stderr
-    report = json.loads((out / "preprocess-report.json").read_text())
-    assert report["summary"]["skipped"] == len(complete) and report["summary"]["done"] == 6 - len(complete)
-    statuses = [v["status"] for v in report["videos"]]
-    # the stopped run's entries are kept; a video a worker finished as the run stopped is found done: skipped
-    assert "interrupted" not in report and len(statuses) == 6
-    assert (statuses.count("done"), statuses.count("skipped")) == (
-        6 - len(complete) + len(done),
-        len(complete - done),
-    )
+    report = read_report(out)
+    run = report.runs[-1]
+    assert run["summary"]["skipped"] == len(complete) and run["summary"]["done"] == 6 - len(complete)
+    # the stopped run's entries are kept; a video a worker finished as the run stopped is found done (skipped):
+    # the report has no entry of it, its archives their meta.json
+    assert "interrupted" not in run
+    by_run = {vid: v["run"] for vid, v in report.entries("flow").items() if v["status"] == "done"}
+    assert {vid for vid, r in by_run.items() if r == stopped_run["run"]} == done
+    assert {vid for vid, r in by_run.items() if r == run["run"]} == {f"clip{i}" for i in range(6)} - complete
     assert all(read_archive(archive_path(out, "flow", f"clip{i}"))[0]["num_frames"] == 40 for i in range(6))
     assert all(p.stat().st_mtime_ns == t for p, t in stamps.items())  # kept, not redone
 
 
 # ------------------------------------------------------------------------ progress and messages
+def _progress_lines(videos: int) -> int:
+    """The Python lines the progress bar of a run of ``videos`` videos runs (rich's own included): each video
+    opened, written in two steps and finished, as a worker's events and then its entry reach the run."""
+    lines = 0
+
+    def trace(frame, event, arg):
+        nonlocal lines
+        lines += event == "line"
+        return trace
+
+    with progress_bar("{task.fields[info]}", disable=True) as bar:
+        tracker = run._Tracker(bar, PreprocessConfig(out="", streams=("rgb", "flow")), 0, videos)
+        before = sys.gettrace()
+        sys.settrace(trace)
+        try:
+            for i in range(videos):
+                tracker.event("start", f"v{i}", 8)
+                tracker.event("units", f"v{i}", 4)
+                tracker.event("units", f"v{i}", 4)
+                tracker.finish({"id": f"v{i}", "status": "done", "streams": {"rgb": 9, "flow": 8}})
+        finally:
+            sys.settrace(before)
+        assert bar.tasks[0].completed == bar.tasks[0].total == videos
+    return lines
+
+
+def test_the_progress_of_a_video_costs_the_same_however_many_videos_the_run_has():
+    """4× the videos, 4× the work (16× where every event summed over the videos opened so far)."""
+    few, many = _progress_lines(300), _progress_lines(1200)
+    assert many < 4.5 * few, (few, many)
+
+
 def test_the_bar_counts_the_pairs_of_one_long_video(clips, tmp_path):
     first = read_index(clips[0])[0]
     write_index([first], tmp_path / "one.jsonl")
@@ -600,7 +663,7 @@ def test_the_bar_counts_the_pairs_of_one_long_video(clips, tmp_path):
         *SMALL[2:],
     )
     assert res.returncode == 0, res.stderr
-    assert re.search(r"preprocess flow .*40/40 pairs · [\d.]+ pairs/s · 1/1 videos", res.stderr), res.stderr
+    assert re.search(r"preprocess flow .*1/1 videos · 40 pairs · [\d.]+ pairs/s", res.stderr), res.stderr
 
 
 @pytest.mark.parametrize("workers", ["1", "2"])
@@ -624,14 +687,13 @@ def test_ffmpeg_messages_go_to_the_report_not_the_terminal(bad_index, clips, tmp
     )
     assert res.returncode == 0, res.stderr
     assert "WARN" not in res.stderr and "VIDEOIO" not in res.stderr and "@ 0x" not in res.stderr
-    report = json.loads((out / "preprocess-report.json").read_text())
-    messages = {v["id"]: v.get("messages", []) for v in report["videos"]}
+    messages = {vid: v.get("messages", []) for vid, v in read_report(out).entries("rgb").items()}
     assert any(line.startswith("[mjpeg @ 0x") for line in messages["mjpeg_cut"]), messages
     assert any("VIDEOIO(FFMPEG)" in line for line in messages["text"])
     assert messages["gone"] == []  # never opened
     assert "FFmpeg/OpenCV messages about " in res.stdout
     assert (
-        f"wrote the archives of 2 videos in {out / 'rgb'}; report {out / 'preprocess-report.json'}"
+        f"wrote the archives of 2 videos in {out / 'rgb'}; report {out / 'preprocess-report.jsonl'}"
         in res.stdout
     )
     # every video of class X failed: shard would refuse the split, and the next step says so
@@ -671,8 +733,8 @@ def test_a_full_disk_stops_the_run_in_one_line_and_the_same_command_resumes_to_t
     index, undisturbed, small_disk
 ):
     """The output on a real file system with 40 % of the space the run needs: the run warns at its start, stops
-    at the first write that does not fit (exit 74) with one line, keeps the finished archives and nothing
-    half-written; once space is freed, the same command finishes with the archives of an undisturbed run."""
+    at the first write that does not fit (exit 74; an archive's, or a line of the report's) with one line, keeps
+    the finished archives and nothing half-written; once space is freed, the same command finishes with the archives of an undisturbed run."""
     need = sum(p.stat().st_size for p in undisturbed.rglob("*.tar"))
     small_disk.resize(int(0.4 * need))
     out = small_disk.path / "out"
@@ -684,24 +746,25 @@ def test_a_full_disk_stops_the_run_in_one_line_and_the_same_command_resumes_to_t
     )
     assert warning, stopped.stderr
     lines = [line for line in stopped.stderr.splitlines() if line.startswith("stopped:")]
-    report = out / "preprocess-report.json"
+    report = out / "preprocess-report.jsonl"
     line = re.fullmatch(
-        rf"stopped: no space left on the file system of {re.escape(str(out))}/(rgb|flow), writing \S+\.tar "
+        rf"stopped: no space left on the file system of {re.escape(str(out))}(?:/rgb|/flow)?, writing "
+        rf"\S+\.(?:tar|jsonl) "
         rf"\(\d[\d.]* k?B free there now\); (\d) of 9 videos done, their archives kept; free space there, then "
         rf"the same command resumes; report: {re.escape(str(report))}",
         lines[0] if len(lines) == 1 else "",
     )
     assert line, stopped.stderr
     assert not list(out.rglob(".tmp-*"))
-    recorded = json.loads(report.read_text())
-    assert recorded["stopped"].startswith("no space left") and recorded["summary"]["done"] == int(line[2]) < 9
+    recorded = read_report(report).runs[-1]
+    assert recorded["stopped"].startswith("no space left") and recorded["summary"]["done"] == int(line[1]) < 9
     for p in out.rglob("*.tar"):  # what is there is whole: the undisturbed run's bytes
         assert p.read_bytes() == (undisturbed / p.relative_to(out)).read_bytes()
 
     small_disk.resize(2 * need + (1 << 20))
     resumed = _cli(*_two_workers(index, out))
     assert resumed.returncode == 0, resumed.stderr
-    assert "stopped" not in json.loads(report.read_text())
+    assert "stopped" not in read_report(report).runs[-1]
     _assert_same_archives(out, undisturbed)
 
 
@@ -733,9 +796,10 @@ def test_a_worker_killed_mid_video_is_replaced_and_the_run_finishes_with_the_sam
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 0, err
-    report = json.loads((out / "preprocess-report.json").read_text())
-    assert report["summary"]["done"] + report["summary"]["skipped"] == 9 and not report["failures"]
-    retried = {v["id"]: v["retried"] for v in report["videos"] if "retried" in v}
+    report = read_report(out)
+    summary = report.runs[-1]["summary"]
+    assert summary["done"] + summary["skipped"] == 9 and not summary["failed"]
+    retried = {vid: v["retried"] for vid, v in report.entries("flow").items() if "retried" in v}
     if mid_video:
         why = "its first worker was killed by SIGKILL — out of memory? try fewer --workers"
         assert retried == {video: why}
@@ -760,5 +824,6 @@ def test_two_runs_on_one_folder_at_once_write_the_archives_of_one(index, undistu
     for proc in (first, second):
         _, err = proc.communicate(timeout=240)
         assert proc.returncode == 0, err.decode()
-    assert not json.loads((out / "preprocess-report.json").read_text())["failures"]
+    report = read_report(out)
+    assert len(report.runs) == 2 and not any(r["summary"]["failed"] for r in report.runs)
     _assert_same_archives(out, undisturbed)

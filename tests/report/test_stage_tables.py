@@ -155,13 +155,13 @@ def test_preprocess_report_names_what_it_wrote_what_comes_next_and_caps_the_fail
     print_preprocess_report(report, index, console, errors)
     text = console.export_text()
     assert table_rows(text)[1][:5] == ["1", "0", "0", "12", "30"]  # done, partial, skipped, failed, frames
-    assert f"wrote the archives of 1 video in {out / 'rgb'}; report {out / 'preprocess-report.json'}" in text
+    assert f"wrote the archives of 1 video in {out / 'rgb'}; report {out / 'preprocess-report.jsonl'}" in text
     assert f"next: memdpc shard {out} --index {index} --stream rgb --out shards" in text
     failed = errors.export_text().splitlines()
     assert failed[:MAX_FAILURES] == [
         f"failed gone{i:02d} ({tmp_path / f'gone{i:02d}.avi'}): file not found" for i in range(MAX_FAILURES)
     ]
-    assert failed[MAX_FAILURES:] == [f"… and 2 more failed videos, see {out / 'preprocess-report.json'}"]
+    assert failed[MAX_FAILURES:] == [f"… and 2 more failed videos, see {out / 'preprocess-report.jsonl'}"]
 
 
 def test_preprocess_report_says_which_held_out_split_and_class_lost_a_video_and_how_to_draw_it_again(

@@ -4,7 +4,6 @@ several device processes, progress events, and SIGINT/SIGTERM stopping a real ru
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
@@ -29,6 +28,7 @@ from memdpc.preprocess.flow.backends import TorchTVL1, TritonTVL1, resolve_backe
 from memdpc.preprocess.flow.batched import HOST_NICENESS, DeviceStage, run_batched
 from memdpc.preprocess.flow.tvl1_params import TVL1Params
 from memdpc.preprocess.job import PreprocessConfig, process_video
+from memdpc.preprocess.report import read_report
 from memdpc.preprocess.run import run_preprocess
 from memdpc.preprocess.video_index import VideoRecord, write_index
 
@@ -587,9 +587,9 @@ def test_a_signal_stops_the_batched_run_within_seconds_and_the_same_command_resu
     assert not list(out.rglob(".tmp-*"))
     done = {p.stem for p in (out / "flow").glob("*.tar")} & {p.stem for p in (out / "rgb").glob("*.tar")}
     assert 0 < len(done) < 20
-    report = json.loads((out / "preprocess-report.json").read_text())
-    assert report["interrupted"] == sig.name
-    assert {v["id"] for v in report["videos"] if v["status"] == "done"} <= done
+    report = read_report(out)
+    assert report.runs[-1]["interrupted"] == sig.name
+    assert {vid for vid, v in report.entries("flow").items() if v["status"] == "done"} <= done
     subprocess.run(cmd, check=True, capture_output=True)
     for copy in copies:
         for s in ("rgb", "flow"):

@@ -25,6 +25,7 @@ from memdpc.preprocess.flow.backends import make_backend
 from memdpc.preprocess.flow.sorting_networks import selection_network
 from memdpc.preprocess.flow.tvl1_native import ENV_SWITCH, NativeTVL1, tvl1_flow
 from memdpc.preprocess.flow.tvl1_params import TVL1Params
+from memdpc.preprocess.report import read_report
 from memdpc.preprocess.run import preprocess
 from memdpc.preprocess.video_index import VideoRecord, write_index
 
@@ -280,6 +281,5 @@ def test_a_preprocess_run_on_the_native_backend_writes_the_opencv_archives(video
     assert run.returncode == 0, run.stderr[-2000:]
     note = "native TV-L1 unavailable (switched off by MEMDPC_NATIVE_FLOW=0); using OpenCV"
     assert note in " ".join(run.stderr.split()) and "flow: opencv on cpu" in run.stdout
-    report = json.loads((out / "preprocess-report.json").read_text())
-    assert report["flow"] == {"backend": "opencv", "devices": ["cpu"], "note": note}
+    assert read_report(out).runs[-1]["flow"] == {"backend": "opencv", "devices": ["cpu"], "note": note}
     assert {i: a[1] for i, a in flow_archives(out, ids).items()} == {i: a[1] for i, a in expected.items()}
