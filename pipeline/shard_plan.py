@@ -1,10 +1,11 @@
 """The shard plan: which samples exist and which shard holds each, decided up front and deterministically.
 
-Planning reads only the tar headers and ``meta.json`` of every per-video frame archive. From the frame
-counts it applies the window rule (:class:`~memdpc.pipeline.clip.ClipSpec`), orders the samples (train:
-shuffled across videos with a seeded RNG; eval: index order) and cuts them into shards by count and exact
-byte size. Because the plan is a pure function of the inputs and the options, shard k always holds the
-same samples, which is what makes a killed run resumable without duplicates or losses.
+Planning reads only the ``meta.json`` of every per-video frame archive, which records each frame's size (and the
+tar headers of an archive an earlier version wrote). From the frame counts it applies the window rule
+(:class:`~memdpc.pipeline.clip.ClipSpec`), orders the samples (train: shuffled across videos with a seeded RNG;
+eval: index order) and cuts them into shards by count and exact byte size. Because the plan is a pure function
+of the inputs and the options, shard k always holds the same samples, which is what makes a killed run
+resumable without duplicates or losses.
 
 Window rule, shared by both streams so that RGB and flow shards of a split hold the same keys: windows are
 computed on the frames that have a flow partner, ``n − 1`` for an RGB archive of ``n`` frames and all
@@ -33,7 +34,14 @@ from memdpc.pipeline import ustar
 from memdpc.pipeline.clip import ClipSpec
 from memdpc.pipeline.manifest import shard_name
 from memdpc.pipeline.sample import LABEL_BYTES, frame_member, member_name, sample_key
-from memdpc.preprocess.archive import META, archive_path, frame_index, frame_name
+from memdpc.preprocess.archive import (
+    FRAME_BYTES,
+    META,
+    archive_path,
+    frame_index,
+    frame_name,
+    recorded_frames,
+)
 from memdpc.preprocess.job import remake_command, setting_options
 from memdpc.preprocess.report import failed_videos
 from memdpc.preprocess.source import source_changes
@@ -204,9 +212,17 @@ def _members(path: Path) -> list[tuple[str, int, int]]:
 
 
 def scan_archive(path: Path) -> FrameSource:
-    """Read the headers and ``meta.json`` of a frame archive; UserError if missing, corrupt or incomplete."""
+    """The ``meta.json`` of a frame archive and where its frames are: from ``meta.json`` alone where it records
+    the frames' sizes (:func:`memdpc.preprocess.archive.recorded_frames`), else from the tar's headers; UserError
+    if missing, corrupt or incomplete."""
     if not path.is_file():
         raise UserError(f"{path}: frame archive not found")
+    try:
+        recorded = recorded_frames(path)
+    except OSError as e:
+        raise UserError(f"{path}: unreadable frame archive ({e})") from None
+    if recorded is not None:
+        return FrameSource(path, *recorded)
     frames: dict[int, tuple[int, int]] = {}
     meta = None
     try:
@@ -215,6 +231,8 @@ def scan_archive(path: Path) -> FrameSource:
                 with open(path, "rb") as f:
                     f.seek(offset)
                     meta = json.loads(f.read(size))
+                if isinstance(meta, dict):  # as recorded_frames gives it: the sizes are the FrameSource's
+                    meta.pop(FRAME_BYTES, None)
             elif (i := frame_index(name)) is not None:
                 frames[i] = (offset, size)
             else:

@@ -2,8 +2,9 @@
 
 One uncompressed tar per video and stream, ``<root>/<stream>/<video_id>.tar``, holding the encoded frames
 ``000000.jpg, 000001.jpg, …`` in order and, last, ``meta.json`` (``num_frames``, ``fps``, ``height``,
-``width``, ``stream``, ``encoding``, plus stage details). An archive exists under its final name only when
-complete (written under a temporary name, then renamed), so its presence means "this video is done".
+``width``, ``stream``, ``encoding``, plus stage details, and ``frame_bytes``: each frame's size, so that a reader
+finds every frame from ``meta.json`` alone, :func:`recorded_frames`). An archive exists under its final name only
+when complete (written under a temporary name, then renamed), so its presence means "this video is done".
 """
 
 from __future__ import annotations
@@ -19,24 +20,32 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from memdpc.common.atomic import atomic_path
 from memdpc.common.errors import UserError
 
 __all__ = [
     "ArchiveWriter",
+    "FRAME_BYTES",
     "META",
     "archive_path",
     "frame_index",
     "frame_name",
     "read_archive",
     "read_meta",
+    "recorded_frames",
     "temporary_in_use",
     "write_archive",
 ]
 
 META = "meta.json"
+FRAME_BYTES = "frame_bytes"  # the key of meta.json that lists each frame's size, in order
 _FRAME = re.compile(r"^(\d{6})\.jpg$")
-_TAIL = 32 * 1024  # bytes read from an archive's end to find meta.json (its header, data and the tar's end)
+# bytes read from an archive's end to find meta.json (its header, data and the tar's end), each where the one
+# before did not reach it (a long video's list of frame sizes)
+_TAILS = (32 * 1024, 256 * 1024, 2 * 2**20)
+_BLOCK = tarfile.BLOCKSIZE
 
 
 def archive_path(root: str | os.PathLike, stream: str, video_id: str) -> Path:
@@ -76,6 +85,7 @@ class ArchiveWriter:
 
     def __init__(self, path: str | os.PathLike, ext: str = "jpg") -> None:
         self.path, self.ext, self.num_frames = Path(path), ext, 0
+        self._sizes: list[int] = []
         self._atomic = atomic_path(self.path)
         self._file = None
         self._tar: tarfile.TarFile | None = None
@@ -98,11 +108,14 @@ class ArchiveWriter:
     def add(self, data: bytes) -> None:
         _add(self._tar, frame_name(self.num_frames, self.ext), data)
         self._tar.members.clear()  # a writing TarFile keeps every header; drop them so memory stays flat
+        self._sizes.append(len(data))
         self.num_frames += 1
 
     def commit(self, meta: dict[str, Any]) -> None:
-        """Write ``meta.json`` (with ``num_frames`` set) and rename the archive into place on exit."""
-        _add(self._tar, META, json.dumps({**meta, "num_frames": self.num_frames}).encode())
+        """Write ``meta.json`` (with ``num_frames`` and ``frame_bytes`` set) and rename the archive into place on
+        exit."""
+        meta = {**meta, "num_frames": self.num_frames, FRAME_BYTES: self._sizes}
+        _add(self._tar, META, json.dumps(meta).encode())
         self._committed = True
 
     def __exit__(self, exc_type, exc, tb) -> bool:
@@ -148,11 +161,11 @@ def write_archive(
     return w.num_frames
 
 
-def _meta_in_tail(tail: bytes) -> dict[str, Any] | None:
-    """``meta.json`` as the last member of a tar whose last bytes (from a multiple of 512 on) are ``tail``,
-    or None when it is not there. Members start on 512-byte blocks; the
+def _meta_in_tail(tail: bytes) -> tuple[dict[str, Any], int] | None:
+    """``meta.json`` as the last member of a tar whose last bytes (from a multiple of 512 on) are ``tail``, and
+    where its header begins in ``tail``; None when it is not there. Members start on 512-byte blocks; the
     tar ends with zero blocks, so the last member's data ends in the last block that is not all zeros."""
-    block = tarfile.BLOCKSIZE
+    block = _BLOCK
     end = len(tail)
     while end >= block and not tail[end - block : end].strip(b"\0"):
         end -= block
@@ -169,8 +182,24 @@ def _meta_in_tail(tail: bytes) -> dict[str, Any] | None:
             continue
         data_end = h + block + size
         if data_end <= end and end - data_end < block:  # the data ends in the last block before the zeros
-            return json.loads(tail[h + block : data_end])
+            return json.loads(tail[h + block : data_end]), h
     return None
+
+
+def _meta_at_end(path: Path) -> tuple[dict[str, Any] | None, int]:
+    """(``meta.json``, the offset of its header) from the archive's last bytes; meta None when they do not hold
+    it (a tar written otherwise)."""
+    with open(path, "rb") as f:
+        size = f.seek(0, os.SEEK_END)
+        for tail in _TAILS:
+            start = max(0, size - tail) // _BLOCK * _BLOCK
+            f.seek(start)
+            found = _meta_in_tail(f.read())
+            if found is not None:
+                return found[0], start + found[1]
+            if start == 0:
+                break
+    return None, 0
 
 
 def read_meta(path: str | os.PathLike) -> dict[str, Any]:
@@ -179,11 +208,7 @@ def read_meta(path: str | os.PathLike) -> dict[str, Any]:
     archive is unreadable or has no ``meta.json``."""
     path = Path(path)
     try:
-        with open(path, "rb") as f:
-            size = f.seek(0, os.SEEK_END)
-            start = max(0, size - _TAIL) // tarfile.BLOCKSIZE * tarfile.BLOCKSIZE
-            f.seek(start)
-            meta = _meta_in_tail(f.read())
+        meta = _meta_at_end(path)[0]
         if meta is None:
             with tarfile.open(path, "r:") as tar:
                 member = next((m for m in tar if m.name == META and m.isfile()), None)
@@ -193,6 +218,33 @@ def read_meta(path: str | os.PathLike) -> dict[str, Any]:
     if not isinstance(meta, dict):
         raise UserError(f"{path}: frame archive has no {META} (incomplete or not a memdpc archive)")
     return meta
+
+
+def recorded_frames(path: str | os.PathLike) -> tuple[dict[str, Any], np.ndarray, np.ndarray] | None:
+    """An archive's ``meta.json`` (without ``frame_bytes``) and the data offset and size of each frame, from
+    ``meta.json`` alone: the sizes it records, laid out as :class:`ArchiveWriter` writes them (a 512-byte header
+    before each member, its data padded to 512 bytes), and checked against where ``meta.json`` itself begins.
+    None where the archive records no sizes (an earlier version wrote it), they do not lead to ``meta.json``, or
+    its end is unreadable: its headers then tell. OSError where the file cannot be opened."""
+    try:
+        meta, at = _meta_at_end(Path(path))
+    except ValueError:  # JSONDecodeError: a damaged meta.json
+        return None
+    sizes = meta.get(FRAME_BYTES) if isinstance(meta, dict) else None
+    if not isinstance(sizes, list) or len(sizes) != meta.get("num_frames"):
+        return None
+    try:
+        sizes = np.array(sizes, dtype=np.int64)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    if sizes.ndim != 1 or (sizes < 0).any():
+        return None
+    members = _BLOCK + sizes + -sizes % _BLOCK
+    ends = np.cumsum(members)
+    if (ends[-1] if len(ends) else 0) != at:
+        return None
+    offsets = ends - members + _BLOCK
+    return {k: v for k, v in meta.items() if k != FRAME_BYTES}, offsets, sizes
 
 
 def read_archive(path: str | os.PathLike) -> tuple[dict[str, Any], list[bytes]]:

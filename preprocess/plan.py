@@ -48,7 +48,8 @@ __all__ = ["DiskEstimate", "FlowChoice", "check_existing", "choose_flow", "disk_
 
 WARMUP_PAIRS = 4  # timed flow pairs of a per-video backend (a batched one times one batch)
 PROBE_THREADS = 8  # threads reading the videos' headers (their latency, on network storage)
-TAR_BYTES_PER_MEMBER = 768  # a tar header (512 B) and, on average, half a 512-byte block of padding
+# a tar header (512 B), on average half a 512-byte block of padding, and the frame's size in meta.json (~7 B)
+TAR_BYTES_PER_MEMBER = 775
 # per archive: its meta.json member (about 1.5 kB), the tar's end (1 kB) and, on average, half of the 10 kB record
 # that a tar is padded to
 TAR_BYTES_PER_ARCHIVE = 7_700

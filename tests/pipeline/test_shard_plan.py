@@ -32,7 +32,15 @@ from memdpc.pipeline.shard_plan import (
     scan_archive,
     usable_frames,
 )
-from memdpc.preprocess.archive import META, archive_path, read_archive, write_archive
+from memdpc.preprocess.archive import (
+    FRAME_BYTES,
+    META,
+    archive_path,
+    frame_name,
+    read_archive,
+    recorded_frames,
+    write_archive,
+)
 from memdpc.preprocess.report import ReportWriter
 from memdpc.preprocess.video_index import VideoRecord
 
@@ -183,6 +191,26 @@ def test_scan_archive_reads_the_frame_table(long_archives):
         f.seek(int(src.offsets[5]))
         data = f.read(int(src.sizes[5]))
     assert data[:2] == b"\xff\xd8" and data[-2:] == b"\xff\xd9"  # one whole JPEG
+
+
+def test_an_archive_is_scanned_from_its_meta_json_alone_or_by_its_headers_to_the_same_frames(
+    long_archives, tmp_path
+):
+    """An archive records its frames' sizes in meta.json: shard reads nothing else of it. One whose sizes are
+    not recorded (an earlier version's) or do not add up is read by its headers, to the same frame table and
+    identity."""
+    path = archive_path(long_archives.root, "rgb", "v_MoveLeft_g03")
+    meta, frames = read_archive(path)
+    fast = scan_archive(path)
+    assert recorded_frames(path) is not None  # read from meta.json alone
+    assert FRAME_BYTES not in fast.meta and fast.meta == {k: v for k, v in meta.items() if k != FRAME_BYTES}
+    recorded = {k: v for k, v in meta.items() if k != FRAME_BYTES}
+    members = {frame_name(i): f for i, f in enumerate(frames)}
+    for name, extra in (("earlier", {}), ("damaged", {FRAME_BYTES: [1] * len(frames)})):
+        other = {**members, META: json.dumps({**recorded, **extra}).encode()}
+        slow = scan_archive(_tar(tmp_path / f"{name}.tar", other))
+        assert np.array_equal(slow.offsets, fast.offsets) and np.array_equal(slow.sizes, fast.sizes)
+        assert slow.meta == fast.meta and archive_digest(slow) == archive_digest(fast)
 
 
 def _tar(path: Path, members: dict[str, bytes]) -> Path:

@@ -428,11 +428,13 @@ def test_commit_archives_writes_meta_and_records_the_counts(tmp_path, video, par
     assert rgb_meta == {
         **archive_meta(REC, "rgb", cfg, video, (16, 16)),
         "num_frames": 3,
+        "frame_bytes": [len(f) for f in frames],
         **({"partial": partial} if partial else {}),
     }
     assert flow_meta == {
         **archive_meta(REC, "flow", cfg, video, (16, 16)),
         "code_error": flow.error(),
         "num_frames": 2,
+        "frame_bytes": [len(f) for f in flow_frames],
         **({"partial": partial} if partial else {}),
     }
