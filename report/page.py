@@ -37,11 +37,13 @@ from memdpc.eval.results import load_result
 from memdpc.eval.scores import CLASSIFIER_KINDS, RETRIEVAL_KINDS
 from memdpc.report.chain import AS_RECORDED, Chain, chains
 from memdpc.report.show import (
-    archives_in,
+    archive_candidates,
     draw_archive,
     draw_result,
     draw_samples,
     flow_legend,
+    has_archives,
+    is_archive,
     is_run,
     is_shard_folder,
     results_in,
@@ -83,7 +85,7 @@ def find(folder: Path) -> Found:
         if is_shard_folder(d) and not any(d.glob("manifest-*.json")):
             found.shards.append(d)
             return
-        if any(archives_in(d / s) for s in STREAMS if (d / s).is_dir()):
+        if any(has_archives(d / s) for s in STREAMS if (d / s).is_dir()):
             found.archives.append(d)
             return
         if is_run(d):
@@ -338,10 +340,9 @@ class Page:
                 if drawn and stream == FLOW:
                     self._legend()
         for root in archives:
-            videos = archives_in(root / STREAMS[0]) or archives_in(root / STREAMS[1])
-            picks = sorted(
-                {videos[i] for i in np.linspace(0, len(videos) - 1, min(VIDEOS, len(videos))).astype(int)}
-            )
+            videos = archive_candidates(root / STREAMS[0]) or archive_candidates(root / STREAMS[1])
+            spread = np.linspace(0, len(videos) - 1, min(VIDEOS, len(videos))).astype(int)
+            picks = [a for a in sorted({videos[i] for i in spread}) if is_archive(a)]  # only these opened
             for archive in picks:
                 drawn = self._draw(
                     self._rel(archive),

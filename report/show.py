@@ -16,10 +16,12 @@ with what it looks like (:mod:`memdpc.common.file_kinds`) and what ``show`` take
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import os
 import tarfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -62,11 +64,14 @@ from memdpc.viz.pictures import (
 )
 
 __all__ = [
+    "archive_candidates",
     "archives_in",
     "draw_archive",
     "draw_result",
     "draw_samples",
     "flow_legend",
+    "has_archives",
+    "is_archive",
     "is_run",
     "is_shard_folder",
     "results_in",
@@ -136,20 +141,47 @@ def results_in(folder: Path) -> list[Path]:
     return [p for p in sorted(folder.glob("*.json")) if file_kinds.describe(p) == file_kinds.RESULTS]
 
 
-def archives_in(folder: Path) -> list[Path]:
-    """Frame archives in a folder of them (``FRAMES/<stream>/``) or in its stream folders (``FRAMES/``), one
-    per video (the first stream's where a video has both), by video id."""
-    found: dict[str, Path] = {}
+def _tars(folder: Path) -> Iterator[Path]:
+    """The tars of a folder of archives (``FRAMES/<stream>/``) and of its stream folders (``FRAMES/``), listed and
+    not opened, in the order the file system lists them (hidden ones, a run's temporary archives, left out)."""
     for stream_dir in [folder, *(folder / s for s in STREAMS)]:
-        for tar in sorted(stream_dir.glob("*.tar")):
-            first = _first_member(tar) if tar.stem not in found else None
-            if first is not None and _is_archive_member(first):
-                found[tar.stem] = tar
+        with contextlib.suppress(OSError), os.scandir(stream_dir) as entries:
+            for entry in entries:
+                if entry.name.endswith(".tar") and not entry.name.startswith(".") and entry.is_file():
+                    yield Path(entry.path)
+
+
+def archive_candidates(folder: Path) -> list[Path]:
+    """The tars that may be frame archives in a folder of them (``FRAMES/<stream>/``) or in its stream folders
+    (``FRAMES/``), one per video (the first stream's where a video has both), by video id: listed, none opened
+    (:func:`is_archive` tells)."""
+    found: dict[str, Path] = {}
+    for tar in _tars(folder):  # the folder's own, then each stream's in turn
+        found.setdefault(tar.stem, tar)
     return [found[k] for k in sorted(found)]
 
 
-def _is_archive_member(name: str) -> bool:
-    return name == META or frame_index(name) is not None
+def is_archive(path: Path) -> bool:
+    """Whether the tar ``path`` is a frame archive: its first member a frame or ``meta.json``."""
+    first = _first_member(path)
+    return first is not None and (first == META or frame_index(first) is not None)
+
+
+def archives_in(folder: Path, limit: int | None = None) -> list[Path]:
+    """The first ``limit`` frame archives (all: None) of :func:`archive_candidates`, by video id; only those
+    looked at are opened, each for its first header."""
+    found = []
+    for tar in archive_candidates(folder):
+        if limit is not None and len(found) >= limit:
+            break
+        if is_archive(tar):
+            found.append(tar)
+    return found
+
+
+def has_archives(folder: Path) -> bool:
+    """Whether the folder (or its stream folders) holds a frame archive: the first tar that is one answers."""
+    return any(is_archive(tar) for tar in _tars(folder))
 
 
 def recognise(path: Path) -> str:
@@ -160,7 +192,7 @@ def recognise(path: Path) -> str:
         return _folder_kind(path)
     if path.suffix == ".tar":
         first = _first_member(path)
-        if first is not None and _is_archive_member(first):
+        if first is not None and (first == META or frame_index(first) is not None):
             return ARCHIVE
         if first is not None and is_frame_member(split_name(first)[1]):
             return SHARD
@@ -181,7 +213,12 @@ def _folder_kind(folder: Path) -> str:
             f"{folder}: {file_kinds.QUICKSTART}; `memdpc report {folder}` shows all of it on one page; "
             f"memdpc show takes its parts, e.g. {folder / 'runs' / RGB}"
         )
-    for kind, test in ((RUN, is_run), (SHARDS, is_shard_folder), (EVAL, results_in), (ARCHIVES, archives_in)):
+    for kind, test in (
+        (RUN, is_run),
+        (SHARDS, is_shard_folder),
+        (EVAL, results_in),
+        (ARCHIVES, has_archives),
+    ):
         if test(folder):
             return kind
     inside = [
@@ -306,7 +343,7 @@ def draw_archive(archive: Path, out: Path, o: ShowOptions, legend: bool = True) 
 
 
 def _draw_archives(folder: Path, out: Path, o: ShowOptions, warn: Warn) -> list[Path]:
-    return [p for archive in archives_in(folder)[: o.samples] for p in draw_archive(archive, out, o)]
+    return [p for archive in archives_in(folder, o.samples) for p in draw_archive(archive, out, o)]
 
 
 # ----------------------------------------------------------------------------------------------- shards

@@ -253,6 +253,26 @@ def run_memdpc(*args: str, cwd: Path | None = None, timeout: float = 300) -> sub
     )
 
 
+_OPENED: list[list[str]] = []  # while tars_opened runs: the names of the tars opened so far
+
+
+def _audit_opens(event: str, args: tuple) -> None:
+    if _OPENED and event == "open" and isinstance(args[0], (str, Path)) and str(args[0]).endswith(".tar"):
+        _OPENED[-1].append(Path(args[0]).name)
+
+
+sys.addaudithook(_audit_opens)  # inert but while tars_opened runs (an audit hook cannot be removed)
+
+
+def tars_opened(call: Callable[[], object]) -> tuple[object, list[str]]:
+    """``call()``'s result and the names of the tar files it opened, in order (Python's audit events)."""
+    _OPENED.append([])
+    try:
+        return call(), _OPENED[-1]
+    finally:
+        _OPENED.pop()
+
+
 def built_once(tmp_path_factory, name: str, build: Callable[[Path], None]) -> Path:
     """The folder ``name`` made by ``build(folder)`` once for the whole test run: the first pytest-xdist worker
     to ask builds it while the others wait on a lock, then every test reads it (none writes into it)."""

@@ -19,10 +19,11 @@ import pytest
 from PIL import Image
 
 from memdpc.common.errors import UserError
-from memdpc.report.page import PAGE, write_report
+from memdpc.preprocess.archive import archive_path, write_archive
+from memdpc.report.page import PAGE, find, write_report
 from memdpc.report.tables import cell_text, metric_text
 
-from ..conftest import run_memdpc
+from ..conftest import run_memdpc, tars_opened
 
 ARTIFACTS_ENV = "MEMDPC_TEST_ARTIFACTS"  # a folder where tests keep what a person may want to look at
 
@@ -298,3 +299,12 @@ def test_the_command_names_the_page_and_how_to_open_it(tmp_path):
     assert res.stdout.strip() == f"wrote {tmp_path / 'page' / PAGE} and its pictures in {tmp_path / 'page'}"
     assert f"open {(tmp_path / 'page' / PAGE).resolve().as_uri()}" in res.stderr
     assert (tmp_path / "page" / "run-curves.png").is_file()
+
+
+def test_a_folder_of_archives_is_found_by_opening_one_of_them(tmp_path):
+    for i in range(40):
+        write_archive(
+            archive_path(tmp_path / "a" / "frames", "rgb", f"v{i:03d}"), [b"jpeg"], {"stream": "rgb"}
+        )
+    found, opened = tars_opened(lambda: find(tmp_path))
+    assert found.archives == [tmp_path / "a" / "frames"] and len(opened) == 1

@@ -23,13 +23,21 @@ from memdpc.preprocess.archive import archive_path, read_archive, write_archive
 from memdpc.preprocess.datasets import build_index
 from memdpc.preprocess.run import preprocess
 from memdpc.preprocess.video_index import write_index
-from memdpc.report.show import CHANCE, LEGEND, curve_series, show
+from memdpc.report.show import (
+    CHANCE,
+    LEGEND,
+    archive_candidates,
+    archives_in,
+    curve_series,
+    has_archives,
+    show,
+)
 from memdpc.report.show_options import ShowOptions
 from memdpc.train.metrics import KNN_BASELINE, read_metrics
 from memdpc.viz.flow_colours import codes_colours
 from memdpc.viz.pictures import GAP, MIN_WIDTH, decode_frames
 
-from ..conftest import TINY, run_memdpc
+from ..conftest import TINY, run_memdpc, tars_opened
 
 
 @pytest.fixture(scope="module")
@@ -324,3 +332,21 @@ def test_anything_else_is_a_one_line_error_saying_what_it_is(tiny_dataset, tmp_p
     error = res.stderr.strip().splitlines()[-1]
     assert error.startswith(f"Error: {tmp_path / given}: {kind}") and "memdpc show takes " in error
     assert not (tmp_path / "out").exists()
+
+
+def test_a_folder_of_archives_is_listed_and_only_the_archives_looked_at_are_opened(tmp_path):
+    """Thousands of archives: which are there is answered by listing the folder; a tar is opened (for its first
+    header) only to tell an archive from another tar, and only as far as the answer needs."""
+    root = tmp_path / "frames"
+    for i in range(40):
+        write_archive(archive_path(root, "rgb", f"v{i:03d}"), [b"jpeg"], {"stream": "rgb"})
+    write_archive(archive_path(root, "flow", "v000"), [b"jpeg"], {"stream": "flow"})
+    with tarfile.open(root / "rgb" / "notes.tar", "w") as tar:  # a tar, not an archive
+        tar.addfile(tarfile.TarInfo("notes.txt"))
+    assert len(archive_candidates(root)) == 41
+    found, opened = tars_opened(lambda: archives_in(root, 2))
+    assert found == [root / "rgb" / "v000.tar", root / "rgb" / "v001.tar"]  # the first stream's, by id
+    assert opened == ["notes.tar", "v000.tar", "v001.tar"]
+    found, opened = tars_opened(lambda: has_archives(root / "rgb"))
+    assert found and 1 <= len(opened) <= 2
+    assert not has_archives(tmp_path) and archives_in(root / "rgb") == archives_in(root)
