@@ -124,7 +124,7 @@ def _check_appendable(path: Path) -> bool:
         return False
     except OSError as e:
         raise UserError(f"{path}: cannot read the preprocess report ({e.strerror})") from None
-    if first and _parse(first) is None:
+    if first and not _is_report(first):
         raise UserError(
             f"{path}: not a preprocess report of this memdpc version (one JSON line per event; an earlier "
             "version wrote one JSON); give another --report, or move it away"
@@ -133,6 +133,14 @@ def _check_appendable(path: Path) -> bool:
 
 
 # ----------------------------------------------------------------------------------------------- reading
+_START = b'{"kind": "run", '  # how every report of this format begins: the line of its first run
+
+
+def _is_report(first: bytes) -> bool:
+    """Whether a file whose first line is ``first`` is a report of this format (that line perhaps cut short)."""
+    return first.startswith(_START) or _parse(first) is not None
+
+
 def _parse(line: bytes) -> dict[str, Any] | None:
     """A line of a report, or None when it is none (cut short, or another file)."""
     try:
@@ -161,7 +169,7 @@ def _events(path: Path) -> Iterator[Event]:
         raise UserError(f"{path}: unreadable preprocess report ({e.strerror})") from None
     with f:
         first = f.readline()
-        if first and _parse(first) is None:
+        if first and not _is_report(first):
             yield from _earlier_events(path, first + f.read())
             return
         streams: dict[str, tuple[str, ...]] = {}  # run → its streams

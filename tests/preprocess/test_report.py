@@ -99,3 +99,10 @@ def test_a_file_of_another_kind_is_refused_before_anything_is_appended(tmp_path)
         UserError, match=r"preprocess-report.json: unreadable preprocess report \(.*\); delete it"
     ):
         failed_videos(tmp_path)
+
+
+def test_a_report_whose_first_line_was_cut_short_is_appended_to(tmp_path):
+    path = tmp_path / REPORT
+    path.write_bytes(b'{"kind": "run", "run": "0000-1", "command": "prep')  # the disk filled up at once
+    run = _run(path, ["rgb"], _done("a", rgb=9))
+    assert [r["run"] for r in read_report(path).runs] == [run]
