@@ -153,13 +153,14 @@ def read_index(path: str | os.PathLike) -> list[VideoRecord]:
     if kind not in _TEXT_KINDS:  # a video, a results file, a checkpoint, …: say so; text: name the bad line
         raise UserError(f"{path}: is {kind}, not a video index; {INDEX_HINT}")
     records = []
-    for lineno, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            records.append(VideoRecord(**json.loads(line)))
-        except (json.JSONDecodeError, TypeError) as e:
-            raise UserError(f"{path}:{lineno}: not a video index record ({e})") from None
+    with open(path, encoding="utf-8", errors="replace") as f:  # line by line: the file is never held whole
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                records.append(VideoRecord(**json.loads(line)))
+            except (json.JSONDecodeError, TypeError) as e:
+                raise UserError(f"{path}:{lineno}: not a video index record ({e})") from None
     if not records:
         raise UserError(f"{path}: the video index is empty")
     return records
