@@ -254,6 +254,7 @@ def run_memdpc(*args: str, cwd: Path | None = None, timeout: float = 300) -> sub
 
 
 _OPENED: list[list[str]] = []  # while tars_opened runs: the names of the tars opened so far
+_HOOKED: list[bool] = []
 
 
 def _audit_opens(event: str, args: tuple) -> None:
@@ -261,11 +262,11 @@ def _audit_opens(event: str, args: tuple) -> None:
         _OPENED[-1].append(Path(args[0]).name)
 
 
-sys.addaudithook(_audit_opens)  # inert but while tars_opened runs (an audit hook cannot be removed)
-
-
 def tars_opened(call: Callable[[], object]) -> tuple[object, list[str]]:
     """``call()``'s result and the names of the tar files it opened, in order (Python's audit events)."""
+    if not _HOOKED:  # once per process; inert but while this runs (an audit hook cannot be removed)
+        sys.addaudithook(_audit_opens)
+        _HOOKED.append(True)
     _OPENED.append([])
     try:
         return call(), _OPENED[-1]
