@@ -355,8 +355,8 @@ def markdown(sizes: list[int], rows: dict[str, dict], meta: dict, before: dict |
     if before:
         shared = [n for n in sizes if n in before["sizes"]]
         lines += [
-            f"Before ({before['commit']}; the same benchmark, the same machine), CPU ms per video and the "
-            "parent's peak MB:",
+            f"Before ({before['commit']}; the same benchmark, the same machine, `{before['path']}`), CPU ms per "
+            "video and the parent's peak MB:",
             "",
             "| stage | "
             + " | ".join(f"CPU {n:,} before · now" for n in shared)
@@ -505,7 +505,7 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     payload = {**meta, "stages": rows, "runs": {str(n): results[n] for n in sizes}}
     args.out.write_text(json.dumps(payload, indent=2) + "\n")
-    before = json.loads(args.compare.read_text()) if args.compare else None
+    before = {**json.loads(args.compare.read_text()), "path": str(args.compare)} if args.compare else None
     args.out.with_suffix(".md").write_text(markdown(sizes, rows, meta, before))
     console.print(f"wrote {args.out} and {args.out.with_suffix('.md')}")
 
