@@ -52,7 +52,8 @@ from memdpc.preprocess.examples.layout import write_video
 from memdpc.preprocess.examples.synthetic import CLASSES, render_video
 from memdpc.preprocess.flow.backends import FlowStage, OpenCVTVL1
 from memdpc.preprocess.flow.tvl1_params import TVL1Params
-from memdpc.preprocess.job import PreprocessConfig, process_video
+from memdpc.preprocess.job import process_video
+from memdpc.preprocess.options import PreprocessConfig
 from memdpc.preprocess.run import run_preprocess
 from memdpc.preprocess.video_index import VideoRecord
 

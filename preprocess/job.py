@@ -15,7 +15,7 @@ import os
 import re
 import time
 from collections.abc import Callable, Collection, Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -26,18 +26,16 @@ from memdpc.common.atomic import TMP_PREFIX
 from memdpc.common.errors import UserError
 from memdpc.common.streams import STREAMS
 from memdpc.preprocess.archive import ArchiveWriter, archive_path, read_meta, temporary_in_use
-from memdpc.preprocess.decode import DecodeError, DecodeSpec, PartialVideo, VideoStream
-from memdpc.preprocess.encode import FLOW_ENCODING, FLOW_ENCODINGS, RGB_ENCODING, JpegEncoding, code_error
-from memdpc.preprocess.flow.backends import AUTO, BACKENDS, BOUND, FlowStage, make_backend
-from memdpc.preprocess.flow.tvl1_params import TVL1Params
-from memdpc.preprocess.report import REPORT, REPORT_OF_PART
+from memdpc.preprocess.decode import DecodeError, PartialVideo, VideoStream
+from memdpc.preprocess.encode import FLOW_ENCODINGS, RGB_ENCODING, JpegEncoding, code_error
+from memdpc.preprocess.flow.backends import BOUND, FlowStage, make_backend
+from memdpc.preprocess.options import PreprocessConfig
 from memdpc.preprocess.source import source_changes
 from memdpc.preprocess.video_index import VideoRecord
 
 __all__ = [
     "DECODE_SETTINGS",
     "FlowWriter",
-    "PreprocessConfig",
     "Progress",
     "Ticker",
     "archive_differences",
@@ -49,89 +47,12 @@ __all__ = [
     "missing_streams",
     "new_entry",
     "no_progress",
-    "parse_part",
     "process_video",
     "remake_command",
     "remove_temporaries",
     "select_part",
     "setting_options",
 ]
-
-
-@dataclass(frozen=True)
-class PreprocessConfig:
-    """Everything a run needs; one picklable object sent to every worker.
-
-    ``flow_backend`` and ``device`` may be ``auto``: :func:`memdpc.preprocess.flow.backends.resolve_backend`
-    picks the GPU path where CUDA is available, else OpenCV on the CPU. ``workers`` are the processes of the
-    per-video path; ``threads`` the decode and the encode threads per device of the batched path (0: the
-    CPU cores divided among the devices). ``overwrite``: rewrite archives made with other settings or from
-    another source (without it the run refuses them).
-    """
-
-    out: str
-    streams: tuple[str, ...] = ("rgb",)
-    decode: DecodeSpec = DecodeSpec()
-    rgb_encoding: JpegEncoding = RGB_ENCODING
-    flow_encoding: JpegEncoding = FLOW_ENCODING
-    third_channel: int = 128
-    tvl1: TVL1Params = TVL1Params()
-    flow_backend: str = AUTO
-    device: str = AUTO
-    workers: int = 1
-    threads: int = 0
-    dask: str | None = None
-    part: tuple[int, int] = (0, 1)
-    strict: bool = False
-    keep_partial: bool = False
-    overwrite: bool = False
-    report: str | None = None
-
-    def validate(self) -> None:
-        """Refuse out-of-range options before any work starts."""
-        if (
-            not self.streams
-            or any(s not in STREAMS for s in self.streams)
-            or len(set(self.streams)) != len(self.streams)
-        ):
-            raise UserError(
-                f"--streams must list distinct streams from {', '.join(STREAMS)}, not {self.streams}"
-            )
-        self.decode.validate()
-        self.rgb_encoding.validate("--quality")
-        self.flow_encoding.validate("--flow-quality")
-        if self.third_channel not in (0, 128):
-            raise UserError(f"--third-channel must be 0 or 128, not {self.third_channel}")
-        self.tvl1.validate()
-        if self.flow_backend not in (AUTO, *BACKENDS):
-            raise UserError(
-                f"unknown --flow-backend '{self.flow_backend}' (choose from {', '.join((AUTO, *BACKENDS))})"
-            )
-        if self.workers < 1:
-            raise UserError(f"--workers must be ≥ 1, not {self.workers}")
-        if self.threads < 0:
-            raise UserError(f"--threads must be ≥ 0 (0: one per CPU core), not {self.threads}")
-        i, n = self.part
-        if not (n >= 1 and 0 <= i < n):
-            raise UserError(f"--part I/N needs N ≥ 1 and 0 ≤ I < N, not {i}/{n}")
-
-    @property
-    def report_path(self) -> Path:
-        if self.report:
-            return Path(self.report)
-        i, n = self.part
-        return Path(self.out) / (REPORT if n == 1 else REPORT_OF_PART.format(i=i, n=n))
-
-
-def parse_part(text: str) -> tuple[int, int]:
-    """``"I/N"`` → (I, N): this run takes videos I, I+N, I+2N, … (0-based, e.g. ``$SLURM_ARRAY_TASK_ID/N``)."""
-    m = re.fullmatch(r"\s*(-?\d+)\s*/\s*(-?\d+)\s*", text)
-    if not m:
-        raise UserError(f"--part must look like I/N (e.g. 0/4), not '{text}'")
-    i, n = int(m[1]), int(m[2])
-    if not (n >= 1 and 0 <= i < n):
-        raise UserError(f"--part I/N needs N ≥ 1 and 0 ≤ I < N, not '{text}'")
-    return i, n
 
 
 def select_part(records: list[VideoRecord], part: tuple[int, int]) -> list[VideoRecord]:

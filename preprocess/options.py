@@ -1,27 +1,107 @@
 """The options of ``memdpc preprocess frames|flow`` as the command line gives them, each with its default and
-help (:class:`PreprocessOptions`), and the run's :class:`~memdpc.preprocess.job.PreprocessConfig` made from them
-(:func:`config_from_options`), checked before any work starts."""
+help (:class:`PreprocessOptions`), and the run's :class:`PreprocessConfig`, everything a run needs, made from them
+(:func:`config_from_options`) and checked before any work starts."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from memdpc.common.errors import UserError
 from memdpc.common.settings import setting
+from memdpc.common.streams import STREAMS
 from memdpc.preprocess.decode import DecodeSpec
 from memdpc.preprocess.encode import (
     DEFAULT_FLOW_ENCODING,
+    FLOW_ENCODING,
     FLOW_ENCODINGS,
     RGB_ENCODING,
     JpegEncoding,
 )
 from memdpc.preprocess.flow.backends import AUTO, BACKENDS
 from memdpc.preprocess.flow.tvl1_params import TVL1Params
-from memdpc.preprocess.job import PreprocessConfig, parse_part
+from memdpc.preprocess.report import REPORT, REPORT_OF_PART
 
-__all__ = ["PreprocessOptions", "config_from_options"]
+__all__ = ["PreprocessConfig", "PreprocessOptions", "config_from_options", "parse_part"]
+
+
+@dataclass(frozen=True)
+class PreprocessConfig:
+    """Everything a run needs; one picklable object sent to every worker.
+
+    ``flow_backend`` and ``device`` may be ``auto``: :func:`memdpc.preprocess.flow.backends.resolve_backend`
+    picks the GPU path where CUDA is available, else OpenCV on the CPU. ``workers`` are the processes of the
+    per-video path; ``threads`` the decode and the encode threads per device of the batched path (0: the
+    CPU cores divided among the devices). ``overwrite``: rewrite archives made with other settings or from
+    another source (without it the run refuses them).
+    """
+
+    out: str
+    streams: tuple[str, ...] = ("rgb",)
+    decode: DecodeSpec = DecodeSpec()
+    rgb_encoding: JpegEncoding = RGB_ENCODING
+    flow_encoding: JpegEncoding = FLOW_ENCODING
+    third_channel: int = 128
+    tvl1: TVL1Params = TVL1Params()
+    flow_backend: str = AUTO
+    device: str = AUTO
+    workers: int = 1
+    threads: int = 0
+    dask: str | None = None
+    part: tuple[int, int] = (0, 1)
+    strict: bool = False
+    keep_partial: bool = False
+    overwrite: bool = False
+    report: str | None = None
+
+    def validate(self) -> None:
+        """Refuse out-of-range options before any work starts."""
+        if (
+            not self.streams
+            or any(s not in STREAMS for s in self.streams)
+            or len(set(self.streams)) != len(self.streams)
+        ):
+            raise UserError(
+                f"--streams must list distinct streams from {', '.join(STREAMS)}, not {self.streams}"
+            )
+        self.decode.validate()
+        self.rgb_encoding.validate("--quality")
+        self.flow_encoding.validate("--flow-quality")
+        if self.third_channel not in (0, 128):
+            raise UserError(f"--third-channel must be 0 or 128, not {self.third_channel}")
+        self.tvl1.validate()
+        if self.flow_backend not in (AUTO, *BACKENDS):
+            raise UserError(
+                f"unknown --flow-backend '{self.flow_backend}' (choose from {', '.join((AUTO, *BACKENDS))})"
+            )
+        if self.workers < 1:
+            raise UserError(f"--workers must be ≥ 1, not {self.workers}")
+        if self.threads < 0:
+            raise UserError(f"--threads must be ≥ 0 (0: one per CPU core), not {self.threads}")
+        i, n = self.part
+        if not (n >= 1 and 0 <= i < n):
+            raise UserError(f"--part I/N needs N ≥ 1 and 0 ≤ I < N, not {i}/{n}")
+
+    @property
+    def report_path(self) -> Path:
+        if self.report:
+            return Path(self.report)
+        i, n = self.part
+        return Path(self.out) / (REPORT if n == 1 else REPORT_OF_PART.format(i=i, n=n))
+
+
+def parse_part(text: str) -> tuple[int, int]:
+    """``"I/N"`` → (I, N): this run takes videos I, I+N, I+2N, … (0-based, e.g. ``$SLURM_ARRAY_TASK_ID/N``)."""
+    m = re.fullmatch(r"\s*(-?\d+)\s*/\s*(-?\d+)\s*", text)
+    if not m:
+        raise UserError(f"--part must look like I/N (e.g. 0/4), not '{text}'")
+    i, n = int(m[1]), int(m[2])
+    if not (n >= 1 and 0 <= i < n):
+        raise UserError(f"--part I/N needs N ≥ 1 and 0 ≤ I < N, not '{text}'")
+    return i, n
+
 
 _RUN = PreprocessConfig(out="")  # the run's defaults
 

@@ -34,14 +34,13 @@ from memdpc.preprocess.flow.backends import (
     resolve_backend,
 )
 from memdpc.preprocess.job import (
-    PreprocessConfig,
     archive_differences,
     encode_flow,
     failure_reason,
     missing_streams,
     select_part,
 )
-from memdpc.preprocess.options import config_from_options
+from memdpc.preprocess.options import PreprocessConfig, config_from_options
 from memdpc.preprocess.video_index import VideoRecord, read_index
 
 __all__ = ["DiskEstimate", "FlowChoice", "check_existing", "choose_flow", "disk_estimate", "plan"]

@@ -35,7 +35,8 @@ from memdpc.common.atomic import tmp_name
 from memdpc.common.errors import ResourceFault, UserError, worker_death
 from memdpc.preprocess.archive import archive_path
 from memdpc.preprocess.decode import StderrCapture
-from memdpc.preprocess.job import PreprocessConfig, Progress, process_video
+from memdpc.preprocess.job import Progress, process_video
+from memdpc.preprocess.options import PreprocessConfig
 from memdpc.preprocess.video_index import VideoRecord
 
 __all__ = ["STOP_WAIT", "pool_results", "spawn_context"]

@@ -45,14 +45,13 @@ from memdpc.preprocess.archive import archive_path
 from memdpc.preprocess.decode import StderrCapture
 from memdpc.preprocess.flow.batched import run_batched
 from memdpc.preprocess.job import (
-    PreprocessConfig,
     Progress,
     kept_messages,
     process_video,
     remove_temporaries,
     select_part,
 )
-from memdpc.preprocess.options import config_from_options
+from memdpc.preprocess.options import PreprocessConfig, config_from_options
 from memdpc.preprocess.plan import check_existing, choose_flow, disk_estimate
 from memdpc.preprocess.pool import pool_results
 from memdpc.preprocess.report import ReportWriter

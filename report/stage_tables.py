@@ -21,7 +21,7 @@ from memdpc.pipeline.manifest import VerifyResult
 from memdpc.pipeline.shard import ShardReport
 from memdpc.pipeline.shard_plan import SKIP_KINDS, UNUSABLE
 from memdpc.preprocess.datasets import IndexReport
-from memdpc.preprocess.job import PreprocessConfig
+from memdpc.preprocess.options import PreprocessConfig
 from memdpc.preprocess.video_index import read_index, summary
 
 __all__ = ["print_index_report", "print_preprocess_report", "print_shard_report", "print_verify"]

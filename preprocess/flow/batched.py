@@ -61,7 +61,6 @@ from memdpc.preprocess.decode import DecodeError, PartialVideo, VideoStream
 from memdpc.preprocess.flow.backends import BatchedFlowBackend, batch_pairs, make_backend
 from memdpc.preprocess.job import (
     FlowWriter,
-    PreprocessConfig,
     Progress,
     Ticker,
     commit_archives,
@@ -73,6 +72,7 @@ from memdpc.preprocess.job import (
     no_progress,
     select_part,
 )
+from memdpc.preprocess.options import PreprocessConfig
 from memdpc.preprocess.pool import STOP_WAIT, spawn_context
 from memdpc.preprocess.video_index import VideoRecord
 

@@ -1,5 +1,4 @@
-"""preprocess/job.py: what the per-video and the batched preprocessing share: the run's configuration and
-its validation, the choice of this part's videos, and the per-video pieces (missing archives and archives
+"""preprocess/job.py: what the per-video and the batched preprocessing share: the choice of this part's videos, and the per-video pieces (missing archives and archives
 made otherwise, metadata, flow JPEGs with their measured storage error, progress events, FFmpeg's messages,
 failure reasons). Real files, real videos, real JPEGs."""
 
@@ -15,7 +14,6 @@ import numpy as np
 import pytest
 
 from memdpc.common.atomic import tmp_name
-from memdpc.common.errors import UserError
 from memdpc.preprocess.archive import ArchiveWriter, archive_path, read_archive, write_archive
 from memdpc.preprocess.decode import DecodeSpec, StderrCapture, VideoStream
 from memdpc.preprocess.encode import (
@@ -33,7 +31,6 @@ from memdpc.preprocess.job import (
     MAX_MESSAGES,
     TICK,
     FlowWriter,
-    PreprocessConfig,
     Ticker,
     archive_differences,
     archive_meta,
@@ -43,11 +40,11 @@ from memdpc.preprocess.job import (
     kept_messages,
     missing_streams,
     new_entry,
-    parse_part,
     process_video,
     remove_temporaries,
     select_part,
 )
+from memdpc.preprocess.options import PreprocessConfig
 from memdpc.preprocess.video_index import VideoRecord
 
 REC = VideoRecord("v_a", "/data/v_a.avi", 0, "A", "train")
@@ -60,51 +57,6 @@ def _records(n: int) -> list[VideoRecord]:
 
 def _codes(seed: int) -> np.ndarray:
     return texture(np.random.default_rng(seed), 16, 16)
-
-
-def test_defaults_are_valid_and_the_report_is_named_by_part(tmp_path):
-    cfg = PreprocessConfig(out=str(tmp_path))
-    cfg.validate()
-    assert (cfg.streams, cfg.flow_backend, cfg.device, cfg.tvl1) == (("rgb",), "auto", "auto", TVL1Params())
-    assert cfg.report_path == tmp_path / "preprocess-report.jsonl"
-    assert (
-        PreprocessConfig(out=str(tmp_path), part=(2, 4)).report_path
-        == tmp_path / "preprocess-report-part2of4.jsonl"
-    )
-    assert (
-        PreprocessConfig(out=str(tmp_path), report="/r.json", part=(2, 4)).report_path.as_posix() == "/r.json"
-    )
-
-
-@pytest.mark.parametrize(
-    "kw, message",
-    [
-        ({"streams": ()}, "--streams must list distinct streams from rgb, flow, not ()"),
-        ({"streams": ("rgb", "rgb")}, "--streams must list distinct streams"),
-        ({"streams": ("depth",)}, "--streams must list distinct streams"),
-        ({"decode": DecodeSpec(size=-1)}, "--size and --square must be ≥ 0"),
-        ({"rgb_encoding": JpegEncoding(0)}, "--quality must be between 1 and 100, not 0"),
-        ({"flow_encoding": JpegEncoding(101)}, "--flow-quality must be between 1 and 100, not 101"),
-        ({"third_channel": 64}, "--third-channel must be 0 or 128, not 64"),
-        ({"tvl1": TVL1Params(tau=1.0)}, "TV-L1 option(s) out of range: --tau"),
-        ({"flow_backend": "cupy"}, "unknown --flow-backend 'cupy' (choose from auto, "),
-        ({"workers": 0}, "--workers must be ≥ 1, not 0"),
-        ({"threads": -1}, "--threads must be ≥ 0 (0: one per CPU core), not -1"),
-        ({"part": (3, 3)}, "--part I/N needs N ≥ 1 and 0 ≤ I < N, not 3/3"),
-    ],
-)
-def test_each_bad_option_is_refused_with_its_name(kw, message):
-    with pytest.raises(UserError) as e:
-        PreprocessConfig(out="o", **kw).validate()
-    assert str(e.value).startswith(message)
-
-
-def test_parse_part():
-    assert parse_part("1/3") == (1, 3)
-    assert parse_part(" 0 / 1 ") == (0, 1)
-    for bad in ("3/3", "-1/2", "0/0", "1", "a/b"):
-        with pytest.raises(UserError, match="--part"):
-            parse_part(bad)
 
 
 def test_parts_are_disjoint_and_cover_the_index():

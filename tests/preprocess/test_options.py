@@ -1,4 +1,5 @@
-"""The options of `memdpc preprocess` as the command line gives them → the run's config, checked first."""
+"""The options of `memdpc preprocess` as the command line gives them → the run's config, checked first; the
+config's own checks and the report it names."""
 
 from __future__ import annotations
 
@@ -6,10 +7,9 @@ import pytest
 
 from memdpc.common.errors import UserError
 from memdpc.preprocess.decode import DecodeSpec
-from memdpc.preprocess.encode import FLOW_ENCODING, FLOW_ENCODING_RGB, RGB_ENCODING
+from memdpc.preprocess.encode import FLOW_ENCODING, FLOW_ENCODING_RGB, RGB_ENCODING, JpegEncoding
 from memdpc.preprocess.flow.tvl1_params import TVL1Params
-from memdpc.preprocess.job import PreprocessConfig
-from memdpc.preprocess.options import PreprocessOptions, config_from_options
+from memdpc.preprocess.options import PreprocessConfig, PreprocessOptions, config_from_options, parse_part
 
 
 def test_the_defaults_are_the_runs():
@@ -52,3 +52,48 @@ def test_bad_options_are_one_line_errors_naming_the_option(kw, says):
     kw = {"streams": "rgb", **kw}
     with pytest.raises(UserError, match=says):
         config_from_options("out", kw.pop("streams"), **kw)
+
+
+def test_defaults_are_valid_and_the_report_is_named_by_part(tmp_path):
+    cfg = PreprocessConfig(out=str(tmp_path))
+    cfg.validate()
+    assert (cfg.streams, cfg.flow_backend, cfg.device, cfg.tvl1) == (("rgb",), "auto", "auto", TVL1Params())
+    assert cfg.report_path == tmp_path / "preprocess-report.jsonl"
+    assert (
+        PreprocessConfig(out=str(tmp_path), part=(2, 4)).report_path
+        == tmp_path / "preprocess-report-part2of4.jsonl"
+    )
+    assert (
+        PreprocessConfig(out=str(tmp_path), report="/r.json", part=(2, 4)).report_path.as_posix() == "/r.json"
+    )
+
+
+@pytest.mark.parametrize(
+    "kw, message",
+    [
+        ({"streams": ()}, "--streams must list distinct streams from rgb, flow, not ()"),
+        ({"streams": ("rgb", "rgb")}, "--streams must list distinct streams"),
+        ({"streams": ("depth",)}, "--streams must list distinct streams"),
+        ({"decode": DecodeSpec(size=-1)}, "--size and --square must be ≥ 0"),
+        ({"rgb_encoding": JpegEncoding(0)}, "--quality must be between 1 and 100, not 0"),
+        ({"flow_encoding": JpegEncoding(101)}, "--flow-quality must be between 1 and 100, not 101"),
+        ({"third_channel": 64}, "--third-channel must be 0 or 128, not 64"),
+        ({"tvl1": TVL1Params(tau=1.0)}, "TV-L1 option(s) out of range: --tau"),
+        ({"flow_backend": "cupy"}, "unknown --flow-backend 'cupy' (choose from auto, "),
+        ({"workers": 0}, "--workers must be ≥ 1, not 0"),
+        ({"threads": -1}, "--threads must be ≥ 0 (0: one per CPU core), not -1"),
+        ({"part": (3, 3)}, "--part I/N needs N ≥ 1 and 0 ≤ I < N, not 3/3"),
+    ],
+)
+def test_each_bad_option_is_refused_with_its_name(kw, message):
+    with pytest.raises(UserError) as e:
+        PreprocessConfig(out="o", **kw).validate()
+    assert str(e.value).startswith(message)
+
+
+def test_parse_part():
+    assert parse_part("1/3") == (1, 3)
+    assert parse_part(" 0 / 1 ") == (0, 1)
+    for bad in ("3/3", "-1/2", "0/0", "1", "a/b"):
+        with pytest.raises(UserError, match="--part"):
+            parse_part(bad)

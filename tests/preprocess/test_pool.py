@@ -16,7 +16,7 @@ from memdpc.preprocess.archive import read_archive
 from memdpc.preprocess.datasets import build_index
 from memdpc.preprocess.decode import DecodeSpec
 from memdpc.preprocess.flow.tvl1_params import TVL1Params
-from memdpc.preprocess.job import PreprocessConfig
+from memdpc.preprocess.options import PreprocessConfig
 from memdpc.preprocess.pool import pool_results, spawn_context
 
 from ..limits import STOP_WITHIN

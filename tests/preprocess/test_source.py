@@ -11,7 +11,8 @@ import numpy as np
 from memdpc.preprocess.decode import DecodeSpec, VideoStream
 from memdpc.preprocess.examples.layout import write_video
 from memdpc.preprocess.examples.synthetic import render_video
-from memdpc.preprocess.job import PreprocessConfig, archive_meta
+from memdpc.preprocess.job import archive_meta
+from memdpc.preprocess.options import PreprocessConfig
 from memdpc.preprocess.source import source_changes
 from memdpc.preprocess.video_index import VideoRecord
 

@@ -27,7 +27,8 @@ from memdpc.preprocess.examples.synthetic import texture
 from memdpc.preprocess.flow.backends import TorchTVL1, TritonTVL1, resolve_backend
 from memdpc.preprocess.flow.batched import HOST_NICENESS, DeviceStage, run_batched
 from memdpc.preprocess.flow.tvl1_params import TVL1Params
-from memdpc.preprocess.job import PreprocessConfig, process_video
+from memdpc.preprocess.job import process_video
+from memdpc.preprocess.options import PreprocessConfig
 from memdpc.preprocess.report import read_report
 from memdpc.preprocess.run import run_preprocess
 from memdpc.preprocess.video_index import VideoRecord, write_index
