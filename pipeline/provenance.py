@@ -21,7 +21,7 @@ from memdpc.common.errors import UserError
 from memdpc.common.wording import plural
 from memdpc.pipeline.manifest import load_manifest, manifest_path
 from memdpc.preprocess.archive import archive_path, read_meta
-from memdpc.preprocess.job import remake_command
+from memdpc.preprocess.reuse import remake_command
 from memdpc.preprocess.source import source_changes
 from memdpc.preprocess.video_index import VideoRecord
 

@@ -74,7 +74,7 @@ from memdpc.pipeline.shard_plan import (
     usable_frames,
 )
 from memdpc.pipeline.wds_index import format_index, index_path, split_name
-from memdpc.preprocess.job import DECODE_SETTINGS
+from memdpc.preprocess.reuse import DECODE_SETTINGS
 from memdpc.preprocess.video_index import VideoRecord, add_dependant, read_index
 
 __all__ = ["run_shard", "shard_stream", "write_shard", "ShardReport", "THROTTLE_ENV"]

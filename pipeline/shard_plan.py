@@ -42,8 +42,8 @@ from memdpc.preprocess.archive import (
     frame_name,
     recorded_frames,
 )
-from memdpc.preprocess.job import remake_command, setting_options
 from memdpc.preprocess.report import failed_videos
+from memdpc.preprocess.reuse import remake_command, setting_options
 from memdpc.preprocess.source import source_changes
 from memdpc.preprocess.video_index import VideoRecord
 
@@ -262,7 +262,7 @@ def archive_digest(src: FrameSource) -> str:
 def archive_settings(meta: dict[str, Any]) -> dict[str, str]:
     """The preprocess settings an archive's ``meta.json`` records that change its frames, each as the options
     that give it (``{"frame size": "--size 256", "tvl1 warps": "--warps 5", …}``,
-    :func:`memdpc.preprocess.job.setting_options`). The flow backend is not one: the backends give the same
+    :func:`memdpc.preprocess.reuse.setting_options`). The flow backend is not one: the backends give the same
     codes (docs/flow.md), so parts preprocessed on CPUs and on GPUs may be mixed."""
     return {name: options for name, (_, options) in setting_options(meta).items()}
 

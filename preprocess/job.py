@@ -1,6 +1,6 @@
-"""What every way of running the preprocessing shares: the run's configuration, the choice of this part's
-videos, and the per-video pieces (which archives are missing or were made otherwise, their metadata, flow
-codes → JPEG with the measured storage error, progress events, the reason recorded for a failed video).
+"""What every way of running the preprocessing shares: the choice of this part's videos and the per-video pieces
+(the archives' metadata, flow codes → JPEG with the measured storage error, progress events, the reason recorded
+for a failed video). Which archives a video still needs is :mod:`memdpc.preprocess.reuse`'s answer.
 
 Both the per-video job (:func:`process_video`, run by ``run.py`` on its executor) and the batched GPU stage
 (``batched.py``) build on these, so an archive is the same whichever path wrote it. Nothing here imports
@@ -10,48 +10,35 @@ torch, so the per-video worker processes stay free of it.
 from __future__ import annotations
 
 import contextlib
-import functools
-import os
-import re
 import time
-from collections.abc import Callable, Collection, Iterable
-from dataclasses import asdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import cv2
 import numpy as np
 
-from memdpc.common.atomic import TMP_PREFIX
-from memdpc.common.errors import UserError
-from memdpc.common.streams import STREAMS
-from memdpc.preprocess.archive import ArchiveWriter, archive_path, read_meta, temporary_in_use
+from memdpc.preprocess.archive import ArchiveWriter, archive_path
 from memdpc.preprocess.decode import DecodeError, PartialVideo, VideoStream
-from memdpc.preprocess.encode import FLOW_ENCODINGS, RGB_ENCODING, JpegEncoding, code_error
-from memdpc.preprocess.flow.backends import BOUND, FlowStage, make_backend
+from memdpc.preprocess.encode import JpegEncoding, code_error
+from memdpc.preprocess.flow.backends import FlowStage, make_backend
 from memdpc.preprocess.options import PreprocessConfig
-from memdpc.preprocess.source import source_changes
+from memdpc.preprocess.reuse import archive_settings, missing_streams
 from memdpc.preprocess.video_index import VideoRecord
 
 __all__ = [
-    "DECODE_SETTINGS",
     "FlowWriter",
     "Progress",
     "Ticker",
-    "archive_differences",
     "commit_archives",
     "encode_flow",
     "expected_units",
     "failure_reason",
     "kept_messages",
-    "missing_streams",
     "new_entry",
     "no_progress",
     "process_video",
-    "remake_command",
-    "remove_temporaries",
     "select_part",
-    "setting_options",
 ]
 
 
@@ -67,57 +54,10 @@ def new_entry(rec: VideoRecord) -> dict[str, Any]:
     return {"id": rec.id, "path": rec.path, "status": "done", "streams": {}}
 
 
-def missing_streams(rec: VideoRecord, cfg: PreprocessConfig) -> list[str]:
-    """The streams of ``rec`` to write: those without an archive, and with ``cfg.overwrite`` those whose
-    archive was made with other settings or from another source."""
-    return [
-        s
-        for s in cfg.streams
-        if not archive_path(cfg.out, s, rec.id).exists()
-        or (cfg.overwrite and archive_differences(rec, s, cfg))
-    ]
-
-
-def remove_temporaries(out: str | os.PathLike, streams: Iterable[str], ids: Collection[str]) -> int:
-    """Delete the temporary archives of the videos ``ids`` (left by a killed or stopped run; only these
-    videos', as parts may share ``out`` and run at the same time, and none that a live writer holds: the same
-    command may run twice on one folder); one listing per stream. Returns how many."""
-    pattern, removed = re.compile(rf"{re.escape(TMP_PREFIX)}\d+-(.+)\.tar"), 0
-    for s in streams:
-        with contextlib.suppress(FileNotFoundError, NotADirectoryError):
-            for entry in os.scandir(Path(out) / s):
-                m = pattern.fullmatch(entry.name)
-                if m and m[1] in ids and not temporary_in_use(entry.path):
-                    with contextlib.suppress(FileNotFoundError):
-                        os.unlink(entry.path)
-                        removed += 1
-    return removed
-
-
 def failure_reason(e: BaseException) -> str:
     """The one-line reason recorded for a failed video."""
     text = str(e).strip()
     return text.splitlines()[-1] if text else repr(e)
-
-
-def archive_settings(stream: str, cfg: PreprocessConfig) -> dict[str, Any]:
-    """The part of a ``stream`` archive's ``meta.json`` that ``cfg`` decides (``cfg.flow_backend`` is the
-    backend used)."""
-    settings: dict[str, Any] = {"stream": stream, "decode": asdict(cfg.decode)}
-    if stream == "rgb":
-        settings["encoding"] = cfg.rgb_encoding.name
-    else:
-        settings["encoding"] = cfg.flow_encoding.name
-        settings["flow"] = {
-            "backend": cfg.flow_backend,
-            "pairs": "frame k -> k+1",
-            "channels": ["x", "y", "third"],  # R, G, B of the decoded image
-            "bound": BOUND,
-            "mapping": f"round((clip(f, -{BOUND:g}, {BOUND:g}) + {BOUND:g}) * 255 / {2 * BOUND:g})",
-            "third_channel": cfg.third_channel,
-            "tvl1": cfg.tvl1.to_dict(),
-        }
-    return settings
 
 
 def archive_meta(
@@ -137,103 +77,6 @@ def archive_meta(
         "source_fps": src.source_fps,
         **archive_settings(stream, cfg),
     }
-
-
-# --------------------------------------------------------------------- an archive made otherwise
-# A rerun compares these settings of each archive it would skip, by the options that set them. Not compared:
-# how the flow was computed (--flow-backend, --device, --workers, --threads: every backend computes the same
-# TV-L1, to within float rounding) and --keep-partial (whether a truncated video's frames are kept, not how
-# they are made). Settings an archive does not record (written by an older version) are not compared.
-DECODE_SETTINGS = ("frame size", "fps")  # the settings of setting_options that a video's two streams share
-
-
-def setting_options(settings: dict[str, Any]) -> dict[str, tuple[Any, str]]:
-    """The compared settings in ``settings`` (a ``meta.json`` or :func:`archive_settings`): name → (value,
-    the options that give it, as the user types them). Shard reads archives' settings through it too."""
-    out: dict[str, tuple[Any, str]] = {}
-    decode = settings.get("decode")
-    if isinstance(decode, dict):
-        square, size, fps = decode.get("square", 0), decode.get("size", 0), decode.get("fps", 0.0)
-        out["frame size"] = (
-            (("square", square), f"--square {square}") if square else (("size", size), f"--size {size}")
-        )
-        out["fps"] = (fps, f"--fps {fps:g}")
-    if "encoding" in settings:
-        out["encoding"] = (
-            settings["encoding"],
-            _encoding_options(settings.get("stream"), settings["encoding"]),
-        )
-    flow = settings.get("flow")
-    if isinstance(flow, dict):
-        if "third_channel" in flow:
-            out["third channel"] = (flow["third_channel"], f"--third-channel {flow['third_channel']}")
-        for name, value in (flow.get("tvl1") or {}).items():
-            option = "--" + name.rstrip("_").replace("_", "-")  # TVL1Params field → CLI option
-            out[f"tvl1 {name}"] = (
-                value,
-                f"{option} {value:g}" if isinstance(value, (int, float)) else option,
-            )
-    return out
-
-
-def _encoding_options(stream: str | None, name: str) -> str:
-    """``jpeg-q90-420`` → ``--quality 90`` (rgb); ``jpeg-q100-planes`` → ``--flow-encoding planes --flow-quality
-    100`` (flow); the name itself where no option gives it."""
-    m = re.fullmatch(r"jpeg-q(\d+)-(\w+)", str(name))
-    if m and stream == "rgb" and m[2] == RGB_ENCODING.sampling:
-        return f"--quality {m[1]}"
-    flow = {enc.sampling: key for key, enc in FLOW_ENCODINGS.items()}
-    if m and stream == "flow" and m[2] in flow:
-        return f"--flow-encoding {flow[m[2]]} --flow-quality {m[1]}"
-    return str(name)
-
-
-def _source_differences(meta: dict[str, Any], rec: VideoRecord) -> list[str]:
-    """How ``rec``'s file differs from the source recorded in ``meta`` (:func:`~memdpc.preprocess.source.source_changes`:
-    a source that is gone since is not compared, its archive is all that is left of it)."""
-    recorded = meta.get("source")
-    if recorded is not None and recorded != rec.path:
-        return [f"source {recorded} → {rec.path}"]
-    changes = source_changes(meta, rec.path)
-    return [f"{rec.path} changed since ({', '.join(changes)})"] if changes else []
-
-
-def remake_command(index: str, root: str | os.PathLike, video_id: str) -> str:
-    """The ``memdpc preprocess`` command that writes a video's archives in ``root`` again as they were made (the
-    streams it has there, each setting that is not the default) over the ones there (``--overwrite``)."""
-    streams = [s for s in STREAMS if archive_path(root, s, video_id).is_file()]
-    options: dict[str, str] = {}
-    for s in streams:
-        try:
-            found = setting_options(read_meta(archive_path(root, s, video_id)))
-        except UserError:
-            continue
-        default = _expected_options(s, PreprocessConfig(out=str(root), streams=(s,)))
-        options |= {k: v[1] for k, v in found.items() if k in default and v[0] != default[k][0]}
-    verb = "flow" if "flow" in streams else "frames"
-    return " ".join(
-        ["memdpc preprocess", verb, index, "--out", str(root), "--streams", ",".join(streams) or "rgb"]
-        + list(dict.fromkeys(options.values()))
-        + ["--overwrite"]
-    )
-
-
-@functools.lru_cache(maxsize=8)
-def _expected_options(stream: str, cfg: PreprocessConfig) -> dict[str, tuple[Any, str]]:
-    return setting_options(archive_settings(stream, cfg))  # once per run, not per archive
-
-
-def archive_differences(rec: VideoRecord, stream: str, cfg: PreprocessConfig) -> list[str]:
-    """How ``rec``'s existing ``stream`` archive differs from what ``cfg`` would write: one text per
-    difference, e.g. ``--size 64 → --square 64`` or ``source /a/v.avi → /b/v.avi``; empty when it matches.
-    Reads only the archive's ``meta.json`` (:func:`memdpc.preprocess.archive.read_meta`)."""
-    try:
-        meta = read_meta(archive_path(cfg.out, stream, rec.id))
-    except UserError as e:
-        return [str(e).split(": ", 1)[-1]]
-    expected, found = _expected_options(stream, cfg), setting_options(meta)
-    diffs = [f"{found[k][1]} → {v[1]}" for k, v in expected.items() if k in found and found[k][0] != v[0]]
-    return diffs + _source_differences(meta, rec)
 
 
 def commit_archives(
@@ -412,7 +255,7 @@ def process_video(
     cv2.setNumThreads(1)  # parallelism comes from the executor: one OpenCV thread per worker
     t0, c0 = time.perf_counter(), time.process_time()
     result = new_entry(rec)
-    todo = missing_streams(rec, cfg)
+    todo = missing_streams(rec, cfg)  # asked again: another run, or a first try, may have written one since
     if not todo:
         return {**result, "status": "skipped", "seconds": 0.0}
     try:

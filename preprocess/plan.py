@@ -1,11 +1,11 @@
-"""What a preprocessing run will do, before it starts: which videos are done already (:func:`check_existing`),
-which flow backend runs (:func:`choose_flow`), the disk it will fill (:func:`disk_estimate`, which the run
-compares with the free space at its start), and, for ``memdpc preprocess frames|flow --dry-run``, all of it
-with the time, and nothing written (:func:`plan`).
+"""What a preprocessing run will do, before it starts: which flow backend runs (:func:`choose_flow`), the disk it
+will fill (:func:`disk_estimate`, which the run compares with the free space at its start), and, for ``memdpc
+preprocess frames|flow --dry-run``, all of it with the videos already done and the time, and nothing written
+(:func:`plan`).
 
 The counts come from the index, the videos' headers (frame count, frame rate and size; nothing decoded) and
-the archives already in ``--out``, checked as a rerun checks them (archives made with other settings are
-refused the same way). Time and disk come from a short warm-up on the first video to do: a few frames from its
+the archives already in ``--out``, checked as the run checks them (:meth:`memdpc.preprocess.reuse.Rerun.check`:
+archives made with other settings are refused the same way). Time and disk come from a short warm-up on the first video to do: a few frames from its
 middle decoded, encoded as the run encodes them, and the flow of a few pairs computed by the backend the run
 would use (one batch untimed first: compiling, loading). They are scaled to every video by its pixels per
 frame: decoding by the source's, flow and encoding by the output's. The archives, the report and temporary
@@ -24,7 +24,6 @@ from pathlib import Path
 
 from memdpc.common.errors import UserError, free_bytes
 from memdpc.common.wording import duration_text, name_list, plural, size_text
-from memdpc.preprocess.archive import archive_path
 from memdpc.preprocess.decode import DecodeError, StderrCapture, VideoStream, read_header
 from memdpc.preprocess.flow.backends import (
     BatchedFlowBackend,
@@ -34,16 +33,15 @@ from memdpc.preprocess.flow.backends import (
     resolve_backend,
 )
 from memdpc.preprocess.job import (
-    archive_differences,
     encode_flow,
     failure_reason,
-    missing_streams,
     select_part,
 )
 from memdpc.preprocess.options import PreprocessConfig, config_from_options
+from memdpc.preprocess.reuse import Rerun, missing_streams
 from memdpc.preprocess.video_index import VideoRecord, read_index
 
-__all__ = ["DiskEstimate", "FlowChoice", "check_existing", "choose_flow", "disk_estimate", "plan"]
+__all__ = ["DiskEstimate", "FlowChoice", "choose_flow", "disk_estimate", "plan"]
 
 WARMUP_PAIRS = 4  # timed flow pairs of a per-video backend (a batched one times one batch)
 PROBE_THREADS = 8  # threads reading the videos' headers (their latency, on network storage)
@@ -52,47 +50,8 @@ TAR_BYTES_PER_MEMBER = 775
 # per archive: its meta.json member (about 1.5 kB), the tar's end (1 kB) and, on average, half of the 10 kB record
 # that a tar is padded to
 TAR_BYTES_PER_ARCHIVE = 7_700
-CHECK_THREADS = 8  # threads reading the meta.json of existing archives (their latency, on network storage)
-CHECK_CHUNK = 512  # videos per task of those threads
 ESTIMATE_VIDEOS = 200  # videos whose headers a run reads for its disk estimate (evenly spaced; all, if fewer)
 ESTIMATE_PAIRS = 2  # frame pairs whose flow a run computes for its disk estimate (frames: one more)
-
-
-# ---------------------------------------------------------------------------------- existing archives
-def check_existing(
-    mine: list[VideoRecord], cfg: PreprocessConfig
-) -> tuple[list[VideoRecord], list[VideoRecord]]:
-    """Split this part's videos into finished ones (every archive there, made with these settings from this
-    source file) and those to do. Archives made otherwise are refused with their count, an example and
-    what differs (UserError), unless ``cfg.overwrite`` (their videos are then to do). Reads only the
-    ``meta.json`` of each archive, from several threads."""
-
-    def check(recs: list[VideoRecord]) -> list[tuple[VideoRecord, bool, list[tuple[str, list[str]]]]]:
-        rows = []
-        for rec in recs:
-            present = [s for s in cfg.streams if archive_path(cfg.out, s, rec.id).exists()]
-            other = [(s, d) for s in present if (d := archive_differences(rec, s, cfg))]
-            rows.append((rec, len(present) == len(cfg.streams), other))
-        return rows
-
-    chunks = [mine[i : i + CHECK_CHUNK] for i in range(0, len(mine), CHECK_CHUNK)]
-    ex = ThreadPoolExecutor(CHECK_THREADS)
-    try:
-        rows = [row for rows in ex.map(check, chunks) for row in rows]
-    finally:
-        ex.shutdown(cancel_futures=True)  # an interrupt does not wait for the rest of the check
-    other = [(rec, s, d) for rec, _, found in rows for s, d in found]
-    if other and not cfg.overwrite:
-        rec, stream, diffs = other[0]
-        n = len(other)
-        raise UserError(
-            f"{plural(n, 'archive')} in {cfg.out} {'were' if n > 1 else 'was'} made with other settings or "
-            f"from another source, e.g. {archive_path(cfg.out, stream, rec.id)} ({'; '.join(diffs)}); "
-            "rerun with --overwrite to rewrite them, or choose another --out"
-        )
-    done = [rec for rec, complete, found in rows if complete and not found]
-    todo = [rec for rec, complete, found in rows if not complete or found]
-    return done, todo
 
 
 # ------------------------------------------------------------------------------------------------ flow
@@ -468,7 +427,8 @@ def plan_preprocess(records: list[VideoRecord], cfg: PreprocessConfig) -> Prepro
     name, devices, note = (choice.name, choice.devices, choice.note) if choice else ("", ["cpu"], None)
     backend, batched = (choice.backend, choice.batched) if choice else (None, False)
     mine = select_part(records, cfg.part)
-    done, todo = check_existing(mine, cfg)
+    rerun = Rerun.check(mine, cfg)
+    done, todo = rerun.done, rerun.todo
     rates = None
     with StderrCapture():  # FFmpeg's complaints about the files: the run's report keeps them
         with ThreadPoolExecutor(PROBE_THREADS) as ex:

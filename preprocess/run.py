@@ -4,9 +4,11 @@ resumability, a progress bar and a run report (JSON lines).
 
 A video is one independent, idempotent unit: its archive ``<out>/<stream>/<id>.tar`` is renamed into place
 only when complete, so a re-run skips finished videos and a killed run leaves nothing half-written under a
-final name. A re-run skips an archive only if it was made with the same settings from the same source file
-(``job.archive_differences``); it refuses archives made otherwise, unless ``overwrite`` rewrites them. Bad
-videos are recorded in the report with their reason and skipped.
+final name. What a rerun may reuse of the archives, report lines and temporary archives earlier runs left is
+:mod:`memdpc.preprocess.reuse`'s to say, asked once per video before any work
+(:meth:`~memdpc.preprocess.reuse.Rerun.check`): archives made with the same settings from the same source file are skipped, archives made otherwise
+refused unless ``overwrite`` rewrites them. Bad videos are recorded in the report with their reason and
+skipped.
 
 The report (``preprocess-report.jsonl``, one per ``--part``; :mod:`memdpc.preprocess.report`) is appended to
 as the run goes: a line when it starts, one per video converted or failed, one when it ends (what this run did);
@@ -41,20 +43,19 @@ from memdpc.common import interrupts
 from memdpc.common.console import rich_console
 from memdpc.common.errors import ResourceFault, UserError
 from memdpc.common.progress import progress_bar
-from memdpc.preprocess.archive import archive_path
 from memdpc.preprocess.decode import StderrCapture
 from memdpc.preprocess.flow.batched import run_batched
 from memdpc.preprocess.job import (
     Progress,
     kept_messages,
     process_video,
-    remove_temporaries,
     select_part,
 )
 from memdpc.preprocess.options import PreprocessConfig, config_from_options
-from memdpc.preprocess.plan import check_existing, choose_flow, disk_estimate
+from memdpc.preprocess.plan import choose_flow, disk_estimate
 from memdpc.preprocess.pool import pool_results
 from memdpc.preprocess.report import ReportWriter
+from memdpc.preprocess.reuse import Rerun
 from memdpc.preprocess.video_index import VideoRecord, read_index
 
 __all__ = ["PreprocessConfig", "preprocess", "run_preprocess"]
@@ -201,11 +202,6 @@ def _summary(videos: list[dict], seconds: float, pending: int) -> dict:
     }
 
 
-def _unwritten(cfg: PreprocessConfig, video_id: str) -> list[str]:
-    """The streams of the run whose archive of ``video_id`` is not there: those a failed video did not write."""
-    return [s for s in cfg.streams if not archive_path(cfg.out, s, video_id).exists()]
-
-
 # ------------------------------------------------------------------------------------------------ run
 def _both(a: Progress, b: Progress) -> Progress:
     def both(*event: Any) -> None:
@@ -242,23 +238,24 @@ def run_preprocess(
     """
     cfg.validate()
     console = rich_console(stderr=True)
-    used, flow, results, stage_stats, backend = cfg, None, _results, {}, None
-    if "flow" in cfg.streams:
-        choice = choose_flow(cfg)
-        backend = choice.backend
-        used = replace(cfg, flow_backend=choice.name, device=",".join(choice.devices))
-        if choice.batched:
-            results = _batched(choice.devices, stage_stats)
-        flow = {"backend": choice.name, "devices": choice.devices, "note": choice.note}
-        if choice.note:
-            console.print(f"[yellow]note:[/yellow] {choice.note}")
     mine = select_part(records, cfg.part)
     with console.status(f"checking the archives in {cfg.out}") if progress else contextlib.nullcontext():
-        done, todo = check_existing(mine, cfg)
+        rerun = Rerun.check(mine, cfg)  # what the run may reuse of its --out: each video asked once
+        rerun.clear_temporaries()  # those killed runs left
+        done, todo = rerun.done, rerun.todo
+        used, flow, results, stage_stats, backend = cfg, None, _results, {}, None
+        if "flow" in cfg.streams:
+            choice = choose_flow(cfg)
+            backend = choice.backend
+            used = replace(cfg, flow_backend=choice.name, device=",".join(choice.devices))
+            if choice.batched:
+                results = _batched(choice.devices, stage_stats)
+            flow = {"backend": choice.name, "devices": choice.devices, "note": choice.note}
+            if choice.note:
+                console.print(f"[yellow]note:[/yellow] {choice.note}")
         space = disk_estimate(todo, used, backend).warning() if todo else None
     if space:
         console.print(f"[yellow]warning:[/yellow] {escape(space)}", soft_wrap=True)
-    remove_temporaries(cfg.out, cfg.streams, {r.id for r in todo})  # of a killed run
     entries = {r.id: {"id": r.id, "path": r.path, "status": "skipped"} for r in done}
     by_id = {r.id: r for r in todo}
     started, t0 = datetime.now(timezone.utc), time.perf_counter()
@@ -283,11 +280,11 @@ def run_preprocess(
                 with work as videos:
                     for entry in videos:
                         entries[entry["id"]] = entry
-                        failed = entry["status"] == "failed"
-                        if failed:  # the index's split and class: what a held-out split lost
+                        if entry["status"] == "failed":  # the index's split and class: what a split lost
                             rec = by_id[entry["id"]]
                             entry.update(split=rec.split, label_name=rec.label_name)
-                        log.video(entry, _unwritten(cfg, entry["id"]) if failed else ())
+                        if rerun.gets_line(entry):
+                            log.video(entry, rerun.tried(entry))
                         tracker.finish(entry)
                         if "retried" in entry:  # its worker died (pool.py): done on a second try, alone
                             why = f"{entry['id']}: {entry['retried']}; done on a second try, alone"
@@ -301,7 +298,7 @@ def run_preprocess(
                 fault = e
         messages = stderr.take()
         if stop is not None or fault is not None:
-            remove_temporaries(cfg.out, cfg.streams, {r.id for r in todo if r.id not in entries})
+            rerun.clear_temporaries(finished=entries)
         this_run = [entries[r.id] for r in mine if r.id in entries]
         end = {
             "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"),

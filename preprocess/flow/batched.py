@@ -67,13 +67,13 @@ from memdpc.preprocess.job import (
     encode_flow,
     expected_units,
     failure_reason,
-    missing_streams,
     new_entry,
     no_progress,
     select_part,
 )
 from memdpc.preprocess.options import PreprocessConfig
 from memdpc.preprocess.pool import STOP_WAIT, spawn_context
+from memdpc.preprocess.reuse import missing_streams
 from memdpc.preprocess.video_index import VideoRecord
 
 __all__ = ["DeviceStage", "run_batched"]

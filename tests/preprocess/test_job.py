@@ -1,26 +1,21 @@
-"""preprocess/job.py: what the per-video and the batched preprocessing share: the choice of this part's videos, and the per-video pieces (missing archives and archives
-made otherwise, metadata, flow JPEGs with their measured storage error, progress events, FFmpeg's messages,
-failure reasons). Real files, real videos, real JPEGs."""
+"""preprocess/job.py: what the per-video and the batched preprocessing share: the choice of this part's videos,
+and the per-video pieces (metadata, flow JPEGs with their measured storage error, progress events, FFmpeg's
+messages, failure reasons). Real files, real videos, real JPEGs."""
 
 from __future__ import annotations
 
 import hashlib
-import os
 import time
 from dataclasses import replace
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from memdpc.common.atomic import tmp_name
-from memdpc.preprocess.archive import ArchiveWriter, archive_path, read_archive, write_archive
+from memdpc.preprocess.archive import ArchiveWriter, archive_path, read_archive
 from memdpc.preprocess.decode import DecodeSpec, StderrCapture, VideoStream
 from memdpc.preprocess.encode import (
     FLOW_ENCODING,
-    FLOW_ENCODING_RGB,
     FLOW_ENCODING_YCC,
-    JpegEncoding,
     code_error,
     decode_rgb,
 )
@@ -32,31 +27,25 @@ from memdpc.preprocess.job import (
     TICK,
     FlowWriter,
     Ticker,
-    archive_differences,
     archive_meta,
     commit_archives,
     encode_flow,
     failure_reason,
     kept_messages,
-    missing_streams,
     new_entry,
     process_video,
-    remove_temporaries,
     select_part,
 )
 from memdpc.preprocess.options import PreprocessConfig
 from memdpc.preprocess.video_index import VideoRecord
 
+from .conftest import texture_image
+
 REC = VideoRecord("v_a", "/data/v_a.avi", 0, "A", "train")
-CHEAP = TVL1Params(scales=1, warps=1, outer_iterations=1, inner_iterations=5)
 
 
 def _records(n: int) -> list[VideoRecord]:
     return [VideoRecord(f"v{i}", f"/v{i}.avi", 0, "A", "train") for i in range(n)]
-
-
-def _codes(seed: int) -> np.ndarray:
-    return texture(np.random.default_rng(seed), 16, 16)
 
 
 def test_parts_are_disjoint_and_cover_the_index():
@@ -70,39 +59,6 @@ def test_parts_are_disjoint_and_cover_the_index():
 
 def test_new_entry():
     assert new_entry(REC) == {"id": "v_a", "path": "/data/v_a.avi", "status": "done", "streams": {}}
-
-
-def test_missing_streams_are_absent_archives_and_with_overwrite_those_made_otherwise(tmp_path, clip):
-    rec, cfg = clip
-    assert missing_streams(rec, cfg) == ["rgb", "flow"]  # no folders yet
-    for stream in ("rgb", "flow"):
-        made_with(rec, stream, cfg)
-    assert missing_streams(rec, cfg) == missing_streams(rec, replace(cfg, overwrite=True)) == []
-    other = replace(cfg, decode=DecodeSpec(square=64))
-    assert missing_streams(rec, other) == []  # a run refuses them before (run.py); this only lists work
-    assert missing_streams(rec, replace(other, overwrite=True)) == ["rgb", "flow"]
-    assert missing_streams(rec, replace(cfg, tvl1=TVL1Params(), overwrite=True)) == ["flow"]
-
-
-def test_remove_temporaries_of_these_videos_only(tmp_path):
-    (tmp_path / "flow").mkdir()
-    done = archive_path(tmp_path, "flow", "v_a")
-    mine = [tmp_path / "flow" / ".tmp-12345-v_a.tar", tmp_path / "flow" / ".tmp-7-v_b.tar"]
-    others = [tmp_name(archive_path(tmp_path, "flow", "v_ab")), tmp_path / "flow" / ".tmp-x-v_a.tar", done]
-    for p in (*mine, *others):
-        p.write_bytes(b"half")
-    assert remove_temporaries(tmp_path, ("rgb", "flow"), {"v_a", "v_b"}) == 2  # no rgb folder: nothing there
-    assert not any(p.exists() for p in mine) and all(p.exists() for p in others)
-
-
-def test_remove_temporaries_leaves_those_a_live_writer_holds(tmp_path):
-    """The same command run twice on one folder: the second run's start leaves the first's archives in
-    progress alone (their writer holds a lock on them), and the first commits them."""
-    with ArchiveWriter(archive_path(tmp_path, "flow", "v_a")) as writer:
-        writer.add(b"frame")
-        assert remove_temporaries(tmp_path, ("flow",), {"v_a"}) == 0
-        writer.commit({"stream": "flow"})
-    assert read_archive(archive_path(tmp_path, "flow", "v_a"))[1] == [b"frame"]
 
 
 @pytest.mark.parametrize(
@@ -119,7 +75,7 @@ def test_failure_reason_is_the_last_line(error, reason):
 
 @pytest.mark.parametrize("encoding", [FLOW_ENCODING, FLOW_ENCODING_YCC], ids=lambda e: e.name)
 def test_encode_flow_measures_the_jpeg_code_error(encoding):
-    codes = _codes(0)
+    codes = texture_image(0)
     codes[..., 2] = 128  # flow's third channel: a constant, which planes images give back as such
     data, mean, mx = encode_flow(codes, encoding)
     decoded = decode_rgb(data)
@@ -132,7 +88,7 @@ def test_encode_flow_measures_the_jpeg_code_error(encoding):
 @pytest.fixture
 def video(tmp_path) -> VideoStream:
     path = tmp_path / "v_a.avi"
-    write_video(path, np.stack([_codes(k) for k in range(3)]), 25.0, "mjpg")
+    write_video(path, np.stack([texture_image(k) for k in range(3)]), 25.0, "mjpg")
     return VideoStream(path, DecodeSpec(size=0))
 
 
@@ -165,118 +121,6 @@ def test_archive_meta_of_each_stream(video):
         "third_channel": 0,
         "tvl1": TVL1Params().to_dict(),
     }
-
-
-# ------------------------------------------------------------------------ archives made otherwise
-@pytest.fixture
-def clip(tmp_path) -> tuple[VideoRecord, PreprocessConfig]:
-    """A real 3-frame video, its record and a run configuration writing to ``tmp_path/out``."""
-    path = tmp_path / "src" / "v_a.avi"
-    write_video(path, np.stack([_codes(k) for k in range(3)]), 25.0, "mjpg")
-    cfg = PreprocessConfig(
-        out=str(tmp_path / "out"), streams=("rgb", "flow"), flow_backend="opencv", device="cpu", tvl1=CHEAP
-    )
-    return VideoRecord("v_a", str(path), 0, "A", "train"), cfg
-
-
-def made_with(rec: VideoRecord, stream: str, cfg: PreprocessConfig) -> None:
-    """The archive of ``rec`` a run of ``cfg`` writes: its real ``meta.json`` (frames do not matter here)."""
-    src = VideoStream(rec.path, cfg.decode)
-    write_archive(
-        archive_path(cfg.out, stream, rec.id), [b"jpeg"], archive_meta(rec, stream, cfg, src, (16, 16))
-    )
-
-
-@pytest.mark.parametrize(
-    "stream, before, after, difference",
-    [
-        (
-            "rgb",
-            {"decode": DecodeSpec(size=64)},
-            {"decode": DecodeSpec(square=64)},
-            "--size 64 → --square 64",
-        ),
-        ("flow", {"decode": DecodeSpec(square=64)}, {"decode": DecodeSpec(size=0)}, "--square 64 → --size 0"),
-        ("rgb", {}, {"decode": DecodeSpec(fps=12.5)}, "--fps 0 → --fps 12.5"),
-        ("rgb", {}, {"rgb_encoding": JpegEncoding(75)}, "--quality 90 → --quality 75"),
-        (
-            "flow",
-            {},
-            {"flow_encoding": FLOW_ENCODING_RGB},
-            "--flow-encoding planes --flow-quality 100 → --flow-encoding rgb --flow-quality 90",
-        ),
-        ("flow", {}, {"third_channel": 0}, "--third-channel 128 → --third-channel 0"),
-        ("flow", {}, {"tvl1": replace(CHEAP, scales=3)}, "--scales 1 → --scales 3"),
-        ("flow", {}, {"tvl1": replace(CHEAP, lambda_=0.1)}, "--lambda 0.15 → --lambda 0.1"),
-        (
-            "flow",
-            {},
-            {"tvl1": replace(CHEAP, inner_iterations=30)},
-            "--inner-iterations 5 → --inner-iterations 30",
-        ),
-    ],
-)
-def test_archive_differences_name_the_options_that_differ(clip, stream, before, after, difference):
-    rec, cfg = clip
-    made_with(rec, stream, replace(cfg, **before))
-    assert archive_differences(rec, stream, replace(cfg, **before)) == []
-    assert archive_differences(rec, stream, replace(cfg, **after)) == [difference]
-
-
-@pytest.mark.parametrize(
-    "kw",
-    [
-        {"decode": DecodeSpec(size=128, square=64)},  # --size does nothing beside --square
-        {"flow_backend": "torch", "device": "cpu"},  # every backend computes the same TV-L1
-        {"workers": 4, "threads": 2, "keep_partial": True, "part": (1, 2), "strict": True},
-    ],
-)
-def test_settings_that_do_not_change_an_archive_are_not_differences(clip, kw):
-    rec, cfg = clip
-    made_with(rec, "flow", replace(cfg, decode=DecodeSpec(square=64)))
-    assert archive_differences(rec, "flow", replace(cfg, **{"decode": DecodeSpec(square=64), **kw})) == []
-
-
-def test_an_archive_of_another_source_file_differs(clip, tmp_path):
-    rec, cfg = clip
-    made_with(rec, "rgb", cfg)
-    elsewhere = tmp_path / "other" / "v_a.avi"  # another folder's video with the same id
-    elsewhere.parent.mkdir()
-    elsewhere.write_bytes(open(rec.path, "rb").read())
-    assert archive_differences(replace(rec, path=str(elsewhere)), "rgb", cfg) == [
-        f"source {rec.path} → {elsewhere}"
-    ]
-
-
-def test_a_source_file_changed_since_differs_and_one_gone_does_not(clip):
-    rec, cfg = clip
-    made_with(rec, "rgb", cfg)
-    stat = os.stat(rec.path)
-    os.utime(rec.path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 2_000_000_000))  # touched, same bytes
-    assert archive_differences(rec, "rgb", cfg) == []  # the SHA-256 of its bytes says it is the same file
-    body = bytearray(Path(rec.path).read_bytes())
-    body[-1] ^= 1
-    Path(rec.path).write_bytes(bytes(body))  # the same size, another byte
-    (edited,) = archive_differences(rec, "rgb", cfg)
-    assert edited.startswith(f"{rec.path} changed since (modified ") and ", content: SHA-256 " in edited
-    with open(rec.path, "ab") as f:
-        f.write(b"more")  # rewritten: another size too
-    (rewritten,) = archive_differences(rec, "rgb", cfg)
-    assert f"size {stat.st_size} → {stat.st_size + 4} bytes, modified " in rewritten
-    os.unlink(rec.path)  # the videos were deleted after preprocessing: the archive is all there is
-    assert archive_differences(rec, "rgb", cfg) == []
-
-
-def test_an_older_or_unreadable_archive(clip):
-    rec, cfg = clip
-    path = archive_path(cfg.out, "rgb", rec.id)
-    write_archive(
-        path, [b"jpeg"], {"fps": 25.0, "stream": "rgb"}
-    )  # settings not recorded: nothing to compare
-    assert archive_differences(rec, "rgb", cfg) == []
-    path.write_bytes(b"not a tar" * 200)
-    (problem,) = archive_differences(rec, "rgb", cfg)
-    assert problem.startswith("unreadable frame archive")
 
 
 # ------------------------------------------------------------------------ progress and messages
@@ -336,7 +180,7 @@ def test_kept_messages_are_capped():
 
 
 def test_flow_writer_sums_the_error_of_every_image(tmp_path):
-    codes = [_codes(k) for k in range(3)]
+    codes = [texture_image(k) for k in range(3)]
     with ArchiveWriter(tmp_path / "f.tar") as w:
         flow = FlowWriter(w, FLOW_ENCODING)
         flow.add(codes[:2])
@@ -362,7 +206,7 @@ def test_commit_archives_writes_meta_and_records_the_counts(tmp_path, video, par
     result = new_entry(REC)
     if partial:
         result.update(status="partial", reason=partial)
-    frames = [cfg.rgb_encoding.encode_bgr(_codes(k)) for k in range(3)]
+    frames = [cfg.rgb_encoding.encode_bgr(texture_image(k)) for k in range(3)]
     with (
         ArchiveWriter(archive_path(tmp_path, "rgb", REC.id)) as rgb,
         ArchiveWriter(archive_path(tmp_path, "flow", REC.id)) as fw,
@@ -370,7 +214,7 @@ def test_commit_archives_writes_meta_and_records_the_counts(tmp_path, video, par
         for f in frames:
             rgb.add(f)
         flow = FlowWriter(fw, cfg.flow_encoding)
-        flow.add([_codes(10), _codes(11)])
+        flow.add([texture_image(10), texture_image(11)])
         commit_archives(REC, cfg, video, (16, 16), {"rgb": rgb, "flow": fw}, flow, result)
     assert result["streams"] == {"rgb": 3, "flow": 2}
     assert result["flow_code_error"] == flow.error()
