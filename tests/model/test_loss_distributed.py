@@ -41,6 +41,20 @@ def _joint_losses(preds, tgts, negatives: str) -> list[torch.Tensor]:
         rows = [p.permute(0, 1, 3, 4, 2).reshape(-1, 8) for p in preds]
         cols = torch.cat([t.permute(0, 1, 3, 4, 2).reshape(-1, 8) for t in tgts])
         return [F.cross_entropy(r @ cols.t(), torch.arange(24) + 24 * k) for k, r in enumerate(rows)]
+    if (
+        negatives == "own_clip"
+    ):  # per clip and map position: its steps against its own targets, on its own rank
+        return [
+            torch.stack(
+                [
+                    F.cross_entropy(p[b, :, :, i, j] @ t[b, :, :, i, j].t(), torch.arange(3))
+                    for b in range(2)
+                    for i in range(2)
+                    for j in range(2)
+                ]
+            ).mean()
+            for p, t in zip(preds, tgts, strict=True)
+        ]
     losses = []
     for k, p in enumerate(preds):  # per map position (and step): rows of rank k against (rank, b[, t]) there
         groups = []
@@ -67,4 +81,7 @@ def test_global_negatives_match_one_process_over_the_joint_batch(tmp_path, negat
         torch.testing.assert_close(got[r]["pred_grad"], preds[r].grad)
         torch.testing.assert_close(got[r]["tgt_grad"], tgts[r].grad)  # negatives of the other rank count too
     local = dense_infonce(*_tensors(0), negatives=negatives)["loss"]
-    assert local < got[0]["loss"]  # more negatives, harder task
+    if negatives == "own_clip":  # a clip's own targets only: the other rank's add nothing
+        torch.testing.assert_close(local, got[0]["loss"])
+    else:
+        assert local < got[0]["loss"]  # more negatives, harder task
