@@ -119,6 +119,7 @@ def scan() -> list[Cell]:
             cells += [
                 Cell(f"{family}-s{seed}-paper", data, "flow", PAPER, evals=EVALS),
                 Cell(f"{family}-s{seed}-chosen", data, "flow", CHOSEN, evals=EVALS),
+                Cell(f"{family}-s{seed}-chosen-32px", data, "flow", {**CHOSEN, "size": 32}, evals=EVALS),
             ]
     data = Data(seed=0)
     return cells + [
@@ -127,12 +128,8 @@ def scan() -> list[Cell]:
         Cell("synthetic-s0-chosen-no-motion-aug", data, "flow", {**CHOSEN, "flow_shift": 0, "flow_gain": 1}),
         Cell("synthetic-s0-paper-motion-aug", data, "flow", {**PAPER, "flow_shift": 10, "flow_gain": 1.5}),
         Cell(
-            "synthetic-s0-chosen-3x-steps", data, "flow", {**CHOSEN, "epochs": 60}, evals=(10, 20, 30, 40, 50)
-        ),
-        Cell(
             "synthetic-s0-chosen-half-width", data, "flow", {**CHOSEN, "widths": [8, 16, 32, 32]}, evals=EVALS
         ),
-        Cell("synthetic-s0-chosen-32px", data, "flow", {**CHOSEN, "size": 32}, evals=EVALS),
     ]
 
 
@@ -403,34 +400,49 @@ def markdown(results: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+MAIN = ("paper", "chosen", "chosen-32px")  # the settings every held-out draw of both families is run with
+
+
+def _setting(cell: dict[str, Any]) -> str:
+    """A cell's setting: its name without its family and seed ("paper", "chosen", "chosen-2x-steps", …)."""
+    return cell["name"].removeprefix(f"{cell['data']['family']}-s{cell['data']['seed']}-")
+
+
 def _panels(results: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    """The held-out cells to draw (the validation ones where none is), per panel: each family's main cells (the
-    paper's loss and the chosen settings), then the ablations of one draw."""
+    """The held-out cells to draw (the validation ones where none is), per panel: each family's main cells at the
+    training size of 64² (the paper's loss and the chosen settings) and at 32², then the ablations of one draw."""
     held = [r for r in results if not r["cell"]["validation"]] or results
-    main = [r for r in held if r["cell"]["name"].endswith(("-paper", "-chosen"))]
-    panels = {f: [r for r in main if r["cell"]["data"]["family"] == f] for f in FAMILIES}
+    main = [r for r in held if _setting(r["cell"]) in MAIN]
+    panels: dict[str, list[dict[str, Any]]] = {}
+    for r in main:
+        size = r["train"]["size"]
+        panels.setdefault(r["cell"]["data"]["family"] + ("" if size == 64 else f", {size}²"), []).append(r)
     ablations = [r for r in held if r not in main]
     if ablations:
         first = ablations[0]["cell"]
+        draw = (first["data"]["family"], first["data"]["seed"])
         same = [
-            r for r in held if r["cell"]["data"] == first["data"] and r["cell"]["name"].endswith("-chosen")
+            r
+            for r in main
+            if _setting(r["cell"]) == "chosen"
+            and (r["cell"]["data"]["family"], r["cell"]["data"]["seed"]) == draw
         ]
         panels[f"ablations, {first['data']['family']} seed {first['data']['seed']}"] = same + ablations
-    return {k: v for k, v in panels.items() if v}
+    return panels
 
 
 def curves(results: list[dict[str, Any]], path: Path) -> Path:
     """Test R@1 and probe top-1 (rows) against the training step, per family and for the ablations (columns).
     A family's panel has one colour per data draw, the chosen settings solid and the paper's loss dashed, and
     the draw's baselines across: dotted the untrained encoder, dash-dotted the one with the data's BatchNorm
-    statistics; the ablations' panel one colour per cell, over the draw's baselines in grey."""
+    statistics; the ablations' panel one colour per cell, with the cell's own baselines (its data, its encoder)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     panels = _panels(results)
-    fig, axes = plt.subplots(2, len(panels), figsize=(5.5 * len(panels), 7), squeeze=False)
+    fig, axes = plt.subplots(2, len(panels), figsize=(4.5 * len(panels), 7), squeeze=False)
     for col, (title, cells) in enumerate(panels.items()):
         ablations = title.startswith("ablations")
         seeds = sorted({r["cell"]["data"]["seed"] for r in cells})
@@ -439,7 +451,7 @@ def curves(results: list[dict[str, Any]], path: Path) -> Path:
             for i, r in enumerate(cells):
                 c = r["cell"]
                 colour = f"C{i if ablations else seeds.index(c['data']['seed'])}"
-                label = c["name"] if ablations else f"seed {c['data']['seed']}, {c['name'].rsplit('-', 1)[1]}"
+                label = _setting(c) if ablations else f"seed {c['data']['seed']}, {_setting(c)}"
                 ax.plot(
                     [0, *(p["step"] for p in r["curve"])],
                     [r["baselines"]["random"][m], *(p[m] for p in r["curve"])],
@@ -450,9 +462,7 @@ def curves(results: list[dict[str, Any]], path: Path) -> Path:
                     label=label,
                 )
                 for b, style in (("random", ":"), ("random_bn", "-.")):
-                    ax.axhline(
-                        r["baselines"][b][m], color="grey" if ablations else colour, linestyle=style, lw=0.8
-                    )
+                    ax.axhline(r["baselines"][b][m], color=colour, linestyle=style, lw=0.8)
             ax.set_title(f"{title}: test {name}", fontsize=9)
             ax.set_xlabel("training step")
             ax.legend(fontsize=7)
