@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -13,6 +14,7 @@ from bench.learn import Cell, Data, estimate, markdown, scan, windows
 from tests.conftest import subprocess_env
 
 pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _learn(*args) -> subprocess.CompletedProcess:
@@ -75,3 +77,12 @@ def test_a_held_out_row_marks_only_a_significant_gain():
     text = markdown([row])
     assert "Held-out draws" in text and "Validation" not in text
     assert "+20.0 [+10.0, +30.0] p 0.01 ✓" in text and "-20.0 [+10.0, +30.0] p 0.01 ✗" in text
+
+
+def test_readmes_rows_of_the_scan_are_the_committed_table_s():
+    """README shows rows of bench/results/learn.md (the chosen settings on held-out draws): each as written there."""
+    readme = (ROOT / "README.md").read_text()
+    shown = readme.split("<!-- learn.md -->")[1].split("<!-- /learn.md -->")[0]
+    rows = [line for line in shown.splitlines() if line.startswith("|")]
+    table = (ROOT / "bench" / "results" / "learn.md").read_text().splitlines()
+    assert len(rows) > 2 and all(row in table for row in rows), [r for r in rows if r not in table]
