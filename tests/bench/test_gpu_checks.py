@@ -13,16 +13,21 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.slow
-def test_the_training_steps_run_and_write_every_table(tmp_path):
-    out = tmp_path / "checks"
-    res = subprocess.run(
+def _checks(out: Path, only: str, timeout: float) -> subprocess.CompletedProcess:
+    """bench/gpu_checks.sh OUT on the CPU (CHECKS_DEVICE=cpu), its steps matching ``only``."""
+    return subprocess.run(
         ["bash", str(ROOT / "bench" / "gpu_checks.sh"), str(out)],
         capture_output=True,
         text=True,
-        timeout=900,
-        env={**os.environ, "CHECKS_DEVICE": "cpu", "CHECKS_ONLY": "train*", "OMP_NUM_THREADS": "1"},
+        timeout=timeout,
+        env={**os.environ, "CHECKS_DEVICE": "cpu", "CHECKS_ONLY": only, "OMP_NUM_THREADS": "1"},
     )
+
+
+@pytest.mark.slow
+def test_the_training_steps_run_and_write_every_table(tmp_path):
+    out = tmp_path / "checks"
+    res = _checks(out, "train*", timeout=900)
     assert res.returncode == 0, res.stderr
     assert res.stdout.splitlines()[-2:] == ["train: exit 0", "train_compiled: exit 0"], res.stdout
     assert sorted(p.name for p in out.iterdir()) == [
@@ -52,13 +57,7 @@ def test_the_flow_storage_step_decodes_every_encoding_with_dali(tmp_path):
     """The step that measures the stored flow as the GPU loader decodes it, run with DALI's CPU decoder: every
     candidate's row has DALI's errors, and the default (greyscale planes) comes back without drift."""
     out = tmp_path / "checks"
-    res = subprocess.run(
-        ["bash", str(ROOT / "bench" / "gpu_checks.sh"), str(out)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "CHECKS_DEVICE": "cpu", "CHECKS_ONLY": "flow_storage", "OMP_NUM_THREADS": "1"},
-    )
+    res = _checks(out, "flow_storage", timeout=300)
     assert res.returncode == 0, res.stderr
     assert res.stdout.splitlines()[-1] == "flow_storage: exit 0", res.stdout
     rows = json.loads((out / "flow_storage.json").read_text())["storage"]
@@ -73,13 +72,7 @@ def test_the_learning_step_runs_a_cell_and_writes_its_table_and_curves(tmp_path)
     """The learning scan's step, with the smoke plan's one tiny cell on the CPU: its table, curves and cells come
     back under OUT_DIR, its work folder (videos, shards) does not."""
     out = tmp_path / "checks"
-    res = subprocess.run(
-        ["bash", str(ROOT / "bench" / "gpu_checks.sh"), str(out)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, "CHECKS_DEVICE": "cpu", "CHECKS_ONLY": "learn", "OMP_NUM_THREADS": "1"},
-    )
+    res = _checks(out, "learn", timeout=600)
     assert res.returncode == 0, res.stderr
     assert res.stdout.splitlines()[-1] == "learn: exit 0", res.stdout
     assert sorted(p.name for p in out.iterdir()) == ["learn.json", "learn.log", "learn.md", "learn.png"]
