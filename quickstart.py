@@ -356,8 +356,15 @@ def comparison_table(results: dict) -> list[dict[str, Any]]:
     return rows
 
 
+SCAN = (  # the quickstart's last words: one run at one size says little, the scan says more
+    "Where pretraining pays on the example data, measured on held-out draws (python -m bench.learn): "
+    "docs/pretraining.md."
+)
+
+
 def comparison_summary(rows: list[dict[str, Any]], videos: int) -> str:
-    """The sentence that answers "does pretraining beat random init?" from :func:`comparison_table`."""
+    """The sentence that answers "does pretraining beat random init?" from :func:`comparison_table`, then where
+    the scan of when it does is (:data:`SCAN`)."""
     counts = []
     for baseline in BASELINES:
         mine = [r for r in rows if r["baseline"] == MODEL_NAMES[baseline]]
@@ -368,7 +375,7 @@ def comparison_summary(rows: list[dict[str, Any]], videos: int) -> str:
     head = "Pretraining beats random init" if everywhere else "Pretraining does not reliably beat random init"
     return (
         f"{head}: MemDPC is {'; '.join(counts)} (R@1 and probe top-1, per stream and fused, paired on the same "
-        f"{videos} test videos; McNemar's exact test at p < 0.05, not corrected for {len(rows)} tests)."
+        f"{videos} test videos; McNemar's exact test at p < 0.05, not corrected for {len(rows)} tests). {SCAN}"
     )
 
 
