@@ -35,10 +35,8 @@ from rich.console import Console
 from memdpc.common.atomic import atomic_path, write_json_atomic
 
 FAMILIES = ("synthetic", "photos")
-VALIDATION_SEEDS = (
-    100,
-    101,
-)  # data draws that settings are chosen on (100 so far); never reported as results
+# data draws that settings are chosen on (100 so far); never reported as results
+VALIDATION_SEEDS = (100, 101)
 HELD_OUT_SEEDS = (0, 1)
 BASELINES = ("random", "random_bn")
 MODELS = ("memdpc", *BASELINES)
