@@ -87,10 +87,10 @@ def dense_infonce(
 
     Scores are raw dot products (the reference), or cosine similarities divided by ``temperature`` when one
     is given. With ``global_negatives`` under torch.distributed the targets of all ranks are negatives too
-    (every rank must hold the same batch size; not with ``own_clip``, whose targets are the clip's own). ``negatives`` (:data:`~memdpc.model.names.NEGATIVES`): "all"
-    targets of the batch (the paper), only those at the prediction's own map position ("same_position"),
-    only those of every clip at its own position and step ("other_clips"), or only its own clip's steps at its
-    position ("own_clip"). Returns scalar ``loss`` (mean
+    (every rank must hold the same batch size; not with ``own_clip``, whose targets are the clip's own).
+    ``negatives`` (:data:`~memdpc.model.names.NEGATIVES`): "all" targets of the batch (the paper), only those
+    at the prediction's own map position ("same_position"), only those of every clip at its own position and
+    step ("other_clips"), or only its own clip's steps at its position ("own_clip"). Returns scalar ``loss`` (mean
     cross-entropy), ``top1``, ``top5`` and ``chance``: the loss of a uniform guess, ln of the number of candidates
     each prediction is scored against (e.g. 10 clips × 3 steps × a 1×1 map, all negatives: ln 30), which a model
     that learnt nothing the loss can see stays at.
