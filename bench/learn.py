@@ -9,7 +9,7 @@ paired with each baseline on the same test videos (``memdpc eval compare``: McNe
 
 Cells run one at a time, each in its own process and folder under ``--work``: a killed scan resumes with
 the cells it had not finished (a cell's result is written last, atomically). ``--dry-run`` prints the plan
-and its estimated cost without running anything. Data seeds 100 and up are validation draws, on which
+and its estimated cost without running anything. Data seeds 100 and 101 are validation draws, on which
 settings were chosen; seeds below 100 are held out and are the only ones the results table reports as such.
 
     python -m bench.learn [--plan scan] [--work runs/learn] [--out bench/results/learn] [--only SUBSTRING]
@@ -39,7 +39,6 @@ FAMILIES = ("synthetic", "photos")
 VALIDATION_SEEDS = (100, 101)
 HELD_OUT_SEEDS = (0, 1)
 BASELINES = ("random", "random_bn")
-MODELS = ("memdpc", *BASELINES)
 
 
 @dataclass(frozen=True)
