@@ -110,7 +110,7 @@ EVALS = (5, 10, 15)
 
 def scan() -> list[Cell]:
     """The paper's loss and the chosen settings on two held-out draws of both families (flow), with their
-    curves; on one held-out synthetic draw, the ablations that tell the data's size, the training's length,
+    curves, and the chosen settings at 32² on the validation draws; on one held-out synthetic draw, the ablations that tell the data's size, the training's length,
     the negatives, the augmentation, the encoder's width and the frame size apart."""
     cells = []
     for family in FAMILIES:
@@ -121,6 +121,14 @@ def scan() -> list[Cell]:
                 Cell(f"{family}-s{seed}-chosen", data, "flow", CHOSEN, evals=EVALS),
                 Cell(f"{family}-s{seed}-chosen-32px", data, "flow", {**CHOSEN, "size": 32}, evals=EVALS),
             ]
+    for family, setting, train in (
+        ("synthetic", "chosen-32px", {**CHOSEN, "size": 32}),
+        ("synthetic", "same-position-32px", {**CHOSEN, "size": 32, "negatives": "same_position"}),
+        ("photos", "chosen-32px", {**CHOSEN, "size": 32}),
+    ):  # the validation draw at 32², a size the scan's first validation runs did not prefer
+        cells.append(
+            Cell(f"val-{family}-s100-{setting}", Data(family=family, seed=100), "flow", train, evals=EVALS)
+        )
     data = Data(seed=0)
     return cells + [
         Cell("synthetic-s0-chosen-2x-videos", Data(seed=0, videos_per_class=48), "flow", CHOSEN, evals=EVALS),

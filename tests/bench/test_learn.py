@@ -57,7 +57,8 @@ def test_the_smoke_plan_runs_each_cell_once_and_writes_its_tables(tmp_path):
 def test_the_scan_reports_held_out_draws_and_chooses_on_validation_ones_only():
     cells = scan()
     assert len({c.name for c in cells}) == len(cells)
-    assert all(not c.validation for c in cells)  # the scan's own cells are all held out
+    assert all(c.validation == c.name.startswith("val-") for c in cells)  # named as what they are
+    assert sum(not c.validation for c in cells) > 2 * sum(c.validation for c in cells)
     assert {c.data.family for c in cells} == {"synthetic", "photos"}
     flow = windows(Data(), "flow")
     assert flow["train"] == 15 * 10 * 2  # 48 frames: 47 flow frames, windows of 40 every 4: 2 per video
