@@ -103,14 +103,14 @@ def dense_infonce(
     if temperature is not None:
         p, t = F.normalize(p, dim=1), F.normalize(t, dim=1)
     offset = 0
-    if global_negatives:
+    if global_negatives and negatives != "own_clip":  # own_clip scores a clip's own targets only
         t, offset = _gather_targets(t)
     if negatives == "all":
         scores = p @ t.t()  # (B*T*H*W, [world*]B*T*H*W)
         labels = torch.arange(p.shape[0], device=p.device) + offset
-    elif negatives == "own_clip":  # the clip's own steps only: no other rank's targets either
+    elif negatives == "own_clip":  # the clip's own steps only
         steps = pred.shape[1]
-        scores = torch.bmm(_per_clip(p, pred.shape), _per_clip(t[offset : offset + len(p)], pred.shape).mT)
+        scores = torch.bmm(_per_clip(p, pred.shape), _per_clip(t, pred.shape).mT)
         labels = torch.arange(steps, device=p.device).repeat(scores.shape[0])
         scores = scores.reshape(-1, steps)  # (B*H*W*T, T)
     else:
