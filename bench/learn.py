@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import fcntl
 import json
+import math
 import subprocess
 import sys
 import time
@@ -216,7 +217,7 @@ def run_cell(work: Path, cell: Cell) -> dict[str, Any]:
     t_data = time.perf_counter() - t0
     settings = {**BASE_TRAIN, **cell.train}
     if cell.evals:
-        settings["keep_every"] = _gcd(cell.evals)
+        settings["keep_every"] = math.gcd(*cell.evals)
     config = config_from_dict(
         dict(
             stream=cell.stream,
@@ -249,7 +250,8 @@ def run_cell(work: Path, cell: Cell) -> dict[str, Any]:
         results[name] = paths
         return {m: _scores(p, m) for m, p in paths.items()}
 
-    steps_per_epoch = _steps_per_epoch(read_metrics(run))
+    records = read_metrics(run)
+    steps_per_epoch = _steps_per_epoch(records)
     curve = [
         {"epoch": e, "step": e * steps_per_epoch, **score(f"memdpc-e{e}", p)} for e, p in sorted(kept.items())
     ]
@@ -262,7 +264,6 @@ def run_cell(work: Path, cell: Cell) -> dict[str, Any]:
         }
         for b in BASELINES
     }
-    records = read_metrics(run)
     result = {
         "cell": {**asdict(cell), "validation": cell.validation},
         "train": config.to_dict(),
@@ -280,15 +281,6 @@ def run_cell(work: Path, cell: Cell) -> dict[str, Any]:
     }
     write_json_atomic(out / "result.json", result)
     return result
-
-
-def _gcd(values: tuple[int, ...]) -> int:
-    from math import gcd
-
-    g = 0
-    for v in values:
-        g = gcd(g, v)
-    return g
 
 
 def _steps_per_epoch(records: list[dict[str, Any]]) -> int:
