@@ -23,11 +23,12 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from memdpc.cli import main
 from memdpc.model.checkpoint import read_checkpoint
 from memdpc.pipeline.clip import ClipSpec
+from memdpc.pipeline.shard import shard_stream
 from memdpc.pipeline.shard_plan import ShardSettings
 from memdpc.preprocess.examples.synthetic import CLASSES, render_video
 from memdpc.preprocess.video_index import VideoRecord
 
-from ..conftest import TINY_TRAIN, subprocess_env, train_options, write_jpeg_archive
+from ..conftest import TINY_TRAIN, memdpc_command, subprocess_env, train_options, write_jpeg_archive
 
 CLIP = ClipSpec(num_blocks=5, block_len=3, stride=1)
 FRAMES, SIZE = 24, 32
@@ -48,19 +49,9 @@ def video_record(ci: int, g: int, split: str) -> VideoRecord:
     return VideoRecord(vid, f"/nowhere/{vid}.avi", ci, CLASSES[ci], split, 25.0, FRAMES)
 
 
-@pytest.fixture(scope="session")
-def train_shards(tmp_path_factory) -> Path:
-    """RGB shards (train: 18 clips in 5 shards; test: 6 clips) of 12 rendered videos, 3 classes (test: one
-    video of each); their frame archives in the sibling folder ``archives``."""
-    from memdpc.pipeline.shard import shard_stream
-
-    root = tmp_path_factory.mktemp("train_data")
-    records = []
-    for ci, cls in enumerate(CLASSES[:3]):
-        for g in range(4):
-            frames = render_video(cls, SIZE, FRAMES, np.random.default_rng([ci, g]))
-            write_jpeg_archive(root / "archives", "rgb", f"v_{cls}_g{g:02d}", frames, 25.0)
-            records.append(video_record(ci, g, "test" if g == 3 else "train"))
+def shard_train_and_test(root: Path, records: list[VideoRecord]) -> Path:
+    """The train and test shards, in ``root / "shards"``, of the RGB frame archives in ``root / "archives"`` of
+    ``records``: :data:`CLIP`'s windows every 8 frames, at most 4 of a video."""
     out = root / "shards"
     for split in ("train", "test"):
         shard_stream(
@@ -75,10 +66,22 @@ def train_shards(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def train_shards(tmp_path_factory) -> Path:
+    """RGB shards (train: 18 clips in 5 shards; test: 6 clips) of 12 rendered videos, 3 classes (test: one
+    video of each); their frame archives in the sibling folder ``archives``."""
+    root = tmp_path_factory.mktemp("train_data")
+    records = []
+    for ci, cls in enumerate(CLASSES[:3]):
+        for g in range(4):
+            frames = render_video(cls, SIZE, FRAMES, np.random.default_rng([ci, g]))
+            write_jpeg_archive(root / "archives", "rgb", f"v_{cls}_g{g:02d}", frames, 25.0)
+            records.append(video_record(ci, g, "test" if g == 3 else "train"))
+    return shard_train_and_test(root, records)
+
+
+@pytest.fixture(scope="session")
 def val_shards(train_shards, tmp_path_factory) -> Path:
     """The train shards and a ``val`` split of two videos, of the first two classes only (the third has none)."""
-    from memdpc.pipeline.shard import shard_stream
-
     out = tmp_path_factory.mktemp("val_data") / "shards"
     shutil.copytree(train_shards, out)
     records = [video_record(0, 3, "val"), video_record(1, 3, "val")]
@@ -97,8 +100,6 @@ def val_shards(train_shards, tmp_path_factory) -> Path:
 def blank_shards(tmp_path_factory) -> Path:
     """RGB shards (train and test) of 9 videos of one flat grey, 3 classes: no clip, step or position tells
     apart from another, so no model can score a target above the others (the validation loss is chance's)."""
-    from memdpc.pipeline.shard import shard_stream
-
     root = tmp_path_factory.mktemp("blank_data")
     records = []
     for ci, cls in enumerate(CLASSES[:3]):
@@ -111,17 +112,7 @@ def blank_shards(tmp_path_factory) -> Path:
                 25.0,
             )
             records.append(video_record(ci, g, "test" if g == 2 else "train"))
-    out = root / "shards"
-    for split in ("train", "test"):
-        shard_stream(
-            root / "archives",
-            records,
-            "rgb",
-            out,
-            split,
-            ShardSettings(clip=CLIP, window_step=8, max_count=4, seed=0),
-        )
-    return out
+    return shard_train_and_test(root, records)
 
 
 def tb_scalars(log_dir: Path) -> dict[str, list[tuple[int, float]]]:
@@ -187,6 +178,22 @@ def start(cmd: list[str], log: Path) -> subprocess.Popen:
     """A real process, its stdout and stderr going to ``log``."""
     with open(log, "w") as f:
         return subprocess.Popen(cmd, env=subprocess_env(), stdout=f, stderr=subprocess.STDOUT)
+
+
+def start_train(args: list[str], out: Path) -> subprocess.Popen:
+    """``memdpc train ARGS --out OUT`` in a real process (:func:`start`), its output going to ``OUT.log``
+    beside the run folder."""
+    return start(memdpc_command("train", *args, "--out", str(out)), out.with_suffix(".log"))
+
+
+def assert_finished(proc: subprocess.Popen, log: Path) -> None:
+    """``proc`` (from :func:`start`) ends within 4 minutes with exit 0; if not, its ``log`` is the message."""
+    assert proc.wait(timeout=240) == 0, log.read_text()
+
+
+def run_to_end(cmd: list[str], timeout: float = 240) -> subprocess.CompletedProcess:
+    """A real process run to its end, its stdout and stderr captured as text."""
+    return subprocess.run(cmd, env=subprocess_env(), capture_output=True, text=True, timeout=timeout)
 
 
 def train_steps(run: Path) -> int:

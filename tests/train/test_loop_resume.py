@@ -9,7 +9,6 @@ import os
 import shutil
 import signal
 import socket
-import subprocess
 import time
 from pathlib import Path
 
@@ -22,17 +21,20 @@ from memdpc.pipeline.shard import run_shard
 from memdpc.pipeline.shard_plan import ShardSettings
 from memdpc.train.checkpoint import param_digest
 
-from ..conftest import memdpc_command, subprocess_env, torchrun_command
+from ..conftest import memdpc_command, torchrun_command
 from ..limits import STOP_WITHIN
 from .conftest import (
     CLIP,
     TINY,
+    assert_finished,
     assert_same_training,
     children,
     cli,
     records,
+    run_to_end,
     signal_when,
     start,
+    start_train,
     tiny,
     train_steps,
     video_record,
@@ -43,7 +45,7 @@ def test_a_run_killed_before_its_first_checkpoint_starts_its_metrics_afresh(
     train_shards, tmp_path, one_thread
 ):
     out = tmp_path / "run"
-    args = (*TINY, "--shards", str(train_shards), "--out", str(out), "--epochs", "1", "--knn-every", "1")
+    args = tiny(shards=str(train_shards), out=str(out), epochs=1, knn_every=1)
     assert cli(*args).exit_code == 0
     first = (out / "metrics.jsonl").read_text()
     shutil.rmtree(out / "checkpoints")  # what a kill before the first checkpoint leaves: config and metrics
@@ -60,37 +62,17 @@ def test_sigkill_mid_epoch_and_resume_give_bit_identical_weights(train_shards, t
     args = tiny(
         shards=str(train_shards), epochs=2, batch_size=2, ckpt_every_steps=2, num_workers=1, val_split="none"
     )
-    with open(tmp_path / "whole.log", "w") as log:
-        whole = subprocess.Popen(
-            memdpc_command("train", *args, "--out", str(tmp_path / "whole")),
-            env=subprocess_env(),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-    killed = subprocess.Popen(
-        memdpc_command("train", *args, "--out", str(tmp_path / "killed")),
-        env=subprocess_env(),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    whole = start_train(args, tmp_path / "whole")
+    killed = start_train(args, tmp_path / "killed")
     last = tmp_path / "killed" / "checkpoints" / "last.pt"
-    deadline = time.monotonic() + 240
-    while not last.exists() and killed.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.01)
-    killed.send_signal(signal.SIGKILL)
-    assert killed.wait() == -signal.SIGKILL
+    signal_when(killed, last.exists, signal.SIGKILL)
+    assert killed.returncode == -signal.SIGKILL
     at_kill = read_checkpoint(last)
     assert at_kill["step"] < 18 and at_kill["epoch_step"] > 0, (at_kill["epoch"], at_kill["step"])
-    resumed = subprocess.run(
-        memdpc_command("train", *args, "--out", str(tmp_path / "killed")),
-        env=subprocess_env(),
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
+    resumed = run_to_end(memdpc_command("train", *args, "--out", str(tmp_path / "killed")))
     assert resumed.returncode == 0, resumed.stderr
     assert "resuming" in resumed.stderr
-    assert whole.wait(timeout=240) == 0, (tmp_path / "whole.log").read_text()
+    assert_finished(whole, tmp_path / "whole.log")
     a = read_checkpoint(tmp_path / "whole" / "checkpoints" / "last.pt")
     b = read_checkpoint(last)
     assert a["step"] == b["step"] == 18
@@ -112,9 +94,9 @@ def test_a_loader_worker_killed_mid_epoch_stops_the_run_with_a_checkpoint_that_r
     stops between two steps with one line naming the worker, the signal and a hint (exit 74), keeps last.pt
     there, and the same command resumes to the weights of an undisturbed run."""
     args = tiny(shards=str(train_shards), epochs=2, batch_size=2, workers=1, val_split="none")
-    whole = start(memdpc_command("train", *args, "--out", str(tmp_path / "whole")), tmp_path / "whole.log")
+    whole = start_train(args, tmp_path / "whole")
     out = tmp_path / "run"
-    proc = start(memdpc_command("train", *args, "--out", str(out)), tmp_path / "run.log")
+    proc = start_train(args, out)
     deadline = time.monotonic() + 240
     while train_steps(out) < 2 or not (workers := children(proc.pid)):
         assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "run.log").read_text()
@@ -130,15 +112,9 @@ def test_a_loader_worker_killed_mid_epoch_stops_the_run_with_a_checkpoint_that_r
         f"--workers; kept {last} (epoch 0, step {kept['step']}); the same command resumes" in log
     )
     assert "Traceback" not in log
-    resumed = subprocess.run(
-        memdpc_command("train", *args, "--out", str(out)),
-        env=subprocess_env(),
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
+    resumed = run_to_end(memdpc_command("train", *args, "--out", str(out)))
     assert resumed.returncode == 0, resumed.stderr
-    assert whole.wait(timeout=240) == 0, (tmp_path / "whole.log").read_text()
+    assert_finished(whole, tmp_path / "whole.log")
     assert_same_training(tmp_path / "whole", out)
     assert [r["step"] for r in records(out, "train")] == list(range(1, 19))
 
@@ -159,9 +135,7 @@ def test_a_second_train_on_a_live_runs_folder_is_refused_and_a_killed_runs_lock_
         while not (out / "checkpoints" / "last.pt").exists():
             assert first.poll() is None and time.monotonic() < deadline, (tmp_path / "first.log").read_text()
             time.sleep(0.01)
-        second = subprocess.run(
-            memdpc_command("train", *args), env=subprocess_env(), capture_output=True, text=True, timeout=240
-        )
+        second = run_to_end(memdpc_command("train", *args))
         assert first.poll() is None, "the first run should still be training"
     finally:
         first.kill()
@@ -173,13 +147,7 @@ def test_a_second_train_on_a_live_runs_folder_is_refused_and_a_killed_runs_lock_
     ), second.stderr
     assert "resuming" not in second.stderr  # refused before it read anything of the run
     step = read_checkpoint(out / "checkpoints" / "last.pt")["step"]
-    third = subprocess.run(
-        memdpc_command("train", *args, "--max-steps", str(step + 2)),
-        env=subprocess_env(),
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
+    third = run_to_end(memdpc_command("train", *args, "--max-steps", str(step + 2)))
     assert third.returncode == 0, third.stderr
     assert f"note: took over {out / 'train.lock'} from process {first.pid} on {host}" in third.stderr
     assert (
@@ -205,45 +173,27 @@ def test_one_clip_per_video_resumes_after_sigkill_with_the_very_batches_of_the_e
         workers=1,
         val_split="none",
     )
-    whole = start(memdpc_command("train", *args, "--out", str(tmp_path / "whole")), tmp_path / "whole.log")
+    whole = start_train(args, tmp_path / "whole")
     out = tmp_path / "killed"
-    killed = start(memdpc_command("train", *args, "--out", str(out)), tmp_path / "killed.log")
+    killed = start_train(args, out)
     last = out / "checkpoints" / "last.pt"
     signal_when(killed, last.exists, signal.SIGKILL)
     at_kill = read_checkpoint(last)
     assert at_kill["step"] < 8 and at_kill["epoch_step"] > 0, (at_kill["epoch"], at_kill["step"])
-    resumed = subprocess.run(
-        memdpc_command("train", *args, "--out", str(out)),
-        env=subprocess_env(),
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
+    resumed = run_to_end(memdpc_command("train", *args, "--out", str(out)))
     assert resumed.returncode == 0, resumed.stderr
     assert (
         "resuming" in resumed.stderr and "trained" in resumed.stderr and "2 epochs, 8 steps" in resumed.stderr
     )
-    assert whole.wait(timeout=240) == 0, (tmp_path / "whole.log").read_text()
+    assert_finished(whole, tmp_path / "whole.log")
     assert_same_training(tmp_path / "whole", out)
 
 
 @pytest.mark.slow
 def test_torchrun_two_gloo_ranks_train_and_agree(train_shards, tmp_path):
     out = tmp_path / "ddp"
-    cmd = torchrun_command(
-        "train",
-        *TINY,
-        "--shards",
-        str(train_shards),
-        "--out",
-        str(out),
-        "--epochs",
-        "2",
-        "--global-negatives",
-        "--val-split",
-        "none",
-    )
-    res = subprocess.run(cmd, env=subprocess_env(), capture_output=True, text=True, timeout=300)
+    args = tiny(shards=str(train_shards), out=str(out), global_negatives=True, val_split="none")
+    res = run_to_end(torchrun_command("train", *args, "--epochs", "2"), timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
     ckpt = read_checkpoint(out / "checkpoints" / "last.pt")
     assert ckpt["world_size"] == 2 and len(ckpt["rng"]) == 2
@@ -254,18 +204,7 @@ def test_torchrun_two_gloo_ranks_train_and_agree(train_shards, tmp_path):
     assert ckpt["rank_digests"] == [digest, digest]
     assert records(out, "train")[0]["top1"] <= 1
     # the run resumes only with the same number of processes
-    res = cli(
-        *TINY,
-        "--shards",
-        str(train_shards),
-        "--out",
-        str(out),
-        "--epochs",
-        "3",
-        "--global-negatives",
-        "--val-split",
-        "none",
-    )
+    res = cli(*args, "--epochs", "3")
     assert res.exit_code == 2 and "written by 2 process(es)" in res.output
 
 
@@ -279,9 +218,9 @@ def test_a_signal_mid_epoch_saves_last_pt_there_and_the_same_command_resumes_bit
     args = tiny(
         shards=str(train_shards), epochs=2, batch_size=2, backend=backend, workers=2, val_split="none"
     )
-    whole = start(memdpc_command("train", *args, "--out", str(tmp_path / "whole")), tmp_path / "whole.log")
+    whole = start_train(args, tmp_path / "whole")
     out = tmp_path / "stopped"
-    proc = start(memdpc_command("train", *args, "--out", str(out)), tmp_path / "stopped.log")
+    proc = start_train(args, out)
     took = signal_when(proc, lambda: train_steps(out) >= 2, sig)
     log = (tmp_path / "stopped.log").read_text()
     assert proc.returncode == 128 + sig and took < STOP_WITHIN, (took, log)
@@ -293,16 +232,10 @@ def test_a_signal_mid_epoch_saves_last_pt_there_and_the_same_command_resumes_bit
         in log
     )
     assert [r["step"] for r in records(out, "train")] == list(range(1, kept["step"] + 1))
-    resumed = subprocess.run(
-        memdpc_command("train", *args, "--out", str(out)),
-        env=subprocess_env(),
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
+    resumed = run_to_end(memdpc_command("train", *args, "--out", str(out)))
     assert resumed.returncode == 0, resumed.stderr
     assert f"resuming {last} at epoch 0, step {kept['step']}" in resumed.stderr
-    assert whole.wait(timeout=240) == 0, (tmp_path / "whole.log").read_text()
+    assert_finished(whole, tmp_path / "whole.log")
     assert_same_training(tmp_path / "whole", out)
     assert read_checkpoint(last)["step"] == 18
     assert [r["step"] for r in records(out, "train")] == list(range(1, 19))
@@ -318,21 +251,15 @@ def test_sigint_while_dali_tears_its_pipeline_down_is_never_swallowed(train_shar
     out = tmp_path / "run"
     cmd = memdpc_command(
         "train",
-        *TINY,
-        "--shards",
-        str(train_shards),
-        "--out",
-        str(out),
-        "--epochs",
-        "100",
-        "--batch-size",
-        "8",
-        "--backend",
-        "dali",
-        "--workers",
-        "2",
-        "--val-split",
-        "none",
+        *tiny(
+            shards=str(train_shards),
+            out=str(out),
+            epochs=100,
+            batch_size=8,
+            backend="dali",
+            workers=2,
+            val_split="none",
+        ),
     )
     last = out / "checkpoints" / "last.pt"
     for trial in range(6):
@@ -368,9 +295,9 @@ def test_a_stop_in_the_validation_and_knn_passes_resumes_into_that_epoch_end(tra
         val_split="train",
         knn_every=1,
     )
-    whole = start(memdpc_command("train", *args, "--out", str(tmp_path / "whole")), tmp_path / "whole.log")
+    whole = start_train(args, tmp_path / "whole")
     out = tmp_path / "stopped"
-    proc = start(memdpc_command("train", *args, "--out", str(out)), tmp_path / "stopped.log")
+    proc = start_train(args, out)
     seen: set[str] = set()  # the loader workers of the first kNN pass and of epoch 0's training
 
     def validating() -> bool:
@@ -387,15 +314,9 @@ def test_a_stop_in_the_validation_and_knn_passes_resumes_into_that_epoch_end(tra
     assert (kept["epoch"], kept["step"], kept["epoch_step"]) == (0, 9, 9), log  # the epoch's end not done
     assert records(out, "val") == [] and [r["step"] for r in records(out, "knn")] == [0]
     assert "epoch 0:" not in log
-    resumed = subprocess.run(
-        memdpc_command("train", *args, "--out", str(out)),
-        env=subprocess_env(),
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
+    resumed = run_to_end(memdpc_command("train", *args, "--out", str(out)))
     assert resumed.returncode == 0, resumed.stderr
-    assert whole.wait(timeout=240) == 0, (tmp_path / "whole.log").read_text()
+    assert_finished(whole, tmp_path / "whole.log")
     assert_same_training(tmp_path / "whole", out)
     for kind in ("train", "val", "knn"):
         mine, theirs = records(out, kind), records(tmp_path / "whole", kind)
@@ -412,27 +333,15 @@ def test_sigint_in_the_first_knn_pass_stops_at_once_and_keeps_nothing(train_shar
     training clips as both sets: 36 batches, several seconds) starts once metrics.jsonl exists; a SIGINT then
     stops the run within seconds, with no checkpoint and no record, and says the same command starts again."""
     out = tmp_path / "run"
-    proc = start(
-        memdpc_command(
-            "train",
-            *TINY,
-            "--widths",
-            "64,128,256,256",
-            "--size",
-            "160",
-            "--shards",
-            str(train_shards),
-            "--out",
-            str(out),
-            "--batch-size",
-            "1",
-            "--val-split",
-            "train",
-            "--knn-every",
-            "1",
-        ),
-        tmp_path / "run.log",
+    args = tiny(
+        widths="64,128,256,256",
+        size=160,
+        shards=str(train_shards),
+        batch_size=1,
+        val_split="train",
+        knn_every=1,
     )
+    proc = start_train(args, out)
     took = signal_when(proc, lambda: (out / "metrics.jsonl").exists(), signal.SIGINT)
     log = (tmp_path / "run.log").read_text()
     assert proc.returncode == 130 and took < STOP_WITHIN, (took, log)
@@ -446,27 +355,16 @@ def test_sigint_while_init_only_reads_batchnorm_statistics_writes_nothing(train_
     over the 18 training clips, one per batch through the paper's encoder at 224 px, several seconds of work, has
     begun); the command stops within seconds, writes no init.pt, and says so."""
     out = tmp_path / "run"
-    proc = start(
-        memdpc_command(
-            "train",
-            *TINY,
-            "--widths",
-            "64,128,256,256",
-            "--size",
-            "224",
-            "--shards",
-            str(train_shards),
-            "--out",
-            str(out),
-            "--batch-size",
-            "1",
-            "--workers",
-            "1",
-            "--init-only",
-            "--bn-from-data",
-        ),
-        tmp_path / "run.log",
+    args = tiny(
+        widths="64,128,256,256",
+        size=224,
+        shards=str(train_shards),
+        batch_size=1,
+        workers=1,
+        init_only=True,
+        bn_from_data=True,
     )
+    proc = start_train(args, out)
     took = signal_when(proc, lambda: children(proc.pid), signal.SIGINT)
     log = (tmp_path / "run.log").read_text()
     assert proc.returncode == 130 and took < STOP_WITHIN, (took, log)
@@ -482,22 +380,10 @@ def test_torchrun_sigterm_stops_both_ranks_at_one_step_and_the_rerun_is_bit_iden
     and fails (its own behaviour). Run again, training ends bit-identical to an uninterrupted torchrun run."""
 
     def torchrun(out: Path) -> list[str]:
-        return torchrun_command(
-            "train",
-            *TINY,
-            "--shards",
-            str(train_shards),
-            "--out",
-            str(out),
-            "--epochs",
-            "2",
-            "--batch-size",
-            "2",
-            "--workers",
-            "1",
-            "--val-split",
-            "none",
+        args = tiny(
+            shards=str(train_shards), out=str(out), epochs=2, batch_size=2, workers=1, val_split="none"
         )
+        return torchrun_command("train", *args)
 
     whole = start(torchrun(tmp_path / "whole"), tmp_path / "whole.log")
     out = tmp_path / "stopped"
@@ -517,7 +403,7 @@ def test_torchrun_sigterm_stops_both_ranks_at_one_step_and_the_rerun_is_bit_iden
         "resumes" in log
     )
     assert "interrupted (SIGTERM): rank 1 stopped with rank 0" in log
-    resumed = subprocess.run(torchrun(out), env=subprocess_env(), capture_output=True, text=True, timeout=240)
+    resumed = run_to_end(torchrun(out))
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert whole.wait(timeout=240) == 0, (tmp_path / "whole.log").read_text()[-3000:]
     assert_same_training(tmp_path / "whole", out)
