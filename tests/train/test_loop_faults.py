@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 import shutil
-import subprocess
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -18,13 +18,15 @@ from memdpc.model import create_model
 from memdpc.model.checkpoint import read_checkpoint
 from memdpc.train.loop import State, _check_weights
 
-from ..conftest import memdpc_command, subprocess_env
+from ..conftest import memdpc_command
 from .conftest import (
     TINY,
+    assert_finished,
     assert_same_training,
     cli,
     records,
-    start,
+    run_to_end,
+    start_train,
     tiny,
 )
 
@@ -50,24 +52,8 @@ def test_a_damaged_shard_is_a_one_line_error(train_shards, tmp_path, backend):
     shutil.copytree(train_shards, shards)
     for tar in (shards / "rgb").glob("train-*.tar"):
         tar.write_bytes(tar.read_bytes().replace(b"\xff\xd8\xff", b"\0\0\0"))  # no JPEG starts any more
-    res = subprocess.run(
-        memdpc_command(
-            "train",
-            *TINY,
-            "--backend",
-            backend,
-            "--num-workers",
-            "1",
-            "--shards",
-            str(shards),
-            "--out",
-            str(tmp_path / "r"),
-        ),
-        capture_output=True,
-        text=True,
-        env=subprocess_env(),
-        timeout=300,
-    )
+    args = tiny(backend=backend, num_workers=1, shards=str(shards), out=str(tmp_path / "r"))
+    res = run_to_end(memdpc_command("train", *args), timeout=300)
     assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr[-2000:]
     rgb, root = re.escape(str(shards / "rgb")), re.escape(str(shards))
     expected = {
@@ -78,23 +64,17 @@ def test_a_damaged_shard_is_a_one_line_error(train_shards, tmp_path, backend):
     assert re.search(expected[backend], res.stderr.splitlines()[-1]), res.stderr[-2000:]
 
 
+def diverging(shards: Path, out: Path, **settings):
+    """``memdpc train`` of the tiny network on ``shards`` into ``out`` (in this process) at a learning rate of
+    1e30 (1e29 at the end of its schedule), without validation: its loss is NaN from step 2 on."""
+    return cli(
+        *tiny(shards=str(shards), out=str(out), lr="1e30", lr_min="1e29", val_split="none", **settings)
+    )
+
+
 def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(train_shards, tmp_path, one_thread):
     out = tmp_path / "nan"
-    res = cli(
-        *TINY,
-        "--shards",
-        str(train_shards),
-        "--out",
-        str(out),
-        "--lr",
-        "1e30",
-        "--lr-min",
-        "1e29",
-        "--ckpt-every-steps",
-        "1",
-        "--val-split",
-        "none",
-    )
+    res = diverging(train_shards, out, ckpt_every_steps=1)
     assert res.exit_code == 2
     assert (
         "loss is not finite (nan) at epoch 0, step 2: training stopped; the last good checkpoint is"
@@ -109,23 +89,7 @@ def test_nan_loss_between_reads_is_found_before_the_next_save(train_shards, tmp_
     """Read every 5 steps, saved every 3: the NaN of step 2 is noticed by the read before the save of step 3,
     named with its own step, and no checkpoint is written from the weights it left."""
     out = tmp_path / "nan"
-    res = cli(
-        *TINY,
-        "--shards",
-        str(train_shards),
-        "--out",
-        str(out),
-        "--lr",
-        "1e30",
-        "--lr-min",
-        "1e29",
-        "--log-every",
-        "5",
-        "--ckpt-every-steps",
-        "3",
-        "--val-split",
-        "none",
-    )
+    res = diverging(train_shards, out, log_every=5, ckpt_every_steps=3)
     assert res.exit_code == 2
     assert (
         "loss is not finite (nan) at epoch 0, step 2: training stopped; no checkpoint had been written yet"
@@ -158,20 +122,13 @@ def test_a_full_disk_stops_the_run_in_one_line_and_the_resume_is_bit_identical(
     fit, the run stops with one line (exit 74) keeping the first checkpoint whole; once space is freed the same
     command resumes from it and ends as an undisturbed run does, bit for bit."""
     args = tiny(shards=str(train_shards), epochs=2, batch_size=2, ckpt_every_steps=2, val_split="none")
-    whole = start(memdpc_command("train", *args, "--out", str(tmp_path / "whole")), tmp_path / "whole.log")
-    assert whole.wait(timeout=240) == 0, (tmp_path / "whole.log").read_text()
+    assert_finished(start_train(args, tmp_path / "whole"), tmp_path / "whole.log")
     checkpoint = (tmp_path / "whole" / "checkpoints" / "last.pt").stat().st_size
     rest = sum(p.stat().st_size for p in (tmp_path / "whole").rglob("*") if p.parent.name != "checkpoints")
     small_disk.resize(int(1.5 * checkpoint) + rest)
     out = small_disk.path / "run"
     last = out / "checkpoints" / "last.pt"
-    stopped = subprocess.run(
-        memdpc_command("train", *args, "--out", str(out)),
-        env=subprocess_env(),
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
+    stopped = run_to_end(memdpc_command("train", *args, "--out", str(out)))
     assert stopped.returncode == EXIT_RESOURCE, stopped.stderr
     lines = [line for line in stopped.stderr.splitlines() if line.startswith("stopped:")]
     assert len(lines) == 1 and re.fullmatch(
@@ -183,13 +140,7 @@ def test_a_full_disk_stops_the_run_in_one_line_and_the_resume_is_bit_identical(
     assert "Traceback" not in stopped.stderr
     assert [p.name for p in last.parent.iterdir()] == ["last.pt"] and read_checkpoint(last)["step"] == 2
     small_disk.resize(4 * checkpoint + 2 * rest)
-    resumed = subprocess.run(
-        memdpc_command("train", *args, "--out", str(out)),
-        env=subprocess_env(),
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
+    resumed = run_to_end(memdpc_command("train", *args, "--out", str(out)))
     assert resumed.returncode == 0, resumed.stderr
     assert f"resuming {last} at epoch 0, step 2" in resumed.stderr
     assert_same_training(tmp_path / "whole", out)
