@@ -61,8 +61,14 @@ TINY_TRAIN = [
 TINY_EVAL = ["--batch-size", "2", "--backend", "torch", "--workers", "0"]
 
 
+def run_cli(*args):
+    """``memdpc ARGS`` in this process (click's runner), each argument as its text."""
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
 def invoke(*args) -> str:
-    res = CliRunner().invoke(main, [str(a) for a in args])
+    """``memdpc ARGS`` in this process, which must succeed; what it printed."""
+    res = run_cli(*args)
     assert res.exit_code == 0, (args, res.output, res.exception)
     return res.output
 
@@ -197,73 +203,36 @@ def test_a_recipes_eval_options_fill_only_what_the_command_line_leaves(tiny_shar
     run = tmp_path / "run"
     invoke("train", "--config", "ucf101-r18-rgb", "--shards", tiny_shards, "--out", run, *TINY_TRAIN)
     ckpt = run / "checkpoints" / "last.pt"
-    invoke(
-        "eval",
-        "finetune",
-        ckpt,
-        "--config",
-        "ucf101-r18-rgb",
-        "--shards",
-        tiny_shards,
-        "--out",
-        tmp_path / "a",
-        "--epochs",
-        "1",
-        *TINY_EVAL,
-    )
-    invoke(
-        "eval",
-        "finetune",
-        ckpt,
-        "--config",
-        "ucf101-r18-rgb",
-        "--shards",
-        tiny_shards,
-        "--out",
-        tmp_path / "b",
-        "--epochs",
-        "1",
-        "--crops",
-        "1",
-        *TINY_EVAL,
-    )
+
+    def finetune(config, out: str, *options) -> list:
+        """The arguments of ``memdpc eval finetune`` of the one-step checkpoint with the recipe ``config`` on the
+        tiny shards, into ``tmp_path / out``."""
+        return [
+            "eval",
+            "finetune",
+            ckpt,
+            "--config",
+            config,
+            "--shards",
+            tiny_shards,
+            "--out",
+            tmp_path / out,
+            *options,
+        ]
+
+    invoke(*finetune("ucf101-r18-rgb", "a", "--epochs", "1", *TINY_EVAL))
+    invoke(*finetune("ucf101-r18-rgb", "b", "--epochs", "1", "--crops", "1", *TINY_EVAL))
     crops = [json.loads((tmp_path / d / "finetune-rgb.json").read_text())["config"]["crops"] for d in "ab"]
     assert crops == [10, 1]
     bad = tmp_path / "bad.yaml"
     bad.write_text("base: ucf101-r18-rgb\neval: {task: finetune, label_fractoin: 0.1}\n")
-    res = CliRunner().invoke(
-        main,
-        [
-            "eval",
-            "finetune",
-            str(ckpt),
-            "--config",
-            str(bad),
-            "--shards",
-            str(tiny_shards),
-            "--out",
-            str(tmp_path / "c"),
-        ],
-    )
+    res = run_cli(*finetune(bad, "c"))
     assert (
         res.exit_code == 2
         and "bad.yaml: eval: memdpc eval finetune has no option --label-fractoin" in res.output
     )
     bad.write_text("base: ucf101-r18-rgb\neval: {task: finetune, crops: 7}\n")
-    res = CliRunner().invoke(
-        main,
-        [
-            "eval",
-            "finetune",
-            str(ckpt),
-            "--config",
-            str(bad),
-            "--shards",
-            str(tiny_shards),
-            "--out",
-            str(tmp_path / "c"),
-        ],
-    )
+    res = run_cli(*finetune(bad, "c"))
     assert res.exit_code == 2 and res.output.splitlines()[-1].startswith(
         f"Error: {bad}: eval: crops must be one of 1, 5, 10, not 7"
     )
