@@ -54,6 +54,11 @@ def index(tiny_dataset, tmp_path_factory) -> Path:
     return path
 
 
+def preprocess_args(verb: str, index: Path, out: Path, *options: str) -> list[str]:
+    """``memdpc preprocess VERB INDEX --out OUT OPTIONS``: the arguments after ``memdpc``."""
+    return ["preprocess", verb, str(index), "--out", str(out), *options]
+
+
 def archives(out: Path, stream: str) -> dict[str, tuple[dict, list[bytes]]]:
     return {p.stem: read_archive(p) for p in sorted((out / stream).glob("[!.]*.tar"))}
 
@@ -114,22 +119,8 @@ def translation_video(path: Path, dx: int, dy: int, n: int = 4, size: int = 64) 
 def test_known_translation_through_the_cli(tmp_path, encoding, name):
     video = translation_video(tmp_path / "shift.avi", dx=3, dy=-2)
     write_index([VideoRecord("shift", str(video), 0, "Shift", "train")], tmp_path / "i.jsonl")
-    res = CliRunner().invoke(
-        main,
-        [
-            "preprocess",
-            "flow",
-            str(tmp_path / "i.jsonl"),
-            "--out",
-            str(tmp_path / "o"),
-            "--size",
-            "0",
-            "--third-channel",
-            "0",
-            "--flow-encoding",
-            encoding,
-        ],
-    )
+    options = ["--size", "0", "--third-channel", "0", "--flow-encoding", encoding]
+    res = CliRunner().invoke(main, preprocess_args("flow", tmp_path / "i.jsonl", tmp_path / "o", *options))
     assert res.exit_code == 0, res.output
     assert "flow: native on cpu" in res.output  # --flow-backend auto, without CUDA
     meta, data = read_archive(archive_path(tmp_path / "o", "flow", "shift"))
@@ -162,18 +153,7 @@ def bad_index(tiny_dataset, tmp_path) -> Path:
 
 def test_bad_videos_are_reported_and_skipped(bad_index, tmp_path):
     out = tmp_path / "out"
-    args = [
-        "preprocess",
-        "frames",
-        str(bad_index),
-        "--out",
-        str(out),
-        "--streams",
-        "rgb,flow",
-        "--size",
-        "0",
-        *FAST_FLAGS,
-    ]
+    args = preprocess_args("frames", bad_index, out, "--streams", "rgb,flow", "--size", "0", *FAST_FLAGS)
     res = CliRunner().invoke(main, args)
     assert res.exit_code == 0, res.output
     entries = read_report(out).entries("flow")
@@ -215,7 +195,7 @@ def test_bad_videos_are_reported_and_skipped(bad_index, tmp_path):
     ],
 )
 def test_out_of_range_options_fail_before_any_work(index, tmp_path, flags, message):
-    res = CliRunner().invoke(main, ["preprocess", "flow", str(index), "--out", str(tmp_path / "o"), *flags])
+    res = CliRunner().invoke(main, preprocess_args("flow", index, tmp_path / "o", *flags))
     assert res.exit_code == 2 and message in res.output
     assert "Traceback" not in res.output
     assert not (tmp_path / "o").exists()
@@ -225,17 +205,7 @@ def test_unusable_flow_device_fails_before_any_work(index, tmp_path):
     torch = pytest.importorskip("torch")
     if torch.cuda.is_available():
         pytest.skip("a CUDA device is available: the option is usable here")
-    args = [
-        "preprocess",
-        "flow",
-        str(index),
-        "--out",
-        str(tmp_path / "o"),
-        "--flow-backend",
-        "torch",
-        "--device",
-        "cuda",
-    ]
+    args = preprocess_args("flow", index, tmp_path / "o", "--flow-backend", "torch", "--device", "cuda")
     res = CliRunner().invoke(main, args)
     assert res.exit_code == 2 and "no CUDA device" in res.output
     assert not (tmp_path / "o").exists()
@@ -248,18 +218,7 @@ def test_cuda_without_cuda_is_a_one_line_error(index, tmp_path, backend):
         pytest.skip("a CUDA device is available: the option is usable here")
     out = tmp_path / "o"
     res = subprocess.run(
-        [
-            MEMDPC,
-            "preprocess",
-            "flow",
-            str(index),
-            "--out",
-            str(out),
-            "--flow-backend",
-            backend,
-            "--device",
-            "cuda",
-        ],
+        [MEMDPC, *preprocess_args("flow", index, out, "--flow-backend", backend, "--device", "cuda")],
         capture_output=True,
         text=True,
     )
@@ -308,21 +267,8 @@ def test_kill_and_resume(index, tmp_path, kill_midway):
     """SIGKILL a run (and its workers) mid-way: no half-written archive under a final name; a re-run
     finishes the rest and the output is complete and correct."""
     out = tmp_path / "out"
-    cmd = [
-        MEMDPC,
-        "preprocess",
-        "flow",
-        str(index),
-        "--out",
-        str(out),
-        "--streams",
-        "rgb,flow",
-        "--size",
-        "0",
-        "--workers",
-        "1",
-        *FAST_FLAGS,
-    ]
+    options = ["--streams", "rgb,flow", "--size", "0", "--workers", "1", *FAST_FLAGS]
+    cmd = [MEMDPC, *preprocess_args("flow", index, out, *options)]
     kill_midway(cmd, out)
     final = {s: {p.stem for p in (out / s).glob("[!.]*.tar")} for s in ("rgb", "flow")}
     complete = final["rgb"] & final["flow"]
@@ -431,7 +377,7 @@ def test_a_rerun_with_other_settings_is_refused_then_rewritten_with_overwrite(
     clips, tmp_path, first, then, difference
 ):
     index, out = clips[0], tmp_path / "out"
-    args = ["preprocess", "flow", str(index), "--out", str(out), "--streams", "rgb,flow", *SMALL]
+    args = preprocess_args("flow", index, out, "--streams", "rgb,flow", *SMALL)
     assert _run(*args, *first)[0] == 0
     before = {p: p.read_bytes() for p in out.glob("*/*.tar")}
     report = (out / "preprocess-report-part0of3.jsonl").read_text()
@@ -483,7 +429,7 @@ def test_an_index_of_another_folder_whose_ids_collide_is_refused(clips, tmp_path
 
 def test_a_rerun_that_only_skips_keeps_the_report_of_the_run_that_did_the_work(bad_index, tmp_path):
     out = tmp_path / "out"
-    args = ["preprocess", "frames", str(bad_index), "--out", str(out), "--size", "0"]
+    args = preprocess_args("frames", bad_index, out, "--size", "0")
     assert CliRunner().invoke(main, args).exit_code == 0
     first = read_report(out).entries("rgb")
     assert [v["status"] for v in first.values()] == ["done", "failed", "failed", "failed", "failed", "done"]
@@ -501,17 +447,9 @@ def test_a_rerun_that_only_skips_keeps_the_report_of_the_run_that_did_the_work(b
 @pytest.mark.parametrize("workers", ["1", "2"])
 def test_a_rerun_with_nothing_left_to_do_skips_every_video(tiny_dataset, tmp_path, workers):
     write_index(build_index(tiny_dataset, "ucf101", 1)[:3], tmp_path / "index.jsonl")
-    args = [
-        "preprocess",
-        "frames",
-        str(tmp_path / "index.jsonl"),
-        "--out",
-        str(tmp_path / "out"),
-        "--size",
-        "0",
-        "--workers",
-        workers,
-    ]
+    args = preprocess_args(
+        "frames", tmp_path / "index.jsonl", tmp_path / "out", "--size", "0", "--workers", workers
+    )
     path, lines = tmp_path / "out" / "preprocess-report.jsonl", []
     for _ in range(2):
         res = CliRunner().invoke(main, args)
@@ -530,16 +468,7 @@ def test_a_report_of_another_kind_is_named_not_appended_to(tiny_dataset, tmp_pat
     report.parent.mkdir()
     report.write_text("{half a report")
     res = CliRunner().invoke(
-        main,
-        [
-            "preprocess",
-            "frames",
-            str(tmp_path / "index.jsonl"),
-            "--out",
-            str(tmp_path / "out"),
-            "--size",
-            "0",
-        ],
+        main, preprocess_args("frames", tmp_path / "index.jsonl", tmp_path / "out", "--size", "0")
     )
     assert res.exit_code == 2 and "Traceback" not in res.output
     assert f"{report}: not a preprocess report of this memdpc version (one JSON line per event" in " ".join(
@@ -560,24 +489,8 @@ def test_a_signal_stops_the_workers_within_seconds_and_the_same_command_resumes(
     are cancelled, the workers terminated, finished archives kept, the report written; then the same
     command does the rest."""
     out = tmp_path / "out"
-    cmd = [
-        MEMDPC,
-        "preprocess",
-        "flow",
-        str(clips[0]),
-        "--out",
-        str(out),
-        "--streams",
-        "rgb,flow",
-        "--size",
-        "0",
-        "--workers",
-        "2",
-        "--scales",
-        "1",
-        "--warps",
-        "1",
-    ]
+    options = ["--streams", "rgb,flow", "--size", "0", "--workers", "2", "--scales", "1", "--warps", "1"]
+    cmd = [MEMDPC, *preprocess_args("flow", clips[0], out, *options)]
     stopped = stop_midway(cmd, out, sig)
     assert stopped.returncode == 128 + sig and stopped.seconds < STOP_WITHIN, stopped.stderr
     assert "Traceback" not in stopped.stderr and "Aborted" not in stopped.stderr
@@ -660,16 +573,7 @@ def test_the_progress_of_a_video_costs_the_same_however_many_videos_the_run_has(
 def test_the_bar_counts_the_pairs_of_one_long_video(clips, tmp_path):
     first = read_index(clips[0])[0]
     write_index([first], tmp_path / "one.jsonl")
-    res = _cli(
-        "preprocess",
-        "flow",
-        str(tmp_path / "one.jsonl"),
-        "--out",
-        str(tmp_path / "o"),
-        "--size",
-        "0",
-        *SMALL[2:],
-    )
+    res = _cli(*preprocess_args("flow", tmp_path / "one.jsonl", tmp_path / "o", "--size", "0", *SMALL[2:]))
     assert res.returncode == 0, res.stderr
     assert re.search(r"preprocess flow .*1/1 videos · 40 pairs · [\d.]+ pairs/s", res.stderr), res.stderr
 
@@ -682,17 +586,7 @@ def test_ffmpeg_messages_go_to_the_report_not_the_terminal(bad_index, clips, tmp
     records = [*read_index(bad_index), VideoRecord("mjpeg_cut", str(tmp_path / "cut.avi"), 0, "X", "train")]
     write_index(records, tmp_path / "index.jsonl")
     out = tmp_path / "out"
-    res = _cli(
-        "preprocess",
-        "frames",
-        str(tmp_path / "index.jsonl"),
-        "--out",
-        str(out),
-        "--size",
-        "0",
-        "--workers",
-        workers,
-    )
+    res = _cli(*preprocess_args("frames", tmp_path / "index.jsonl", out, "--size", "0", "--workers", workers))
     assert res.returncode == 0, res.stderr
     assert "WARN" not in res.stderr and "VIDEOIO" not in res.stderr and "@ 0x" not in res.stderr
     messages = {vid: v.get("messages", []) for vid, v in read_report(out).entries("rgb").items()}
@@ -712,11 +606,9 @@ def test_ffmpeg_messages_go_to_the_report_not_the_terminal(bad_index, clips, tmp
 # ------------------------------------------------------------------------ faults of a part of a run
 def _two_workers(index: Path, out: Path) -> list[str]:
     """A ``memdpc preprocess flow`` command of two worker processes (the arguments after ``memdpc``)."""
-    return ["preprocess", "flow", str(index), "--out", str(out), "--streams", "rgb,flow", "--size", "0"] + [
-        "--workers",
-        "2",
-        *FAST_FLAGS,
-    ]
+    return preprocess_args(
+        "flow", index, out, "--streams", "rgb,flow", "--size", "0", "--workers", "2", *FAST_FLAGS
+    )
 
 
 @pytest.fixture(scope="module")
