@@ -7,6 +7,7 @@ import json
 import re
 import shutil
 import tarfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import cv2
@@ -68,12 +69,8 @@ def test_augmentation_off_gives_identical_tensors_from_both_backends(tiny_shards
 
 def test_augmentation_off_is_plain_decoding(tiny_shards):
     """Both backends decode exactly what an OpenCV decode of the shard's JPEG members gives (RGB order)."""
-    import cv2
-
     key = shard_keys(tiny_shards, "rgb", "test")[0]
-    with tarfile.open(sorted((tiny_shards / "rgb").glob("test-*.tar"))[0]) as t:
-        jpgs = [t.extractfile(f"{key}.f{i:02d}.jpg").read() for i in range(40)]
-    want = np.stack([cv2.imdecode(np.frombuffer(j, np.uint8), cv2.IMREAD_COLOR)[..., ::-1] for j in jpgs])
+    want = sample_frames(tiny_shards, "rgb", "test")[key]
     for backend in BACKENDS:
         got = one_epoch(
             make_loader(
@@ -83,12 +80,12 @@ def test_augmentation_off_is_plain_decoding(tiny_shards):
         assert np.array_equal(denormalise(got, AugmentSpec()).numpy(), want), backend
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_epoch_yields_each_sample_once_across_two_ranks(tiny_shards, backend):
-    seen: list[str] = []
+def two_rank_loaders(shards: Path, backend: str, **kw) -> Iterator:
+    """The training loaders of rank 0, then rank 1, of two on the rgb train split of ``shards`` (batches of 2 at
+    32², one worker), each made when the one before is done with."""
     for rank in (0, 1):
-        loader = make_loader(
-            tiny_shards,
+        yield make_loader(
+            shards,
             "rgb",
             "train",
             train=True,
@@ -98,8 +95,14 @@ def test_epoch_yields_each_sample_once_across_two_ranks(tiny_shards, backend):
             rank=rank,
             world_size=2,
             num_workers=1,
-            seed=3,
+            **kw,
         )
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_epoch_yields_each_sample_once_across_two_ranks(tiny_shards, backend):
+    seen: list[str] = []
+    for loader in two_rank_loaders(tiny_shards, backend, seed=3):
         loader.set_epoch(1)
         seen += list(one_epoch(loader))
     assert sorted(seen) == sorted(shard_keys(tiny_shards, "rgb", "train"))
@@ -108,20 +111,7 @@ def test_epoch_yields_each_sample_once_across_two_ranks(tiny_shards, backend):
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_drop_last_gives_every_rank_the_same_number_of_full_batches(tiny_shards, backend):
     counts = []
-    for rank in (0, 1):
-        loader = make_loader(
-            tiny_shards,
-            "rgb",
-            "train",
-            train=True,
-            batch_size=2,
-            size=32,
-            backend=backend,
-            rank=rank,
-            world_size=2,
-            num_workers=1,
-            drop_last=True,
-        )
+    for loader in two_rank_loaders(tiny_shards, backend, drop_last=True):
         batches = list(loader)
         assert all(len(b.keys) == 2 for b in batches)
         counts.append((len(loader), len(batches)))
@@ -328,9 +318,11 @@ def frames_u8(clip: torch.Tensor) -> np.ndarray:
     return denormalise(clip, AugmentSpec()).numpy()
 
 
-def train_epoch(tiny_shards, backend: str, stream: str = "rgb", seed: int = 0, epoch: int = 0, **spec):
+def train_epoch(shards: Path, backend: str, stream: str = "rgb", seed: int = 0, epoch: int = 0, **spec):
+    """One epoch (:func:`one_epoch`) of ``stream``'s train split in training, batches of 3 at 24², one worker,
+    augmented by ``AugmentSpec(**spec)``."""
     loader = make_loader(
-        tiny_shards,
+        shards,
         stream,
         "train",
         train=True,
@@ -385,27 +377,19 @@ def test_per_frame_jitter_differs_between_frames(tiny_shards, backend):
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_flipped_flow_has_negated_x(tiny_shards, backend):
     geometry = dict(crop_area=(1.0, 1.0), crop_aspect=(1.0, 1.0), crop_size=None, jitter_flow=False)
-    plain = make_loader(
-        tiny_shards,
-        "flow",
-        "train",
-        train=True,
-        batch_size=3,
-        size=32,
-        backend=backend,
-        num_workers=1,
-        spec=AugmentSpec(flip_p=0.0, **geometry),
-    )
-    flipped = make_loader(
-        tiny_shards,
-        "flow",
-        "train",
-        train=True,
-        batch_size=3,
-        size=32,
-        backend=backend,
-        num_workers=1,
-        spec=AugmentSpec(flip_p=1.0, **geometry),
+    plain, flipped = (
+        make_loader(
+            tiny_shards,
+            "flow",
+            "train",
+            train=True,
+            batch_size=3,
+            size=32,
+            backend=backend,
+            num_workers=1,
+            spec=AugmentSpec(flip_p=flip_p, **geometry),
+        )
+        for flip_p in (0.0, 1.0)
     )
     a, b = one_epoch(plain), one_epoch(flipped)
     for key in a:
@@ -438,15 +422,23 @@ def test_ten_crop_mirrors_negate_flow_x(tiny_shards, backend):
 
 
 # ------------------------------------------------------------------------------- flow as greyscale planes
-def planes_frames(shard_dir: Path, split: str) -> dict[str, np.ndarray]:
-    """key → the sample's 40 flow images as stored: (F, H, W, 3) x, y and the archives' third channel."""
+def sample_jpegs(shard_dir: Path, stream: str, split: str) -> dict[str, list[bytes]]:
+    """key → the sample's 40 JPEG frames as its shard holds them."""
     out = {}
-    for tar in sorted((shard_dir / "flow").glob(f"{split}-*.tar")):
+    for tar in sorted((shard_dir / stream).glob(f"{split}-*.tar")):
         with tarfile.open(tar) as t:
             members = {m.name: t.extractfile(m).read() for m in t}
         for key in sorted({name.split(".", 1)[0] for name in members}):
-            out[key] = np.stack([decode_rgb(members[f"{key}.f{i:02d}.jpg"], PLANES_THIRD) for i in range(40)])
+            out[key] = [members[f"{key}.f{i:02d}.jpg"] for i in range(40)]
     return out
+
+
+def planes_frames(shard_dir: Path, split: str) -> dict[str, np.ndarray]:
+    """key → the sample's 40 flow images as stored: (F, H, W, 3) x, y and the archives' third channel."""
+    return {
+        key: np.stack([decode_rgb(j, PLANES_THIRD) for j in jpgs])
+        for key, jpgs in sample_jpegs(shard_dir, "flow", split).items()
+    }
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -485,15 +477,10 @@ def test_flow_planes_are_read_as_the_codes_they_store(planes_shards, backend, tr
 # ------------------------------------------------------------------------------- mixed frame sizes
 def sample_frames(shard_dir: Path, stream: str, split: str) -> dict[str, np.ndarray]:
     """key → the sample's 40 frames as OpenCV decodes its JPEG members (F, H, W, 3) RGB, at their own size."""
-    out = {}
-    for tar in sorted((shard_dir / stream).glob(f"{split}-*.tar")):
-        with tarfile.open(tar) as t:
-            members = {m.name: t.extractfile(m).read() for m in t}
-        for key in sorted({name.split(".", 1)[0] for name in members}):
-            jpgs = [members[f"{key}.f{i:02d}.jpg"] for i in range(40)]
-            bgr = [cv2.imdecode(np.frombuffer(j, np.uint8), cv2.IMREAD_COLOR) for j in jpgs]
-            out[key] = np.stack(bgr)[..., ::-1]
-    return out
+    return {
+        key: np.stack([cv2.imdecode(np.frombuffer(j, np.uint8), cv2.IMREAD_COLOR) for j in jpgs])[..., ::-1]
+        for key, jpgs in sample_jpegs(shard_dir, stream, split).items()
+    }
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -557,7 +544,9 @@ def test_training_crops_are_relative_to_each_samples_own_frames(mixed_shards, ba
     """A random crop of area 1 and aspect 1 is, in every frame that is not square, the centred square of the
     short side (torchvision's fallback), and the whole frame of a square one: for each of the three sizes the
     training clip is that square resized to the output size."""
-    spec = AugmentSpec(
+    got = train_epoch(
+        mixed_shards,
+        backend,
         crop_area=(1.0, 1.0),
         crop_aspect=(1.0, 1.0),
         crop_size=None,
@@ -568,18 +557,6 @@ def test_training_crops_are_relative_to_each_samples_own_frames(mixed_shards, ba
         saturation=0,
         hue=0,
     )
-    loader = make_loader(
-        mixed_shards,
-        "rgb",
-        "train",
-        train=True,
-        batch_size=3,
-        size=24,
-        backend=backend,
-        num_workers=1,
-        spec=spec,
-    )
-    got = one_epoch(loader)
     sizes = set()
     for key, f in sample_frames(mixed_shards, "rgb", "train").items():
         h, w = f.shape[1:3]
