@@ -5,14 +5,15 @@ loss's and augmentation's options, on both example families (``synthetic``, ``ph
 its videos (cached per data draw), preprocesses and shards them, trains one stream, keeps checkpoints along
 the way and evaluates each of them, and the two random-init baselines (untrained; untrained with the data's
 BatchNorm statistics), by retrieval R@1 and linear-probe top-1 on the test videos; the last checkpoint is
-paired with each baseline on the same test videos (``memdpc eval compare``: McNemar's exact test).
+paired with each baseline on the same test videos (``memdpc eval compare``: McNemar's exact test), and
+:func:`first_direction` says where each encoder's features vary most.
 
 Cells run one at a time, each in its own process and folder under ``--work``: a killed scan resumes with
 the cells it had not finished (a cell's result is written last, atomically). ``--dry-run`` prints the plan
 and its estimated cost without running anything. Data seeds 100 and 101 are validation draws, on which
 settings were chosen; seeds below 100 are held out and are the only ones the results table reports as such.
 
-    python -m bench.learn [--plan scan] [--work runs/learn] [--out bench/results/learn] [--only SUBSTRING]
+    python -m bench.learn [--plan scan|tune|smoke] [--work runs/learn] [--out bench/results/learn] [--only SUBSTRING]
         [--dry-run | --report]
 
 Writes ``<out>.json`` (every cell), ``<out>.md`` (the tables) and ``<out>.png`` (the curves).
@@ -31,9 +32,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from rich.console import Console
 
 from memdpc.common.atomic import atomic_path, write_json_atomic
+from memdpc.eval.features import Windows, video_mean
+from memdpc.preprocess.archive import archive_path, read_archive
+from memdpc.preprocess.encode import decode_rgb
 
 FAMILIES = ("synthetic", "photos")
 # data draws that settings are chosen on (100 so far); never reported as results
@@ -142,7 +147,29 @@ def scan() -> list[Cell]:
     ]
 
 
-PLANS = {"smoke": smoke, "scan": scan}
+def tune() -> list[Cell]:
+    """Settings tried on the validation draws (seed 100) of both families at 32², after the scan (none of them
+    has been run on a held-out draw): the loss's temperature (a larger one tolerates same-class negatives), a
+    decaying learning rate, and four times the clips a batch (more negatives) over about as many steps."""
+    tries = {
+        "t0.3": {"temperature": 0.3},
+        "t0.5": {"temperature": 0.5},
+        "t0.5-2x-decay": {"temperature": 0.5, "epochs": 40, "schedule": "milestones", "milestones": [30]},
+        "batch-64": {"batch_size": 64, "epochs": 80},
+    }
+    return [
+        Cell(
+            f"val-{family}-s100-{name}-32px",
+            Data(family=family, seed=100),
+            "flow",
+            {**CHOSEN, "size": 32, **t},
+        )
+        for name, t in tries.items()
+        for family in FAMILIES
+    ]
+
+
+PLANS = {"smoke": smoke, "scan": scan, "tune": tune}
 
 
 # ------------------------------------------------------------------------------------------ data draws
@@ -272,6 +299,10 @@ def run_cell(work: Path, cell: Cell) -> dict[str, Any]:
         "curve": curve,
         "baselines": baselines,
         "paired": paired,
+        "first_direction": {
+            model: first_direction(out / "eval" / name / f"features-{cell.stream}-train.npz", data / "frames")
+            for model, name in (("memdpc", last), *((b, b) for b in BASELINES))
+        },
         "monitor": {
             "knn": [(r["step"], r["r1"]) for r in records if r["kind"] == "knn"],
             "knn_baselines": {r["baseline"]: r["r1"] for r in records if r["kind"] == "knn_baseline"},
@@ -281,6 +312,56 @@ def run_cell(work: Path, cell: Cell) -> dict[str, Any]:
     }
     write_json_atomic(out / "result.json", result)
     return result
+
+
+# global statistics of a flow video, each a mean over its frames (codes, 128 = still): what a feature may follow
+FLOW_STATISTICS = ("mean x", "mean y", "speed", "divergence", "curl")
+
+
+def flow_statistics(archive: Path) -> np.ndarray:
+    """:data:`FLOW_STATISTICS` of a flow archive: the mean horizontal and vertical displacement, the mean speed,
+    and the mean outward and rotational component about the frame's centre (a zoom's and a roll's sense)."""
+    _, frames = read_archive(archive)
+    codes = np.stack([decode_rgb(f)[..., :2] for f in frames]).astype(np.float32) - 128  # (F, H, W, 2)
+    h, w = codes.shape[1:3]
+    y, x = np.mgrid[:h, :w] - np.array([(h - 1) / 2, (w - 1) / 2]).reshape(2, 1, 1)
+    r = np.hypot(x, y).clip(min=1)
+    u, v = codes[..., 0], codes[..., 1]
+    return np.array(
+        [
+            u.mean(),
+            v.mean(),
+            np.hypot(u, v).mean(),
+            ((u * x + v * y) / r).mean(),
+            ((v * x - u * y) / r).mean(),
+        ]
+    )
+
+
+def first_direction(features: Path, flows: Path) -> dict[str, Any]:
+    """Where a split's per-video features (windows and crops averaged; an evaluation's feature cache) vary most,
+    along their first principal direction: ``variance``, its share of their variance (near 1: the videos differ
+    along it only, and a nearest-neighbour search and a linear probe have little else to go by); ``class``, the
+    share of its own variance that lies between the class means (near 0: it is not about the class); and
+    ``follows``, the flow statistic (:func:`flow_statistics` of the videos' archives under ``flows``) it is most
+    correlated with, and ``r``, that correlation's size."""
+    with np.load(features, allow_pickle=False) as z:
+        windows = Windows(list(z["keys"]), list(z["video_ids"]), z["labels"], z["values"])
+    ids, labels, values = video_mean(windows)
+    flat = values.reshape(len(values), -1)
+    centred = flat - flat.mean(axis=0)
+    _, singular, directions = np.linalg.svd(centred, full_matrices=False)
+    along = centred @ directions[0]
+    between = sum(np.sum(labels == c) * along[labels == c].mean() ** 2 for c in np.unique(labels))
+    stats = np.stack([flow_statistics(archive_path(flows, "flow", v)) for v in ids])
+    r = [abs(np.corrcoef(along, column)[0, 1]) for column in stats.T]
+    best = int(np.argmax(r))
+    return {
+        "variance": float(singular[0] ** 2 / np.sum(singular**2)),
+        "class": float(between / np.sum(along**2)),
+        "follows": FLOW_STATISTICS[best],
+        "r": float(r[best]),
+    }
 
 
 def _steps_per_epoch(records: list[dict[str, Any]]) -> int:
@@ -397,6 +478,25 @@ def markdown(results: list[dict[str, Any]]) -> str:
                     f"{_verdict(r['paired']['random_bn'][m])} |"
                 )
         lines.append("")
+    lines += [
+        "**Where the features vary most**: along their first principal direction (the training videos' features, "
+        "windows averaged), its share of their variance (near 1: the videos differ along it only) / the share of "
+        "its own variance that lies between the class means (near 0: it is not about the class) · the global flow "
+        "statistic it follows most closely (|r|)",
+        "",
+        "| cell | MemDPC | random init | data BN |",
+        "|---|---|---|---|",
+        *(
+            f"| {r['cell']['name']} | "
+            + " | ".join(
+                "{variance:.2f} / {class:.2f} · {follows} {r:.2f}".format(**r["first_direction"][m])
+                for m in ("memdpc", *BASELINES)
+            )
+            + " |"
+            for r in results
+        ),
+        "",
+    ]
     return "\n".join(lines)
 
 

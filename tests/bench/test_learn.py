@@ -8,9 +8,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import cv2
+import numpy as np
 import pytest
 
-from bench.learn import Cell, Data, estimate, markdown, scan, windows
+from bench.learn import FLOW_STATISTICS, Cell, Data, estimate, flow_statistics, markdown, scan, windows
+from memdpc.preprocess.archive import write_archive
+from memdpc.preprocess.encode import planes_image
 from tests.conftest import subprocess_env
 
 pytestmark = pytest.mark.slow
@@ -43,6 +47,10 @@ def test_the_smoke_plan_runs_each_cell_once_and_writes_its_tables(tmp_path):
         "top1",
     }
     assert cell["cell"]["validation"] and "knn_baselines" in cell["monitor"]
+    for where in cell["first_direction"].values():  # the trained model and both baselines
+        assert 0 <= where["variance"] <= 1 and 0 <= where["class"] <= 1 and 0 <= where["r"] <= 1
+        assert where["follows"] in FLOW_STATISTICS
+    assert set(cell["first_direction"]) == {"memdpc", "random", "random_bn"}
     rows = json.loads(out.with_suffix(".json").read_text())
     assert [r["cell"]["name"] for r in rows] == ["smoke"]
     assert "Validation draws" in out.with_suffix(".md").read_text()
@@ -74,10 +82,35 @@ def test_a_held_out_row_marks_only_a_significant_gain():
         "curve": [{"epoch": 20, "step": 360, "R@1": 0.6, "top1": 0.5}],
         "baselines": {"random": {"R@1": 0.4, "top1": 0.7}, "random_bn": {"R@1": 0.4, "top1": 0.7}},
         "paired": {b: {"R@1": pair, "top1": worse} for b in ("random", "random_bn")},
+        "first_direction": {
+            m: {"variance": 0.9, "class": 0.05, "follows": "curl", "r": 0.8}
+            for m in ("memdpc", "random", "random_bn")
+        },
     }
     text = markdown([row])
     assert "Held-out draws" in text and "Validation" not in text
     assert "+20.0 [+10.0, +30.0] p 0.01 ✓" in text and "-20.0 [+10.0, +30.0] p 0.01 ✗" in text
+    assert "| c | 0.90 / 0.05 · curl 0.80 |" in text
+
+
+@pytest.mark.parametrize(
+    ("field", "statistic"),
+    [
+        (lambda x, y: (np.full_like(x, 12.0), np.zeros_like(y)), "mean x"),
+        (lambda x, y: (x / 3, y / 3), "divergence"),  # a zoom: outward from the centre
+        (lambda x, y: (-y / 3, x / 3), "curl"),  # a roll about the centre
+    ],
+)
+def test_flow_statistics_tell_a_pan_a_zoom_and_a_roll_apart(tmp_path, field, statistic):
+    """Flow codes written as the preprocess stage stores them (planes JPEGs in a frame archive)."""
+    y, x = np.mgrid[:32, :32] - 15.5
+    u, v = field(x, y)
+    codes = np.clip(np.stack([u, v], axis=-1) + 128, 0, 255).astype(np.uint8)
+    frame = cv2.imencode(".jpg", planes_image(codes), [cv2.IMWRITE_JPEG_QUALITY, 95])[1].tobytes()
+    write_archive(tmp_path / "v.tar", [frame] * 3, {"encoding": "jpeg-planes"})
+    stats = dict(zip(FLOW_STATISTICS, flow_statistics(tmp_path / "v.tar"), strict=True))
+    magnitude = {k: abs(v) for k, v in stats.items() if k != "speed"}
+    assert max(magnitude, key=magnitude.get) == statistic and stats["speed"] > 4
 
 
 def test_readmes_rows_of_the_scan_are_the_committed_table_s():
