@@ -150,12 +150,16 @@ def scan() -> list[Cell]:
 def tune() -> list[Cell]:
     """Settings tried on the validation draws (seed 100) of both families at 32², after the scan (none of them
     has been run on a held-out draw): the loss's temperature (a larger one tolerates same-class negatives), a
-    decaying learning rate, and four times the clips a batch (more negatives) over about as many steps."""
+    decaying learning rate, four times the clips a batch (more negatives) over about as many steps, and each block's
+    motion run backwards at random (a clip's sense of motion then no longer tells it apart), alone and with the
+    larger batch."""
     tries = {
         "t0.3": {"temperature": 0.3},
         "t0.5": {"temperature": 0.5},
         "t0.5-2x-decay": {"temperature": 0.5, "epochs": 40, "schedule": "milestones", "milestones": [30]},
         "batch-64": {"batch_size": 64, "epochs": 80},
+        "reverse-0.5": {"flow_reverse": 0.5},
+        "reverse-0.5-batch-64": {"flow_reverse": 0.5, "batch_size": 64, "epochs": 80},
     }
     return [
         Cell(

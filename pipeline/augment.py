@@ -80,6 +80,7 @@ class AugmentSpec:
     jitter_flow: bool = True
     flow_shift: float = 0.0
     flow_gain: float = 1.0
+    flow_reverse: float = 0.0
     eval_scale: float = 0.875
     mean: tuple[float, float, float] = IMAGENET_MEAN
     std: tuple[float, float, float] = IMAGENET_STD
@@ -234,9 +235,12 @@ def _grey_maps(rng: np.random.Generator, n: int, p: float) -> np.ndarray:
 
 
 def _motion_maps(rng: np.random.Generator, num_frames: int, num_blocks: int, spec: AugmentSpec) -> np.ndarray:
-    """(F, 4, 4): per block, one random global shift and gain of the flow codes, x and y alike."""
+    """(F, 4, 4): per block, one random global shift and gain of the flow codes, x and y alike; with
+    ``flow_reverse``, that block's gain negative at that probability (its motion run backwards)."""
     shift = rng.uniform(-spec.flow_shift, spec.flow_shift, (num_blocks, 2))
     gain = np.exp(rng.uniform(-math.log(spec.flow_gain), math.log(spec.flow_gain), num_blocks))
+    if spec.flow_reverse > 0:  # drawn only when asked: the other draws stay those of runs without it
+        gain *= np.where(rng.random(num_blocks) < spec.flow_reverse, -1.0, 1.0)
     per = num_frames // num_blocks
     out = _homogeneous(num_frames)
     out[:, 2, 2] = 1.0
@@ -252,7 +256,11 @@ def colour_maps(
 ) -> np.ndarray | None:
     """Per-frame affine colour maps (F, 3, 4) float32, or None when the clip's colours stay as they are."""
     flow_flip = stream == "flow" and flip
-    motion = stream == "flow" and spec.enabled and (spec.flow_shift > 0 or spec.flow_gain > 1)
+    motion = (
+        stream == "flow"
+        and spec.enabled
+        and (spec.flow_shift > 0 or spec.flow_gain > 1 or spec.flow_reverse > 0)
+    )
     if not spec.colour_on(stream) and not flow_flip and not motion:
         return None
     maps = _homogeneous(num_frames)

@@ -67,6 +67,13 @@ class TrainConfig:
     flow_gain: float = setting(
         1.0, "Flow: per block, a random gain of the flow codes about 128, up to this factor.", min=1
     )
+    flow_reverse: float = setting(
+        0.0,
+        "Flow: per block, the probability that its codes are mirrored about 128 (its motion run backwards: "
+        "a clip's sense of motion, left or right, in or out, no longer tells it apart).",
+        min=0,
+        max=1,
+    )
     crop_size: int = setting(
         224,
         "The random crop is resized to this, then to --size (the paper: 224); 0 = straight "

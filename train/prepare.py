@@ -358,6 +358,7 @@ def augment_spec(config: TrainConfig) -> AugmentSpec:
         crop_size=config.crop_size or None,
         flow_shift=config.flow_shift,
         flow_gain=config.flow_gain,
+        flow_reverse=config.flow_reverse,
     )
 
 

@@ -135,6 +135,28 @@ def test_flow_motion_shifts_and_scales_each_block_as_one_and_the_third_channel_n
     assert len({round(float(g[0]), 4) for g in gains}) == 4
 
 
+def test_flow_reverse_runs_a_blocks_motion_backwards_and_keeps_the_other_draws():
+    reversed_ = AugmentSpec(jitter_flow=False, flow_reverse=1.0)
+    maps = colour_maps(np.random.default_rng(0), 40, "flow", False, reversed_, num_blocks=4)
+    assert np.allclose([apply(m, [138, 100, 77]) for m in maps], [[118, 156, 77]] * 40)  # about 128, x and y
+    half = AugmentSpec(jitter_flow=False, flow_reverse=0.5)
+    maps = colour_maps(np.random.default_rng(1), 400, "flow", False, half, num_blocks=100)
+    signs = [apply(maps[k * 4], [138, 138, 0])[0] - 128 for k in range(100)]
+    assert set(np.round(signs, 4)) == {10.0, -10.0} and 30 < sum(s < 0 for s in signs) < 70
+    # the reversal is drawn after the shifts and gains: the same draws, only the gains' signs flipped
+    shifted = AugmentSpec(jitter_flow=False, flow_shift=10.0, flow_gain=1.5)
+    plain = colour_maps(np.random.default_rng(2), 8, "flow", False, shifted, num_blocks=2)
+    flipped = colour_maps(
+        np.random.default_rng(2), 8, "flow", False, shifted.with_(flow_reverse=1.0), num_blocks=2
+    )
+    assert np.allclose(flipped[:, :2, :2], -plain[:, :2, :2])
+
+    def shift(maps: np.ndarray) -> np.ndarray:  # a map's x and y shift: its offset less the gain's about 128
+        return maps[:, :2, 3] - 128 * (1 - maps[:, [0, 1], [0, 1]])
+
+    assert np.allclose(shift(flipped), shift(plain)) and np.abs(shift(plain)).max() > 1
+
+
 def test_flow_motion_off_by_default_leaves_the_draws_as_they_were():
     rng_a, rng_b = np.random.default_rng(3), np.random.default_rng(3)
     plain = colour_maps(rng_a, 8, "flow", False, AugmentSpec(), num_blocks=2)

@@ -20,6 +20,7 @@ from memdpc.pipeline.manifest import load_manifest
 from memdpc.train.config import TrainConfig, config_from_dict
 from memdpc.train.prepare import (
     CONFIG_NAME,
+    augment_spec,
     check_run_dir,
     check_shards,
     clear_run,
@@ -34,6 +35,21 @@ GEOMETRY = {"num_blocks": 5, "block_len": 3}
 
 def _config(shards: Path | str, out: Path | str = "", **kw) -> TrainConfig:
     return config_from_dict(dict(shards=str(shards), out=str(out), **{**GEOMETRY, **kw}))
+
+
+def test_the_augmentation_takes_every_flow_setting_of_the_config():
+    spec = augment_spec(
+        _config("s", jitter_flow=False, crop_size=0, flow_shift=10, flow_gain=1.5, flow_reverse=0.5)
+    )
+    assert (spec.jitter_flow, spec.crop_size, spec.flow_shift, spec.flow_gain, spec.flow_reverse) == (
+        False,
+        None,
+        10,
+        1.5,
+        0.5,
+    )
+    with pytest.raises(UserError, match="flow_reverse"):
+        _config("s", flow_reverse=1.5)
 
 
 def test_the_train_and_validation_manifests(train_shards):
