@@ -152,7 +152,7 @@ def tune() -> list[Cell]:
     has been run on a held-out draw): the loss's temperature (a larger one tolerates same-class negatives), a
     decaying learning rate, four times the clips a batch (more negatives) over about as many steps, and each block's
     motion run backwards at random (a clip's sense of motion then no longer tells it apart), alone and with the
-    larger batch."""
+    larger batch; and a context four times as wide (the encoder's last stage, 256 channels)."""
     tries = {
         "t0.3": {"temperature": 0.3},
         "t0.5": {"temperature": 0.5},
@@ -160,6 +160,8 @@ def tune() -> list[Cell]:
         "batch-64": {"batch_size": 64, "epochs": 80},
         "reverse-0.5": {"flow_reverse": 0.5},
         "reverse-0.5-batch-64": {"flow_reverse": 0.5, "batch_size": 64, "epochs": 80},
+        "wide-context": {"widths": [16, 32, 64, 256]},
+        "reverse-0.5-wide-context": {"flow_reverse": 0.5, "widths": [16, 32, 64, 256]},
     }
     return [
         Cell(
