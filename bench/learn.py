@@ -515,11 +515,18 @@ def _setting(cell: dict[str, Any]) -> str:
 
 
 def _panels(results: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    """The held-out cells to draw (the validation ones where none is), per panel: each family's main cells at the
-    training size of 64² (the paper's loss and the chosen settings) and at 32², then the ablations of one draw."""
-    held = [r for r in results if not r["cell"]["validation"]] or results
-    main = [r for r in held if _setting(r["cell"]) in MAIN]
+    """The held-out cells to draw, per panel: each family's main cells at the training size of 64² (the paper's
+    loss and the chosen settings) and at 32², then the ablations of one draw; where there are only validation
+    cells (the tune plan), one panel per draw with all of its cells."""
+    held = [r for r in results if not r["cell"]["validation"]]
     panels: dict[str, list[dict[str, Any]]] = {}
+    if not held:  # validation draws only (the tune plan): every cell of a draw in one panel
+        for r in results:
+            panels.setdefault(
+                f"tried on {r['cell']['data']['family']} seed {r['cell']['data']['seed']}", []
+            ).append(r)
+        return panels
+    main = [r for r in held if _setting(r["cell"]) in MAIN]
     for r in main:
         size = r["train"]["size"]
         panels.setdefault(r["cell"]["data"]["family"] + ("" if size == 64 else f", {size}²"), []).append(r)
@@ -550,7 +557,7 @@ def curves(results: list[dict[str, Any]], path: Path) -> Path:
     panels = _panels(results)
     fig, axes = plt.subplots(2, len(panels), figsize=(4.5 * len(panels), 7), squeeze=False)
     for col, (title, cells) in enumerate(panels.items()):
-        ablations = title.startswith("ablations")
+        ablations = title.startswith(("ablations", "tried"))
         seeds = sorted({r["cell"]["data"]["seed"] for r in cells})
         for row, (m, name) in enumerate(METRIC_NAMES.items()):
             ax = axes[row][col]
@@ -572,8 +579,9 @@ def curves(results: list[dict[str, Any]], path: Path) -> Path:
             ax.set_title(f"{title}: test {name}", fontsize=9)
             ax.set_xlabel("training step")
             ax.legend(fontsize=7)
+    draws = "held-out draws" if any(not r["cell"]["validation"] for r in results) else "validation draws"
     fig.suptitle(
-        "held-out draws (dotted: untrained encoder; dash-dotted: untrained, the data's BatchNorm statistics)"
+        f"{draws} (dotted: untrained encoder; dash-dotted: untrained, the data's BatchNorm statistics)"
     )
     fig.tight_layout()
     with atomic_path(path) as tmp:
