@@ -157,7 +157,8 @@ def tune() -> list[Cell]:
     has been run on a held-out draw): the loss's temperature (a larger one tolerates same-class negatives), a
     decaying learning rate, four times the clips a batch (more negatives) over about as many steps, and each block's
     motion run backwards at random (a clip's sense of motion then no longer tells it apart), alone and with the
-    larger batch; and a context four times as wide (the encoder's last stage, 256 channels)."""
+    larger batch; a context four times as wide (the encoder's last stage, 256 channels); and the bidirectional
+    model (a second aggregator, backwards in time: its context joins the features)."""
     tries = {
         "t0.3": {"temperature": 0.3},
         "t0.5": {"temperature": 0.5},
@@ -167,6 +168,7 @@ def tune() -> list[Cell]:
         "reverse-0.5-batch-64": {"flow_reverse": REVERSE["flow_reverse"], "batch_size": 64, "epochs": 80},
         "wide-context": {"widths": [16, 32, 64, 256]},
         "reverse-0.5-wide-context": {"flow_reverse": REVERSE["flow_reverse"], "widths": [16, 32, 64, 256]},
+        "bidirectional": {"bidirectional": True},
     }
     return [
         Cell(
