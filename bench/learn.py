@@ -36,7 +36,6 @@ import numpy as np
 from rich.console import Console
 
 from memdpc.common.atomic import atomic_path, write_json_atomic
-from memdpc.eval.features import Windows, video_mean
 from memdpc.preprocess.archive import archive_path, read_archive
 from memdpc.preprocess.encode import decode_rgb
 
@@ -153,12 +152,13 @@ def scan() -> list[Cell]:
 
 
 def tune() -> list[Cell]:
-    """Settings tried on the validation draws (seed 100) of both families at 32², after the scan (none of them
-    has been run on a held-out draw): the loss's temperature (a larger one tolerates same-class negatives), a
-    decaying learning rate, four times the clips a batch (more negatives) over about as many steps, and each block's
-    motion run backwards at random (a clip's sense of motion then no longer tells it apart), alone and with the
-    larger batch; a context four times as wide (the encoder's last stage, 256 channels); and the bidirectional
-    model (a second aggregator, backwards in time: its context joins the features)."""
+    """Settings tried on the validation draws (seed 100) of both families at 32², after the scan (of them, only
+    the reversal alone runs on the held-out draws too: the scan's ``reverse-32px``): the loss's temperature (a
+    larger one tolerates same-class negatives), a decaying learning rate, four times the clips a batch (more
+    negatives) over about as many steps, and each block's motion run backwards at random (a clip's sense of
+    motion then no longer tells it apart), alone and with the larger batch; a context four times as wide (the
+    encoder's last stage, 256 channels); and the bidirectional model (a second aggregator, backwards in time: its
+    context joins the features)."""
     tries = {
         "t0.3": {"temperature": 0.3},
         "t0.5": {"temperature": 0.5},
@@ -194,7 +194,7 @@ def _locked(path: Path):
     return handle
 
 
-def prepare_data(work: Path, d: Data, console: Console) -> Path:
+def prepare_data(work: Path, d: Data) -> Path:
     """Videos, index, frame and flow archives and shards of the draw ``d`` under ``work/data/<key>`` (made
     once; every library call resumes, so a killed preparation is finished by the next cell that needs it)."""
     from memdpc.pipeline.clip import ClipSpec
@@ -250,10 +250,9 @@ def run_cell(work: Path, cell: Cell) -> dict[str, Any]:
     from memdpc.train.loop import train
     from memdpc.train.metrics import read_metrics
 
-    console = Console(stderr=True)
     out = work / "cells" / cell.name
     t0 = time.perf_counter()
-    data = prepare_data(work, cell.data, console)
+    data = prepare_data(work, cell.data)
     t_data = time.perf_counter() - t0
     settings = {**BASE_TRAIN, **cell.train}
     if cell.evals:
@@ -358,6 +357,8 @@ def first_direction(features: Path, flows: Path) -> dict[str, Any]:
     share of its own variance that lies between the class means (near 0: it is not about the class); and
     ``follows``, the flow statistic (:func:`flow_statistics` of the videos' archives under ``flows``) it is most
     correlated with, and ``r``, that correlation's size."""
+    from memdpc.eval.features import Windows, video_mean  # torch: not for planning or reporting
+
     with np.load(features, allow_pickle=False) as z:
         windows = Windows(list(z["keys"]), list(z["video_ids"]), z["labels"], z["values"])
     ids, labels, values = video_mean(windows)
