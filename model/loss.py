@@ -16,6 +16,8 @@ features is more than that. Two options take such shortcuts away:
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
@@ -30,13 +32,31 @@ def _flatten(x: torch.Tensor) -> torch.Tensor:
     return x.permute(0, 1, 3, 4, 2).reshape(-1, x.shape[2])
 
 
+class _AllGather(torch.autograd.Function):
+    """Every rank's rows, concatenated in rank order; the gradient of a rank's rows is the sum of what every
+    rank's loss sends back to them. torch's own ``torch.distributed.nn.functional.all_gather`` is deprecated,
+    and its default argument binds the process group when first imported: imported after the group was made,
+    it keeps the group (and gloo's threads) alive past ``destroy_process_group``, into the interpreter's
+    shutdown, where a gloo thread that frees a collective's tensors aborts the process."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        parts = [torch.empty_like(x) for _ in range(dist.get_world_size())]
+        dist.all_gather(parts, x.contiguous())
+        return torch.cat(parts)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        grad = grad.clone(memory_format=torch.contiguous_format)  # the incoming gradient stays untouched
+        dist.all_reduce(grad)
+        return grad.chunk(dist.get_world_size())[dist.get_rank()]
+
+
 def _gather_targets(targets: torch.Tensor) -> tuple[torch.Tensor, int]:
     """All-gather the targets of every rank (gradient flows back); returns them and this rank's row offset."""
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
         return targets, 0
-    from torch.distributed.nn.functional import all_gather  # absent from torch builds without distributed
-
-    return torch.cat(all_gather(targets)), dist.get_rank() * targets.shape[0]
+    return _AllGather.apply(targets), dist.get_rank() * targets.shape[0]
 
 
 def topk_accuracy(

@@ -38,9 +38,8 @@ LAZY_PREFIXES = (
     # the opencv workers import it without torch; a GPU backend imports torch when built
     "preprocess/flow/backends.py",
 )
-# optional dependencies, imported where they are used: DALI, Dask's client ([cluster]), and the collectives
-# of torch.distributed.nn, which torch builds without distributed support lack
-LAZY_MODULES = ("nvidia.dali", "distributed", "torch.distributed.nn")
+# optional dependencies, imported where they are used: DALI and Dask's client ([cluster])
+LAZY_MODULES = ("nvidia.dali", "distributed")
 
 
 def modules(root: Path = ROOT) -> dict[str, Path]:

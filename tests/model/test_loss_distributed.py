@@ -10,6 +10,7 @@ import torch.distributed as dist
 import torch.multiprocessing as tmp
 import torch.nn.functional as F
 
+from memdpc.common.distenv import DistEnv, cleanup
 from memdpc.model.loss import dense_infonce
 from memdpc.model.names import NEGATIVES
 
@@ -19,20 +20,29 @@ def _tensors(rank: int) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.randn(2, 3, 8, 2, 2, generator=g), torch.randn(2, 3, 8, 2, 2, generator=g)
 
 
+def _gloo_threads() -> list[str]:
+    return [
+        n
+        for n in (Path(t, "comm").read_text().strip() for t in Path("/proc/self/task").iterdir())
+        if "gloo" in n
+    ]
+
+
 def _worker(rank: int, world: int, init: str, out: str, negatives: str) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
+    finished = False
     try:
         pred, tgt = (t.requires_grad_() for t in _tensors(rank))
         res = dense_infonce(pred, tgt, global_negatives=True, negatives=negatives)
         res["loss"].backward()
-        torch.save(
-            {"loss": res["loss"].detach(), "pred_grad": pred.grad, "tgt_grad": tgt.grad},
-            Path(out) / f"rank{rank}.pt",
-        )
-        dist.barrier()  # as distenv.cleanup does: no rank leaves while a peer is in a collective
+        got = {"loss": res["loss"].detach(), "pred_grad": pred.grad, "tgt_grad": tgt.grad}
+        finished = True
     finally:
-        dist.destroy_process_group()
+        cleanup(DistEnv(rank, world, 0, torch.device("cpu")), finished)
+    # A group kept alive past cleanup keeps gloo's threads running into the interpreter's shutdown, where
+    # freeing a collective's tensors aborts the process, now and then.
+    torch.save({**got, "gloo_threads": _gloo_threads()}, Path(out) / f"rank{rank}.pt")
 
 
 def _joint_losses(preds, tgts, negatives: str) -> list[torch.Tensor]:
@@ -77,6 +87,7 @@ def test_global_negatives_match_one_process_over_the_joint_batch(tmp_path, negat
     losses = _joint_losses(preds, tgts, negatives)
     sum(losses).backward()
     for r in range(2):
+        assert got[r]["gloo_threads"] == []  # the gather holds nothing of the group once the run has left it
         torch.testing.assert_close(got[r]["loss"], losses[r].detach())
         torch.testing.assert_close(got[r]["pred_grad"], preds[r].grad)
         torch.testing.assert_close(got[r]["tgt_grad"], tgts[r].grad)  # negatives of the other rank count too
