@@ -28,7 +28,7 @@ import math
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +77,13 @@ class Cell:
     stream: str = "flow"
     train: dict[str, Any] = field(default_factory=dict)
     evals: tuple[int, ...] = ()  # epochs whose checkpoints are evaluated besides the last
+    # a draw of unlabelled videos the encoder is pretrained on instead of ``data``'s training split (the
+    # paper's regime: more videos to pretrain on than labelled ones); ``data`` is then only evaluated on
+    pool: Data | None = None
+
+    @property
+    def pretrain(self) -> Data:
+        return self.pool or self.data
 
     @property
     def validation(self) -> bool:
@@ -97,11 +104,17 @@ BASE_TRAIN: dict[str, Any] = dict(
 )
 
 
+def pool(d: Data, times: int = 4) -> Data:
+    """An unlabelled draw of ``d``'s family, ``times`` as many videos, seeds apart from every labelled draw."""
+    return replace(d, seed=d.seed + 1000, videos_per_class=times * d.videos_per_class)
+
+
 def smoke() -> list[Cell]:
-    """One tiny cell, to check the scan's own code (seconds of training)."""
+    """One tiny cell, pretrained on a pool of unlabelled videos, to check the scan's own code (seconds of
+    training)."""
     data = Data(seed=100, videos_per_class=6, classes=3, frames=24, size=32, blocks=4, block_len=4)
     train = dict(widths=[8, 16, 16, 16], size=32, epochs=2, batch_size=4, pred_steps=1, mem_size=64)
-    return [Cell("smoke", data, "flow", train, evals=(1,))]
+    return [Cell("smoke", data, "flow", train, evals=(1,), pool=pool(data, 2))]
 
 
 PAPER: dict[str, Any] = dict(epochs=20)  # the paper's loss (every target of the batch, raw dot products)
@@ -118,7 +131,9 @@ EVALS = (5, 10, 15)
 def scan() -> list[Cell]:
     """The paper's loss and the chosen settings on two held-out draws of both families (flow), with their
     curves, the chosen settings at 32² with each block's motion run backwards at random (``reverse-32px``: it
-    tests why the photos' features miss their classes), and the chosen settings at 32² on the validation draws;
+    tests why the photos' features miss their classes), pretrained on a pool of four times as many unlabelled
+    videos with and without the reversal (``pool-4x-reverse-32px``, ``pool-4x-32px``), and the chosen settings
+    at 32² on the validation draws;
     on one held-out synthetic draw, the ablations that tell the data's size, the training's length, the
     negatives, the augmentation, the encoder's width and the frame size apart."""
     cells = []
@@ -130,6 +145,22 @@ def scan() -> list[Cell]:
                 Cell(f"{family}-s{seed}-chosen", data, "flow", CHOSEN, evals=EVALS),
                 Cell(f"{family}-s{seed}-chosen-32px", data, "flow", {**CHOSEN, "size": 32}, evals=EVALS),
                 Cell(f"{family}-s{seed}-reverse-32px", data, "flow", {**REVERSE, "size": 32}, evals=EVALS),
+                Cell(
+                    f"{family}-s{seed}-pool-4x-32px",
+                    data,
+                    "flow",
+                    {**CHOSEN, "size": 32},
+                    evals=EVALS,
+                    pool=pool(data),
+                ),
+                Cell(
+                    f"{family}-s{seed}-pool-4x-reverse-32px",
+                    data,
+                    "flow",
+                    {**REVERSE, "size": 32},
+                    evals=EVALS,
+                    pool=pool(data),
+                ),
             ]
     for family, setting, train in (
         ("synthetic", "chosen-32px", {**CHOSEN, "size": 32}),
@@ -157,8 +188,9 @@ def tune() -> list[Cell]:
     larger one tolerates same-class negatives), a decaying learning rate, four times the clips a batch (more
     negatives) over about as many steps, and each block's motion run backwards at random (a clip's sense of
     motion then no longer tells it apart), alone and with the larger batch; a context four times as wide (the
-    encoder's last stage, 256 channels); and the bidirectional model (a second aggregator, backwards in time: its
-    context joins the features)."""
+    encoder's last stage, 256 channels); the bidirectional model (a second aggregator, backwards in time: its
+    context joins the features); and pretraining on a pool of four times as many unlabelled videos of the family
+    (:func:`pool`), with and without the reversal, and of eight times as many, evaluated on the labelled draw."""
     tries = {
         "t0.3": {"temperature": 0.3},
         "t0.5": {"temperature": 0.5},
@@ -170,7 +202,7 @@ def tune() -> list[Cell]:
         "reverse-0.5-wide-context": {"flow_reverse": REVERSE["flow_reverse"], "widths": [16, 32, 64, 256]},
         "bidirectional": {"bidirectional": True},
     }
-    return [
+    cells = [
         Cell(
             f"val-{family}-s100-{name}-32px",
             Data(family=family, seed=100),
@@ -178,6 +210,22 @@ def tune() -> list[Cell]:
             {**CHOSEN, "size": 32, **t},
         )
         for name, t in tries.items()
+        for family in FAMILIES
+    ]
+    return cells + [
+        Cell(
+            f"val-{family}-s100-{name}-32px",
+            Data(family=family, seed=100),
+            "flow",
+            {**t, "size": 32},
+            evals=EVALS,
+            pool=pool(Data(family=family, seed=100), times),
+        )
+        for name, t, times in (
+            ("pool-4x", CHOSEN, 4),
+            ("pool-4x-reverse-0.5", REVERSE, 4),
+            ("pool-8x", CHOSEN, 8),
+        )
         for family in FAMILIES
     ]
 
@@ -253,6 +301,7 @@ def run_cell(work: Path, cell: Cell) -> dict[str, Any]:
     out = work / "cells" / cell.name
     t0 = time.perf_counter()
     data = prepare_data(work, cell.data)
+    pretrain = prepare_data(work, cell.pool) if cell.pool else data
     t_data = time.perf_counter() - t0
     settings = {**BASE_TRAIN, **cell.train}
     if cell.evals:
@@ -260,7 +309,7 @@ def run_cell(work: Path, cell: Cell) -> dict[str, Any]:
     config = config_from_dict(
         dict(
             stream=cell.stream,
-            shards=str(data / "shards"),
+            shards=str(pretrain / "shards"),
             out=str(out / "run"),
             seed=cell.data.seed,
             num_blocks=cell.data.blocks,
@@ -410,21 +459,29 @@ def windows(d: Data, stream: str) -> dict[str, int]:
     video has one frame fewer than its RGB)."""
     frames = d.frames - (stream == "flow")
     per_video = (frames - d.blocks * d.block_len) // d.window_step + 1
+    return {"train": train_videos(d) * per_video, "all": d.videos_per_class * _classes(d) * per_video}
+
+
+def train_videos(d: Data) -> int:
+    """Videos of the draw's train split: ``hold_out`` keeps every third of a class for the test and one for
+    validation."""
     test = sum(1 for g in range(d.videos_per_class) if g % 3 == 0)
-    train = d.videos_per_class - test - 1
-    return {"train": train * _classes(d) * per_video, "all": d.videos_per_class * _classes(d) * per_video}
+    return (d.videos_per_class - test - 1) * _classes(d)
+
+
+def _data_seconds(d: Data) -> float:
+    return SECONDS_PER_VIDEO * d.frames / 48 * (d.size / 64) ** 2 * d.videos_per_class * _classes(d)
 
 
 def estimate(cell: Cell) -> dict[str, float]:
     """Seconds the cell's stages take on the 2-core machine (a rough model, for ``--dry-run``)."""
     s = {**BASE_TRAIN, **cell.train}
     w = windows(cell.data, cell.stream)
-    steps = s["epochs"] * (w["train"] // s["batch_size"])
+    steps = s["epochs"] * (windows(cell.pretrain, cell.stream)["train"] // s["batch_size"])
     pixels = (s["size"] / 64) ** 2 * (s["widths"][0] / 16) ** 2
-    frames = cell.data.frames / 48 * (cell.data.size / 64) ** 2
     return {
         "steps": steps,
-        "data": SECONDS_PER_VIDEO * frames * cell.data.videos_per_class * _classes(cell.data),
+        "data": _data_seconds(cell.data) + (_data_seconds(cell.pool) if cell.pool else 0),
         "train": SECONDS_PER_CLIP * pixels * steps * s["batch_size"],
         "eval": SECONDS_PER_WINDOW * pixels * w["all"] * (len(cell.evals) + 1 + len(BASELINES)),
     }
@@ -435,7 +492,7 @@ def _run_in_process(work: Path, cell: Cell) -> dict[str, Any]:
     """The cell in a process of its own (its result file is the hand-off); resumes a cell a kill cut short."""
     path = work / "cells" / cell.name / "result.json"
     if not path.exists():
-        spec = json.dumps({**asdict(cell), "data": asdict(cell.data)})
+        spec = json.dumps(asdict(cell))
         subprocess.run([sys.executable, "-m", "bench.learn", "--work", str(work), "--cell", spec], check=True)
     return json.loads(path.read_text())
 
@@ -448,6 +505,7 @@ def _cell_from_json(text: str) -> Cell:
         stream=spec["stream"],
         train=spec["train"],
         evals=tuple(spec["evals"]),
+        pool=Data(**spec["pool"]) if spec.get("pool") else None,
     )
 
 
@@ -477,16 +535,17 @@ def markdown(results: list[dict[str, Any]]) -> str:
             f"**{title}** (percent of the n test videos; MemDPC − baseline [95 % interval], McNemar's exact p; "
             "✓ better, ✗ worse at p < 0.05)",
             "",
-            "| cell | family | seed | train / test videos | steps | metric | MemDPC | random init | data BN "
+            "| cell | family | seed | train / test videos (+ unlabelled) | steps | metric | MemDPC | random init | data BN "
             "| vs random init | vs data BN |",
             "|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for r in rows:
             c, last = r["cell"], r["curve"][-1]
+            unlabelled = f" (+ {train_videos(Data(**c['pool']))})" if c.get("pool") else ""
             for m, name in METRIC_NAMES.items():
                 lines.append(
                     f"| {c['name']} | {c['data']['family']} | {c['data']['seed']} | "
-                    f"{r['videos']['gallery']} / {r['videos']['videos']} | {last['step']} | {name} | "
+                    f"{r['videos']['gallery']} / {r['videos']['videos']}{unlabelled} | {last['step']} | {name} | "
                     f"{_pct(last[m])} | {_pct(r['baselines']['random'][m])} | "
                     f"{_pct(r['baselines']['random_bn'][m])} | {_verdict(r['paired']['random'][m])} | "
                     f"{_verdict(r['paired']['random_bn'][m])} |"
@@ -515,7 +574,7 @@ def markdown(results: list[dict[str, Any]]) -> str:
 
 
 # the settings every held-out draw of both families is run with
-MAIN = ("paper", "chosen", "chosen-32px", "reverse-32px")
+MAIN = ("paper", "chosen", "chosen-32px", "reverse-32px", "pool-4x-32px", "pool-4x-reverse-32px")
 
 
 def _setting(cell: dict[str, Any]) -> str:
@@ -525,8 +584,9 @@ def _setting(cell: dict[str, Any]) -> str:
 
 def _panels(results: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     """The held-out cells to draw, per panel: each family's main cells at the training size of 64² (the paper's
-    loss and the chosen settings) and at 32², then the ablations of one draw; where there are only validation
-    cells (the tune plan), one panel per draw with all of its cells."""
+    loss and the chosen settings), at 32², and at 32² pretrained on a pool of unlabelled videos, then the
+    ablations of one draw; where there are only validation cells (the tune plan), one panel per draw with all
+    of its cells."""
     held = [r for r in results if not r["cell"]["validation"]]
     panels: dict[str, list[dict[str, Any]]] = {}
     if not held:  # validation draws only (the tune plan): every cell of a draw in one panel
@@ -538,7 +598,8 @@ def _panels(results: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     main = [r for r in held if _setting(r["cell"]) in MAIN]
     for r in main:
         size = r["train"]["size"]
-        panels.setdefault(r["cell"]["data"]["family"] + ("" if size == 64 else f", {size}²"), []).append(r)
+        title = r["cell"]["data"]["family"] + ("" if size == 64 else f", {size}²")
+        panels.setdefault(title + (", unlabelled pool" if r["cell"].get("pool") else ""), []).append(r)
     ablations = [r for r in held if r not in main]
     if ablations:
         first = ablations[0]["cell"]
@@ -555,7 +616,8 @@ def _panels(results: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
 
 def curves(results: list[dict[str, Any]], path: Path) -> Path:
     """Test R@1 and probe top-1 (rows) against the training step, per family and for the ablations (columns).
-    A family's panel has one colour per data draw, the chosen settings solid and the others dashed, and
+    A family's panel has one colour per data draw, the chosen settings solid and the others (the paper's loss,
+    the reversal) dashed, and
     the draw's baselines across: dotted the untrained encoder, dash-dotted the one with the data's BatchNorm
     statistics; the ablations' panel one colour per cell, with the cell's own baselines (its data, its encoder)."""
     import matplotlib
@@ -578,7 +640,7 @@ def curves(results: list[dict[str, Any]], path: Path) -> Path:
                     [0, *(p["step"] for p in r["curve"])],
                     [r["baselines"]["random"][m], *(p[m] for p in r["curve"])],
                     color=colour,
-                    linestyle="-" if _setting(c).startswith("chosen") else "--",
+                    linestyle="--" if _setting(c).startswith("paper") or "reverse" in _setting(c) else "-",
                     marker="o",
                     markersize=3,
                     label=label,

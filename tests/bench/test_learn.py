@@ -6,13 +6,27 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 import cv2
 import numpy as np
 import pytest
 
-from bench.learn import FLOW_STATISTICS, Cell, Data, estimate, flow_statistics, markdown, scan, windows
+from bench.learn import (
+    FLOW_STATISTICS,
+    HELD_OUT_SEEDS,
+    VALIDATION_SEEDS,
+    Cell,
+    Data,
+    estimate,
+    flow_statistics,
+    markdown,
+    pool,
+    scan,
+    smoke,
+    windows,
+)
 from memdpc.preprocess.archive import write_archive
 from memdpc.preprocess.encode import planes_image
 from tests.conftest import subprocess_env
@@ -47,6 +61,10 @@ def test_the_smoke_plan_runs_each_cell_once_and_writes_its_tables(tmp_path):
         "top1",
     }
     assert cell["cell"]["validation"] and "knn_baselines" in cell["monitor"]
+    (planned_cell,) = smoke()
+    # pretrained on the pool's shards, evaluated on the labelled draw's: 3 training videos of each of 3 classes
+    assert Path(cell["train"]["shards"]).parent.name == planned_cell.pool.key != planned_cell.data.key
+    assert cell["videos"]["gallery"] == 3 * 3 and cell["videos"]["videos"] == 2 * 3
     for where in cell["first_direction"].values():  # the trained model and both baselines
         assert 0 <= where["variance"] <= 1 and 0 <= where["class"] <= 1 and 0 <= where["r"] <= 1
         assert where["follows"] in FLOW_STATISTICS
@@ -71,6 +89,10 @@ def test_the_scan_reports_held_out_draws_and_chooses_on_validation_ones_only():
     flow = windows(Data(), "flow")
     assert flow["train"] == 15 * 10 * 2  # 48 frames: 47 flow frames, windows of 40 every 4: 2 per video
     assert estimate(Cell("c", Data(), "flow", {"epochs": 20}))["steps"] == 20 * (flow["train"] // 16)
+    unlabelled = pool(Data(seed=0))  # four times the videos, a seed of no labelled draw
+    assert unlabelled.seed not in HELD_OUT_SEEDS + VALIDATION_SEEDS and unlabelled.videos_per_class == 4 * 24
+    pooled = Cell("c", Data(seed=0), "flow", {"epochs": 20}, pool=unlabelled)
+    assert estimate(pooled)["steps"] == 20 * (windows(unlabelled, "flow")["train"] // 16)
 
 
 def test_a_held_out_row_marks_only_a_significant_gain():
@@ -91,6 +113,9 @@ def test_a_held_out_row_marks_only_a_significant_gain():
     assert "Held-out draws" in text and "Validation" not in text
     assert "+20.0 [+10.0, +30.0] p 0.01 ✓" in text and "-20.0 [+10.0, +30.0] p 0.01 ✗" in text
     assert "| c | 0.90 / 0.05 · curl 0.80 |" in text
+    assert "| 150 / 80 | 360 |" in text
+    pooled = {**row, "cell": {**row["cell"], "pool": asdict(pool(Data(seed=0)))}}
+    assert "| 150 / 80 (+ 630) | 360 |" in markdown([pooled])  # the unlabelled videos it was pretrained on
 
 
 @pytest.mark.parametrize(
