@@ -132,8 +132,8 @@ def scan() -> list[Cell]:
     """The paper's loss and the chosen settings on two held-out draws of both families (flow), with their
     curves, the chosen settings at 32² with each block's motion run backwards at random (``reverse-32px``: it
     tests why the photos' features miss their classes), pretrained on a pool of four times as many unlabelled
-    videos with and without the reversal (``pool-4x-reverse-32px``, ``pool-4x-32px``), and the chosen settings
-    at 32² on the validation draws;
+    videos with and without the reversal (``pool-4x-reverse-32px``, ``pool-4x-32px``) and of eight times as many
+    (``pool-8x-32px``), and the chosen settings at 32² on the validation draws;
     on one held-out synthetic draw, the ablations that tell the data's size, the training's length, the
     negatives, the augmentation, the encoder's width and the frame size apart."""
     cells = []
@@ -160,6 +160,14 @@ def scan() -> list[Cell]:
                     {**REVERSE, "size": 32},
                     evals=EVALS,
                     pool=pool(data),
+                ),
+                Cell(
+                    f"{family}-s{seed}-pool-8x-32px",
+                    data,
+                    "flow",
+                    {**CHOSEN, "size": 32},
+                    evals=EVALS,
+                    pool=pool(data, 8),
                 ),
             ]
     for family, setting, train in (
@@ -574,7 +582,15 @@ def markdown(results: list[dict[str, Any]]) -> str:
 
 
 # the settings every held-out draw of both families is run with
-MAIN = ("paper", "chosen", "chosen-32px", "reverse-32px", "pool-4x-32px", "pool-4x-reverse-32px")
+MAIN = (
+    "paper",
+    "chosen",
+    "chosen-32px",
+    "reverse-32px",
+    "pool-4x-32px",
+    "pool-4x-reverse-32px",
+    "pool-8x-32px",
+)
 
 
 def _setting(cell: dict[str, Any]) -> str:
@@ -616,8 +632,8 @@ def _panels(results: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
 
 def curves(results: list[dict[str, Any]], path: Path) -> Path:
     """Test R@1 and probe top-1 (rows) against the training step, per family and for the ablations (columns).
-    A family's panel has one colour per data draw, the chosen settings solid and the others (the paper's loss,
-    the reversal) dashed, and
+    A family's panel has one colour per data draw and one marker per setting, the chosen settings solid and the
+    others (the paper's loss, the reversal) dashed, and
     the draw's baselines across: dotted the untrained encoder, dash-dotted the one with the data's BatchNorm
     statistics; the ablations' panel one colour per cell, with the cell's own baselines (its data, its encoder)."""
     import matplotlib
@@ -630,18 +646,19 @@ def curves(results: list[dict[str, Any]], path: Path) -> Path:
     for col, (title, cells) in enumerate(panels.items()):
         ablations = title.startswith(("ablations", "tried"))
         seeds = sorted({r["cell"]["data"]["seed"] for r in cells})
+        settings = list(dict.fromkeys(_setting(r["cell"]) for r in cells))  # each its own marker
         for row, (m, name) in enumerate(METRIC_NAMES.items()):
             ax = axes[row][col]
             for i, r in enumerate(cells):
                 c = r["cell"]
-                colour = f"C{i if ablations else seeds.index(c['data']['seed'])}"
+                colour = plt.cm.tab20(i % 20) if ablations else f"C{seeds.index(c['data']['seed'])}"
                 label = _setting(c) if ablations else f"seed {c['data']['seed']}, {_setting(c)}"
                 ax.plot(
                     [0, *(p["step"] for p in r["curve"])],
                     [r["baselines"]["random"][m], *(p[m] for p in r["curve"])],
                     color=colour,
                     linestyle="--" if _setting(c).startswith("paper") or "reverse" in _setting(c) else "-",
-                    marker="o",
+                    marker="osD^v"[settings.index(_setting(c)) % 5],
                     markersize=3,
                     label=label,
                 )
