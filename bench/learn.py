@@ -128,6 +128,10 @@ REVERSE: dict[str, Any] = {**CHOSEN, "flow_reverse": 0.5}
 EVALS = (5, 10, 15)
 
 
+# the pooled settings: name, training settings, the pool's videos in multiples of the labelled draw's
+POOLS = (("pool-4x", CHOSEN, 4), ("pool-4x-reverse", REVERSE, 4), ("pool-8x", CHOSEN, 8))
+
+
 def scan() -> list[Cell]:
     """The paper's loss and the chosen settings on two held-out draws of both families (flow), with their
     curves, the chosen settings at 32² with each block's motion run backwards at random (``reverse-32px``: it
@@ -145,30 +149,12 @@ def scan() -> list[Cell]:
                 Cell(f"{family}-s{seed}-chosen", data, "flow", CHOSEN, evals=EVALS),
                 Cell(f"{family}-s{seed}-chosen-32px", data, "flow", {**CHOSEN, "size": 32}, evals=EVALS),
                 Cell(f"{family}-s{seed}-reverse-32px", data, "flow", {**REVERSE, "size": 32}, evals=EVALS),
+            ]
+            cells += [  # pretrained on a pool of unlabelled videos, evaluated on the labelled draw
                 Cell(
-                    f"{family}-s{seed}-pool-4x-32px",
-                    data,
-                    "flow",
-                    {**CHOSEN, "size": 32},
-                    evals=EVALS,
-                    pool=pool(data),
-                ),
-                Cell(
-                    f"{family}-s{seed}-pool-4x-reverse-32px",
-                    data,
-                    "flow",
-                    {**REVERSE, "size": 32},
-                    evals=EVALS,
-                    pool=pool(data),
-                ),
-                Cell(
-                    f"{family}-s{seed}-pool-8x-32px",
-                    data,
-                    "flow",
-                    {**CHOSEN, "size": 32},
-                    evals=EVALS,
-                    pool=pool(data, 8),
-                ),
+                    f"{family}-s{seed}-{name}-32px", data, "flow", {**t, "size": 32}, EVALS, pool(data, times)
+                )
+                for name, t, times in POOLS
             ]
     for family, setting, train in (
         ("synthetic", "chosen-32px", {**CHOSEN, "size": 32}),
