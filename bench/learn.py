@@ -295,7 +295,7 @@ def run_cell(work: Path, cell: Cell) -> dict[str, Any]:
     out = work / "cells" / cell.name
     t0 = time.perf_counter()
     data = prepare_data(work, cell.data)
-    pretrain = prepare_data(work, cell.pool) if cell.pool else data
+    pretrain = prepare_data(work, cell.pretrain)
     t_data = time.perf_counter() - t0
     settings = {**BASE_TRAIN, **cell.train}
     if cell.evals:
@@ -568,15 +568,7 @@ def markdown(results: list[dict[str, Any]]) -> str:
 
 
 # the settings every held-out draw of both families is run with
-MAIN = (
-    "paper",
-    "chosen",
-    "chosen-32px",
-    "reverse-32px",
-    "pool-4x-32px",
-    "pool-4x-reverse-32px",
-    "pool-8x-32px",
-)
+MAIN = ("paper", "chosen", "chosen-32px", "reverse-32px", *(f"{name}-32px" for name, _, _ in POOLS))
 
 
 def _setting(cell: dict[str, Any]) -> str:
