@@ -6,6 +6,9 @@ probe of the MemDPC encoders and of randomly initialised ones → late fusion �
 every figure's 95 % interval and the number of test videos, MemDPC paired against each baseline on the same
 test videos (``memdpc eval compare``), and one page of everything it made (``report/index.html``).
 Every step resumes: re-running the command after a kill finishes the job without redoing finished work.
+An example recipe (``--recipe``) sets the run's sizes instead: it may train one stream only, pretrain on a pool
+of unlabelled videos of the family (another draw, several times the labelled one) and evaluate the last
+checkpoint.
 
 The table says where the kNN monitor, which chooses each MemDPC checkpoint, found no trained epoch better than
 the untrained encoder (its value at step 0); beside it, the pretext task's own score on the ``val`` videos
@@ -34,9 +37,10 @@ from memdpc.pipeline.clip import ClipSpec
 from memdpc.pipeline.shard import run_shard
 from memdpc.pipeline.shard_plan import ShardSettings
 from memdpc.preprocess.datasets import build_index
-from memdpc.preprocess.examples.families import EXAMPLE_FAMILIES
+from memdpc.preprocess.examples.families import EXAMPLE_FAMILIES, POOL_SEED
 from memdpc.preprocess.run import preprocess
 from memdpc.preprocess.video_index import hold_out, write_index
+from memdpc.recipes.recipe import load as load_recipe
 from memdpc.report.page import write_report
 from memdpc.report.stage_tables import print_shard_report
 from memdpc.report.tables import cell_text, print_result
@@ -70,7 +74,7 @@ CHOOSE_BY_KNN = dict(val_split="val", knn_every=1, best_by="knn", early_stop=5)
 
 @dataclass(frozen=True)
 class Profile:
-    """Sizes of one quickstart run: data, clip geometry, model and optimisation; one recipe for every family.
+    """Sizes of one quickstart run: data, clip geometry, model and optimisation; one for every family.
 
     The default is a small configuration for a CPU-only machine (README, "The quickstart", has its run time
     and results): 8 videos per class of 48 frames at 64² (one training video per class held out as ``val``),
@@ -105,6 +109,40 @@ class Profile:
     # the probe sees ~100 windows: full-batch steps at lr 1e-3 would leave it untrained (lr_min: FitConfig's lr/10,
     # written out as the exact 3e-4)
     probe: dict[str, Any] = field(default_factory=lambda: {"epochs": 300, "lr": 3e-3, "lr_min": 3e-4})
+    streams: tuple[str, ...] = STREAMS  # those trained and evaluated; both are also fused
+    # > 0: MemDPC pretrains on a pool of unlabelled videos of the family, this many times the labelled draw's
+    # (another draw, seed + POOL_SEED), instead of the labelled draw's training videos
+    pool: int = 0
+    checkpoint: str = "best"  # the MemDPC checkpoint evaluated: best.pt (as training chose it) or last.pt
+
+
+CHECKPOINTS = ("best", "last")
+
+
+def profile_from(values: dict[str, Any], where: str) -> Profile:
+    """The profile a recipe's ``quickstart`` section describes (:class:`Profile`'s fields; ``clip`` as
+    :class:`ClipSpec`'s); UserError naming ``where`` and the problem."""
+    known = set(Profile.__dataclass_fields__)
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise UserError(
+            f"{where}: unknown setting(s) {', '.join(unknown)}; it has {', '.join(sorted(known))}"
+        )
+    streams = tuple(values.get("streams", STREAMS))
+    if not streams or not set(streams) <= set(STREAMS) or len(set(streams)) != len(streams):
+        raise UserError(
+            f"{where}: streams must be some of {', '.join(STREAMS)}, each once; got {list(streams)}"
+        )
+    if values.get("checkpoint", "best") not in CHECKPOINTS:
+        raise UserError(f"{where}: checkpoint must be one of {', '.join(CHECKPOINTS)}")
+    pool = values.get("pool", 0)
+    if not isinstance(pool, int) or pool < 0:
+        raise UserError(f"{where}: pool must be a whole number of times the labelled videos (0: no pool)")
+    try:
+        clip = ClipSpec(**values.get("clip", {}))
+        return Profile(**{**values, "clip": clip, "streams": streams})
+    except (TypeError, ValueError) as e:
+        raise UserError(f"{where}: {e}") from None
 
 
 PROFILES = {
@@ -183,16 +221,42 @@ def _data(out: Path, p: Profile, family: str, seed: int, console: Console) -> Pa
     return index
 
 
-def _frames(out: Path, index: Path, p: Profile, workers: int, console: Console) -> Path:
-    _step(console, "2/6 preprocess: RGB frames and TV-L1 flow")
-    preprocess(index, out / "frames", "rgb,flow", size=p.data["size"], tvl1=p.tvl1, workers=workers)
+def _pool(out: Path, p: Profile, family: str, seed: int, console: Console) -> Path:
+    """The pool's videos (:attr:`Profile.pool`) and index, without the test split a family's layout holds
+    (pretraining reads ``train``, its monitor ``val``)."""
+    _step(
+        console,
+        f"1/6 the pool: {p.pool} times as many unlabelled videos to pretrain on ({family}, seed {seed})",
+    )
+    config, make = EXAMPLE_FAMILIES[family]
+    sizes = {**p.data, "videos_per_class": p.pool * config(**p.data).videos_per_class}
+    root = make(out / "data", config(**sizes, seed=seed))
+    index = out / "index.jsonl"
+    records = hold_out(build_index(root, "ucf101", 1), p.val_per_class)
+    write_index([r for r in records if r.split != "test"], index)
+    return index
+
+
+def _frames(out: Path, index: Path, p: Profile, workers: int, console: Console, of: str = "") -> Path:
+    kinds = " and ".join({"rgb": "RGB frames", "flow": "TV-L1 flow"}[s] for s in p.streams)
+    _step(console, f"2/6 preprocess{of}: {kinds}")
+    preprocess(index, out / "frames", ",".join(p.streams), size=p.data["size"], tvl1=p.tvl1, workers=workers)
     return out / "frames"
 
 
-def _shards(out: Path, frames: Path, index: Path, p: Profile, seed: int, console: Console) -> Path:
-    _step(console, "3/6 shard")
-    for stream in STREAMS:
-        for split in ("train", "val", "test"):
+def _shards(
+    out: Path,
+    frames: Path,
+    index: Path,
+    p: Profile,
+    seed: int,
+    console: Console,
+    splits: tuple[str, ...] = ("train", "val", "test"),
+    of: str = "",
+) -> Path:
+    _step(console, f"3/6 shard{of}")
+    for stream in p.streams:
+        for split in splits:
             report = run_shard(
                 frames,
                 index,
@@ -222,12 +286,12 @@ def _train_config(out: Path, shards: Path, stream: str, p: Profile, seed: int, w
     )
 
 
-def _checkpoints(configs: dict[str, TrainConfig], console: Console) -> dict:
+def _checkpoints(configs: dict[str, TrainConfig], p: Profile, console: Console) -> dict:
     _step(console, "4/6 self-supervised training, one run per stream")
     ckpts = {}
     for stream, config in configs.items():
         run = train(config)
-        ckpts["memdpc", stream] = run / "checkpoints" / "best.pt"
+        ckpts["memdpc", stream] = run / "checkpoints" / f"{p.checkpoint}.pt"
         random_run = Path(config.out).with_name(f"random-{stream}")
         ckpts["random", stream] = write_initial_checkpoint(config, random_run / "checkpoints" / "init.pt")
         ckpts["random_bn", stream] = write_initial_checkpoint(
@@ -239,7 +303,8 @@ def _checkpoints(configs: dict[str, TrainConfig], console: Console) -> dict:
 def _evaluate(
     out: Path, shards: Path, ckpts: dict, p: Profile, workers: int, backend: str, console: Console
 ) -> dict:
-    _step(console, "5/6 evaluation: retrieval and linear probe, per stream, then late fusion")
+    fusion = ", then late fusion" if p.streams == STREAMS else ""
+    _step(console, f"5/6 evaluation: retrieval and linear probe, per stream{fusion}")
     results: dict[tuple[str, str, str], Path] = {}
 
     def shown(path: Path) -> Path:
@@ -247,7 +312,7 @@ def _evaluate(
         return path
 
     for model in MODELS:
-        for stream in STREAMS:
+        for stream in p.streams:
             folder = out / "eval" / f"{model}-{stream}"
             # the folder holds this run's results only; a rerun rewrites the baselines' init.pt (with
             # --bn-from-data its statistics follow --workers), so its results may be replaced
@@ -256,7 +321,7 @@ def _evaluate(
             results[model, stream, "probe-linear"] = shown(
                 evaluate("probe", ckpts[model, stream], head="linear", fit=p.probe, **common)
             )
-        for kind in ("retrieval", "probe-linear"):
+        for kind in ("retrieval", "probe-linear") if fusion else ():
             results[model, "fused", kind] = shown(
                 fuse(
                     results[model, "rgb", kind],
@@ -271,6 +336,11 @@ def _result(path: Path) -> dict[str, Any]:
     return json.loads(Path(path).read_text())
 
 
+def _streams(results: dict) -> list[str]:
+    """The rows' streams a run's results hold, in the tables' order (each stream, then fused)."""
+    return [s for s in (*STREAMS, "fused") if ("memdpc", s, COLUMNS[0][0]) in results]
+
+
 def column(kind: str, metric: str) -> str:
     """The summary table's name of a metric of a kind of result."""
     return "probe top-1" if kind.startswith("probe") else metric
@@ -280,18 +350,23 @@ def _percent(x: float) -> float:
     return round(100 * x, 1)
 
 
-def knn_monitor(run: Path) -> dict[str, Any]:
-    """The kNN monitor's R@1 on the initial weights (step 0) and at its best trained epoch (the first highest,
-    as training chooses best.pt), from the run's ``metrics.jsonl``; empty where it holds no trained epoch's."""
+def knn_monitor(run: Path, checkpoint: str = "best") -> dict[str, Any]:
+    """The kNN monitor's R@1 on the initial weights (step 0) and at the trained epoch whose checkpoint is
+    evaluated: the best (the first highest, as training chooses best.pt) or the last; from the run's
+    ``metrics.jsonl``; empty where it holds no trained epoch's."""
     knn = [r for r in read_metrics(run) if r["kind"] == "knn"]
     trained = [r for r in knn if r["step"] > 0]
     if not trained:  # no monitor, or a run stopped before its first epoch's
         return {}
-    best = max(trained, key=lambda r: r["r1"])  # max keeps the first of equals
+    if checkpoint == "best":
+        best = max(trained, key=lambda r: r["r1"])  # max keeps the first of equals
+    else:
+        best = trained[-1]
     return {
         "initial": knn[0]["r1"],
         "best": best["r1"],
         "epoch": best["epoch"],
+        "checkpoint": checkpoint,
         "beat_init": best["r1"] > knn[0]["r1"],
     }
 
@@ -303,10 +378,10 @@ def _notes(monitors: dict[str, dict[str, Any]]) -> dict[tuple[str, str], str]:
         if m and not m["beat_init"]:
             notes["memdpc", stream] = (
                 f"{BELOW_INIT} (kNN R@1 {m['initial']:.3f} untrained, {m['best']:.3f} at "
-                f"the best epoch, {m['epoch']}: the row's)"
+                f"the {m['checkpoint']} epoch, {m['epoch']}: the row's)"
             )
     below = [s for s in STREAMS if ("memdpc", s) in notes]
-    if below:
+    if below and len(monitors) == len(STREAMS):  # a fused row
         notes["memdpc", "fused"] = f"its {' and '.join(below)} part: {BELOW_INIT}"
     return notes
 
@@ -317,7 +392,7 @@ def summary_table(results: dict, notes: dict[tuple[str, str], str] | None = None
     not: :data:`BELOW_INIT`)."""
     rows = []
     for model in MODELS:
-        for stream in (*STREAMS, "fused"):
+        for stream in _streams(results):
             row: dict[str, Any] = {"model": MODEL_NAMES[model], "stream": stream}
             row["n"] = _result(results[model, stream, COLUMNS[0][0]])["counts"]["videos"]
             for kind, metric in COLUMNS:
@@ -337,7 +412,7 @@ def comparison_table(results: dict) -> list[dict[str, Any]]:
     (:data:`VERDICTS`)."""
     rows = []
     for baseline in BASELINES:
-        for stream in (*STREAMS, "fused"):
+        for stream in _streams(results):
             for kind, metric in COMPARED:
                 pair = (results["memdpc", stream, kind], results[baseline, stream, kind])
                 m = compare_results(*pair)["metrics"][metric]
@@ -356,10 +431,15 @@ def comparison_table(results: dict) -> list[dict[str, Any]]:
     return rows
 
 
-SCAN = (  # the quickstart's last words: one run at one size says little, the scan says more
-    "Where pretraining pays on the example data, measured on held-out draws (python -m bench.learn): "
-    "docs/pretraining.md."
+SCAN = (  # the quickstart's last words: one run at one size says little; where pretraining pays, and how much
+    "What pretraining on a pool of unlabelled videos gains on held-out draws of both families: memdpc quickstart "
+    "--recipe example-flow-pool (docs/pretraining.md)."
 )
+
+
+def _which_streams(rows: list[dict[str, Any]]) -> str:
+    streams = list(dict.fromkeys(r["stream"] for r in rows))
+    return "per stream and fused" if "fused" in streams else f"of the {' and '.join(streams)} stream"
 
 
 def comparison_summary(rows: list[dict[str, Any]], videos: int) -> str:
@@ -374,7 +454,7 @@ def comparison_summary(rows: list[dict[str, Any]], videos: int) -> str:
     everywhere = all(r["better"] == VERDICTS["a"] for r in rows)
     head = "Pretraining beats random init" if everywhere else "Pretraining does not reliably beat random init"
     return (
-        f"{head}: MemDPC is {'; '.join(counts)} (R@1 and probe top-1, per stream and fused, paired on the same "
+        f"{head}: MemDPC is {'; '.join(counts)} (R@1 and probe top-1, {_which_streams(rows)}, paired on the same "
         f"{videos} test videos; McNemar's exact test at p < 0.05, not corrected for {len(rows)} tests). {SCAN}"
     )
 
@@ -403,7 +483,7 @@ def pretext_table(ckpts: dict, configs: dict[str, TrainConfig]) -> list[dict[str
 def sample_note(results: dict) -> str:
     """How many videos the percentages count, so that a reader can tell a difference from noise, and a small
     test set."""
-    result = _result(results["random", "rgb", "retrieval"])
+    result = _result(results["random", _streams(results)[0], "retrieval"])
     videos, gallery = result["counts"]["videos"], result["counts"]["gallery"]
     small = f"; {result['small_test_set']}" if result["small_test_set"] else ""
     return (
@@ -504,25 +584,50 @@ def quickstart(
     backend: str = "auto",
     seed: int = 0,
     data: str = "synthetic",
+    recipe: str | Path | None = None,
     console: Console | None = None,
 ) -> list[dict[str, Any]]:
-    """Run the whole job in ``out`` on the example family ``data``; return the summary rows (also written as
-    JSON and Markdown)."""
+    """Run the whole job in ``out`` on the example family ``data``, with the sizes of the default profile, the
+    tiny one or an example recipe's (``recipe``: a shipped recipe's name or a file with a ``quickstart``
+    section); return the summary rows (also written as JSON and Markdown)."""
     if data not in EXAMPLE_FAMILIES:
         raise UserError(f"unknown example data {data!r}; choose one of {', '.join(EXAMPLE_FAMILIES)}")
+    if recipe is not None and tiny:
+        raise UserError("--tiny and --recipe choose the run's sizes both; give one of them")
     console = console or rich_console(stderr=True)
-    out, p = Path(out), PROFILES["tiny" if tiny else "default"]
-    _check_same_run(out, {"data": data, "seed": seed, "tiny": tiny})
+    out = Path(out)
+    p = _recipe_profile(recipe) if recipe is not None else PROFILES["tiny" if tiny else "default"]
+    record = {"data": data, "seed": seed, "tiny": tiny}
+    _check_same_run(out, {**record, "recipe": str(recipe)} if recipe is not None else record)
     index = _data(out, p, data, seed, console)
     frames = _frames(out, index, p, workers, console)
     shards = _shards(out, frames, index, p, seed, console)
-    configs = {s: _train_config(out, shards, s, p, seed, workers, backend) for s in STREAMS}
-    ckpts = _checkpoints(configs, console)
+    pretrain = shards
+    if p.pool:
+        pool_seed = seed + POOL_SEED
+        pool_index = _pool(out / "pool", p, data, pool_seed, console)
+        of = " (the pool)"
+        pool_frames = _frames(out / "pool", pool_index, p, workers, console, of)
+        pretrain = _shards(out / "pool", pool_frames, pool_index, p, pool_seed, console, ("train", "val"), of)
+    configs = {s: _train_config(out, pretrain, s, p, seed, workers, backend) for s in p.streams}
+    ckpts = _checkpoints(configs, p, console)
     results = _evaluate(out, shards, ckpts, p, workers, backend, console)
-    rows = summary_table(results, _notes({s: knn_monitor(Path(c.out)) for s, c in configs.items()}))
+    monitors = {s: knn_monitor(Path(c.out), p.checkpoint) for s, c in configs.items()}
+    rows = summary_table(results, _notes(monitors))
     _write(out, rows, sample_note(results), pretext_table(ckpts, configs), comparison_table(results), console)
     _report(out, console)
     return rows
+
+
+def _recipe_profile(recipe: str | Path) -> Profile:
+    """The profile of an example recipe (a recipe with a ``quickstart`` section)."""
+    r = load_recipe(recipe)
+    if not r.quickstart:
+        raise UserError(
+            f"{r.path}: not an example recipe (it has no quickstart section); memdpc recipes {r.name} prints its "
+            "commands"
+        )
+    return profile_from(r.quickstart, f"{r.path}: quickstart")
 
 
 def _report(out: Path, console: Console) -> Path:

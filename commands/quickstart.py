@@ -46,9 +46,17 @@ __all__ = ["command"]
     show_default=True,
     help="Loader backend for training and evaluation (auto: DALI where installed).",
 )
-def command(out: Path, tiny: bool, workers: int, seed: int, data: str, backend: str) -> None:
+@click.option(
+    "--recipe",
+    default=None,
+    help="An example recipe's sizes instead of the default's (`memdpc recipes` lists them): a name or a file.",
+)
+def command(
+    out: Path, tiny: bool, workers: int, seed: int, data: str, backend: str, recipe: str | None
+) -> None:
     """The main job end to end on example data: data, preprocess, shard, train rgb and flow, evaluate
-    MemDPC against random init (retrieval, linear probe, late fusion) and print one table."""
+    MemDPC against random init (retrieval, linear probe, late fusion) and print one table; --recipe runs an
+    example recipe's job instead (e.g. pretraining on a pool of unlabelled videos)."""
     from memdpc.quickstart import quickstart
 
-    quickstart(out, tiny=tiny, workers=workers, seed=seed, data=data, backend=backend)
+    quickstart(out, tiny=tiny, workers=workers, seed=seed, data=data, backend=backend, recipe=recipe)

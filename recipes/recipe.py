@@ -17,6 +17,11 @@ the figures to expect and everything that produces them, in sections:
 - ``base``: a recipe whose sections this one starts from; its own ``train``, ``preprocess`` and ``shard``
   settings are added to the base's, its other sections replace the base's.
 
+An example recipe runs on the built-in example families instead (``memdpc quickstart --recipe NAME``): its
+``quickstart`` section holds the sizes of the quickstart's run (the fields of ``memdpc.quickstart.Profile``),
+its ``expect`` the figures per family measured on the held-out draws (seeds :data:`EXAMPLE_SEEDS`), and it has
+no ``pretrain``, ``train`` or ``eval`` section.
+
 A recipe is named by its path or its short name (the file name without ``.yaml``).
 """
 
@@ -28,7 +33,16 @@ from typing import Any
 
 import yaml
 
-__all__ = ["Recipe", "commands", "eval_settings", "load", "names", "resolve", "train_settings"]
+__all__ = [
+    "EXAMPLE_SEEDS",
+    "Recipe",
+    "commands",
+    "eval_settings",
+    "load",
+    "names",
+    "resolve",
+    "train_settings",
+]
 
 try:
     import tomllib
@@ -40,9 +54,23 @@ from memdpc.common.wording import name_list
 
 RECIPE_DIR = Path(__file__).resolve().parent  # the YAML files beside this loader
 DATASETS = "datasets"  # recipes/datasets.yaml: the datasets the recipes use; not a recipe
-SECTIONS = ("row", "notes", "expect", "pretrain", "preprocess", "shard", "train", "eval", "fuse", "base")
+SECTIONS = (
+    "row",
+    "notes",
+    "expect",
+    "pretrain",
+    "preprocess",
+    "shard",
+    "train",
+    "eval",
+    "fuse",
+    "quickstart",
+    "base",
+)
 MERGED = ("preprocess", "shard", "train")  # sections a recipe adds to its base's; the others replace them
 TASKS = ("retrieve", "probe", "finetune")
+# the held-out draws of the example families that an example recipe's figures are measured on
+EXAMPLE_SEEDS = (0, 1)
 
 
 def _toml_loads(path: Path, text: str) -> Any:
@@ -120,6 +148,7 @@ class Recipe:
     train: dict[str, Any] = field(default_factory=dict)
     eval: dict[str, Any] = field(default_factory=dict)
     fuse: list[dict[str, str]] = field(default_factory=list)
+    quickstart: dict[str, Any] = field(default_factory=dict)  # an example recipe's run (module docstring)
     run: str = ""  # the recipe whose training this one evaluates: its run folder's name
     run_path: Path | None = None  # and its file
 
@@ -180,9 +209,19 @@ def load(name_or_path: str | Path) -> Recipe:
         len(fuse) != 2 or not all(isinstance(f, dict) and {"recipe", "result"} <= set(f) for f in fuse)
     ):
         raise UserError(f"{where}: fuse lists two results, each as {{recipe: NAME, result: FILE}}")
-    if not fuse and not (data.get("pretrain") and data.get("train") and evaluation):
+    quickstart = data.get("quickstart") or {}
+    if not isinstance(quickstart, dict):
         raise UserError(
-            f"{where}: a recipe needs pretrain, train and eval sections (or fuse, for a fused row)"
+            f"{where}: quickstart: expected a mapping of settings, got {type(quickstart).__name__}"
+        )
+    if quickstart and (fuse or data.get("pretrain") or data.get("train") or evaluation):
+        raise UserError(
+            f"{where}: an example recipe (quickstart) has no pretrain, train, eval or fuse section"
+        )
+    if not fuse and not quickstart and not (data.get("pretrain") and data.get("train") and evaluation):
+        raise UserError(
+            f"{where}: a recipe needs pretrain, train and eval sections (or fuse, for a fused row; or "
+            "quickstart, for the example data)"
         )
     return Recipe(
         name=path.stem,
@@ -196,6 +235,7 @@ def load(name_or_path: str | Path) -> Recipe:
         train=_options(data.get("train") or {}, f"{where}: train"),
         eval=evaluation,
         fuse=[{**f, "recipe": _named_from(path, f["recipe"])} for f in fuse],
+        quickstart=quickstart,
         run=(run or path).stem,
         run_path=run or path,
     )
@@ -208,6 +248,10 @@ def train_settings(name_or_path: str | Path) -> dict[str, Any]:
     if not is_recipe(values):
         return _options(values, str(path))
     recipe = load(path)
+    if recipe.quickstart:
+        raise UserError(
+            f"{path}: an example recipe; memdpc quickstart --recipe {config_ref(path)} runs it on the example data"
+        )
     if not recipe.train:
         raise UserError(
             f"{path}: this recipe trains nothing (it fuses the results of "
@@ -273,6 +317,13 @@ def commands(recipe: Recipe, data: str = "DATA", work: str = "WORK") -> list[str
     ]
     if recipe.notes:
         lines.append(f"# note: {' '.join(recipe.notes.split())}")
+    if recipe.quickstart:
+        return lines + [
+            f"memdpc quickstart --recipe {config_ref(recipe.path)} --data {family} --seed {seed} "
+            f"--out {work}/{recipe.name}/{family}-s{seed}"
+            for family in recipe.expect
+            for seed in EXAMPLE_SEEDS
+        ]
     if recipe.fuse:
         first, second = (load(f["recipe"]) for f in recipe.fuse)
         lines.append(f"# first run the recipes {first.name} and {second.name} (memdpc recipes NAME), then:")

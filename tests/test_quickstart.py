@@ -183,3 +183,80 @@ def test_tiny_quickstart_on_the_held_out_photos_and_the_torch_loader_resumes_and
         f"Error: {out}: holds a quickstart run of --data photos --seed 0 --tiny, not --data synthetic --seed 0 "
         "--tiny; resume it with the same options or choose another --out"
     )
+
+
+TINY_POOL_RECIPE = """\
+row: a tiny pooled run
+expect: {synthetic: {R@1: 0, top1: 0}}
+quickstart:
+  data: {videos_per_class: 5, frames: 24, size: 32, num_classes: 3}
+  clip: {num_blocks: 4, block_len: 4, stride: 1}
+  window_step: 4
+  max_count: 1
+  streams: [flow]
+  pool: 2
+  checkpoint: last
+  train: {size: 32, crop_size: 0, widths: [8, 16, 16, 16], batch_size: 4, epochs: 2, pred_steps: 1,
+          mem_size: 64, val_split: val, knn_every: 1, jitter_flow: false}
+  probe: {epochs: 30, lr: 0.003, lr_min: 0.0003}
+"""
+
+
+def _index(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+@pytest.mark.slow
+def test_an_example_recipe_pretrains_on_its_pool_and_evaluates_on_the_labelled_draw(tmp_path):
+    """An example recipe by path (the shipped one's kind at tiny sizes): MemDPC pretrains on a pool of unlabelled
+    videos (another draw, twice the videos, without a test split), the labelled draw alone is evaluated, on the
+    recipe's stream only and from its last checkpoint; a re-run with the default's sizes in its folder is
+    refused, and so are a mistake in a recipe and a paper's recipe."""
+    recipe = tmp_path / "tiny-pool.yaml"
+    recipe.write_text(TINY_POOL_RECIPE)
+    out = tmp_path / "qs"
+    res = _run(out, "--recipe", str(recipe), "--backend", "torch")
+    assert res.returncode == 0, res.stderr[-3000:]
+    labelled, pool = _index(out / "index.jsonl"), _index(out / "pool" / "index.jsonl")
+    assert {v["split"] for v in labelled} == {"train", "val", "test"} and len(labelled) == 15
+    assert {v["split"] for v in pool} == {"train", "val"} and len(pool) == 18  # 30 videos less every third
+    same_names = {Path(v["path"]).name: v["path"] for v in labelled}
+    twins = [
+        (v["path"], same_names[Path(v["path"]).name]) for v in pool if Path(v["path"]).name in same_names
+    ]
+    assert twins and all(Path(a).read_bytes() != Path(b).read_bytes() for a, b in twins)  # another draw
+    config = yaml.safe_load((out / "runs" / "flow" / "config.yaml").read_text())
+    assert config["shards"] == str(out / "pool" / "shards") and not (out / "runs" / "rgb").exists()
+    rows = json.loads((out / "quickstart.json").read_text())
+    assert {(r["model"], r["stream"]) for r in rows} == {(m, "flow") for m in MODEL_NAMES.values()}
+    tests = json.loads((out / "shards" / "flow" / "manifest-test.json").read_text())["num_videos"]
+    assert all(r["n"] == tests == 6 for r in rows)
+    evaluated = json.loads((out / "eval" / "memdpc-flow" / "retrieval-flow.json").read_text())
+    assert evaluated["config"]["checkpoint"].endswith("runs/flow/checkpoints/last.pt")
+    assert Path(evaluated["config"]["shards"]) == out / "shards"
+    compared = json.loads((out / "quickstart-compare.json").read_text())
+    assert len(compared["comparisons"]) == 2 * len(COMPARED)
+    assert "of the flow stream, paired on the same 6 test videos" in compared["summary"]
+    assert "memdpc quickstart --recipe example-flow-pool" in compared["summary"]
+
+    other = _run(out, "--backend", "torch")  # the default's sizes into the recipe's folder
+    assert other.returncode == 2
+    assert other.stderr.strip().splitlines()[-1] == (
+        f"Error: {out}: holds a quickstart run of --data synthetic --seed 0 --recipe {recipe}, not "
+        "--data synthetic --seed 0; resume it with the same options or choose another --out"
+    )
+    (tmp_path / "bad.yaml").write_text(TINY_POOL_RECIPE.replace("pool: 2", "pools: 2"))
+    for args, message in (
+        (
+            ("--tiny", "--recipe", str(recipe)),
+            "--tiny and --recipe choose the run's sizes both; give one of them",
+        ),
+        (("--recipe", "ucf101-r18-flow"), "ucf101-r18-flow.yaml: not an example recipe"),
+        (
+            ("--recipe", str(tmp_path / "bad.yaml")),
+            f"{tmp_path / 'bad.yaml'}: quickstart: unknown setting(s) pools",
+        ),
+    ):
+        res = _run(tmp_path / "elsewhere", *args)
+        assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1, res.stderr
+        assert message in res.stderr, res.stderr

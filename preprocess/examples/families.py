@@ -10,9 +10,12 @@ from memdpc.preprocess.examples.layout import ExampleConfig
 from memdpc.preprocess.examples.photos import PhotoConfig, make_photos
 from memdpc.preprocess.examples.synthetic import SyntheticConfig, make_synthetic
 
-__all__ = ["EXAMPLE_FAMILIES"]
+__all__ = ["EXAMPLE_FAMILIES", "POOL_SEED"]
 
 EXAMPLE_FAMILIES: dict[str, tuple[type[ExampleConfig], Callable[..., Path]]] = {
     "synthetic": (SyntheticConfig, make_synthetic),
     "photos": (PhotoConfig, make_photos),
 }
+# a pool of unlabelled videos to pretrain on is a draw of its family seeded this far from the labelled draw's,
+# apart from every labelled seed (``memdpc quickstart --recipe``, the learning scan)
+POOL_SEED = 1000

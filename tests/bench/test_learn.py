@@ -14,6 +14,8 @@ import numpy as np
 import pytest
 
 from bench.learn import (
+    BASE_TRAIN,
+    CHOSEN,
     FLOW_STATISTICS,
     HELD_OUT_SEEDS,
     VALIDATION_SEEDS,
@@ -25,14 +27,17 @@ from bench.learn import (
     pool,
     scan,
     smoke,
+    tune,
     windows,
 )
 from memdpc.preprocess.archive import write_archive
 from memdpc.preprocess.encode import planes_image
+from memdpc.preprocess.examples.families import POOL_SEED
+from memdpc.quickstart import profile_from
+from memdpc.recipes.recipe import load
 from tests.conftest import subprocess_env
 
 pytestmark = pytest.mark.slow
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _learn(*args) -> subprocess.CompletedProcess:
@@ -138,10 +143,22 @@ def test_flow_statistics_tell_a_pan_a_zoom_and_a_roll_apart(tmp_path, field, sta
     assert max(magnitude, key=magnitude.get) == statistic and stats["speed"] > 4
 
 
-def test_readmes_rows_of_the_scan_are_the_committed_table_s():
-    """README shows rows of bench/results/learn.md (the chosen settings on held-out draws): each as written there."""
-    readme = (ROOT / "README.md").read_text()
-    shown = readme.split("<!-- learn.md -->")[1].split("<!-- /learn.md -->")[0]
-    rows = [line for line in shown.splitlines() if line.startswith("|")]
-    table = (ROOT / "bench" / "results" / "learn.md").read_text().splitlines()
-    assert len(rows) > 2 and all(row in table for row in rows), [r for r in rows if r not in table]
+def test_the_shipped_example_recipe_is_a_pooled_setting_the_tune_plan_tried_on_validation_draws():
+    """`memdpc quickstart --recipe example-flow-pool` renders, trains and evaluates as one of the tune plan's
+    pooled cells does."""
+    recipe = profile_from(load("example-flow-pool").quickstart, "example-flow-pool")
+    assert recipe.train == {**BASE_TRAIN, **CHOSEN, "size": 32, "val_split": "val"}
+    assert (recipe.streams, recipe.checkpoint) == (("flow",), "last")
+    (cell,) = [
+        c
+        for c in tune()
+        if c.pool
+        and c.data.family == "photos"
+        and c.train == {**CHOSEN, "size": 32}
+        and c.data.videos_per_class == recipe.data["videos_per_class"]
+        and c.pool.videos_per_class == recipe.pool * c.data.videos_per_class
+    ]
+    d = cell.data
+    assert recipe.data == {"videos_per_class": d.videos_per_class, "frames": d.frames, "size": d.size}
+    assert (recipe.clip.num_blocks, recipe.clip.block_len, recipe.clip.stride) == (d.blocks, d.block_len, 1)
+    assert recipe.window_step == d.window_step and cell.pool.seed == d.seed + POOL_SEED

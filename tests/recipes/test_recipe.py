@@ -5,6 +5,7 @@ wrote, its fusion) at tiny scale on the CPU; recipes are found by short name or 
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import shutil
 import subprocess
@@ -23,9 +24,12 @@ from memdpc.common.streams import STREAMS
 from memdpc.model.checkpoint import read_checkpoint
 from memdpc.pipeline.shard import shard_stream
 from memdpc.pipeline.shard_plan import ShardSettings
+from memdpc.preprocess.examples.families import EXAMPLE_FAMILIES
 from memdpc.preprocess.examples.synthetic import CLASSES, render_video
 from memdpc.preprocess.video_index import VideoRecord
+from memdpc.quickstart import profile_from
 from memdpc.recipes.recipe import (
+    EXAMPLE_SEEDS,
     RECIPE_DIR,
     commands,
     datasets,
@@ -59,6 +63,9 @@ TINY_TRAIN = [
     "none",
 ]
 TINY_EVAL = ["--batch-size", "2", "--backend", "torch", "--workers", "0"]
+# the paper's rows, and the example recipes (`memdpc quickstart --recipe`: tests/test_quickstart.py runs one)
+PAPER = [n for n in names() if not load(n).quickstart]
+EXAMPLES = [n for n in names() if load(n).quickstart]
 
 
 def run_cli(*args):
@@ -98,8 +105,18 @@ def tiny_shards(tmp_path_factory) -> Path:
 
 def test_every_recipe_names_its_row_figures_data_and_a_valid_training():
     known = datasets()
-    assert len(names()) >= 20 and "datasets" not in names()
-    for name in names():
+    assert len(PAPER) >= 20 and EXAMPLES and "datasets" not in names()
+    for name in EXAMPLES:  # the example families instead of datasets, and a valid quickstart profile
+        r = load(name)
+        assert r.row and r.expect and set(r.expect) == set(EXAMPLE_FAMILIES), name
+        assert not (r.pretrain or r.train or r.eval or r.fuse), name
+        profile = profile_from(r.quickstart, name)
+        assert profile.pool > 0 and profile.checkpoint == "last", name
+        for stream in profile.streams:
+            config_from_dict({**profile.train, "stream": stream}, where=name)
+        with pytest.raises(UserError, match=f"an example recipe; memdpc quickstart --recipe {name} runs it"):
+            train_settings(name)
+    for name in PAPER:
         r = load(name)
         assert r.row and r.expect and set(r.expect) <= set(known), name
         if r.fuse:
@@ -136,7 +153,10 @@ def test_every_recipe_prints_commands_the_command_line_accepts(name):
         _parses(args[1:])
     verbs = [" ".join(r[1:3]) if r[1] == "eval" else r[1] for r in runs]
     r = load(name)
-    if r.fuse:
+    if r.quickstart:  # one run of the quickstart per family and held-out draw
+        assert verbs == ["quickstart"] * len(r.expect) * len(EXAMPLE_SEEDS)
+        assert all(f"--recipe {name} " in line for line in lines if line.startswith("memdpc"))
+    elif r.fuse:
         assert set(verbs) == {"eval fuse"}
     else:
         assert {"index", "preprocess", "shard", f"eval {r.eval['task']}"} <= set(verbs) and verbs.count(
@@ -150,7 +170,9 @@ def test_every_recipe_prints_commands_the_command_line_accepts(name):
 def test_recipes_are_found_by_short_name_or_path_and_mistakes_are_named(tmp_path):
     assert resolve("ucf101-r18-rgb") == RECIPE_DIR / "ucf101-r18-rgb.yaml"
     assert load(RECIPE_DIR / "ucf101-r18-flow.yaml").train == load("ucf101-r18-flow").train
-    with pytest.raises(UserError, match=r"ucf101-r18-rbg: no such file, nor a recipe of that name \(k400"):
+    with pytest.raises(
+        UserError, match=r"ucf101-r18-rbg: no such file, nor a recipe of that name \(example-flow-pool"
+    ):
         resolve("ucf101-r18-rbg")
     mine = tmp_path / "mine.yaml"
     mine.write_text(
@@ -303,7 +325,7 @@ def recipe_work(tmp_path_factory) -> Path:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", names())
+@pytest.mark.parametrize("name", PAPER)
 def test_every_recipe_runs_one_step_at_tiny_scale_on_the_cpu(name, tiny_shards, recipe_work):
     out = _run_recipe(name, tiny_shards, recipe_work)
     assert {d.name for d in out.iterdir()} == set(load(name).expect)
@@ -355,14 +377,14 @@ def _docs_page() -> str:
 
 def test_the_docs_list_every_recipe_with_its_figures_and_commands_the_command_line_accepts():
     section = _docs_page()
-    for name in names():
+    for name in PAPER:
         rows = [line for line in section.splitlines() if line.startswith("|") and f"`{name}`" in line]
         assert rows, f"docs/reproducing.md's table lacks {name}"
         figures = [v for f in load(name).expect.values() for v in f.values()]
         assert all(f"{v}" in rows[0] for v in figures), (name, rows[0])
     block = section.split("and then each row is one command:", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
     lines = [line for line in block.splitlines() if line]
-    assert sorted(name for name in names() for line in lines if f"--out $W/eval/{name}/" in line) == names()
+    assert sorted(name for name in names() for line in lines if f"--out $W/eval/{name}/" in line) == PAPER
     pretraining = section.split("the pretraining runs are", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
     readme = set()
     for line in [*pretraining.splitlines(), *lines]:
@@ -380,7 +402,7 @@ def test_the_docs_list_every_recipe_with_its_figures_and_commands_the_command_li
     # the same commands as `memdpc recipes NAME` prints for each row (the page is a copy: it must not drift)
     printed = {
         line
-        for name in names()
+        for name in PAPER
         for line in commands(load(name), "DATA", "$W")
         if line.startswith(("memdpc train", "memdpc eval"))
     }
@@ -390,3 +412,17 @@ def test_the_docs_list_every_recipe_with_its_figures_and_commands_the_command_li
 def test_memdpc_recipes_lists_every_recipe():
     out = CliRunner().invoke(main, ["recipes"], terminal_width=200).output
     assert all(name in out for name in names()) and "68.2" in out
+
+
+def test_an_example_recipe_has_no_training_of_its_own_and_a_mapping_for_the_quickstart(tmp_path):
+    mine = tmp_path / "mine.yaml"
+    for text, message in (
+        ("row: r\nexpect: {synthetic: {R@1: 1}}\nquickstart: [8]\n", "quickstart: expected a mapping"),
+        (
+            "row: r\nexpect: {synthetic: {R@1: 1}}\nquickstart: {pool: 8}\ntrain: {epochs: 1}\n",
+            "an example recipe (quickstart) has no pretrain, train, eval or fuse section",
+        ),
+    ):
+        mine.write_text(text)
+        with pytest.raises(UserError, match=rf"{mine}: {re.escape(message)}"):
+            load(mine)

@@ -1,0 +1,78 @@
+"""bench/recipe.py: an example recipe's printed commands run for real (a tiny one, two held-out draws of one
+family), their tables gathered into one; a rerun runs nothing again."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from memdpc.recipes.recipe import EXAMPLE_SEEDS, load
+from tests.conftest import subprocess_env
+from tests.test_quickstart import TINY_POOL_RECIPE
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _bench(*args) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "bench.recipe", *map(str, args)],
+        capture_output=True,
+        text=True,
+        env={**subprocess_env(), "OMP_NUM_THREADS": "2", "OMP_WAIT_POLICY": "PASSIVE"},
+        timeout=600,
+    )
+
+
+@pytest.mark.slow
+def test_the_recipes_runs_are_gathered_with_their_pairs_and_minutes_and_not_run_again(tmp_path):
+    recipe = tmp_path / "tiny-pool.yaml"
+    recipe.write_text(TINY_POOL_RECIPE)
+    work, out = tmp_path / "work", tmp_path / "out" / "recipe"
+    first = _bench(recipe, "--work", work, "--out", out)
+    assert first.returncode == 0, first.stderr[-3000:]
+    results = json.loads(out.with_suffix(".json").read_text())
+    assert [(r["family"], r["seed"], r["stream"], r["n"]) for r in results] == [
+        ("synthetic", 0, "flow", 6),
+        ("synthetic", 1, "flow", 6),
+    ]
+    for r in results:
+        assert (
+            r["minutes"] > 0
+            and (work / "tiny-pool" / f"synthetic-s{r['seed']}" / "quickstart.json").is_file()
+        )
+        assert r["command"].startswith(f"memdpc quickstart --recipe {recipe} --data synthetic --seed ")
+        for m in r["metrics"].values():
+            assert set(m["models"]) == {"MemDPC", "random init", "random init, data BN"}
+            for p in m["paired"].values():
+                assert 0 < p["p"] <= 1 if p["p"] is not None else p["discordant"] == "0/0"
+    table = out.with_suffix(".md").read_text().splitlines()
+    assert len([line for line in table if line.startswith("| synthetic |")]) == 2 * 2  # runs × metrics
+    stamps = [(work / "tiny-pool" / f"synthetic-s{s}" / "quickstart.json").stat().st_mtime_ns for s in (0, 1)]
+    again = _bench(recipe, "--work", work, "--out", out)
+    assert again.returncode == 0 and "$ memdpc" not in again.stdout
+    assert [
+        (work / "tiny-pool" / f"synthetic-s{s}" / "quickstart.json").stat().st_mtime_ns for s in (0, 1)
+    ] == stamps
+    assert json.loads(out.with_suffix(".json").read_text()) == results
+
+
+def test_the_shipped_recipes_figures_and_readmes_rows_are_the_committed_results():
+    """`expect` of example-flow-pool is the mean over the held-out draws of bench/results/recipe-example-flow-pool
+    (made by this benchmark), and README shows that table's rows as written there."""
+    results = json.loads((ROOT / "bench" / "results" / "recipe-example-flow-pool.json").read_text())
+    expect = load("example-flow-pool").expect
+    assert {(r["family"], r["seed"]) for r in results} == {(f, s) for f in expect for s in EXAMPLE_SEEDS}
+    for family, figures in expect.items():
+        for metric, value in figures.items():
+            name = {"top1": "probe top-1"}.get(metric, metric)
+            mine = [r["metrics"][name]["models"]["MemDPC"][0] for r in results if r["family"] == family]
+            assert value == round(sum(mine) / len(mine), 1), (family, metric)
+    assert all(r["minutes"] is None or r["minutes"] <= 45 for r in results)
+    shown = (ROOT / "README.md").read_text().split("<!-- recipe.md -->")[1].split("<!-- /recipe.md -->")[0]
+    rows = [line for line in shown.splitlines() if line.startswith("|")]
+    table = (ROOT / "bench" / "results" / "recipe-example-flow-pool.md").read_text().splitlines()
+    assert len(rows) > 2 and all(row in table for row in rows), [r for r in rows if r not in table]
