@@ -212,13 +212,20 @@ def _step(console: Console, text: str) -> None:
     console.print(Rule(f"[bold]{text}"), width=min(console.width, RULE_WIDTH))
 
 
+def _draw(out: Path, p: Profile, family: str, seed: int, sizes: dict[str, Any], test: bool = True) -> Path:
+    """A draw of the example family ``family`` in ``out/data`` and its index (with ``val`` held out of the
+    training videos; without the ``test`` split where ``test`` is false)."""
+    config, make = EXAMPLE_FAMILIES[family]
+    root = make(out / "data", config(**sizes, seed=seed))
+    records = hold_out(build_index(root, "ucf101", 1), p.val_per_class)
+    index = out / "index.jsonl"
+    write_index([r for r in records if test or r.split != "test"], index)
+    return index
+
+
 def _data(out: Path, p: Profile, family: str, seed: int, console: Console) -> Path:
     _step(console, f"1/6 example data ({family}) and index")
-    config, make = EXAMPLE_FAMILIES[family]
-    root = make(out / "data", config(**p.data, seed=seed))
-    index = out / "index.jsonl"
-    write_index(hold_out(build_index(root, "ucf101", 1), p.val_per_class), index)
-    return index
+    return _draw(out, p, family, seed, p.data)
 
 
 def _pool(out: Path, p: Profile, family: str, seed: int, console: Console) -> Path:
@@ -228,13 +235,8 @@ def _pool(out: Path, p: Profile, family: str, seed: int, console: Console) -> Pa
         console,
         f"1/6 the pool: {p.pool} times as many unlabelled videos to pretrain on ({family}, seed {seed})",
     )
-    config, make = EXAMPLE_FAMILIES[family]
-    sizes = {**p.data, "videos_per_class": p.pool * config(**p.data).videos_per_class}
-    root = make(out / "data", config(**sizes, seed=seed))
-    index = out / "index.jsonl"
-    records = hold_out(build_index(root, "ucf101", 1), p.val_per_class)
-    write_index([r for r in records if r.split != "test"], index)
-    return index
+    labelled = EXAMPLE_FAMILIES[family][0](**p.data).videos_per_class
+    return _draw(out, p, family, seed, {**p.data, "videos_per_class": p.pool * labelled}, test=False)
 
 
 def _frames(out: Path, index: Path, p: Profile, workers: int, console: Console, of: str = "") -> Path:

@@ -209,25 +209,19 @@ def tune() -> list[Cell]:
         for name, t in tries.items()
         for family in FAMILIES
     ]
-    return cells + [
-        Cell(
-            f"val-{family}-s100-{name}-32px",
-            Data(family=family, seed=100, videos_per_class=videos),
-            "flow",
-            {**t, "size": 32},
-            evals=EVALS,
-            pool=pool(Data(family=family, seed=100, videos_per_class=videos), times),
-        )
-        for name, t, times, videos in (
-            ("pool-4x", CHOSEN, 4, 24),
-            ("pool-4x-reverse-0.5", REVERSE, 4, 24),
-            ("pool-8x", CHOSEN, 8, 24),
-            ("pool-16x", CHOSEN, 16, 24),
-            # twice the labelled videos (and so the test videos) with pool-16x's pool: the same training
-            ("v48-pool-8x", CHOSEN, 8, 48),
-        )
-        for family in FAMILIES
-    ]
+    for setting, t, times, videos in (
+        ("pool-4x", CHOSEN, 4, 24),
+        ("pool-4x-reverse-0.5", REVERSE, 4, 24),
+        ("pool-8x", CHOSEN, 8, 24),
+        ("pool-16x", CHOSEN, 16, 24),
+        # twice the labelled videos (and so the test videos) with pool-16x's pool: the same training
+        ("v48-pool-8x", CHOSEN, 8, 48),
+    ):
+        for family in FAMILIES:
+            data = Data(family=family, seed=100, videos_per_class=videos)
+            name = f"val-{family}-s100-{setting}-32px"
+            cells.append(Cell(name, data, "flow", {**t, "size": 32}, EVALS, pool(data, times)))
+    return cells
 
 
 PLANS = {"smoke": smoke, "scan": scan, "tune": tune}

@@ -27,6 +27,7 @@ from typing import Any
 
 from rich.console import Console
 
+from bench.scale import machine
 from memdpc.common import file_kinds
 from memdpc.common.atomic import atomic_path, write_json_atomic
 from memdpc.quickstart import COMPARED, MODEL_NAMES, column
@@ -119,7 +120,7 @@ def markdown(name: str, results: list[dict[str, Any]]) -> str:
         "\n".join(
             [
                 f"`memdpc quickstart --recipe {name}` on the held-out draws of both example families "
-                f"({platform.machine()}, {_cpu()}): percent with 95 % intervals (Wilson) over the n test "
+                f"({platform.machine()}, {machine()}, {len(os.sched_getaffinity(0))} cores): percent with 95 % intervals (Wilson) over the n test "
                 "videos; differences in points, paired on the same videos (McNemar's exact test); minutes "
                 "from videos to table.",
                 "",
@@ -128,14 +129,6 @@ def markdown(name: str, results: list[dict[str, Any]]) -> str:
         )
         + "\n"
     )
-
-
-def _cpu() -> str:
-    """The CPU's model name and the cores this process may use."""
-    cpuinfo = Path("/proc/cpuinfo")
-    lines = cpuinfo.read_text().splitlines() if cpuinfo.is_file() else []
-    model = next((line.partition(":")[2].strip() for line in lines if line.startswith("model name")), "")
-    return f"{model or platform.processor()}, {len(os.sched_getaffinity(0))} cores"
 
 
 def main() -> None:
