@@ -119,9 +119,10 @@ class Profile:
 CHECKPOINTS = ("best", "last")
 
 
-def profile_from(values: dict[str, Any], where: str) -> Profile:
-    """The profile a recipe's ``quickstart`` section describes (:class:`Profile`'s fields; ``clip`` as
-    :class:`ClipSpec`'s); UserError naming ``where`` and the problem."""
+def profile_from(values: dict[str, Any], where: str, family: str) -> Profile:
+    """The profile a recipe's ``quickstart`` section describes for the example family ``family``
+    (:class:`Profile`'s fields; ``clip`` as :class:`ClipSpec`'s; ``pool`` one number or one per family);
+    UserError naming ``where`` and the problem."""
     known = set(Profile.__dataclass_fields__)
     unknown = sorted(set(values) - known)
     if unknown:
@@ -136,11 +137,15 @@ def profile_from(values: dict[str, Any], where: str) -> Profile:
     if values.get("checkpoint", "best") not in CHECKPOINTS:
         raise UserError(f"{where}: checkpoint must be one of {', '.join(CHECKPOINTS)}")
     pool = values.get("pool", 0)
+    if isinstance(pool, dict):
+        if set(pool) != set(EXAMPLE_FAMILIES):
+            raise UserError(f"{where}: pool by family must name each of {', '.join(EXAMPLE_FAMILIES)} once")
+        pool = pool[family]
     if not isinstance(pool, int) or pool < 0:
         raise UserError(f"{where}: pool must be a whole number of times the labelled videos (0: no pool)")
     try:
         clip = ClipSpec(**values.get("clip", {}))
-        return Profile(**{**values, "clip": clip, "streams": streams})
+        return Profile(**{**values, "clip": clip, "streams": streams, "pool": pool})
     except (TypeError, ValueError) as e:
         raise UserError(f"{where}: {e}") from None
 
@@ -598,7 +603,7 @@ def quickstart(
         raise UserError("--tiny and --recipe choose the run's sizes both; give one of them")
     console = console or rich_console(stderr=True)
     out = Path(out)
-    p = _recipe_profile(recipe) if recipe is not None else PROFILES["tiny" if tiny else "default"]
+    p = _recipe_profile(recipe, data) if recipe is not None else PROFILES["tiny" if tiny else "default"]
     record = {"data": data, "seed": seed, "tiny": tiny}
     _check_same_run(out, {**record, "recipe": str(recipe)} if recipe is not None else record)
     index = _data(out, p, data, seed, console)
@@ -621,15 +626,15 @@ def quickstart(
     return rows
 
 
-def _recipe_profile(recipe: str | Path) -> Profile:
-    """The profile of an example recipe (a recipe with a ``quickstart`` section)."""
+def _recipe_profile(recipe: str | Path, family: str) -> Profile:
+    """The profile of an example recipe (a recipe with a ``quickstart`` section) for the family ``family``."""
     r = load_recipe(recipe)
     if not r.quickstart:
         raise UserError(
             f"{r.path}: not an example recipe (it has no quickstart section); memdpc recipes {r.name} prints its "
             "commands"
         )
-    return profile_from(r.quickstart, f"{r.path}: quickstart")
+    return profile_from(r.quickstart, f"{r.path}: quickstart", family)
 
 
 def _report(out: Path, console: Console) -> Path:

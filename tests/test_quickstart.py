@@ -194,7 +194,7 @@ quickstart:
   window_step: 4
   max_count: 1
   streams: [flow]
-  pool: 2
+  pool: {synthetic: 2, photos: 1}
   checkpoint: last
   train: {size: 32, crop_size: 0, widths: [8, 16, 16, 16], batch_size: 4, epochs: 2, pred_steps: 1,
           mem_size: 64, val_split: val, knn_every: 1, jitter_flow: false}
@@ -209,9 +209,9 @@ def _index(path: Path) -> list[dict]:
 @pytest.mark.slow
 def test_an_example_recipe_pretrains_on_its_pool_and_evaluates_on_the_labelled_draw(tmp_path):
     """An example recipe by path (the shipped one's kind at tiny sizes): MemDPC pretrains on a pool of unlabelled
-    videos (another draw, twice the videos, without a test split), the labelled draw alone is evaluated, on the
-    recipe's stream only and from its last checkpoint; a re-run with the default's sizes in its folder is
-    refused, and so are a mistake in a recipe and a paper's recipe."""
+    videos (another draw, of the size the recipe sets for this family: twice the videos, without a test split),
+    the labelled draw alone is evaluated, on the recipe's stream only and from its last checkpoint; a re-run with
+    the default's sizes in its folder is refused, and so are mistakes in a recipe and a paper's recipe."""
     recipe = tmp_path / "tiny-pool.yaml"
     recipe.write_text(TINY_POOL_RECIPE)
     out = tmp_path / "qs"
@@ -245,7 +245,8 @@ def test_an_example_recipe_pretrains_on_its_pool_and_evaluates_on_the_labelled_d
         f"Error: {out}: holds a quickstart run of --data synthetic --seed 0 --recipe {recipe}, not "
         "--data synthetic --seed 0; resume it with the same options or choose another --out"
     )
-    (tmp_path / "bad.yaml").write_text(TINY_POOL_RECIPE.replace("pool: 2", "pools: 2"))
+    (tmp_path / "bad.yaml").write_text(TINY_POOL_RECIPE.replace("pool: {", "pools: {"))
+    (tmp_path / "bad-pool.yaml").write_text(TINY_POOL_RECIPE.replace(", photos: 1}", "}"))
     for args, message in (
         (
             ("--tiny", "--recipe", str(recipe)),
@@ -255,6 +256,10 @@ def test_an_example_recipe_pretrains_on_its_pool_and_evaluates_on_the_labelled_d
         (
             ("--recipe", str(tmp_path / "bad.yaml")),
             f"{tmp_path / 'bad.yaml'}: quickstart: unknown setting(s) pools",
+        ),
+        (
+            ("--recipe", str(tmp_path / "bad-pool.yaml")),
+            f"{tmp_path / 'bad-pool.yaml'}: quickstart: pool by family must name each of synthetic, photos once",
         ),
     ):
         res = _run(tmp_path / "elsewhere", *args)

@@ -32,7 +32,7 @@ from bench.learn import (
 )
 from memdpc.preprocess.archive import write_archive
 from memdpc.preprocess.encode import planes_image
-from memdpc.preprocess.examples.families import POOL_SEED
+from memdpc.preprocess.examples.families import EXAMPLE_FAMILIES, POOL_SEED
 from memdpc.quickstart import profile_from
 from memdpc.recipes.recipe import load
 from tests.conftest import subprocess_env
@@ -145,20 +145,22 @@ def test_flow_statistics_tell_a_pan_a_zoom_and_a_roll_apart(tmp_path, field, sta
 
 def test_the_shipped_example_recipe_is_a_pooled_setting_the_tune_plan_tried_on_validation_draws():
     """`memdpc quickstart --recipe example-flow-pool` renders, trains and evaluates as one of the tune plan's
-    pooled cells does."""
-    recipe = profile_from(load("example-flow-pool").quickstart, "example-flow-pool")
-    assert recipe.train == {**BASE_TRAIN, **CHOSEN, "size": 32, "val_split": "val"}
-    assert (recipe.streams, recipe.checkpoint) == (("flow",), "last")
-    (cell,) = [
-        c
-        for c in tune()
-        if c.pool
-        and c.data.family == "photos"
-        and c.train == {**CHOSEN, "size": 32}
-        and c.data.videos_per_class == recipe.data["videos_per_class"]
-        and c.pool.videos_per_class == recipe.pool * c.data.videos_per_class
-    ]
-    d = cell.data
-    assert recipe.data == {"videos_per_class": d.videos_per_class, "frames": d.frames, "size": d.size}
-    assert (recipe.clip.num_blocks, recipe.clip.block_len, recipe.clip.stride) == (d.blocks, d.block_len, 1)
-    assert recipe.window_step == d.window_step and cell.pool.seed == d.seed + POOL_SEED
+    pooled cells does, on each family (the pool's size is the family's own)."""
+    for family in EXAMPLE_FAMILIES:
+        recipe = profile_from(load("example-flow-pool").quickstart, "example-flow-pool", family)
+        assert recipe.train == {**BASE_TRAIN, **CHOSEN, "size": 32, "val_split": "val"}
+        assert (recipe.streams, recipe.checkpoint) == (("flow",), "last")
+        (cell,) = [
+            c
+            for c in tune()
+            if c.pool
+            and c.data.family == family
+            and c.train == {**CHOSEN, "size": 32}
+            and c.data.videos_per_class == recipe.data["videos_per_class"]
+            and c.pool.videos_per_class == recipe.pool * c.data.videos_per_class
+        ]
+        d = cell.data
+        assert recipe.data == {"videos_per_class": d.videos_per_class, "frames": d.frames, "size": d.size}
+        clip = recipe.clip
+        assert (clip.num_blocks, clip.block_len, clip.stride) == (d.blocks, d.block_len, 1)
+        assert recipe.window_step == d.window_step and cell.pool.seed == d.seed + POOL_SEED

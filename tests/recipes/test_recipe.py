@@ -110,10 +110,11 @@ def test_every_recipe_names_its_row_figures_data_and_a_valid_training():
         r = load(name)
         assert r.row and r.expect and set(r.expect) == set(EXAMPLE_FAMILIES), name
         assert not (r.pretrain or r.train or r.eval or r.fuse), name
-        profile = profile_from(r.quickstart, name)
-        assert profile.pool > 0 and profile.checkpoint == "last", name
-        for stream in profile.streams:
-            config_from_dict({**profile.train, "stream": stream}, where=name)
+        for family in EXAMPLE_FAMILIES:
+            profile = profile_from(r.quickstart, name, family)
+            assert profile.pool > 0 and profile.checkpoint == "last", name
+            for stream in profile.streams:
+                config_from_dict({**profile.train, "stream": stream}, where=name)
         with pytest.raises(UserError, match=f"an example recipe; memdpc quickstart --recipe {name} runs it"):
             train_settings(name)
     for name in PAPER:
