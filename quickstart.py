@@ -129,11 +129,10 @@ def profile_from(values: dict[str, Any], where: str, family: str) -> Profile:
         raise UserError(
             f"{where}: unknown setting(s) {', '.join(unknown)}; it has {', '.join(sorted(known))}"
         )
-    streams = tuple(values.get("streams", STREAMS))
-    if not streams or not set(streams) <= set(STREAMS) or len(set(streams)) != len(streams):
-        raise UserError(
-            f"{where}: streams must be some of {', '.join(STREAMS)}, each once; got {list(streams)}"
-        )
+    given = list(values.get("streams", STREAMS))
+    if not given or not set(given) <= set(STREAMS) or len(set(given)) != len(given):
+        raise UserError(f"{where}: streams must be some of {', '.join(STREAMS)}, each once; got {given}")
+    streams = tuple(s for s in STREAMS if s in given)  # in the tables' order: both streams are STREAMS
     if values.get("checkpoint", "best") not in CHECKPOINTS:
         raise UserError(f"{where}: checkpoint must be one of {', '.join(CHECKPOINTS)}")
     pool = values.get("pool", 0)
@@ -310,8 +309,11 @@ def _checkpoints(configs: dict[str, TrainConfig], p: Profile, console: Console) 
 def _evaluate(
     out: Path, shards: Path, ckpts: dict, p: Profile, workers: int, backend: str, console: Console
 ) -> dict:
-    fusion = ", then late fusion" if p.streams == STREAMS else ""
-    _step(console, f"5/6 evaluation: retrieval and linear probe, per stream{fusion}")
+    fused = p.streams == STREAMS
+    _step(
+        console,
+        "5/6 evaluation: retrieval and linear probe, per stream" + (", then late fusion" if fused else ""),
+    )
     results: dict[tuple[str, str, str], Path] = {}
 
     def shown(path: Path) -> Path:
@@ -328,7 +330,7 @@ def _evaluate(
             results[model, stream, "probe-linear"] = shown(
                 evaluate("probe", ckpts[model, stream], head="linear", fit=p.probe, **common)
             )
-        for kind in ("retrieval", "probe-linear") if fusion else ():
+        for kind in ("retrieval", "probe-linear") if fused else ():
             results[model, "fused", kind] = shown(
                 fuse(
                     results[model, "rgb", kind],

@@ -30,7 +30,7 @@ from rich.console import Console
 from bench.scale import machine
 from memdpc.common import file_kinds
 from memdpc.common.atomic import atomic_path, write_json_atomic
-from memdpc.quickstart import COMPARED, MODEL_NAMES, column
+from memdpc.quickstart import BASELINES, COMPARED, MODEL_NAMES, column
 from memdpc.recipes.recipe import commands, load
 
 MEMDPC = str(Path(sys.executable).parent / "memdpc")
@@ -105,14 +105,14 @@ def _paired(p: dict[str, Any]) -> str:
 
 def markdown(name: str, results: list[dict[str, Any]]) -> str:
     """The table: a row per family, seed and metric."""
-    baselines = [MODEL_NAMES[b] for b in ("random", "random_bn")]
-    head = ["family", "seed", "n", "metric", MODEL_NAMES["memdpc"], *baselines]
-    head += [f"MemDPC − {b}" for b in baselines] + ["minutes"]
+    memdpc, baselines = MODEL_NAMES["memdpc"], [MODEL_NAMES[b] for b in BASELINES]
+    head = ["family", "seed", "n", "metric", memdpc, *baselines]
+    head += [f"{memdpc} − {b}" for b in baselines] + ["minutes"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in results:
         for metric, m in r["metrics"].items():
             cells = [r["family"], str(r["seed"]), str(r["n"]), f"{r['stream']} {metric}"]
-            cells += [_figure(m["models"][k]) for k in (MODEL_NAMES["memdpc"], *baselines)]
+            cells += [_figure(m["models"][k]) for k in (memdpc, *baselines)]
             cells += [_paired(m["paired"][b]) for b in baselines]
             cells.append("" if r["minutes"] is None else f"{r['minutes']:.1f}")
             lines.append("| " + " | ".join(cells) + " |")
@@ -147,10 +147,11 @@ def main() -> None:
                 run(r, console)
     results = [gather(r) for r in todo if (r["folder"] / MINUTES).is_file()]
     out = args.out or Path("bench/results") / f"recipe-{args.name}"
+    table = markdown(args.name, results)
     write_json_atomic(out.with_suffix(".json"), results)
     with atomic_path(out.with_suffix(".md")) as tmp:
-        tmp.write_text(markdown(args.name, results))
-    print(markdown(args.name, results))
+        tmp.write_text(table)
+    print(table)
     console.print(f"wrote {out}.json and .md")
 
 

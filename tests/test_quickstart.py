@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from memdpc.common.errors import UserError
 from memdpc.common.streams import STREAMS
-from memdpc.quickstart import BELOW_INIT, COLUMNS, COMPARED, MODEL_NAMES, VERDICTS
+from memdpc.quickstart import BELOW_INIT, COLUMNS, COMPARED, MODEL_NAMES, VERDICTS, profile_from
 
 MEMDPC = str(Path(sys.executable).parent / "memdpc")
 README = Path(__file__).resolve().parents[1] / "README.md"
@@ -200,6 +201,18 @@ quickstart:
           mem_size: 64, val_split: val, knn_every: 1, jitter_flow: false}
   probe: {epochs: 30, lr: 0.003, lr_min: 0.0003}
 """
+
+
+def test_a_recipe_profile_lists_its_streams_in_the_tables_order_and_refuses_others():
+    """Both streams in either order are both streams (trained, evaluated and fused); an unknown or repeated
+    stream is named."""
+    settings = yaml.safe_load(TINY_POOL_RECIPE)["quickstart"]
+    for given in (["flow", "rgb"], ["rgb", "flow"]):
+        assert profile_from({**settings, "streams": given}, "r", "synthetic").streams == STREAMS
+    assert profile_from(settings, "r", "photos").pool == 1
+    for bad in (["flow", "flow"], ["depth"], []):
+        with pytest.raises(UserError, match=r"r: streams must be some of rgb, flow, each once; got \["):
+            profile_from({**settings, "streams": bad}, "r", "synthetic")
 
 
 def _index(path: Path) -> list[dict]:
