@@ -50,7 +50,7 @@ from memdpc.train.loop import train
 from memdpc.train.metrics import read_metrics
 from memdpc.train.pretext import pretext_scores
 
-__all__ = ["COLUMNS", "COMPARED", "MODEL_NAMES", "PROFILES", "column", "quickstart"]
+__all__ = ["BASELINES", "COLUMNS", "COMPARED", "MODEL_NAMES", "PROFILES", "column", "quickstart"]
 
 MODELS = ("random", "random_bn", "memdpc")
 MODEL_NAMES = {"random": "random init", "random_bn": "random init, data BN", "memdpc": "MemDPC"}
