@@ -69,7 +69,7 @@ class FlowChoice:
 def choose_flow(cfg: PreprocessConfig) -> FlowChoice:
     """Resolve and build ``cfg``'s flow backend; UserError where it or its device cannot run, or where several
     devices are given to a path that uses one."""
-    name, device, note = resolve_backend(cfg.flow_backend, cfg.device)
+    name, device, note = resolve_backend(cfg.flow_backend, cfg.device, params=cfg.tvl1)
     devices = device.split(",")
     backend = make_backend(name, cfg.tvl1, devices[0])  # an unusable backend or device fails now
     batched = isinstance(backend, BatchedFlowBackend) and not cfg.dask

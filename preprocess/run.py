@@ -45,6 +45,7 @@ from memdpc.common.errors import ResourceFault, UserError
 from memdpc.common.progress import progress_bar
 from memdpc.preprocess.decode import StderrCapture
 from memdpc.preprocess.flow.batched import run_batched
+from memdpc.preprocess.flow.tvl1_params import opencv_record
 from memdpc.preprocess.job import (
     Progress,
     kept_messages,
@@ -250,9 +251,11 @@ def run_preprocess(
             used = replace(cfg, flow_backend=choice.name, device=",".join(choice.devices))
             if choice.batched:
                 results = _batched(choice.devices, stage_stats)
-            flow = {"backend": choice.name, "devices": choice.devices, "note": choice.note}
-            if choice.note:
-                console.print(f"[yellow]note:[/yellow] {choice.note}")
+            opencv = opencv_record()
+            flow = {"backend": choice.name, "devices": choice.devices, "note": choice.note, "opencv": opencv}
+            for note in (choice.note, opencv["note"]):
+                if note:
+                    console.print(f"[yellow]note:[/yellow] {note}")
         space = disk_estimate(todo, used, backend).warning() if todo else None
     if space:
         console.print(f"[yellow]warning:[/yellow] {escape(space)}", soft_wrap=True)

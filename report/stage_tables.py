@@ -86,7 +86,9 @@ def print_preprocess_report(
     if "flow" in report:
         flow = report["flow"]
         note = f" ({flow['note']})" if flow["note"] else ""
-        console.print(f"flow: {flow['backend']} on {', '.join(flow['devices'])}{note}")
+        cv = flow.get("opencv")  # a report written before it was recorded has none
+        match = f", OpenCV {cv['version']} (ports tested against {', '.join(cv['tested'])})" if cv else ""
+        console.print(f"flow: {flow['backend']} on {', '.join(flow['devices'])}{match}{note}")
     path = PreprocessConfig(out=cfg["out"], part=tuple(cfg["part"]), report=cfg["report"]).report_path
     failures = report["failures"]
     for f in failures[:MAX_FAILURES]:

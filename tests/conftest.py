@@ -20,6 +20,7 @@ import torch
 from memdpc.preprocess.archive import archive_path, write_archive
 from memdpc.preprocess.examples.layout import write_video
 from memdpc.preprocess.examples.synthetic import CLASSES, SyntheticConfig, make_synthetic, render_video
+from memdpc.preprocess.flow.tvl1_params import TESTED_OPENCV, opencv_scales_in_float
 
 if not torch.cuda.is_available():  # before anything imports Triton: its kernels then run in the interpreter
     os.environ.setdefault("TRITON_INTERPRET", "1")
@@ -41,6 +42,12 @@ LONGEST_FIRST = (
     "tests/preprocess/test_run.py",
     "tests/test_own_videos.py",
 )
+
+
+def pytest_report_header(config):
+    """The OpenCV the flow ports' bit-for-bit tests compare against (and those they were made for)."""
+    scales = "float" if opencv_scales_in_float() else "double"
+    return f"OpenCV {cv2.__version__} (flow scaled in {scales}; the flow ports tested against {', '.join(TESTED_OPENCV)})"
 
 
 @pytest.hookimpl(optionalhook=True)  # pytest-xdist's: unused without it (-p no:xdist, a bare GPU machine)

@@ -231,16 +231,18 @@ def _triton_unavailable(device: str) -> str | None:
     return unavailable_reason(device)
 
 
-def _native_unavailable() -> str | None:
-    """Why the native CPU TV-L1 cannot run here (None: it can)."""
+def _native_unavailable(params: TVL1Params) -> str | None:
+    """Why the native CPU TV-L1 cannot run here with ``params`` (None: it can)."""
     try:
         from memdpc.preprocess.flow.tvl1_native import unavailable_reason
     except (ImportError, OSError) as e:  # numba missing, no build of it for this platform, or a broken one
         return str(e).strip().splitlines()[0]
-    return unavailable_reason()
+    return unavailable_reason(params)
 
 
-def resolve_backend(requested: str, device: str, gpus: int | None = None) -> tuple[str, str, str | None]:
+def resolve_backend(
+    requested: str, device: str, gpus: int | None = None, params: TVL1Params = TVL1Params()
+) -> tuple[str, str, str | None]:
     """The flow backend and devices a run uses: ``(backend, devices, note)``.
 
     ``devices`` is a comma-separated list (``cpu``, ``cuda:0,cuda:1``). ``auto`` takes the GPU path where
@@ -248,7 +250,8 @@ def resolve_backend(requested: str, device: str, gpus: int | None = None) -> tup
     ``note`` saying why not Triton; on the CPU it takes the native TV-L1, else OpenCV with a ``note`` saying
     why not the native one. An explicit backend keeps
     ``device`` (``auto``: the GPUs for a GPU backend where there are any, else the CPU). ``gpus``: the
-    number of visible CUDA devices (default: ask torch).
+    number of visible CUDA devices (default: ask torch); ``params``: the run's TV-L1 parameters, which the
+    native backend's check runs with.
     """
     if requested not in (AUTO, *BACKENDS):
         raise UserError(f"unknown --flow-backend '{requested}' (choose from {', '.join((AUTO, *BACKENDS))})")
@@ -259,7 +262,7 @@ def resolve_backend(requested: str, device: str, gpus: int | None = None) -> tup
     if requested != AUTO:
         return requested, ",".join(devices), None
     if devices == ["cpu"]:
-        reason = _native_unavailable()
+        reason = _native_unavailable(params)
         if reason is None:
             return "native", "cpu", None
         return "opencv", "cpu", f"native TV-L1 unavailable ({reason}); using OpenCV"

@@ -32,7 +32,7 @@ from numba import njit, types
 from numba.extending import intrinsic
 
 from memdpc.common.errors import UserError
-from memdpc.preprocess.flow.tvl1_params import TVL1Params, level_sizes
+from memdpc.preprocess.flow.tvl1_params import TESTED_OPENCV, TVL1Params, level_sizes
 
 ENV_SWITCH = "MEMDPC_NATIVE_FLOW"  # "0": the native backend is unavailable
 F32 = np.float32
@@ -429,7 +429,7 @@ def _flow(prev, nxt, out, sizes, offsets, pyr, ws, step, up, warps, outer, inner
                 _resize(u, finer, scratch, h / nh, w / nw)
                 for y in range(nh):
                     for x in range(nw):
-                        finer[y, x] = F32(np.float64(finer[y, x]) * up)  # OpenCV multiplies in double
+                        finer[y, x] = F32(np.float64(finer[y, x]) * up)  # exact in double, rounded once
     out[:, :, 0] = level(2, 0)
     out[:, :, 1] = level(3, 0)
 
@@ -473,7 +473,6 @@ def tvl1_flow(
     if workspace is None or workspace.shape != prev.shape:
         workspace = Workspace(*prev.shape, params)
     out = np.empty((*prev.shape, 2), np.float32)
-    step = 1.0 / params.scale_step
     _flow(
         prev,
         nxt,
@@ -482,8 +481,8 @@ def tvl1_flow(
         workspace.offsets,
         workspace.pyr,
         workspace.ws,
-        step,
-        step,
+        1.0 / params.scale_step,
+        params.flow_scale(),
         params.warps,
         params.outer_iterations,
         params.inner_iterations,
@@ -497,21 +496,30 @@ def tvl1_flow(
 
 
 @functools.cache
-def unavailable_reason() -> str | None:
+def unavailable_reason(params: TVL1Params = TVL1Params()) -> str | None:
     """Why the native backend cannot run here (None: it can): switched off by ``MEMDPC_NATIVE_FLOW=0``, or
-    its compilation fails, or its flow on a check pair differs from OpenCV's by a bit."""
+    its compilation fails, or its flow on a check pair (with ``params``' pyramid step and median) differs
+    from the installed OpenCV's by a bit."""
     if os.environ.get(ENV_SWITCH, "1").strip() == "0":
         return f"switched off by {ENV_SWITCH}=0"
     rng = np.random.default_rng(0)
     base = cv2.GaussianBlur(rng.integers(0, 256, (40, 44), dtype=np.uint8), (5, 5), 1.5)
     pair = base[2:38, 1:41], base[:36, 3:43]  # a 2-px diagonal shift
-    params = TVL1Params(scales=2, warps=2, outer_iterations=2, inner_iterations=10)
+    check = TVL1Params(
+        scales=2,
+        warps=2,
+        outer_iterations=2,
+        inner_iterations=10,
+        scale_step=params.scale_step,
+        median_filtering=params.median_filtering,
+    )
     try:
-        ours = tvl1_flow(*pair, params)
+        ours = tvl1_flow(*pair, check)
     except Exception as e:  # any failure to compile or run means: not usable here
         return f"the native TV-L1 failed: {type(e).__name__}: {str(e).strip().splitlines()[0]}"
-    if not np.array_equal(ours, params.to_opencv().calc(*pair, None)):
-        return "the native TV-L1 differs from OpenCV's on this machine"
+    if not np.array_equal(ours, check.to_opencv().calc(*pair, None)):
+        tested = ", ".join(TESTED_OPENCV)
+        return f"the native TV-L1 differs from OpenCV {cv2.__version__}'s here (tested against {tested})"
     return None
 
 
@@ -528,7 +536,7 @@ class NativeTVL1:
             check_params(params)
         except ValueError as e:
             raise UserError(f"flow backend native: {e}") from None
-        reason = unavailable_reason()
+        reason = unavailable_reason(params)
         if reason:
             raise UserError(f"flow backend native is unavailable: {reason} (use --flow-backend opencv)")
         self._params, self._workspace = params, None

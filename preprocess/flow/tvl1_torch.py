@@ -12,7 +12,8 @@ or CUDA:
 - per warp, up to ``outer_iterations`` × ``inner_iterations`` primal-dual steps with OpenCV's forward
   gradient and divergence, a 5×5 median filter of the flow before every outer iteration, and OpenCV's
   stopping rule *per pair*: stop once the summed squared update of one step is ≤ epsilon² · H · W;
-- the flow is carried to the next finer level by bilinear resize and multiplied by 1 / ``scale_step``.
+- the flow is carried to the next finer level by bilinear resize and multiplied by 1 / ``scale_step`` (in
+  double or float, as the installed OpenCV does: ``TVL1Params.flow_scale``).
 
 Pairs that have stopped are frozen (and dropped from the working set), so a pair's result does not depend
 on what else is in its batch. Differences to OpenCV 4.x: its ``remap`` rounds sub-pixel positions to 1/32
@@ -85,6 +86,14 @@ def resize_linear(
     y0, y1, b1 = _linear_taps(h, nh, sy, x.device)
     rows = _lerp(x.index_select(-1, x0), x.index_select(-1, x1), a1)  # (B, H, W')
     return _lerp(rows.index_select(-2, y0), rows.index_select(-2, y1), b1[:, None])
+
+
+def scale_flow(u: torch.Tensor, factor: float) -> torch.Tensor:
+    """float32 ``u · factor`` rounded once, as OpenCV scales the flow carried to a finer level
+    (:meth:`TVL1Params.flow_scale`): in float where the factor is a float, else in double."""
+    if float(np.float32(factor)) == factor:
+        return u * factor
+    return (u.double() * factor).float()
 
 
 def _lerp(a: torch.Tensor, b: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
@@ -427,12 +436,12 @@ def tvl1_flow(
         i1s.append(resize_linear(i1s[-1], size, (step, step)))
     u1 = torch.zeros_like(i0s[-1])
     u2 = torch.zeros_like(i0s[-1])
-    up = float(np.float32(step))
+    up = params.flow_scale()
     for s in range(len(sizes) - 1, -1, -1):
         u1, u2 = _solve_level(i0s[s], i1s[s], u1, u2, params, schedule, checkpoint)
         if s > 0:
-            u1 = resize_linear(u1, sizes[s - 1]) * up
-            u2 = resize_linear(u2, sizes[s - 1]) * up
+            u1 = scale_flow(resize_linear(u1, sizes[s - 1]), up)
+            u2 = scale_flow(resize_linear(u2, sizes[s - 1]), up)
     return torch.stack([u1, u2], dim=-1)
 
 
@@ -452,5 +461,6 @@ __all__ = [
     "level_sizes",
     "opencv_flow",
     "resize_linear",
+    "scale_flow",
     "tvl1_flow",
 ]

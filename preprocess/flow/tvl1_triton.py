@@ -53,6 +53,7 @@ from memdpc.preprocess.flow.tvl1_torch import (
     check_params,
     level_sizes,
     resize_linear,
+    scale_flow,
 )
 
 # Per device type: the iteration kernels' tile (rows, columns) and warps per program, and the run of pixels
@@ -478,13 +479,13 @@ def _flow(prev, next, params: TVL1Params, checks: Checks, checkpoint) -> tuple[t
         i1s.append(resize_linear(i1s[-1], size, (step, step)).contiguous())
     u1 = torch.zeros_like(i0s[-1])
     u2 = torch.zeros_like(i0s[-1])
-    up = float(np.float32(step))
+    up = params.flow_scale()
     counts = [None] * len(sizes)
     for s in range(len(sizes) - 1, -1, -1):
         u1, u2, counts[s] = _solve_level(i0s[s], i1s[s], u1, u2, params, checks, checkpoint)
         if s > 0:
-            u1 = resize_linear(u1, sizes[s - 1]) * up
-            u2 = resize_linear(u2, sizes[s - 1]) * up
+            u1 = scale_flow(resize_linear(u1, sizes[s - 1]), up)
+            u2 = scale_flow(resize_linear(u2, sizes[s - 1]), up)
     return torch.stack([u1, u2], dim=-1), torch.stack(counts)
 
 

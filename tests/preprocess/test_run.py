@@ -28,7 +28,7 @@ from memdpc.preprocess.decode import DecodeSpec
 from memdpc.preprocess.encode import decode_rgb
 from memdpc.preprocess.examples.layout import write_video
 from memdpc.preprocess.examples.synthetic import texture
-from memdpc.preprocess.flow.tvl1_params import TVL1Params
+from memdpc.preprocess.flow.tvl1_params import TVL1Params, opencv_record
 from memdpc.preprocess.report import read_report
 from memdpc.preprocess.run import PreprocessConfig, preprocess, run_preprocess
 from memdpc.preprocess.video_index import VideoRecord, read_index, write_index
@@ -231,7 +231,12 @@ def test_auto_is_the_default_and_the_report_names_what_ran(index, tmp_path):
     assert PreprocessConfig(out="").flow_backend == PreprocessConfig(out="").device == "auto"
     report = preprocess(index, tmp_path, "flow", size=16, part="0/9", tvl1=FAST, progress=False)
     if not torch.cuda.is_available():
-        assert report["flow"] == {"backend": "native", "devices": ["cpu"], "note": None}
+        assert report["flow"] == {
+            "backend": "native",
+            "devices": ["cpu"],
+            "note": None,
+            "opencv": opencv_record(),
+        }
         assert (
             read_archive(archive_path(tmp_path, "flow", report["videos"][0]["id"]))[0]["flow"]["backend"]
             == "native"

@@ -14,6 +14,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+import cv2
 import numpy as np
 import pytest
 import torch
@@ -26,7 +27,7 @@ from memdpc.preprocess.examples.layout import write_video
 from memdpc.preprocess.examples.synthetic import texture
 from memdpc.preprocess.flow.backends import TorchTVL1, TritonTVL1, resolve_backend
 from memdpc.preprocess.flow.batched import HOST_NICENESS, DeviceStage, run_batched
-from memdpc.preprocess.flow.tvl1_params import TVL1Params
+from memdpc.preprocess.flow.tvl1_params import TESTED_OPENCV, TVL1Params
 from memdpc.preprocess.job import process_video
 from memdpc.preprocess.options import PreprocessConfig
 from memdpc.preprocess.report import read_report
@@ -199,8 +200,9 @@ def test_waiting_frame_sizes_are_bounded(records, reference, tmp_path):
 
 def test_run_preprocess_takes_the_batched_path_for_torch(records, reference, tmp_path):
     report = run_preprocess(records, config(tmp_path), progress=False)
-    stage = report["flow"].pop("stage")
+    stage, opencv = report["flow"].pop("stage"), report["flow"].pop("opencv")
     assert report["flow"] == {"backend": "torch", "devices": ["cpu"], "note": None}
+    assert opencv == {"version": cv2.__version__, "tested": list(TESTED_OPENCV), "note": None}
     assert set(stage) == {"cpu"} and stage["cpu"]["pairs"] == sum(PAIRS) and stage["cpu"]["batches"] >= 2
     assert 0 < stage["cpu"]["device_busy_seconds"] < report["summary"]["seconds"]
     assert report["summary"]["done"] == len(records) and not report["failures"]

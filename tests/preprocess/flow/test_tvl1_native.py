@@ -24,7 +24,7 @@ from memdpc.preprocess.flow import tvl1_native
 from memdpc.preprocess.flow.backends import make_backend
 from memdpc.preprocess.flow.sorting_networks import selection_network
 from memdpc.preprocess.flow.tvl1_native import ENV_SWITCH, NativeTVL1, tvl1_flow
-from memdpc.preprocess.flow.tvl1_params import TVL1Params
+from memdpc.preprocess.flow.tvl1_params import TVL1Params, opencv_record
 from memdpc.preprocess.report import read_report
 from memdpc.preprocess.run import preprocess
 from memdpc.preprocess.video_index import VideoRecord, write_index
@@ -67,7 +67,9 @@ def assert_opencvs_flow(prev: np.ndarray, nxt: np.ndarray, params: TVL1Params = 
     """The native flow is OpenCV's to the bit (so every stored code is too); returns it."""
     ours, ref = tvl1_flow(prev, nxt, params), params.to_opencv().calc(prev, nxt, None)
     assert ours.shape == ref.shape and ours.dtype == ref.dtype
-    assert ours.tobytes() == ref.tobytes(), f"max difference {np.abs(ours - ref).max()} px"
+    assert ours.tobytes() == ref.tobytes(), (
+        f"OpenCV {cv2.__version__}: max difference {np.abs(ours - ref).max()} px"
+    )
     return ours
 
 
@@ -87,7 +89,9 @@ OTHER_PARAMS = [
     TVL1Params(epsilon=0.1),
     TVL1Params(median_filtering=3),
     TVL1Params(median_filtering=1),
-    TVL1Params(scale_step=0.7, scales=4),  # 1 / scale_step is not a float: OpenCV scales the flow in double
+    TVL1Params(
+        scale_step=0.7, scales=4
+    ),  # 1 / scale_step is no float: OpenCV 5.0 scales flow in double, 5.1 in float
     TVL1Params(tau=0.2, lambda_=0.3, theta=0.5),
 ]
 
@@ -261,7 +265,7 @@ def test_a_preprocess_run_on_the_native_backend_writes_the_opencv_archives(video
     ref = preprocess(videos, tmp_path / "cv", "flow", size=0, flow_backend="opencv", progress=False)
     assert ref["flow"]["backend"] == "opencv"
     ours = preprocess(videos, tmp_path / "native", "flow", size=0, workers=2, device="cpu", progress=False)
-    assert ours["flow"] == {"backend": "native", "devices": ["cpu"], "note": None}
+    assert ours["flow"] == {"backend": "native", "devices": ["cpu"], "note": None, "opencv": opencv_record()}
     assert ours["summary"]["done"] == 3 and not ours["failures"]
     expected = flow_archives(tmp_path / "cv", ids)
     for i, (meta, frames) in flow_archives(tmp_path / "native", ids).items():
@@ -281,5 +285,7 @@ def test_a_preprocess_run_on_the_native_backend_writes_the_opencv_archives(video
     assert run.returncode == 0, run.stderr[-2000:]
     note = "native TV-L1 unavailable (switched off by MEMDPC_NATIVE_FLOW=0); using OpenCV"
     assert note in " ".join(run.stderr.split()) and "flow: opencv on cpu" in run.stdout
-    assert read_report(out).runs[-1]["flow"] == {"backend": "opencv", "devices": ["cpu"], "note": note}
+    flow = {"backend": "opencv", "devices": ["cpu"], "note": note, "opencv": opencv_record()}
+    assert read_report(out).runs[-1]["flow"] == flow
+    assert f"OpenCV {cv2.__version__} (ports tested against 5.0.0, 5.1.0)" in " ".join(run.stdout.split())
     assert {i: a[1] for i, a in flow_archives(out, ids).items()} == {i: a[1] for i, a in expected.items()}

@@ -6,10 +6,16 @@ from __future__ import annotations
 import dataclasses
 
 import cv2
+import numpy as np
 import pytest
 
 from memdpc.common.errors import UserError
-from memdpc.preprocess.flow.tvl1_params import TVL1Params
+from memdpc.preprocess.flow.tvl1_params import (
+    TESTED_OPENCV,
+    TVL1Params,
+    opencv_record,
+    opencv_scales_in_float,
+)
 
 GETTERS = {  # field → OpenCV getter of DualTVL1OpticalFlow
     "tau": "getTau",
@@ -56,6 +62,34 @@ def test_to_opencv_carries_every_field():
     assert isinstance(tv, cv2.optflow.DualTVL1OpticalFlow)
     assert _opencv_values(tv) == pytest.approx(params.to_dict())
     assert tv.getUseInitialFlow() is False
+
+
+@pytest.mark.parametrize("scale_step", [0.7, 0.6, 0.75, 0.8, 0.5])
+def test_flow_scale_is_the_factor_the_installed_opencv_multiplies_by(scale_step):
+    """``cv::multiply`` by 1 / scale_step, as OpenCV's TV-L1 scales the flow it carries to a finer level: in
+    double (OpenCV 5.0) or in float (5.1); the factor reproduces it bit for bit where the products differ."""
+    flow = np.random.default_rng(3).normal(0, 4, (40, 50)).astype(np.float32)
+    inv = 1.0 / scale_step
+    theirs = cv2.multiply(flow, (inv, inv, inv, inv))
+    factor = TVL1Params(scale_step=scale_step).flow_scale()
+    ours = (flow.astype(np.float64) * factor).astype(np.float32)
+    assert ours.tobytes() == theirs.tobytes(), f"OpenCV {cv2.__version__}"
+    in_float = (flow * np.float32(inv)).tobytes() == theirs.tobytes()
+    in_double = (flow.astype(np.float64) * inv).astype(np.float32).tobytes() == theirs.tobytes()
+    if scale_step in (0.7, 0.6, 0.75):  # 1 / scale_step is no float: the two ways differ, OpenCV takes one
+        assert in_float != in_double and opencv_scales_in_float() == in_float
+    else:
+        assert in_float and in_double
+
+
+def test_the_report_names_the_installed_opencv_and_those_tested():
+    assert TESTED_OPENCV == ("5.0.0", "5.1.0")
+    record = opencv_record()
+    assert record["version"] == cv2.__version__ and record["tested"] == list(TESTED_OPENCV)
+    if cv2.__version__ in TESTED_OPENCV:
+        assert record["note"] is None
+    else:
+        assert record["note"].startswith(f"OpenCV {cv2.__version__} is not among")
 
 
 def test_to_dict_holds_every_field_by_name():

@@ -17,6 +17,7 @@ from memdpc.preprocess.flow.tvl1_torch import (
     opencv_flow,
     remap_cubic,
     resize_linear,
+    scale_flow,
     tvl1_flow,
 )
 
@@ -84,6 +85,14 @@ def test_resize_matches_opencv():
     np.testing.assert_array_equal(ours, down)  # bit for bit, edges included
     up = cv2.resize(img, (91, 70), interpolation=cv2.INTER_LINEAR)
     np.testing.assert_array_equal(resize_linear(_t(img)[None], (70, 91))[0].numpy(), up)
+
+
+@pytest.mark.parametrize("scale_step", [0.7, 0.8])
+def test_the_flow_carried_up_is_scaled_as_the_installed_opencv_scales_it(scale_step):
+    flow = np.random.default_rng(2).normal(0, 4, (33, 41)).astype(np.float32)
+    inv = 1.0 / scale_step
+    ours = scale_flow(_t(flow), TVL1Params(scale_step=scale_step).flow_scale()).numpy()
+    assert ours.tobytes() == cv2.multiply(flow, (inv, inv, inv, inv)).tobytes(), f"OpenCV {cv2.__version__}"
 
 
 def test_bicubic_remap_matches_opencv_inside_and_at_the_border():
