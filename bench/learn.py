@@ -516,7 +516,10 @@ def _pct(x: float) -> str:
 
 
 def _verdict(p: dict[str, Any]) -> str:
-    """'+d [lo, hi] p' with ✓ where MemDPC is better at p < 0.05, ✗ where worse."""
+    """'+d [lo, hi] p' with ✓ where MemDPC is better at p < 0.05, ✗ where worse; where no test video tells the
+    two apart, the difference (0) and that."""
+    if p["p"] is None:
+        return f"{100 * p['difference']:+.1f}, no discordant video"
     mark = " ✓" if p["p"] < 0.05 and p["difference"] > 0 else (" ✗" if p["p"] < 0.05 else "")
     lo, hi = (100 * x for x in p["interval"])
     return f"{100 * p['difference']:+.1f} [{lo:+.1f}, {hi:+.1f}] p {p['p']:.2g}{mark}"

@@ -9,7 +9,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 TEXT = (ROOT / "ARCHITECTURE.md").read_text()
 MAP = TEXT.split("## 1. Data flow", 1)[1].split("\n## 2.", 1)[0]
-OUTSIDE = ("tests", "bench", ".venv", ".git", "build")
+OUTSIDE = ("tests", "bench", ".ci", ".venv", ".git", "build")
 
 
 def package_files() -> list[Path]:

@@ -16,7 +16,7 @@ import click
 from memdpc.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
-OUTSIDE = ("tests", "bench", ".venv", ".git", "build")
+OUTSIDE = ("tests", "bench", ".ci", ".venv", ".git", "build")
 
 # Names that settings of different meanings share, each place with what the name means there. A place is a
 # config class, or the verb whose module types the option. A name declared in two places not listed here — or a

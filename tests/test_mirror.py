@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-OUTSIDE = ("tests", "bench", ".venv", ".git", "build")
+OUTSIDE = ("tests", "bench", ".ci", ".venv", ".git", "build")
 # module → the test file that exercises it instead: the verbs run in real `memdpc` processes from the tests of
 # the stage they call; small modules are exercised whole by their one user's tests
 TESTED_IN = {

@@ -31,7 +31,8 @@ LAYERS = (
     ("cli",),
 )
 PACKAGES = tuple(p for layer in LAYERS for p in layer if p not in ("quickstart", "cli"))
-SKIP = {"tests", "bench", ".venv", ".git", "build"}  # bench/: the developers' benchmarks, outside the package
+# outside the package: the developers' benchmarks (bench/), CI's scripts (.ci/)
+SKIP = {"tests", "bench", ".ci", ".venv", ".git", "build"}
 # the files that may import inside functions, and why
 LAZY_PREFIXES = (
     "commands/",  # each verb imports its stage when it runs, so `memdpc --help` starts without torch

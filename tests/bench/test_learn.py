@@ -121,6 +121,9 @@ def test_a_held_out_row_marks_only_a_significant_gain():
     assert "| 150 / 80 | 360 |" in text
     pooled = {**row, "cell": {**row["cell"], "pool": asdict(pool(Data(seed=0)))}}
     assert "| 150 / 80 (+ 630) | 360 |" in markdown([pooled])  # the unlabelled videos it was pretrained on
+    same = {"difference": 0.0, "interval": None, "p": None, "discordant": [0, 0]}  # right on the same videos
+    tied = {**row, "paired": {b: {"R@1": same, "top1": worse} for b in ("random", "random_bn")}}
+    assert "| +0.0, no discordant video | +0.0, no discordant video |" in markdown([tied])
 
 
 @pytest.mark.parametrize(
