@@ -18,6 +18,7 @@ before and after training tells whether the self-supervised task was learnt at a
 from __future__ import annotations
 
 import json
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,16 +31,18 @@ from memdpc.common import file_kinds
 from memdpc.common.atomic import atomic_path, write_json_atomic
 from memdpc.common.console import rich_console, titled_table
 from memdpc.common.errors import UserError
+from memdpc.common.settings import flat
 from memdpc.common.streams import STREAMS
 from memdpc.eval.compare import compare_results, winner
 from memdpc.eval.run import evaluate, fuse
 from memdpc.pipeline.clip import ClipSpec
 from memdpc.pipeline.shard import run_shard
 from memdpc.pipeline.shard_plan import ShardSettings
-from memdpc.preprocess.datasets import build_index
+from memdpc.preprocess.datasets import UNLABELLED, OwnFolders, build_index, hold_outs, make_index
 from memdpc.preprocess.examples.families import EXAMPLE_FAMILIES, POOL_SEED
 from memdpc.preprocess.run import preprocess
 from memdpc.preprocess.video_index import hold_out, write_index
+from memdpc.recipes.recipe import config_ref, flags
 from memdpc.recipes.recipe import load as load_recipe
 from memdpc.report.page import write_report
 from memdpc.report.stage_tables import print_shard_report
@@ -50,7 +53,16 @@ from memdpc.train.loop import train
 from memdpc.train.metrics import read_metrics
 from memdpc.train.pretext import pretext_scores
 
-__all__ = ["BASELINES", "COLUMNS", "COMPARED", "MODEL_NAMES", "PROFILES", "column", "quickstart"]
+__all__ = [
+    "BASELINES",
+    "COLUMNS",
+    "COMPARED",
+    "MODEL_NAMES",
+    "PROFILES",
+    "column",
+    "own_commands",
+    "quickstart",
+]
 
 MODELS = ("random", "random_bn", "memdpc")
 MODEL_NAMES = {"random": "random init", "random_bn": "random init, data BN", "memdpc": "MemDPC"}
@@ -243,6 +255,19 @@ def _pool(out: Path, p: Profile, family: str, seed: int, console: Console) -> Pa
     return _draw(out, p, family, seed, {**p.data, "videos_per_class": p.pool * labelled}, test=False)
 
 
+def _own(out: Path, folder: Path, layout: str, seed: int, console: Console, of: str = "") -> Path:
+    """The index of a folder of the user's (``layout``: labelled ``folder`` or ``unlabelled``), with the hold-outs
+    a run of its own evaluates on (:func:`~memdpc.preprocess.datasets.hold_outs`)."""
+    _step(console, f"1/6 your videos{of}: {folder}")
+    report = make_index(folder, layout, hold_outs(folder, layout, seed), out=out / "index.jsonl")
+    splits = Counter(r.split for r in report.records)
+    console.print(
+        f"{len(report.records)} videos: " + ", ".join(f"{n} {s}" for s, n in sorted(splits.items())),
+        markup=False,
+    )
+    return report.path
+
+
 def _frames(out: Path, index: Path, p: Profile, workers: int, console: Console, of: str = "") -> Path:
     kinds = " and ".join({"rgb": "RGB frames", "flow": "TV-L1 flow"}[s] for s in p.streams)
     _step(console, f"2/6 preprocess{of}: {kinds}")
@@ -276,11 +301,23 @@ def _shards(
     return out / "shards"
 
 
-def _train_config(out: Path, shards: Path, stream: str, p: Profile, seed: int, workers: int, backend: str):
+def _train_config(
+    out: Path,
+    shards: Path,
+    stream: str,
+    p: Profile,
+    seed: int,
+    workers: int,
+    backend: str,
+    monitor: Path | None = None,
+):
+    """A stream's training on ``shards``; ``monitor``: the labelled shards the kNN monitor reads instead (where
+    ``shards`` are unlabelled videos)."""
     return config_from_dict(
         dict(
             stream=stream,
             shards=str(shards),
+            knn_shards=str(monitor or ""),
             out=str(out / "runs" / stream),
             seed=seed,
             num_blocks=p.clip.num_blocks,
@@ -595,10 +632,17 @@ def quickstart(
     data: str = "synthetic",
     recipe: str | Path | None = None,
     console: Console | None = None,
+    own: OwnFolders = OwnFolders(),
 ) -> list[dict[str, Any]]:
     """Run the whole job in ``out`` on the example family ``data``, with the sizes of the default profile, the
     tiny one or an example recipe's (``recipe``: a shipped recipe's name or a file with a ``quickstart``
-    section); return the summary rows (also written as JSON and Markdown)."""
+    section); return the summary rows (also written as JSON and Markdown).
+
+    ``own.videos``: a folder of the user's labelled videos (``<class>/<video>``) instead of the example family,
+    with a third of its smallest class held out to test on where it has no test split; ``own.pool``: a folder of
+    the user's unlabelled videos that MemDPC pretrains on instead of the labelled training videos (the recipe's
+    ``pool`` of the example family otherwise), while the kNN monitor reads the labelled ones."""
+    videos, pool = own.videos, own.pool
     if data not in EXAMPLE_FAMILIES:
         raise UserError(f"unknown example data {data!r}; choose one of {', '.join(EXAMPLE_FAMILIES)}")
     if recipe is not None and tiny:
@@ -606,19 +650,36 @@ def quickstart(
     console = console or rich_console(stderr=True)
     out = Path(out)
     p = _recipe_profile(recipe, data) if recipe is not None else PROFILES["tiny" if tiny else "default"]
-    record = {"data": data, "seed": seed, "tiny": tiny}
+    record: dict[str, Any] = {"data": data, "seed": seed, "tiny": tiny}
+    if videos is not None:
+        record = {"videos": str(Path(videos).resolve()), "pool": pool and str(Path(pool).resolve()), **record}
+        del record["data"]
     _check_same_run(out, {**record, "recipe": str(recipe)} if recipe is not None else record)
-    index = _data(out, p, data, seed, console)
+    if videos is None:
+        index = _data(out, p, data, seed, console)
+    else:
+        index = _own(out, Path(videos), "folder", seed, console)
     frames = _frames(out, index, p, workers, console)
     shards = _shards(out, frames, index, p, seed, console)
     pretrain = shards
-    if p.pool:
+    of = " (the pool)"
+    if pool is not None:
+        pool_index = _own(out / "pool", Path(pool), UNLABELLED, seed, console, of)
+        pool_frames = _frames(out / "pool", pool_index, p, workers, console, of)
+        pretrain = _shards(out / "pool", pool_frames, pool_index, p, seed, console, ("train", "val"), of)
+    elif p.pool and videos is not None:
+        console.print(
+            "note: the recipe pretrains on a pool of unlabelled videos; without --pool, on your labelled "
+            "videos' training split",
+            markup=False,
+        )
+    elif p.pool:
         pool_seed = seed + POOL_SEED
         pool_index = _pool(out / "pool", p, data, pool_seed, console)
-        of = " (the pool)"
         pool_frames = _frames(out / "pool", pool_index, p, workers, console, of)
         pretrain = _shards(out / "pool", pool_frames, pool_index, p, pool_seed, console, ("train", "val"), of)
-    configs = {s: _train_config(out, pretrain, s, p, seed, workers, backend) for s in p.streams}
+    monitor = shards if pool is not None else None
+    configs = {s: _train_config(out, pretrain, s, p, seed, workers, backend, monitor) for s in p.streams}
     ckpts = _checkpoints(configs, p, console)
     results = _evaluate(out, shards, ckpts, p, workers, backend, console)
     monitors = {s: knn_monitor(Path(c.out), p.checkpoint) for s, c in configs.items()}
@@ -626,6 +687,88 @@ def quickstart(
     _write(out, rows, sample_note(results), pretext_table(ckpts, configs), comparison_table(results), console)
     _report(out, console)
     return rows
+
+
+def own_commands(recipe: str | Path, own: OwnFolders, work: str) -> list[str]:
+    """The verbs ``memdpc quickstart --recipe RECIPE --videos VIDEOS [--pool POOL]`` runs (``own``), one command a step,
+    with the recipe's sizes and the hold-outs of the folders as they are now: the labelled folder indexed,
+    preprocessed and sharded, the pool (if any) likewise, each stream pretrained and both random-init
+    baselines written, all three evaluated on the labelled videos, then paired against each other (and the
+    streams fused, where the recipe has both)."""
+    videos, pool = own.videos, own.pool
+    r = load_recipe(recipe)
+    p = _recipe_profile(recipe, next(iter(EXAMPLE_FAMILIES)))
+    ref = config_ref(r.path)
+    lines = [
+        f"# {ref} on your own videos: {videos} (labelled: <class>/<video>)"
+        + (f", pretrained on {pool}" if pool else "")
+    ]
+    if r.notes:
+        lines.append(f"# note: {' '.join(r.notes.split())}")
+    shard = flags(
+        {
+            "blocks": p.clip.num_blocks,
+            "block_len": p.clip.block_len,
+            "clip_stride": p.clip.stride,
+            "window_step": p.window_step,
+            "max_count": p.max_count,
+        }
+    )
+    streams = ",".join(p.streams)
+
+    def prepare(folder: str | Path, layout: str, root: str, splits: tuple[str, ...]) -> list[str]:
+        held = {k: v for k, v in flat(hold_outs(folder, layout)).items() if v and k != "split"}
+        out = [
+            f"memdpc index {folder} --layout {layout} {flags(held)} --out {root}/index.jsonl",
+            f"memdpc preprocess flow {root}/index.jsonl --out {root}/frames --streams {streams} "
+            f"--size {p.data['size']} {flags(p.tvl1)}",
+        ]
+        return out + [
+            f"memdpc shard {root}/frames --index {root}/index.jsonl --stream {s} --split {split} "
+            f"--out {root}/shards {shard}"
+            for s in p.streams
+            for split in splits
+        ]
+
+    lines += prepare(videos, "folder", work, ("train", "val", "test"))
+    pretrain, monitor = f"{work}/shards", ""
+    if pool is not None:
+        lines += prepare(pool, UNLABELLED, f"{work}/pool", ("train", "val"))
+        pretrain, monitor = f"{work}/pool/shards", f" --knn-shards {work}/shards"
+    ckpts = {}
+    for s in p.streams:
+        train = f"memdpc train --config {ref} --stream {s} --shards {pretrain}"
+        lines.append(f"{train} --out {work}/runs/{s}{monitor}")
+        lines.append(f"{train} --out {work}/runs/random-{s} --init-only")
+        lines.append(f"{train} --out {work}/runs/random-bn-{s} --init-only --bn-from-data")
+        ckpts |= {
+            ("memdpc", s): f"{work}/runs/{s}/checkpoints/{p.checkpoint}.pt",
+            ("random", s): f"{work}/runs/random-{s}/checkpoints/init.pt",
+            ("random_bn", s): f"{work}/runs/random-bn-{s}/checkpoints/init.pt",
+        }
+    results = {}
+    for (model, s), ckpt in ckpts.items():
+        for task, kind in (("retrieve", "retrieval"), ("probe", "probe-linear")):
+            folder = f"{work}/eval/{model}-{s}"
+            lines.append(f"memdpc eval {task} {ckpt} --config {ref} --shards {work}/shards --out {folder}")
+            results[model, s, kind] = f"{folder}/{kind}-{s}.json"
+    streams_compared = list(p.streams)
+    if p.streams == STREAMS:
+        for model in MODELS:
+            for kind in ("retrieval", "probe-linear"):
+                fused = f"{work}/eval/{model}-fused/{kind}.json"
+                lines.append(
+                    f"memdpc eval --fuse {results[model, 'rgb', kind]} {results[model, 'flow', kind]} --out {fused}"
+                )
+                results[model, "fused", kind] = fused
+        streams_compared.append("fused")
+    lines += [
+        f"memdpc eval compare {results['memdpc', s, kind]} {results[baseline, s, kind]}"
+        for baseline in BASELINES
+        for s in streams_compared
+        for kind in ("retrieval", "probe-linear")
+    ]
+    return lines
 
 
 def _recipe_profile(recipe: str | Path, family: str) -> Profile:

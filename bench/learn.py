@@ -41,7 +41,11 @@ from memdpc.preprocess.encode import decode_rgb
 from memdpc.preprocess.examples.families import POOL_SEED
 from memdpc.recipes.recipe import EXAMPLE_SEEDS
 
-FAMILIES = ("synthetic", "photos")
+KINDS = (
+    "synthetic",
+    "photos",
+)  # the families whose class is a kind of motion: the flow scan's and tune plan's
+FAMILIES = (*KINDS, "directions")  # and the one whose classes are directions
 # data draws that settings are chosen on (100 so far); never reported as results
 VALIDATION_SEEDS = (100, 101)
 HELD_OUT_SEEDS = EXAMPLE_SEEDS  # the draws an example recipe is measured on, too
@@ -143,7 +147,7 @@ def scan() -> list[Cell]:
     on one held-out synthetic draw, the ablations that tell the data's size, the training's length, the
     negatives, the augmentation, the encoder's width and the frame size apart."""
     cells = []
-    for family in FAMILIES:
+    for family in KINDS:
         for seed in HELD_OUT_SEEDS:
             data = Data(family=family, seed=seed)
             cells += [
@@ -208,7 +212,7 @@ def tune() -> list[Cell]:
             {**CHOSEN, "size": 32, **t},
         )
         for name, t in tries.items()
-        for family in FAMILIES
+        for family in KINDS
     ]
     for setting, t, times, videos in (
         ("pool-4x", CHOSEN, 4, 24),
@@ -218,7 +222,7 @@ def tune() -> list[Cell]:
         # twice the labelled videos (and so the test videos) with pool-16x's pool: the same training
         ("v48-pool-8x", CHOSEN, 8, 48),
     ):
-        for family in FAMILIES:
+        for family in KINDS:
             data = Data(family=family, seed=100, videos_per_class=videos)
             name = f"val-{family}-s100-{setting}-32px"
             cells.append(Cell(name, data, "flow", {**t, "size": 32}, EVALS, pool(data, times)))
@@ -228,7 +232,51 @@ def tune() -> list[Cell]:
     return [*cells, Cell(name, data, "flow", {**CHOSEN, "size": 32}, EVALS, pool(data, 16))]
 
 
-PLANS = {"smoke": smoke, "scan": scan, "tune": tune}
+# the RGB stream's loss and augmentation: the flow recipe's loss (cosine over 0.1, negatives at the target's own
+# position and step), at 64² (a 2 × 2 map: at 32² the encoder's map is 1 × 1)
+RGB: dict[str, Any] = dict(epochs=20, temperature=0.1, negatives="other_clips", size=64)
+RGB_TRIES: dict[str, dict[str, Any]] = {
+    "paper-64px": {**PAPER, "size": 64},  # the paper's loss and per-frame colour jitter
+    "rgb-64px": RGB,  # the flow recipe's loss, per-frame colour jitter (the paper's augmentation)
+    "rgb-clip-colour-64px": {**RGB, "colour_per": "clip"},  # one jitter a clip: colours consistent in time
+    "rgb-block-colour-64px": {**RGB, "colour_per": "block"},  # one jitter a block
+    "rgb-own-clip-clip-colour-64px": {**RGB, "negatives": "own_clip", "colour_per": "clip"},
+    # frame differences (what does not move never reaches the encoder); per-frame colour would be a difference too
+    "rgb-diff-clip-colour-64px": {**RGB, "frame_diff": True, "colour_per": "clip"},
+    "rgb-diff-clip-colour-40px": {**RGB, "frame_diff": True, "colour_per": "clip", "size": 40},
+}
+
+
+def rgb() -> list[Cell]:
+    """The RGB stream's scan: settings tried on the validation draws (seed 100) of both families, each by name
+    in :data:`RGB_TRIES` (the loss's negatives and temperature, the frame size, how the colour augmentation
+    spans a clip), then the chosen one on the held-out draws."""
+    return [
+        Cell(f"val-{family}-s100-{name}", Data(family=family, seed=100), "rgb", t, evals=EVALS)
+        for name, t in RGB_TRIES.items()
+        for family in KINDS
+    ]
+
+
+# the flow recipe's motion augmentation on or off (off: the clip's global motion is left as it is)
+STILL: dict[str, Any] = {**CHOSEN, "flow_shift": 0, "flow_gain": 1}
+
+
+def invariance() -> list[Cell]:
+    """Whether the flow recipe's motion augmentation (a random global shift and gain of the flow, which makes the
+    encoder ignore the clip's global motion) helps or hurts, on the validation draws of the three families, each
+    pretrained on a pool of eight times its labelled videos at 32²: with it (the recipe's setting) and without."""
+    cells = []
+    for family in FAMILIES:
+        data = Data(family=family, seed=100)
+        for name, t in (("pool-8x", CHOSEN), ("pool-8x-still", STILL)):
+            cells.append(
+                Cell(f"val-{family}-s100-{name}-32px", data, "flow", {**t, "size": 32}, EVALS, pool(data, 8))
+            )
+    return cells
+
+
+PLANS = {"smoke": smoke, "scan": scan, "tune": tune, "rgb": rgb, "invariance": invariance}
 
 
 # ------------------------------------------------------------------------------------------ data draws

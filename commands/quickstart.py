@@ -6,8 +6,10 @@ from pathlib import Path
 
 import click
 
-from memdpc.commands.options import OUT_DIR
+from memdpc.commands.options import OUT_DIR, config_options
+from memdpc.common.settings import from_flat
 from memdpc.pipeline.backends import BACKENDS
+from memdpc.preprocess.datasets import OwnFolders
 from memdpc.preprocess.examples.families import EXAMPLE_FAMILIES
 
 __all__ = ["command"]
@@ -51,12 +53,30 @@ __all__ = ["command"]
     default=None,
     help="An example recipe's sizes instead of the default's (`memdpc recipes` lists them): a name or a file.",
 )
+@config_options(OwnFolders)
 def command(
-    out: Path, tiny: bool, workers: int, seed: int, data: str, backend: str, recipe: str | None
+    out: Path,
+    tiny: bool,
+    workers: int,
+    seed: int,
+    data: str,
+    backend: str,
+    recipe: str | None,
+    **own,
 ) -> None:
     """The main job end to end on example data: data, preprocess, shard, train rgb and flow, evaluate
     MemDPC against random init (retrieval, linear probe, late fusion) and print one table; --recipe runs an
-    example recipe's job instead (e.g. pretraining on a pool of unlabelled videos)."""
+    example recipe's job instead (e.g. pretraining on a pool of unlabelled videos); --videos (and --pool) runs
+    it on your own folders."""
     from memdpc.quickstart import quickstart
 
-    quickstart(out, tiny=tiny, workers=workers, seed=seed, data=data, backend=backend, recipe=recipe)
+    quickstart(
+        out,
+        tiny=tiny,
+        workers=workers,
+        seed=seed,
+        data=data,
+        backend=backend,
+        recipe=recipe,
+        own=from_flat(OwnFolders, own, "options"),
+    )

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import click
 
+from memdpc.commands.options import config_options
 from memdpc.common.console import rich_console
+from memdpc.common.errors import UserError
+from memdpc.common.settings import from_flat
+from memdpc.preprocess.datasets import OwnFolders
 from memdpc.recipes.recipe import commands, load, names
 
 __all__ = ["command"]
@@ -20,12 +24,23 @@ __all__ = ["command"]
     help="Folder of the datasets in their official layouts, one sub-folder each (ucf101, hmdb51, k400).",
 )
 @click.option("--work", default="WORK", show_default=True, help="Folder for everything the commands write.")
-def command(name: str | None, data: str, work: str) -> None:
+@config_options(OwnFolders)
+def command(name: str | None, data: str, work: str, **own) -> None:
     """The paper's experiments, one recipe per table row: list them, or print the commands of recipe NAME (a short
-    name or a path), from the datasets to the figures to expect."""
+    name or a path), from the datasets to the figures to expect; with --videos, an example recipe's commands for
+    your own folders (what `memdpc quickstart --recipe NAME --videos DIR` runs)."""
     from memdpc.report.tables import print_recipes
 
-    if name is not None:
-        rich_console().print("\n".join(commands(load(name), data, work)), markup=False, soft_wrap=True)
+    folders = from_flat(OwnFolders, own, "options")
+    if folders.videos is not None and name is None:
+        raise UserError("--videos and --pool go with an example recipe's NAME (`memdpc recipes` lists them)")
+    if folders.videos is not None:
+        from memdpc.quickstart import own_commands
+
+        lines = own_commands(name, folders, work)
+    elif name is not None:
+        lines = commands(load(name), data, work)
     else:
         print_recipes([load(n) for n in names()], rich_console())
+        return
+    rich_console().print("\n".join(lines), markup=False, soft_wrap=True)

@@ -61,7 +61,8 @@ def command(
     """
     if config_file:
         ctx = click.get_current_context()
-        options = given_over(ctx, options, read_config_file(config_file), str(config_file), TrainConfig)
+        settings = read_config_file(config_file, options.get("stream"))
+        options = given_over(ctx, options, settings, str(config_file), TrainConfig)
     values = {
         k: v for k, v in options.items() if v is not None
     }  # not given here, nor in the file: the default

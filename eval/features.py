@@ -77,9 +77,17 @@ def split_classes(data: EvalData, split: str) -> tuple[list[str], dict[str, Any]
 
 
 def same_classes(data: EvalData) -> list[str]:
-    """The class list shared by the train and test splits; refuses label sets that differ."""
+    """The class list shared by the train and test splits; refuses an unlabelled split (nothing to score) and
+    label sets that differ."""
     train, _ = split_classes(data, data.loader.train_split)
     test, _ = split_classes(data, data.test_split)
+    for split, classes in ((data.loader.train_split, train), (data.test_split, test)):
+        if not classes:
+            raise UserError(
+                f"{manifest_path(data.loader.shards, data.loader.stream, split)}: the {split} split is unlabelled "
+                "(its videos have no classes), and retrieval, probes and finetuning score classes: evaluate on "
+                "shards of labelled videos (an unlabelled folder is for pretraining: memdpc train)"
+            )
     if train != test:
         raise UserError(
             f"{manifest_path(data.loader.shards, data.loader.stream, data.test_split)}: its classes differ from "

@@ -10,6 +10,7 @@ from torch import nn
 
 from memdpc.model.convgru import ConvGRU, init_orthogonal
 from memdpc.model.memdpc import MemDPC, encode, finish_config, pooled_context
+from memdpc.model.names import diff_setting
 from memdpc.model.resnet2d3d import DEFAULT_WIDTHS, ResNet2d3d
 
 __all__ = ["Classifier", "LinearHead", "MLPHead", "OopsHead"]
@@ -77,9 +78,10 @@ class Classifier(nn.Module):
         dropout: float = 0.9,
         gru_dropout: float = 0.1,
         track_running_stats: bool = True,
+        frame_diff: bool = False,
     ):
         super().__init__()
-        self.backbone = ResNet2d3d(depth, widths, track_running_stats)
+        self.backbone = ResNet2d3d(depth, widths, track_running_stats, frame_diff)
         dim = self.backbone.out_channels
         self.agg_f = ConvGRU(dim, dim, 1, gru_dropout)
         self.agg_b = ConvGRU(dim, dim, 1, gru_dropout) if bidirectional else None
@@ -96,6 +98,7 @@ class Classifier(nn.Module):
             dropout=dropout,
             gru_dropout=gru_dropout,
             track_running_stats=track_running_stats,
+            **diff_setting(frame_diff),
         )
         self.config: dict = {}
 
@@ -111,6 +114,7 @@ class Classifier(nn.Module):
             dropout=dropout,
             gru_dropout=hp["gru_dropout"],
             track_running_stats=hp["track_running_stats"],
+            frame_diff=hp.get("frame_diff", False),
         )
         clf.backbone.load_state_dict(copy.deepcopy(model.backbone.state_dict()))
         clf.agg_f.load_state_dict(copy.deepcopy(model.agg_f.state_dict()))

@@ -20,7 +20,7 @@ from torch import nn
 from memdpc.model.convgru import ConvGRU, init_orthogonal
 from memdpc.model.layout import channels_innermost
 from memdpc.model.loss import content_share, dense_infonce
-from memdpc.model.names import NEGATIVES
+from memdpc.model.names import NEGATIVES, diff_setting
 from memdpc.model.parts import part
 from memdpc.model.resnet2d3d import DEFAULT_WIDTHS, ResNet2d3d
 
@@ -83,6 +83,7 @@ class MemDPC(nn.Module):
         track_running_stats: bool = True,
         gru_dropout: float = 0.1,
         init_gain: float = 0.1,
+        frame_diff: bool = False,
     ):
         super().__init__()
         if not 0 < pred_steps < num_blocks:
@@ -94,7 +95,7 @@ class MemDPC(nn.Module):
         self.pred_steps, self.temperature, self.global_negatives = pred_steps, temperature, global_negatives
         self.negatives = negatives
         # creation order (backbone, memory, GRUs, predictor) follows the reference
-        self.backbone = ResNet2d3d(depth, widths, track_running_stats)
+        self.backbone = ResNet2d3d(depth, widths, track_running_stats, frame_diff)
         dim = self.backbone.out_channels
         if memory:
             self.memory = nn.Parameter(torch.randn(mem_size, dim))  # M: k × D, standard normal
@@ -125,6 +126,7 @@ class MemDPC(nn.Module):
             track_running_stats=track_running_stats,
             gru_dropout=gru_dropout,
             init_gain=init_gain,
+            **diff_setting(frame_diff),
         )
         self.config: dict = {}  # set by the factory: create_model(**model.config) rebuilds this model
 

@@ -8,7 +8,7 @@ a model from its name.
 
 from __future__ import annotations
 
-__all__ = ["MODEL_NAMES", "NEGATIVES", "PRETRAIN_NAMES", "split_name"]
+__all__ = ["MODEL_NAMES", "NEGATIVES", "PRETRAIN_NAMES", "diff_setting", "split_name"]
 
 FAMILIES = ("memdpc", "dpc", "classifier")
 PRETRAIN_FAMILIES = ("memdpc", "dpc")
@@ -23,3 +23,9 @@ def split_name(name: str) -> tuple[str, int]:
     """``memdpc_r18`` → (``memdpc``, 18); the name must be one of :data:`MODEL_NAMES`."""
     fam, depth = name.rsplit("_r", 1)
     return fam, int(depth)
+
+
+def diff_setting(frame_diff: bool) -> dict[str, bool]:
+    """A model's ``frame_diff`` as its config records it: only where it is on, so that the config of a model that
+    reads frames is what it was before the setting existed (and its checkpoints load as they did)."""
+    return {"frame_diff": True} if frame_diff else {}

@@ -76,12 +76,22 @@ class BasicBlock(nn.Module):
 
 
 class ResNet2d3d(nn.Module):
-    """(2+3D)-ResNet: (B', 3, T, H, W) -> (B', widths[-1], ceil(T/4), H/32, W/32), not rectified."""
+    """(2+3D)-ResNet: (B', 3, T, H, W) -> (B', widths[-1], ceil(T/4), H/32, W/32), not rectified.
+
+    ``frame_diff``: it reads the differences of consecutive frames (T − 1 of them) instead of the frames, so
+    that what does not change over time (a still background, the colour and texture of what does not move)
+    never reaches it.
+    """
 
     def __init__(
-        self, depth: int = 18, widths: Sequence[int] = DEFAULT_WIDTHS, track_running_stats: bool = True
+        self,
+        depth: int = 18,
+        widths: Sequence[int] = DEFAULT_WIDTHS,
+        track_running_stats: bool = True,
+        frame_diff: bool = False,
     ):
         super().__init__()
+        self.frame_diff = frame_diff
         if depth not in DEPTHS:
             raise ValueError(f"depth must be one of {sorted(DEPTHS)}, got {depth}")
         if len(widths) != 4:
@@ -120,14 +130,21 @@ class ResNet2d3d(nn.Module):
                 nn.init.ones_(m.weight)
                 nn.init.zeros_(m.bias)
 
+    def _input(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.frame_diff:
+            return x
+        if x.shape[2] < 2:
+            raise ValueError(f"frame differences need at least 2 frames a block, got {x.shape[2]}")
+        return x[:, :, 1:] - x[:, :, :-1]
+
     def stages(self, x: torch.Tensor) -> list[torch.Tensor]:
         """Outputs of stem conv, pool, res2, res3, res4, res5 (for inspection and shape tests)."""
-        outs = [self.relu(self.bn1(self.conv1(x)))]
+        outs = [self.relu(self.bn1(self.conv1(self._input(x))))]
         outs.append(self.maxpool(outs[-1]))
         for layer in (self.layer1, self.layer2, self.layer3, self.layer4):
             outs.append(layer(outs[-1]))
         return outs
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
+        x = self.maxpool(self.relu(self.bn1(self.conv1(self._input(x)))))
         return self.layer4(self.layer3(self.layer2(self.layer1(x))))

@@ -7,7 +7,7 @@ flags, per-frame 3×4 colour matrices), so both loaders apply the same semantics
   rule) shared by all frames of a clip, resized to ``crop_size`` (224) and then to the training size; a
   horizontal flip once per clip; per frame a colour jitter (brightness, contrast, saturation 0.5, hue 0.25,
   in a random order like torchvision) and a random grey (p 0.25, copying one random channel to all three,
-  as *(ref)* does); ImageNet mean/std.
+  as *(ref)* does), or one jitter and grey per block or per clip (``colour_per``); ImageNet mean/std.
 * eval: centre crop (a square of the short side), five-crop (4 corners + centre, side ``eval_scale`` × the
   short side) or ten-crop (the five and their mirror images), each resized straight to the output size.
 * frame sizes: shards may mix videos of several sizes and aspect ratios (ARCHITECTURE.md §2.3), so every
@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 from memdpc.common.errors import UserError
-from memdpc.pipeline.clip import EVAL_CROPS
+from memdpc.pipeline.clip import COLOUR_SPANS, EVAL_CROPS
 
 __all__ = [
     "AugmentSpec",
@@ -78,6 +78,7 @@ class AugmentSpec:
     hue: float = 0.25
     grey_p: float = 0.25
     jitter_flow: bool = True
+    colour_per: str = "frame"  # one of COLOUR_SPANS: how many frames share a colour jitter and grey draw
     flow_shift: float = 0.0
     flow_gain: float = 1.0
     flow_reverse: float = 0.0
@@ -93,6 +94,8 @@ class AugmentSpec:
             raise UserError(f"augmentation crop_aspect must be positive and ordered, got {self.crop_aspect}")
         if not 0 < self.eval_scale <= 1:
             raise UserError(f"augmentation eval_scale must be in (0, 1], got {self.eval_scale}")
+        if self.colour_per not in COLOUR_SPANS:
+            raise UserError(f"augmentation colour_per must be one of {', '.join(COLOUR_SPANS)}")
 
     @classmethod
     def off(cls) -> AugmentSpec:
@@ -268,7 +271,9 @@ def colour_maps(
     if motion:
         maps = _motion_maps(rng, num_frames, num_blocks, spec) @ maps
     if spec.colour_on(stream):
-        maps = _grey_maps(rng, num_frames, spec.grey_p) @ _jitter_maps(rng, num_frames, spec) @ maps
+        n = {"frame": num_frames, "block": num_blocks, "clip": 1}[spec.colour_per]
+        jitter = _grey_maps(rng, n, spec.grey_p) @ _jitter_maps(rng, n, spec)
+        maps = np.repeat(jitter, num_frames // n, axis=0) @ maps
     return maps[:, :3].astype(np.float32)
 
 

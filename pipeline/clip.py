@@ -11,9 +11,11 @@ from dataclasses import asdict, dataclass
 from memdpc.common.errors import UserError
 from memdpc.common.settings import Checked, setting
 
-__all__ = ["ClipShape", "ClipSpec", "EVAL_CROPS"]
+__all__ = ["COLOUR_SPANS", "ClipShape", "ClipSpec", "EVAL_CROPS"]
 
 EVAL_CROPS = (1, 5, 10)  # crops per clip in evaluation: the centre; 4 corners + centre; those and their flips
+# what one draw of training's colour jitter and random grey covers: a frame (the paper), a block, the clip
+COLOUR_SPANS = ("frame", "block", "clip")
 
 
 @dataclass(frozen=True)

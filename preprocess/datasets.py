@@ -11,6 +11,7 @@ import csv
 import json
 import os
 import statistics
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,7 +32,17 @@ from memdpc.preprocess.video_index import (
     write_index,
 )
 
-__all__ = ["IndexOptions", "IndexReport", "READERS", "build_index", "folder_passed_over", "make_index"]
+__all__ = [
+    "IndexOptions",
+    "IndexReport",
+    "OwnFolders",
+    "READERS",
+    "UNLABELLED",
+    "build_index",
+    "folder_passed_over",
+    "hold_outs",
+    "make_index",
+]
 
 
 def _first_existing(candidates: list[Path], what: str) -> Path:
@@ -255,15 +266,42 @@ def folder(root: Path, split: int = 1) -> list[VideoRecord]:
     ``root/train`` and ``root/test`` (or ``val``) folders, those are the splits, otherwise every video is
     ``train``. Class ids are the sorted names of the class folders that hold a video, 0-based (an empty folder is
     no class). A video's id is its class and its path below the class folder (``walk__sub__w6``). The files it
-    passes over: :func:`folder_passed_over`.
+    passes over: :func:`folder_passed_over`. Videos found only outside class folders are an error that names the
+    layout for them (``unlabelled``).
     """
-    found, _ = _folder_files(root)
+    found, passed = _folder_files(root)
+    loose = [path for path, why in passed if why == "not in a class folder"]
+    if not found and loose:
+        raise UserError(
+            f"{root}: {plural(len(loose), 'video')} found, but not in class sub-folders (e.g. {loose[0]}); "
+            "`--layout folder` wants <class>/<video>, `--layout unlabelled` takes videos without classes "
+            "(to pretrain on)"
+        )
     classes = {name: i for i, name in enumerate(sorted({cls for _, cls, _, _ in found}))}
     records = [
         VideoRecord(
             video_id("__".join((cls, *below.parts))), str(path.resolve()), classes[cls], cls, split_name
         )
         for split_name, cls, path, below in found
+    ]
+    return _finish(records, root)
+
+
+def unlabelled(root: Path, split: int = 1) -> list[VideoRecord]:
+    """Videos without classes, to pretrain on: every video file under ``root`` (a flat folder or any tree;
+    hidden files and folders left alone), each in ``train`` with no label (-1); ``memdpc index
+    --val-per-class N`` holds N of them out as ``val`` (for the validation loss). A video's id is its path below
+    ``root`` (``trip__day1__clip3``)."""
+    paths = sorted(
+        p
+        for p in root.rglob("*")
+        if p.suffix.lower() in VIDEO_EXTS
+        and p.is_file()
+        and not any(part.startswith(".") for part in p.relative_to(root).parts)
+    )
+    records = [
+        VideoRecord(video_id("__".join(p.relative_to(root).parts)), str(p.resolve()), -1, "", "train")
+        for p in paths
     ]
     return _finish(records, root)
 
@@ -286,7 +324,9 @@ READERS: dict[str, Callable[[Path, int], list[VideoRecord]]] = {
     "kinetics400": kinetics400,
     "oops": oops,
     "folder": folder,
+    "unlabelled": unlabelled,
 }
+UNLABELLED = "unlabelled"  # the layout of videos without classes (pretraining only)
 
 
 def build_index(root: str | Path, layout: str, split: int = 1) -> list[VideoRecord]:
@@ -303,7 +343,8 @@ def build_index(root: str | Path, layout: str, split: int = 1) -> list[VideoReco
 _LAYOUT_SPLITS = {
     "oops": ("train", "val"),
     "kinetics400": ("train", "val"),
-}  # K400: its test set has no labels
+    UNLABELLED: ("train", "val"),
+}  # K400: its test set has no labels; videos without classes: nothing to test
 _EMPTY_HINT = {
     "train": "every video is in another split",
     "val": "use --val-per-class N (held-out videos for train's kNN monitor and --best-by knn)",
@@ -370,12 +411,56 @@ class IndexOptions(Checked):
     test_per_class: int = setting(
         0, "Move this many training videos per class to a 'test' split (for a folder without test/).", min=0
     )
-    val_per_class: int = setting(0, "Then move this many training videos per class to a 'val' split.", min=0)
+    val_per_class: int = setting(
+        0,
+        "Then move this many training videos per class to a 'val' split (--layout unlabelled: this many in all).",
+        min=0,
+    )
     seed: int | None = setting(
         None,
         "Draw the held-out videos at random per class with this seed (default: the last ones by id).",
         min=0,
     )
+
+
+@dataclass(frozen=True)
+class OwnFolders(Checked):
+    """A user's own videos for an example recipe's run (``memdpc quickstart``, ``memdpc recipes``): labelled ones
+    to evaluate on, and unlabelled ones to pretrain on."""
+
+    videos: Path | None = setting(
+        None,
+        "Your labelled videos (<class>/<video>) instead of example data: a third of the smallest class is held out "
+        "to test on where the folder has no test/.",
+        path={"exists": True, "file_okay": False},
+    )
+    pool: Path | None = setting(
+        None,
+        "With --videos: your unlabelled videos (any tree), which MemDPC pretrains on instead of the labelled ones.",
+        path={"exists": True, "file_okay": False},
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.pool is not None and self.videos is None:
+            raise UserError("--pool is pretrained on, and --videos evaluated on: give --videos too")
+
+
+POOL_VAL = 10  # an unlabelled folder's videos held out for the validation loss, at most (a tenth of them)
+
+
+def hold_outs(root: str | os.PathLike, layout: str, seed: int | None = None) -> IndexOptions:
+    """The hold-outs of a folder that a run of its own (``memdpc quickstart --videos``) evaluates on: a labelled
+    folder (``folder``) gives a third of its smallest class to ``test`` (none where it has a test split) and one
+    video a class to ``val`` (the kNN monitor's); an unlabelled one (:data:`UNLABELLED`) a tenth of its videos,
+    1 to :data:`POOL_VAL`, to ``val`` (the validation loss)."""
+    records = build_index(root, layout)
+    if layout == UNLABELLED:
+        return IndexOptions(val_per_class=max(1, min(POOL_VAL, len(records) // 10)), seed=seed)
+    if any(r.split == "test" for r in records):
+        return IndexOptions(val_per_class=1, seed=seed)
+    smallest = min(Counter(r.label for r in records).values())
+    return IndexOptions(test_per_class=max(1, smallest // 3), val_per_class=1, seed=seed)
 
 
 def make_index(
@@ -393,6 +478,11 @@ def make_index(
     (:func:`~memdpc.preprocess.video_index.dependants`) is not written over with other records unless
     ``overwrite``: UserError naming them."""
     split, test_per_class = options.split, options.test_per_class
+    if layout == UNLABELLED and test_per_class:
+        raise UserError(
+            f"{root}: --layout {UNLABELLED} has no classes to test on; --test-per-class is for a labelled folder "
+            "(--val-per-class N holds N videos out for the validation loss)"
+        )
     records = build_index(root, layout, split)
     if test_per_class and any(r.split == "test" for r in records):
         raise UserError(

@@ -174,7 +174,8 @@ def hold_out(
     seed: int | None = None,
     check: Callable[[VideoRecord], str | None] | None = None,
 ) -> list[VideoRecord]:
-    """Move training videos of each class to split ``test`` (first) and then to ``val``.
+    """Move training videos of each class (unlabelled videos: of all of them) to split ``test`` (first) and then
+    to ``val``.
 
     For layouts without such splits (a plain folder; UCF101 and HMDB51 have no ``val``, which the kNN monitor
     and ``--best-by knn`` choose on). Without ``seed`` the held-out videos are the last training videos of each
@@ -203,8 +204,9 @@ def hold_out(
     for label, ids in sorted(by_class.items()):
         name = names[label]
         if len(ids) <= want:
+            whose = f"class '{name}' has" if label >= 0 else "the unlabelled videos have"
             raise UserError(
-                f"class '{name}' has {plural(len(ids), 'training video')}: too few to hold out "
+                f"{whose} {plural(len(ids), 'training video')}: too few to hold out "
                 f"{_held(val_per_class, test_per_class)} and still train on one"
             )
         ids = sorted(ids)
@@ -213,8 +215,9 @@ def hold_out(
             order, refused = _usable(order, want, lambda i: check(by_id[i]))
             if len(order) < want:
                 path, why = by_id[refused[0][0]].path, refused[0][1]
+                whose = f"class '{name}'" if label >= 0 else "the unlabelled videos"
                 raise UserError(
-                    f"class '{name}': only {len(order)} of its {plural(len(ids), 'training video')} "
+                    f"{whose}: only {len(order)} of its {plural(len(ids), 'training video')} "
                     f"{'reads' if len(order) == 1 else 'read'}, too few to hold out "
                     f"{_held(val_per_class, test_per_class)} (e.g. {path}: {why})"
                 )

@@ -37,7 +37,11 @@ __all__ = [
     "EXAMPLE_SEEDS",
     "Recipe",
     "commands",
+    "config_ref",
     "eval_settings",
+    "example_streams",
+    "example_train",
+    "flags",
     "load",
     "names",
     "resolve",
@@ -50,6 +54,7 @@ except ImportError:  # Python 3.10: TOML settings files are refused with a messa
     tomllib = None
 
 from memdpc.common.errors import UserError
+from memdpc.common.streams import STREAMS
 from memdpc.common.wording import name_list
 
 RECIPE_DIR = Path(__file__).resolve().parent  # the YAML files beside this loader
@@ -241,17 +246,43 @@ def load(name_or_path: str | Path) -> Recipe:
     )
 
 
-def train_settings(name_or_path: str | Path) -> dict[str, Any]:
-    """What ``memdpc train --config`` reads: a plain settings file's options, or a recipe's ``train`` section."""
+def example_streams(recipe: Recipe) -> list[str]:
+    """The streams an example recipe trains (its ``quickstart`` section's ``streams``, default both)."""
+    return list(recipe.quickstart.get("streams", STREAMS))
+
+
+def example_train(recipe: Recipe, stream: str | None = None) -> dict[str, Any]:
+    """An example recipe's training settings for one of its streams, on any shards: its ``quickstart``
+    section's ``train`` with the stream's own (``stream_train``) over them, the clip's blocks, and the stream.
+    ``stream`` None: the recipe's one stream (UserError where it trains both)."""
+    where, q = recipe.path, recipe.quickstart
+    streams = example_streams(recipe)
+    if stream is None:
+        if len(streams) != 1:
+            raise UserError(f"{where}: trains the {' and '.join(streams)} streams: say which (--stream)")
+        stream = streams[0]
+    if stream not in streams:
+        raise UserError(f"{where}: trains the {' and '.join(streams)} stream only, not {stream}")
+    clip = {k: v for k, v in (q.get("clip") or {}).items() if k in ("num_blocks", "block_len")}
+    per_stream = (q.get("stream_train") or {}).get(stream, {})
+    return {
+        **_options(q.get("train") or {}, f"{where}: quickstart: train"),
+        **per_stream,
+        **clip,
+        "stream": stream,
+    }
+
+
+def train_settings(name_or_path: str | Path, stream: str | None = None) -> dict[str, Any]:
+    """What ``memdpc train --config`` reads: a plain settings file's options, a recipe's ``train`` section, or
+    an example recipe's training settings for ``stream`` (:func:`example_train`)."""
     path = resolve(name_or_path)
     values = read_file(path)
     if not is_recipe(values):
         return _options(values, str(path))
     recipe = load(path)
     if recipe.quickstart:
-        raise UserError(
-            f"{path}: an example recipe; memdpc quickstart --recipe {config_ref(path)} runs it on the example data"
-        )
+        return example_train(recipe, stream)
     if not recipe.train:
         raise UserError(
             f"{path}: this recipe trains nothing (it fuses the results of "
@@ -270,6 +301,12 @@ def eval_settings(name_or_path: str | Path, task: str) -> dict[str, Any]:
             "your own starts from one with base:), not a file of plain options"
         )
     recipe = load(path)
+    if recipe.quickstart:  # an example recipe's evaluations: retrieval, and its linear probe
+        if task not in ("retrieve", "probe"):
+            raise UserError(f"{recipe.path}: an example recipe evaluates by retrieve and probe, not {task}")
+        return (
+            dict(recipe.quickstart.get("probe", {})) if task == "probe" else {}
+        )  # the linear head: the default
     if recipe.eval.get("task") != task:
         how = f"memdpc eval {recipe.eval['task']}" if recipe.eval else "no evaluation of its own"
         raise UserError(f"{recipe.path}: this recipe's evaluation is {how}, not memdpc eval {task}")
@@ -282,7 +319,8 @@ def datasets() -> dict[str, dict[str, Any]]:
 
 
 # ------------------------------------------------------------------------------------------- commands
-def _flags(options: dict[str, Any]) -> str:
+def flags(options: dict[str, Any]) -> str:
+    """Options as command-line flags: ``--key value``, ``--key`` for true, ``--no-key`` for false, lists joined by commas."""
     out = []
     for key, value in options.items():
         flag = "--" + key.replace("_", "-")
@@ -339,16 +377,16 @@ def commands(recipe: Recipe, data: str = "DATA", work: str = "WORK") -> list[str
             raise UserError(f"{recipe.path}: dataset {d!r} is not described in {RECIPE_DIR / DATASETS}.yaml")
         spec, root = known[d], f"{work}/{d}"
         lines.append(f"# {d}: {' '.join(str(spec['layout']).split())}")
-        lines.append(f"memdpc index {data}/{d} {_flags(spec['index'])} --out {root}/index.jsonl")
+        lines.append(f"memdpc index {data}/{d} {flags(spec['index'])} --out {root}/index.jsonl")
         lines.append(
             f"memdpc preprocess {verb} {root}/index.jsonl --out {root}/frames "
-            f"{_flags(recipe.preprocess)}".rstrip()
+            f"{flags(recipe.preprocess)}".rstrip()
         )
         for split in spec["splits"]:
             for stream in streams.split(","):
                 lines.append(
                     f"memdpc shard {root}/frames --index {root}/index.jsonl --stream {stream} --split "
-                    f"{split} --out {root}/shards {_flags(recipe.shard)}".rstrip()
+                    f"{split} --out {root}/shards {flags(recipe.shard)}".rstrip()
                 )
     shards = f"{work}/{recipe.pretrain}/shards"
     if recipe.eval.get("random_init"):

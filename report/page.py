@@ -51,7 +51,7 @@ from memdpc.report.show import (
 )
 from memdpc.report.show_options import ShowOptions
 from memdpc.report.tables import cell_text, metric_text
-from memdpc.train.metrics import chance_summary, read_metrics
+from memdpc.train.metrics import chance_summary, monitor_summary, read_metrics
 
 __all__ = ["write_report"]
 
@@ -295,9 +295,13 @@ class Page:
                 )
                 for p in drawn
             ]
-            chance = chance_summary(read_metrics(run))
-            if chance:
-                self.parts.append(f'<p class="missing">{_e(self._rel(run))}: {_e(chance)}</p>')
+            records = read_metrics(run)
+            monitor, worse = monitor_summary(records)
+            if monitor:
+                self.parts.append(f"<p>{_e(self._rel(run))}: {_e(monitor)}</p>")
+            for warning in (chance_summary(records), worse):
+                if warning:
+                    self.parts.append(f'<p class="missing">{_e(self._rel(run))}: {_e(warning)}</p>')
 
     def _legend(self) -> None:
         """The colour wheel's legend, after the first picture of flow."""

@@ -48,7 +48,7 @@ from memdpc.pipeline.wds_index import index_path, read_index, split_name
 from memdpc.preprocess.archive import META, archive_path, frame_index, read_meta
 from memdpc.report.show_options import TAKES, ShowOptions
 from memdpc.train.config import TrainConfig, config_from_dict
-from memdpc.train.metrics import DATA_BN, KNN_BASELINE, METRICS_NAME, read_metrics
+from memdpc.train.metrics import DATA_BN, KNN_BASELINE, METRICS_NAME, monitor_summary, read_metrics
 from memdpc.train.prepare import CONFIG_NAME, augment_spec
 from memdpc.viz.flow_colours import codes_colours
 from memdpc.viz.pictures import (
@@ -659,7 +659,8 @@ def run_curves(run: Path, path: Path) -> Path:
         else:
             ax.set_axis_off()
     chosen = f"best.pt: epoch {best['epoch']}, step {best['step']}" if best else "no best.pt yet"
-    fig.suptitle(f"{run.name}: {chosen}", fontsize=11)
+    monitor = monitor_summary(records)[0]
+    fig.suptitle(f"{run.name}: {chosen}" + (f"\n{monitor}" if monitor else ""), fontsize=11)
     fig.tight_layout()
     with atomic_path(path) as tmp:
         fig.savefig(tmp, dpi=100, format="png")
@@ -668,7 +669,12 @@ def run_curves(run: Path, path: Path) -> Path:
 
 
 def _draw_run(run: Path, out: Path, o: ShowOptions, warn: Warn) -> list[Path]:
-    return [run_curves(run, out / f"{run.name}-curves.png")]
+    """The run's curves; a warning where the kNN monitor ended below the untrained encoder."""
+    drawn = [run_curves(run, out / f"{run.name}-curves.png")]
+    worse = monitor_summary(read_metrics(run))[1]
+    if worse:
+        warn(worse)
+    return drawn
 
 
 # ------------------------------------------------------------------------------------------------- eval

@@ -41,7 +41,7 @@ def print_index_report(
     for s in counts:
         table.add_column(s, justify="right")
     for name in sorted({n for c in counts.values() for n in c}):
-        table.add_row(name or "(none)", *(str(c.get(name, 0)) for c in counts.values()))
+        table.add_row(name or "(unlabelled)", *(str(c.get(name, 0)) for c in counts.values()))
     table.add_row("[bold]total", *(f"[bold]{sum(c.values())}" for c in counts.values()))
     console.print(table)
     warnings = []

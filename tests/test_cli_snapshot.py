@@ -74,8 +74,17 @@ def command_line(group: click.Group = main, path: str = "memdpc") -> dict[str, d
     return found
 
 
+def _kept(old: dict, new: dict) -> bool:
+    """Whether a parameter keeps what the snapshot holds: the same, or a choice with more choices."""
+    if old.get("type", {}).get("name") == "choice" == new.get("type", {}).get("name"):
+        if set(old["type"]["choices"]) <= set(new["type"]["choices"]):
+            new = {**new, "type": old["type"]}
+    return new == old
+
+
 def differences(old: dict, new: dict) -> list[str]:
-    """What the snapshot holds that the command line lost or changed (additions are not differences)."""
+    """What the snapshot holds that the command line lost or changed (additions, a new choice among them, are
+    not differences)."""
     out = []
     for cmd, params in old.items():
         if cmd not in new:
@@ -84,7 +93,7 @@ def differences(old: dict, new: dict) -> list[str]:
         for name, spec in params.items():
             if name not in new[cmd]:
                 out.append(f"{cmd}: {spec['opts']} is gone")
-            elif new[cmd][name] != spec:
+            elif not _kept(spec, new[cmd][name]):
                 changed = sorted(k for k in spec if new[cmd][name].get(k) != spec[k])
                 out.append(
                     f"{cmd}: {spec['opts']} changed its {', '.join(changed)}: {spec} → {new[cmd][name]}"
@@ -129,8 +138,11 @@ def test_the_snapshot_check_sees_a_changed_default_and_a_removed_option():
     changed["memdpc shard"]["max_count"]["default"] = 7
     del changed["memdpc train"]["epochs"]
     changed["memdpc train"]["an_addition"] = {"kind": "option"}
+    changed["memdpc index"]["layout"]["type"]["choices"].append("another")  # a choice more: kept
+    changed["memdpc train"]["negatives"]["type"]["choices"].pop()  # a choice less: changed
     found = differences(old, changed)
-    assert len(found) == 2, found
+    assert len(found) == 3, found
+    assert any("--negatives" in f and "type" in f for f in found)
     assert any("--max-count" in f and "default" in f for f in found)
     assert any("--epochs" in f and "gone" in f for f in found)
 

@@ -17,6 +17,7 @@ from memdpc.preprocess.report import read_report
 from .conftest import MESSY_BROKEN, MESSY_VIDEOS
 
 README = Path(__file__).resolve().parents[1] / "README.md"
+MEMDPC = str(Path(sys.executable).parent / "memdpc")
 
 
 def readme_block(marker: str) -> str:
@@ -90,3 +91,95 @@ def test_readme_own_videos_block_runs_on_a_messy_folder_to_the_fused_tables(mess
     assert {"R@1", "R@5"} <= fused["retrieval"]["metrics"].keys() and fused["probe"]["counts"]["videos"] == 3
     for kind in fused:
         assert f"wrote {work / 'eval' / f'fused-{kind}.json'}" in output
+
+
+# an example recipe of one's own at tiny sizes: the shipped example-flow-pool's kind, run on a user's folders
+TINY_RECIPE = """\
+row: a tiny pooled run on one's own videos
+expect: {synthetic: {R@1: 0, top1: 0}}
+quickstart:
+  data: {videos_per_class: 5, frames: 24, size: 32}
+  clip: {num_blocks: 4, block_len: 4, stride: 1}
+  window_step: 4
+  max_count: 1
+  streams: [flow]
+  checkpoint: last
+  train: {size: 32, crop_size: 0, widths: [8, 16, 16, 16], batch_size: 4, epochs: 2, pred_steps: 1,
+          mem_size: 64, val_split: val, knn_every: 1, jitter_flow: false, temperature: 0.1,
+          negatives: other_clips}
+  probe: {epochs: 30, lr: 0.003, lr_min: 0.0003}
+"""
+
+
+@pytest.fixture(scope="module")
+def own_folders(tmp_path_factory) -> tuple[Path, Path, Path]:
+    """A labelled folder (<class>/<video>) of the directions family, which the project's settings were not
+    chosen on, a flat folder of unlabelled videos of another draw of it, and the tiny recipe's file."""
+    root = tmp_path_factory.mktemp("own")
+    sizes = ["--videos-per-class", "4", "--frames", "24", "--size", "32", "--classes", "3"]
+    for name, seed in (("labelled", "0"), ("drawn", "7")):
+        run = subprocess.run(
+            [MEMDPC, "data", "directions", str(root / name), *sizes, "--seed", seed], capture_output=True
+        )
+        assert run.returncode == 0, run.stderr
+    pool = root / "pool"
+    pool.mkdir()
+    for i, video in enumerate(sorted((root / "drawn" / "UCF-101").rglob("*.avi"))):
+        video.rename(pool / f"clip{i:02d}.avi")  # no classes: a flat folder
+    recipe = root / "tiny.yaml"
+    recipe.write_text(TINY_RECIPE)
+    return root / "labelled" / "UCF-101", pool, recipe
+
+
+@pytest.mark.slow
+def test_an_example_recipes_commands_for_ones_own_folders_run_as_printed(own_folders, tmp_path):
+    """``memdpc recipes NAME --videos --pool`` prints the chain: the flat folder indexed as unlabelled,
+    preprocessed, sharded and pretrained on, the labelled folder evaluated with its checkpoint against both
+    random-init baselines, every command as printed; evaluation on the unlabelled split is refused in one line."""
+    videos, pool, recipe = own_folders
+    work = tmp_path / "work"
+    listing = subprocess.run(
+        [MEMDPC, "recipes", str(recipe), "--videos", str(videos), "--pool", str(pool), "--work", str(work)],
+        capture_output=True,
+        text=True,
+    )
+    assert listing.returncode == 0, listing.stderr
+    commands = [line for line in listing.stdout.splitlines() if line.startswith("memdpc ")]
+    assert (
+        f"memdpc index {pool} --layout unlabelled --val-per-class 1 --out {work}/pool/index.jsonl" in commands
+    )
+    (pretrain,) = [c for c in commands if c.startswith("memdpc train") and "--init-only" not in c]
+    assert pretrain.endswith(f"--shards {work}/pool/shards --out {work}/runs/flow --knn-shards {work}/shards")
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    for command in commands:
+        res = subprocess.run([MEMDPC, *command.split()[1:]], capture_output=True, text=True, env=env)
+        assert res.returncode == 0, f"{command}\n{res.stderr[-3000:]}"
+    assert "p " in res.stdout or "no discordant" in res.stdout  # the last paired comparison's table
+    pool_index = [json.loads(line) for line in (work / "pool" / "index.jsonl").read_text().splitlines()]
+    assert {r["label"] for r in pool_index} == {-1} and len(pool_index) == 12
+    run = [json.loads(line) for line in (work / "runs" / "flow" / "metrics.jsonl").read_text().splitlines()]
+    assert [r for r in run if r["kind"] == "knn"]  # the monitor read the labelled folder's splits
+    for kind in ("retrieval", "probe-linear"):
+        result = json.loads((work / "eval" / "memdpc-flow" / f"{kind}-flow.json").read_text())
+        assert result["counts"]["classes"] == 3
+
+    refused = subprocess.run(
+        [
+            MEMDPC,
+            "eval",
+            "retrieve",
+            str(work / "runs/flow/checkpoints/last.pt"),
+            "--shards",
+            str(work / "pool/shards"),
+            "--test-split",
+            "val",
+            "--out",
+            str(tmp_path / "nope"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    assert "the train split is unlabelled (its videos have no classes)" in refused.stderr
+    assert not (tmp_path / "nope").exists()

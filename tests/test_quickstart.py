@@ -195,7 +195,7 @@ quickstart:
   window_step: 4
   max_count: 1
   streams: [flow]
-  pool: {synthetic: 2, photos: 1}
+  pool: {synthetic: 2, photos: 1, directions: 1}
   checkpoint: last
   train: {size: 32, crop_size: 0, widths: [8, 16, 16, 16], batch_size: 4, epochs: 2, pred_steps: 1,
           mem_size: 64, val_split: val, knn_every: 1, jitter_flow: false}
@@ -259,7 +259,7 @@ def test_an_example_recipe_pretrains_on_its_pool_and_evaluates_on_the_labelled_d
         "--data synthetic --seed 0; resume it with the same options or choose another --out"
     )
     (tmp_path / "bad.yaml").write_text(TINY_POOL_RECIPE.replace("pool: {", "pools: {"))
-    (tmp_path / "bad-pool.yaml").write_text(TINY_POOL_RECIPE.replace(", photos: 1}", "}"))
+    (tmp_path / "bad-pool.yaml").write_text(TINY_POOL_RECIPE.replace(", directions: 1}", "}"))
     for args, message in (
         (
             ("--tiny", "--recipe", str(recipe)),
@@ -272,7 +272,7 @@ def test_an_example_recipe_pretrains_on_its_pool_and_evaluates_on_the_labelled_d
         ),
         (
             ("--recipe", str(tmp_path / "bad-pool.yaml")),
-            f"{tmp_path / 'bad-pool.yaml'}: quickstart: pool by family must name each of synthetic, photos once",
+            f"{tmp_path / 'bad-pool.yaml'}: quickstart: pool by family must name each of synthetic, photos, directions once",
         ),
     ):
         res = _run(tmp_path / "elsewhere", *args)

@@ -16,13 +16,14 @@ import yaml
 from memdpc.common.atomic import write_bytes_atomic
 from memdpc.common.errors import UserError
 from memdpc.common.settings import check, flat, from_flat, setting
-from memdpc.model.names import NEGATIVES, PRETRAIN_NAMES
+from memdpc.model.names import NEGATIVES, PRETRAIN_NAMES, diff_setting
 from memdpc.pipeline.backends import LoaderSettings
-from memdpc.pipeline.clip import ClipShape
+from memdpc.pipeline.clip import COLOUR_SPANS, ClipShape
 from memdpc.recipes.recipe import train_settings
 
 __all__ = [
     "AUTO_VAL_SPLIT",
+    "RESTART_FREE",
     "TrainConfig",
     "config_differences",
     "config_from_dict",
@@ -61,6 +62,13 @@ class TrainConfig:
     jitter_flow: bool = setting(
         True, "Per-frame colour jitter and random grey on flow images too (the paper: yes)."
     )
+    colour_per: str = setting(
+        "frame",
+        "How often the colour jitter and random grey are drawn anew: every frame (the paper), every block, or "
+        "once per clip (block, clip: a clip's colours no longer flicker from frame to frame, so colour no longer "
+        "tells its blocks apart, and the encoder is not taught to ignore colour within a clip).",
+        choices=COLOUR_SPANS,
+    )
     flow_shift: float = setting(
         0.0, "Flow: per block, a random global shift of the x and y codes, up to this many codes.", min=0
     )
@@ -82,6 +90,13 @@ class TrainConfig:
     )
     # model
     arch: str = setting("memdpc_r18", "Model architecture.", choices=PRETRAIN_NAMES)
+    frame_diff: bool = setting(
+        False,
+        "The encoder reads the differences of a block's consecutive frames instead of its frames (the paper: the "
+        "frames): what does not change in time, a still background or the colour and texture of what does not "
+        "move, no longer reaches it (RGB's shortcut: a clip told apart by its static appearance). The model "
+        "keeps it: evaluation reads the checkpoint's inputs the same way.",
+    )
     bidirectional: bool = setting(False, "Bidirectional MemDPC (a second, backward aggregator).")
     size: int = setting(128, "Input size in pixels (square).", min=1)
     clip: ClipShape = setting(ClipShape(), nested=True, flags={"num_blocks": ("--blocks", "--num-blocks")})
@@ -153,6 +168,11 @@ class TrainConfig:
         0, "Run the kNN retrieval monitor (train→val, R@1) every E epochs (0: off).", min=0
     )
     knn_max_batches: int = setting(50, "Batches per split that the kNN monitor embeds.", min=1)
+    knn_shards: str = setting(
+        "",
+        "Shard folder whose train and validation splits the kNN monitor reads (default: --shards), e.g. your "
+        "labelled videos while pretraining on unlabelled ones.",
+    )
     best_by: str = setting(
         "loss",
         "What makes checkpoints/best.pt: the lowest validation loss (training loss without a "
@@ -209,6 +229,7 @@ class TrainConfig:
             global_negatives=self.global_negatives,
             negatives=self.negatives,
             temperature=self.temperature or None,
+            **diff_setting(self.frame_diff),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -236,6 +257,7 @@ RESTART_FREE = frozenset(
         "log_every",
         "knn_every",
         "knn_max_batches",
+        "knn_shards",
         "progress",
         "resume",
     }
@@ -249,10 +271,11 @@ def config_from_dict(
     return from_flat(TrainConfig, values, where, base)
 
 
-def read_config_file(path: str | Path) -> dict[str, Any]:
-    """The settings of a ``--config`` file (YAML or TOML; keys may use - or _): its options, or a recipe's
-    ``train`` section; a recipe shipped with memdpc may be named by its short name (:mod:`memdpc.recipes.recipe`)."""
-    return train_settings(path)
+def read_config_file(path: str | Path, stream: str | None = None) -> dict[str, Any]:
+    """The settings of a ``--config`` file (YAML or TOML; keys may use - or _): its options, a recipe's ``train``
+    section, or an example recipe's training of ``stream``; a recipe shipped with memdpc may be named by its short
+    name (:mod:`memdpc.recipes.recipe`)."""
+    return train_settings(path, stream)
 
 
 def write_config(config: TrainConfig, path: Path) -> None:

@@ -30,10 +30,12 @@ from memdpc.model import checkpoint as mc
 from memdpc.pipeline.clip import ClipSpec
 from memdpc.pipeline.manifest import manifest_path
 from memdpc.train import checkpoint as ck
-from memdpc.train.config import TrainConfig
+from memdpc.train.config import RESTART_FREE, TrainConfig
 from memdpc.train.prepare import (
     check_run_dir,
     check_shards,
+    monitor_on_labels,
+    monitored,
     overwritten,
     resolve_val_split,
     shard_records,
@@ -68,6 +70,7 @@ class RunPlan:
     start: tuple[int, int]  # (epoch, step) where the run starts: 0, 0, or the checkpoint it resumes
     removes: list[str]  # what --overwrite removes from the run directory first (train.prepare.overwritten)
     steps: int  # steps it takes from there
+    settings: str  # the experiment's settings that are not the paper's (:func:`_settings`)
     schedule: str
     validation: str
     val_batches: int  # per rank and epoch (0: none)
@@ -149,6 +152,7 @@ class RunPlan:
                 else ""
             ),
             f"steps: {started}{self.steps:,} in all ({self.epochs} epochs)",
+            f"settings: {self.settings}",
             f"schedule: {self.schedule}",
             f"validation: {self.validation}",
             f"disk: {plural(self.checkpoints, 'checkpoint')} at most in {self.out}/checkpoints, "
@@ -162,6 +166,17 @@ class RunPlan:
             ),
             "next: the same command without --dry-run",
         ]
+
+
+def _settings(c: TrainConfig) -> str:
+    """The model's, the loss's, the augmentation's and the optimisation's settings that differ from the paper's
+    (the defaults), as ``name value`` (where a run goes and how it is executed left out: those free to change on
+    a restart, the stream, the epochs and the schedule, which lines of their own say)."""
+    left_out = {*RESTART_FREE, "stream", "epochs", "schedule", "lr", "weight_decay", "lr_min", "patience"}
+    paper = TrainConfig().to_dict()
+    given = {k: v for k, v in c.to_dict().items() if k not in left_out and v != paper[k]}
+    words = [f"{k} {','.join(map(str, v)) if isinstance(v, list) else v}" for k, v in given.items()]
+    return ", ".join(words) + " (the paper's otherwise)" if words else "the paper's"
 
 
 def _schedule(c: TrainConfig) -> str:
@@ -258,6 +273,7 @@ def plan_run(config: TrainConfig, overwrite: bool = False) -> RunPlan | None:
     resumed = ck.read_resume(resume_from, config, world_size) if resume_from is not None else None
     init = ck.read_init(config.init, config)[0] if config.init and resumed is None else None
     manifests = check_shards(config)
+    config, monitor_note = monitor_on_labels(config, manifests)
     if resumed is not None:
         ck.check_same_shards(resumed, resume_from, shard_records(config))
     clip = ClipSpec(**manifests["train"]["clip"])
@@ -282,13 +298,16 @@ def plan_run(config: TrainConfig, overwrite: bool = False) -> RunPlan | None:
         )
         if config.knn_every:
             one = [
-                split_loader(config, s, clip, False, 0, 1, str(device))
+                split_loader(monitored(config), s, clip, False, 0, 1, str(device))
                 for s in (config.loader.train_split, config.val_split)
             ]
             knn_batches = sum(min(len(x), config.knn_max_batches) for x in one)
+            on = f" of {config.knn_shards}" if config.knn_shards else ""
             validation += (
-                f"; the kNN monitor every {plural(config.knn_every, 'epoch')} ({knn_batches} batches)"
+                f"; the kNN monitor{on} every {plural(config.knn_every, 'epoch')} ({knn_batches} batches)"
             )
+        elif monitor_note:
+            validation += f"; {monitor_note}"
     # on a CPU a step's time grows with its clips: fewer are timed, and scaled (no GPU is that linear)
     timed = (
         config
@@ -331,6 +350,7 @@ def plan_run(config: TrainConfig, overwrite: bool = False) -> RunPlan | None:
         start=start,
         removes=[str(p) for p in overwritten(Path(config.out))] if overwrite else [],
         steps=max(total - start[1], 0),
+        settings=_settings(config),
         schedule=_schedule(config),
         validation=validation,
         val_batches=val_batches,

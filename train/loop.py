@@ -68,6 +68,7 @@ from memdpc.train.metrics import (
     at_chance,
     chance_note,
     chance_summary,
+    monitor_summary,
     read_metrics,
     truncate_jsonl,
 )
@@ -77,6 +78,8 @@ from memdpc.train.prepare import (
     check_shards,
     clear_run,
     hold_run_dir,
+    monitor_on_labels,
+    monitored,
     resolve_val_split,
     shard_records,
     split_loader,
@@ -182,11 +185,12 @@ def _train_held(config: TrainConfig, env: dd.DistEnv, resume_from: Path | None, 
     ckpt = ck.read_resume(resume_from, config, env.world_size) if resume_from else None
     init = _read_init(config, env) if ckpt is None and config.init else None
     manifests = check_shards(config)
+    config, note = monitor_on_labels(config, manifests)
     shards = shard_records(config)
     if ckpt is not None:
         ck.check_same_shards(ckpt, resume_from, shards)
     if env.is_main:
-        for warning in val_split_warnings(config):
+        for warning in [*([note] if note else []), *val_split_warnings(config)]:
             rich_console(stderr=True).print("[yellow]warning:[/]", escape(warning), soft_wrap=True)
     dd.barrier(env)
     run_dir = Path(config.out)
@@ -545,12 +549,16 @@ def _finished(p: Parts, s: State) -> str:
         at = f"epoch {s.best_epoch}, " if s.best_epoch is not None else ""
         best_line = f"best: {best} ({at}{_watched(p, s.best_val)}{_margin(p, s)})"
     chosen = best if math.isfinite(s.best_val) else _last(p)
-    chance = chance_summary(read_metrics(p.run_dir)) if p.env.is_main else None  # rank 0 wrote them
+    records = read_metrics(p.run_dir) if p.env.is_main else []  # rank 0 wrote them
+    chance = chance_summary(records)
+    monitor, worse = monitor_summary(records)
     return "\n".join(
         [
             f"trained {p.run_dir}: {done}, {s.step} steps",
             best_line,
+            *([monitor] if monitor else []),
             *([f"warning: {chance}"] if chance else []),
+            *([f"warning: {worse}"] if worse else []),
             f"last: {_last(p)}",
             f"metrics: {p.run_dir / 'metrics.jsonl'}; tensorboard --logdir {p.run_dir / 'tb'}",
             f"next: {ck.next_command(chosen, p.config.loader.shards)}",
@@ -745,7 +753,7 @@ def _knn(p: Parts, data_bn: bool = False) -> float:
     if p.env.is_main and p.config.val_split != "none":
         c = p.config
         loaders = [
-            _loader(c, p.env, split, p.clip, train=False, rank=0, world_size=1)
+            _loader(monitored(c), p.env, split, p.clip, train=False, rank=0, world_size=1)
             for split in (c.loader.train_split, c.val_split)
         ]
         model = ck.unwrap(p.model)

@@ -43,6 +43,7 @@ __all__ = [
     "at_chance",
     "chance_note",
     "chance_summary",
+    "monitor_summary",
     "read_metrics",
     "truncate_jsonl",
 ]
@@ -86,6 +87,38 @@ def chance_summary(records: list[dict[str, Any]]) -> str | None:
         return None
     which = f"every epoch ({len(val)})" if len(flat) == len(val) else f"{len(flat)} of {len(val)} epochs"
     return f"the val loss was {chance_note(flat[-1]['chance'])}, in {which}"
+
+
+def monitor_summary(records: list[dict[str, Any]]) -> tuple[str | None, str | None]:
+    """What the kNN monitor saw over a run, from its records: a line with its R@1 on the untrained encoder (step
+    0), the :data:`DATA_BN` baseline, and the trained epochs' best and last; and a warning where the last is below
+    the untrained encoder's, naming the step from which every value stayed below it. (None, None) without a
+    monitor or a trained epoch."""
+    knn = [r for r in records if r["kind"] == "knn"]
+    if len(knn) < 2 or knn[0]["step"] != 0:
+        return None, None
+    untrained, trained = knn[0]["r1"], knn[1:]
+    best = max(trained, key=lambda r: r["r1"])  # the first of equals, as --best-by knn keeps it
+    last = trained[-1]
+    bn = [r["r1"] for r in records if r["kind"] == KNN_BASELINE and r.get("baseline") == DATA_BN]
+    line = (
+        f"kNN monitor R@1: untrained {untrained:.3f}"
+        + (f", untrained with the data's BatchNorm statistics {bn[0]:.3f}" if bn else "")
+        + f"; trained: best {best['r1']:.3f} (epoch {best['epoch']}), last {last['r1']:.3f} (epoch {last['epoch']})"
+    )
+    if not last["r1"] < untrained:
+        return line, None
+    since = last
+    for r in reversed(trained):
+        if not r["r1"] < untrained:
+            break
+        since = r
+    warning = (
+        f"the kNN monitor's last R@1 ({last['r1']:.3f}) is below the untrained encoder's ({untrained:.3f}), and has "
+        f"been since step {since['step']} (epoch {since['epoch']}): pretraining made the features worse at telling "
+        "the validation videos' classes apart (--best-by knn keeps the epoch the monitor liked best)"
+    )
+    return line, warning
 
 
 class Meter:

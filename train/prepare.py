@@ -42,6 +42,8 @@ __all__ = [
     "hold_run_dir",
     "clear_run",
     "overwritten",
+    "monitor_on_labels",
+    "monitored",
     "resolve_val_split",
     "shard_records",
     "split_loader",
@@ -49,6 +51,13 @@ __all__ = [
 ]
 
 CONFIG_NAME = file_kinds.RUN_CONFIG
+
+
+def monitored(config: TrainConfig) -> TrainConfig:
+    """The config whose shards the kNN monitor reads: ``--knn-shards`` where given."""
+    if not config.knn_shards:
+        return config
+    return dataclasses.replace(config, loader=dataclasses.replace(config.loader, shards=config.knn_shards))
 
 
 def _stream_manifest(config: TrainConfig, split: str) -> dict[str, Any]:
@@ -86,7 +95,32 @@ def check_shards(config: TrainConfig) -> dict[str, dict[str, Any]]:
                 "training loss)"
             )
         manifests["val"] = _stream_manifest(config, config.val_split)
+        if config.knn_every and config.knn_shards:  # the monitor's, of other shards
+            for role, split in (("knn_train", config.loader.train_split), ("knn_val", config.val_split)):
+                manifests[role] = _stream_manifest(monitored(config), split)
     return manifests
+
+
+def monitor_on_labels(
+    config: TrainConfig, manifests: dict[str, dict[str, Any]]
+) -> tuple[TrainConfig, str | None]:
+    """The kNN monitor scores classes: over an unlabelled split (``memdpc index --layout unlabelled``) it is
+    switched off, and the returned note says so (``--best-by knn`` is then a UserError: nothing to choose by)."""
+    roles = ("knn_train", "knn_val") if "knn_train" in manifests else ("train", "val")
+    unlabelled = [role for role in roles if role in manifests and not manifests[role]["classes"]]
+    if not config.knn_every or not unlabelled:
+        return config, None
+    splits = " and ".join(
+        config.val_split if r.endswith("val") else config.loader.train_split for r in unlabelled
+    )
+    many = len(unlabelled) > 1
+    shards = monitored(config).loader.shards
+    why = f"the {splits} split{'s' if many else ''} of {shards} {'are' if many else 'is'} unlabelled"
+    if config.best_by == "knn":
+        raise UserError(
+            f"--best-by knn needs the kNN monitor, which scores classes, but {why}: choose by loss"
+        )
+    return dataclasses.replace(config, knn_every=0), f"the kNN monitor is off: {why} (it scores classes)"
 
 
 def shard_records(config: TrainConfig) -> dict[str, dict[str, Any]]:
@@ -156,6 +190,8 @@ def val_split_warnings(config: TrainConfig) -> list[str]:
     config = resolve_val_split(config)
     if config.val_split == "none":
         return []
+    if config.knn_every:
+        config = monitored(config)  # the monitor's shards are what its R@1 rests on
     classes = load_manifest(config.loader.shards, config.loader.stream, config.loader.train_split)["classes"]
     train = videos_by_class(
         config.loader.shards, config.loader.stream, config.loader.train_split, until=set(range(len(classes)))
@@ -355,6 +391,7 @@ def augment_spec(config: TrainConfig) -> AugmentSpec:
     """The augmentation a run of ``config`` trains with (``memdpc show --augment`` draws it too)."""
     return AugmentSpec(
         jitter_flow=config.jitter_flow,
+        colour_per=config.colour_per,
         crop_size=config.crop_size or None,
         flow_shift=config.flow_shift,
         flow_gain=config.flow_gain,

@@ -13,6 +13,7 @@ scikit-image's photographs).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib.util import find_spec
 from pathlib import Path
@@ -24,7 +25,18 @@ import numpy as np
 from memdpc.common.errors import UserError
 from memdpc.preprocess.examples.layout import ExampleConfig, write_example
 
-__all__ = ["PhotoConfig", "make_photos"]
+__all__ = [
+    "MAX_ZOOM",
+    "RENDER_SCALE",
+    "SPEED",
+    "PhotoConfig",
+    "fit_centre",
+    "load_photos",
+    "make_photos",
+    "render_video",
+    "tracks",
+    "view",
+]
 
 PHOTO_CLASSES = (
     "CameraPan",  # the view translates across the photograph in a random direction
@@ -90,7 +102,7 @@ def load_photos() -> list[np.ndarray]:
     return photos
 
 
-def _view(centre: np.ndarray, scale: float, angle: float, r: int) -> np.ndarray:
+def view(centre: np.ndarray, scale: float, angle: float, r: int) -> np.ndarray:
     """The 2×3 map from render pixels (r × r frame) to photograph pixels of a view centred on ``centre``,
     ``scale`` photograph pixels per render pixel, rotated by ``angle`` radians."""
     c, s = math.cos(angle) * scale, math.sin(angle) * scale
@@ -98,7 +110,7 @@ def _view(centre: np.ndarray, scale: float, angle: float, r: int) -> np.ndarray:
     return np.hstack([rot, (centre - rot @ np.array([r / 2, r / 2]))[:, None]])
 
 
-def _fit_centre(rng: np.random.Generator, shape: tuple[int, ...], half: float) -> np.ndarray:
+def fit_centre(rng: np.random.Generator, shape: tuple[int, ...], half: float) -> np.ndarray:
     """A random point of the photograph at least ``half`` from its edges (its middle if none is)."""
     return np.array([rng.uniform(min(half, n / 2), max(n - half, n / 2)) for n in (shape[1], shape[0])])
 
@@ -117,19 +129,19 @@ def _view_path(
         big = side * rng.uniform(0.8, 1.0)
         zoom_in = rng.random() < 0.5
         windows = big * np.exp(-rate * (t if zoom_in else frames - 1 - t))
-        centres[:] = _fit_centre(rng, shape, big / 2)
+        centres[:] = fit_centre(rng, shape, big / 2)
     elif cls == "CameraPan":
         heading = rng.uniform(0, 2 * math.pi)
         step = speed * window / size * np.array([math.cos(heading), math.sin(heading)])
-        centres[:] = _fit_centre(rng, shape, window / 2) + (t - (frames - 1) / 2)[:, None] * step
+        centres[:] = fit_centre(rng, shape, window / 2) + (t - (frames - 1) / 2)[:, None] * step
     else:
-        centres[:] = _fit_centre(rng, shape, window / math.sqrt(2))
+        centres[:] = fit_centre(rng, shape, window / math.sqrt(2))
         if cls == "CameraRoll":
             angles += rng.choice([-1.0, 1.0]) * speed / (size / 2) * t
-    return np.stack([_view(c, w / r, a, r) for c, w, a in zip(centres, windows, angles, strict=True)])
+    return np.stack([view(c, w / r, a, r) for c, w, a in zip(centres, windows, angles, strict=True)])
 
 
-def _tracks(cls: str, rng: np.random.Generator, frames: int, size: int, patch: int) -> list[np.ndarray]:
+def tracks(cls: str, rng: np.random.Generator, frames: int, size: int, patch: int) -> list[np.ndarray]:
     """The centres (frames, 2) in render pixels of the patches that move on their own: none in the camera
     classes, one in ObjectOrbit and ObjectBounce, two in ObjectsCross."""
     r, t = size * RENDER_SCALE, np.arange(frames)[:, None]
@@ -196,19 +208,32 @@ def _then(first: np.ndarray, second: np.ndarray) -> np.ndarray:
     return np.hstack([second[:, :2] @ first[:, :2], (second[:, :2] @ first[:, 2] + second[:, 2])[:, None]])
 
 
+# the view of every frame of a class's video: (class, generator, photograph's shape, frames, size) → (frames, 2, 3)
+ViewPath = Callable[[str, np.random.Generator, tuple[int, ...], int, int], np.ndarray]
+# the patches that move on their own: (class, generator, frames, size, patch side) → their centres, (frames, 2) each
+Tracks = Callable[[str, np.random.Generator, int, int, int], list[np.ndarray]]
+
+
 def render_video(
-    cls: str, size: int, frames: int, rng: np.random.Generator, photos: list[np.ndarray]
+    cls: str,
+    size: int,
+    frames: int,
+    rng: np.random.Generator,
+    photos: list[np.ndarray],
+    views_of: ViewPath | None = None,
+    tracks_of: Tracks | None = None,
 ) -> np.ndarray:
     """Render one video of class ``cls`` from ``photos`` (``load_photos()``): (frames, size, size, 3) uint8
-    BGR."""
+    BGR. ``views_of`` and ``tracks_of``: how a class moves the view and the patches (default: this family's;
+    another family over photographs gives its own)."""
     r = size * RENDER_SCALE
     picks = rng.permutation(len(photos))[: PATCHES + 1]  # the background and the patches' photographs
     scene = photos[picks[0]].astype(np.float32)
     n = int(r * rng.uniform(0.26, 0.4))
     patches = [_patch(rng, photos[i], n) for i in picks[1:]]
-    views = _view_path(cls, rng, scene.shape, frames, size)
-    tracks = _tracks(cls, rng, frames, size, n)
-    for img, alpha in patches[len(tracks) :]:  # still patches: part of the scene, where a frame showed them
+    views = (views_of or _view_path)(cls, rng, scene.shape, frames, size)
+    moving = (tracks_of or tracks)(cls, rng, frames, size, n)
+    for img, alpha in patches[len(moving) :]:  # still patches: part of the scene, where a frame showed them
         view = views[rng.integers(frames)]
         m = _at(rng.uniform(n / 2, r - n / 2, 2), n)
         _paste(scene, img, alpha, _then(m, view))
@@ -221,7 +246,7 @@ def render_video(
             flags=cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP,
             borderMode=cv2.BORDER_REFLECT_101,
         )
-        for (img, alpha), track in zip(patches[: len(tracks)], tracks, strict=True):
+        for (img, alpha), track in zip(patches[: len(moving)], moving, strict=True):
             _paste(frame, img, alpha, _at(track[t], n))
         small = cv2.resize(frame, (size, size), interpolation=cv2.INTER_AREA)
         out[t] = np.clip(np.rint(small), 0, 255).astype(np.uint8)

@@ -95,6 +95,23 @@ def test_colour_maps_differ_per_frame_and_stay_in_their_ranges():
     assert np.ptp([apply(m, grey)[0] for m in maps]) > 50
 
 
+@pytest.mark.parametrize(("span", "draws"), [("block", 4), ("clip", 1)])
+def test_colour_per_block_or_clip_is_one_draw_for_each_of_its_frames(span, draws):
+    maps = colour_maps(np.random.default_rng(0), 40, "rgb", False, AugmentSpec(colour_per=span), num_blocks=4)
+    runs = maps.reshape(draws, 40 // draws, 3, 4)
+    assert np.array_equal(
+        runs, np.repeat(runs[:, :1], 40 // draws, axis=1)
+    )  # alike within a block / the clip
+    assert len({m.tobytes() for m in maps}) == draws
+    per_frame = colour_maps(np.random.default_rng(0), 40, "rgb", False, AugmentSpec(), num_blocks=4)
+    assert len({m.tobytes() for m in per_frame}) == 40  # the paper's: every frame its own
+
+
+def test_colour_per_is_one_of_its_spans():
+    with pytest.raises(UserError, match="colour_per must be one of frame, block, clip"):
+        AugmentSpec(colour_per="video")
+
+
 def test_random_grey_copies_one_channel_in_a_quarter_of_the_frames():
     spec = AugmentSpec(brightness=0, contrast=0, saturation=0, hue=0)
     maps = colour_maps(np.random.default_rng(0), 4000, "rgb", False, spec)

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from memdpc.cli import main
 from memdpc.common.errors import UserError
-from memdpc.preprocess.datasets import build_index, index_warnings
+from memdpc.preprocess.datasets import UNLABELLED, IndexOptions, build_index, hold_outs, index_warnings
 from memdpc.preprocess.examples.layout import write_video
 from memdpc.preprocess.video_index import VideoRecord, read_index
 
@@ -410,3 +410,64 @@ def test_cli_index_refuses_to_write_over_an_index_shards_were_made_from(tmp_path
     res = _index_cli(root, index, "--test-per-class", "1", "--seed", "7", "--overwrite")
     assert res.exit_code == 0 and index.read_bytes() != before
     assert _index_cli(root, index, "--test-per-class", "1").exit_code == 0  # the shards are not of this one
+
+
+def test_cli_indexes_videos_without_classes_for_pretraining_and_names_the_layout_a_flat_folder_needs(
+    tmp_path,
+):
+    """A flat folder and a tree, hidden files left alone: every video in train without a label, some held out
+    as val; the folder layout on a flat folder says why it found nothing and which layout takes it; a test
+    split asked of unlabelled videos is refused."""
+    root = tmp_path / "mine"
+    for name in ("beach.mp4", "trip/day1/hill.mp4", "trip/day2/sea.mp4", "zoo.mp4"):
+        _video(root / name)
+    _video(root / ".cache" / "thumb.mp4")
+    (root / "notes.txt").write_text("not a video")
+    loose = tmp_path / "loose"
+    for name in ("beach.mp4", "zoo.mp4"):
+        _video(loose / name)
+    flat = _index_cli(loose, tmp_path / "folder.jsonl")
+    assert flat.exit_code == 2 and "Traceback" not in flat.output
+    assert flat.output.splitlines()[-1] == (
+        f"Error: {loose}: 2 videos found, but not in class sub-folders (e.g. {loose / 'beach.mp4'}); `--layout "
+        "folder` wants <class>/<video>, `--layout unlabelled` takes videos without classes (to pretrain on)"
+    )
+    assert not (tmp_path / "folder.jsonl").exists()
+    out = tmp_path / "pool.jsonl"
+    res = CliRunner().invoke(
+        main, ["index", str(root), "--layout", "unlabelled", "--val-per-class", "1", "--out", str(out)]
+    )
+    assert res.exit_code == 0, res.output
+    records = read_index(out)
+    assert sorted(r.id for r in records) == ["beach", "trip__day1__hill", "trip__day2__sea", "zoo"]
+    assert {(r.label, r.label_name) for r in records} == {(-1, "")}
+    assert [r.id for r in records if r.split == "val"] == ["zoo"]  # the last by id
+    assert "(unlabelled)" in res.output and "no 'test' videos" not in res.output
+    refused = CliRunner().invoke(
+        main,
+        ["index", str(root), "--layout", "unlabelled", "--test-per-class", "1", "--out", str(tmp_path / "t")],
+    )
+    assert refused.exit_code == 2 and refused.output.splitlines()[-1].startswith(
+        f"Error: {root}: --layout unlabelled has no classes to test on"
+    )
+    too_many = CliRunner().invoke(
+        main,
+        ["index", str(root), "--layout", "unlabelled", "--val-per-class", "4", "--out", str(tmp_path / "v")],
+    )
+    assert too_many.exit_code == 2 and too_many.output.splitlines()[-1] == (
+        "Error: the unlabelled videos have 4 training videos: too few to hold out 4 for validation and still "
+        "train on one"
+    )
+
+
+def test_the_hold_outs_of_ones_own_folders(tmp_path):
+    """What `memdpc quickstart --videos` holds out: a third of the smallest class to test on (none where the
+    folder has its own test split) and one video a class for the monitor; of an unlabelled folder a tenth."""
+    labelled = _folder(tmp_path / "videos", {"jump": 7, "run": 9})
+    assert hold_outs(labelled, "folder", seed=3) == IndexOptions(test_per_class=2, val_per_class=1, seed=3)
+    split = _folder(_folder(tmp_path / "split", {"jump": 4}, "train"), {"jump": 2}, "test")
+    assert hold_outs(split, "folder") == IndexOptions(val_per_class=1)
+    pool = tmp_path / "pool"
+    for i in range(25):
+        _touch(pool / f"v{i:02d}.mp4")
+    assert hold_outs(pool, UNLABELLED) == IndexOptions(val_per_class=2)

@@ -3,7 +3,9 @@ from __future__ import annotations
 from dataclasses import fields
 
 import pytest
+from click.testing import CliRunner
 
+from memdpc.cli import main
 from memdpc.common.errors import UserError
 from memdpc.common.settings import options_of
 from memdpc.train.config import (
@@ -34,6 +36,18 @@ def test_defaults_are_the_papers():
     )
     assert c.widths == [64, 128, 256, 256] and not c.global_negatives and c.amp == "none"
     assert (c.negatives, c.best_by, c.early_stop) == ("all", "loss", 0)
+    assert c.colour_per == "frame"  # the paper's per-frame colour jitter and grey
+
+
+def test_an_augmentation_span_not_offered_is_a_usage_error_through_the_cli(tmp_path):
+    res = CliRunner().invoke(
+        main, ["train", "--colour-per", "video", "--shards", "s", "--out", str(tmp_path)]
+    )
+    assert res.exit_code == 2 and "Traceback" not in res.output
+    assert res.output.splitlines()[-1] == (
+        "Error: Invalid value for '--colour-per': 'video' is not one of 'frame', 'block', 'clip'."
+    )
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_yaml_and_toml_give_the_same_config(tmp_path):

@@ -11,11 +11,14 @@ from memdpc.preprocess.flow.backends import flow_to_codes
 from memdpc.train import metrics
 from memdpc.train.metrics import (
     CLIPS_SHOWN,
+    DATA_BN,
+    KNN_BASELINE,
     Meter,
     MetricsLogger,
     at_chance,
     chance_note,
     chance_summary,
+    monitor_summary,
     truncate_jsonl,
 )
 
@@ -105,3 +108,34 @@ def test_a_loss_within_one_percent_of_its_chance_level_is_at_chance_and_the_summ
         chance_summary([val(0, 2.1972), train, val(1, 1.5)]) == f"the val loss was {note}, in 1 of 2 epochs"
     )
     assert chance_summary([val(0, 1.5), val(1, 1.2)]) is None
+
+
+def _knn(epoch: int, step: int, r1: float) -> dict:
+    return {"kind": "knn", "epoch": epoch, "step": step, "r1": r1}
+
+
+def test_the_monitor_summary_names_the_untrained_the_data_bn_the_best_and_the_last_r1():
+    bn = {"kind": KNN_BASELINE, "epoch": 0, "step": 0, "baseline": DATA_BN, "r1": 0.7}
+    rising = [_knn(0, 0, 0.5), bn, _knn(0, 10, 0.6), _knn(1, 20, 0.8), _knn(2, 30, 0.7)]
+    line, worse = monitor_summary(rising)
+    assert line == (
+        "kNN monitor R@1: untrained 0.500, untrained with the data's BatchNorm statistics 0.700; trained: "
+        "best 0.800 (epoch 1), last 0.700 (epoch 2)"
+    )
+    assert worse is None
+    falling = [
+        _knn(0, 0, 0.83),
+        _knn(0, 10, 0.9),
+        _knn(1, 20, 0.5),
+        _knn(2, 30, 0.9),
+        _knn(3, 40, 0.6),
+        _knn(4, 50, 0.17),
+    ]
+    line, worse = monitor_summary(falling)
+    assert "best 0.900 (epoch 0), last 0.170 (epoch 4)" in line and "BatchNorm" not in line
+    assert worse.startswith(
+        "the kNN monitor's last R@1 (0.170) is below the untrained encoder's (0.830), and has been since step 40 "
+        "(epoch 3): pretraining made the features worse"
+    )
+    assert monitor_summary([_knn(0, 0, 0.5)]) == (None, None)  # no trained epoch yet
+    assert monitor_summary([]) == (None, None)  # no monitor

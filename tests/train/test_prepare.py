@@ -50,6 +50,8 @@ def test_the_augmentation_takes_every_flow_setting_of_the_config():
     )
     with pytest.raises(UserError, match="flow_reverse"):
         _config("s", flow_reverse=1.5)
+    assert augment_spec(_config("s")).colour_per == "frame"  # the paper's
+    assert augment_spec(_config("s", colour_per="clip")).colour_per == "clip"
 
 
 def test_the_train_and_validation_manifests(train_shards):

@@ -11,7 +11,11 @@ from memdpc.preprocess.examples.layout import ExampleConfig
 
 
 def test_the_built_in_family_comes_first():
-    assert list(EXAMPLE_FAMILIES) == ["synthetic", "photos"]  # the first is the quickstart's default
+    assert list(EXAMPLE_FAMILIES) == [
+        "synthetic",
+        "photos",
+        "directions",
+    ]  # the first: the quickstart's default
 
 
 @pytest.mark.parametrize("name", list(EXAMPLE_FAMILIES))
