@@ -15,6 +15,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from memdpc.common.version import __version__
+
 if TYPE_CHECKING:
     from memdpc.eval.embed import VideoFeatures, shard_features, video_features
     from memdpc.model.checkpoint import load_model
@@ -22,8 +24,6 @@ if TYPE_CHECKING:
     from memdpc.preprocess.flow.tvl1_native import tvl1_flow
     from memdpc.preprocess.flow.tvl1_params import TVL1Params
     from memdpc.preprocess.flow.video import video_flow
-
-__version__ = "0.1.0"
 
 _HOMES = {
     "load_model": "memdpc.model.checkpoint",

@@ -14,7 +14,6 @@ from __future__ import annotations
 import click
 from rich.markup import escape
 
-from memdpc import __version__
 from memdpc.commands import (
     bench,
     convert,
@@ -32,6 +31,7 @@ from memdpc.commands import eval as evaluate
 from memdpc.common import interrupts
 from memdpc.common.console import rich_console
 from memdpc.common.errors import ResourceFault, UserError
+from memdpc.common.version import __version__
 
 __all__ = ["EXIT_RESOURCE", "main"]
 

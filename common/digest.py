@@ -10,6 +10,7 @@ __all__ = ["file_sha256"]
 
 
 def file_sha256(path: str | os.PathLike, chunk: int = 1 << 22) -> str:
+    """The SHA-256 of a file's bytes (hex), read in chunks of ``chunk`` bytes."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
         while block := f.read(chunk):

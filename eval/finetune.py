@@ -61,6 +61,7 @@ Batches = Callable[[int], Iterator[tuple[torch.Tensor, list[str], torch.Tensor]]
 
 
 def train_loader(data: EvalData, env: dd.DistEnv, seed: int):
+    """The finetuning's loader of the training split: augmented, this rank's part, drawn with ``seed``."""
     manifest = load_manifest(data.loader.shards, data.loader.stream, data.loader.train_split)
     return make_loader(
         data.loader.shards,

@@ -33,16 +33,19 @@ from memdpc.model.checkpoint import read_checkpoint
 __all__ = ["evaluate", "fuse"]
 
 
+RUNNERS = {
+    "retrieve": run_retrieval,
+    "probe": run_probe,
+    "finetune": run_finetune,
+    "classify": run_classify,
+    "oops": run_oops,
+}
+
+
 def _runner(task: str):
-    if task == "retrieve":
-        return run_retrieval
-    if task == "probe":
-        return run_probe
-    if task == "finetune":
-        return run_finetune
-    if task == "classify":
-        return run_classify
-    return run_oops
+    if task not in RUNNERS:
+        raise UserError(f"unknown evaluation task {task!r}; choose one of {', '.join(RUNNERS)}")
+    return RUNNERS[task]
 
 
 def evaluate(
@@ -67,6 +70,7 @@ def evaluate(
     half-written).
     Returns the results path on rank 0, None elsewhere.
     """
+    runner = _runner(task)
     given = {k: options.pop(k) for k in names_of(EvalData) if k in options}
     if given.get("size") is None:
         given["size"] = default_size(read_checkpoint(checkpoint))
@@ -84,7 +88,7 @@ def evaluate(
     )  # ``out`` appears with the first file written (a refused checkpoint leaves none)
     finished = False
     try:
-        path = _runner(task)(checkpoint, data, outputs, env, **task_kw)
+        path = runner(checkpoint, data, outputs, env, **task_kw)
         finished = True
     except KeyboardInterrupt as e:
         stop = interrupts.as_interrupted(e)

@@ -25,10 +25,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from memdpc import __version__
 from memdpc.common import file_kinds
 from memdpc.common.atomic import atomic_path
 from memdpc.common.errors import UserError
+from memdpc.common.version import __version__
 from memdpc.model.factory import create_model, has_memory
 
 __all__ = [
@@ -70,6 +70,7 @@ def build_checkpoint(
 
 
 def serialize(state: dict[str, Any]) -> bytes:
+    """A checkpoint's bytes as ``torch.save`` writes them (to size one, or write it atomically)."""
     buf = io.BytesIO()
     torch.save(state, buf)
     return buf.getvalue()

@@ -25,6 +25,7 @@ __all__ = ["backend_words", "dali_available", "make_loader", "plan_loader"]
 
 
 def dali_available() -> bool:
+    """Whether NVIDIA DALI can be imported here (the ``auto`` loader then takes it)."""
     return importlib.util.find_spec("nvidia.dali") is not None
 
 

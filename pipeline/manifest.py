@@ -44,10 +44,12 @@ __all__ = [
 
 
 def stream_dir(shard_dir: str | os.PathLike, stream: str) -> Path:
+    """A stream's folder in a shard folder: ``<shard_dir>/<stream>``."""
     return Path(shard_dir) / stream
 
 
 def manifest_path(shard_dir: str | os.PathLike, stream: str, split: str) -> Path:
+    """The manifest of a stream's split in a shard folder: ``<shard_dir>/<stream>/manifest-<split>.json``."""
     return stream_dir(shard_dir, stream) / f"manifest-{split}.json"
 
 
@@ -68,6 +70,7 @@ def checksum_path(tar_path: Path) -> Path:
 
 
 def write_manifest(path: str | os.PathLike, manifest: dict[str, Any]) -> Path:
+    """Write a manifest atomically (temporary name, then rename); returns its path."""
     write_json_atomic(path, manifest)
     return Path(path)
 

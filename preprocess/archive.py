@@ -49,10 +49,12 @@ _BLOCK = tarfile.BLOCKSIZE
 
 
 def archive_path(root: str | os.PathLike, stream: str, video_id: str) -> Path:
+    """A video's frame archive of one stream: ``<root>/<stream>/<video_id>.tar``."""
     return Path(root) / stream / f"{video_id}.tar"
 
 
 def frame_name(i: int, ext: str = "jpg") -> str:
+    """The member name of frame ``i`` in an archive (``000012.jpg``): zero-padded, so that names sort as frames do."""
     return f"{i:06d}.{ext}"
 
 

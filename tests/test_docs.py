@@ -5,6 +5,8 @@ tests/test_readme.py, tests/test_own_videos.py and tests/test_quickstart.py)."""
 
 from __future__ import annotations
 
+import importlib
+import inspect
 import os
 import re
 import shlex
@@ -16,6 +18,7 @@ import click
 import pytest
 import torch
 
+import memdpc
 from memdpc.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -114,6 +117,41 @@ def test_the_site_builds_strictly(tmp_path):
     assert res.returncode == 0, res.stderr[-3000:]
     built = {p.parent.name for p in (tmp_path / "site").rglob("index.html")}
     assert {page.stem for page in PAGES if page.stem != "index"} <= built  # every page, in the nav or not
+    # the generated references: every verb and option, every name of memdpc.__all__ with its docstring
+    cli = (tmp_path / "site" / "reference" / "cli" / "index.html").read_text()
+    for verb in main.commands:
+        assert f"memdpc {verb}" in cli, verb
+    assert "--knn-shards" in cli and "--flow-backend" in cli
+    api = (tmp_path / "site" / "reference" / "api" / "index.html").read_text()
+    for name in public_api():
+        assert f"{name}" in api and inspect.getdoc(getattr(memdpc, name)).split()[0] in api, name
+    assert "ARCHITECTURE" in (tmp_path / "site" / "architecture" / "index.html").read_text()
+
+
+def public_api() -> list[str]:
+    return [n for n in memdpc.__all__ if n != "__version__"]
+
+
+def test_the_api_page_lists_every_public_name_from_its_home():
+    lines = (ROOT / "docs" / "reference" / "api.md").read_text().splitlines()
+    listed = [line.removeprefix("::: ") for line in lines if line.startswith("::: ")]
+    assert listed == [f"{memdpc._HOMES[n]}.{n}" for n in public_api()]
+
+
+def test_every_public_name_of_the_package_has_a_docstring():
+    """What a module gives others (its ``__all__``) and defines itself, if a function or a class, says what it
+    is (the API reference shows it)."""
+    from tests.test_package_imports import modules
+
+    missing = []
+    for name in modules():
+        module = importlib.import_module(name)
+        for member in getattr(module, "__all__", []):
+            obj = getattr(module, member, None)
+            own = getattr(obj, "__module__", None) == name
+            if own and (inspect.isfunction(obj) or inspect.isclass(obj)) and not inspect.getdoc(obj):
+                missing.append(f"{name}.{member}")
+    assert missing == []
 
 
 def test_every_documented_command_parses():

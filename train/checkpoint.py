@@ -120,6 +120,7 @@ def rng_state() -> dict[str, Any]:
 
 
 def set_rng_state(state: dict[str, Any]) -> None:
+    """Restore Python's, NumPy's and torch's random states from :func:`rng_state`'s record."""
     random.setstate(_tuples(state["python"]))
     n = state["numpy"]
     np.random.set_state(

@@ -279,6 +279,7 @@ def read_config_file(path: str | Path, stream: str | None = None) -> dict[str, A
 
 
 def write_config(config: TrainConfig, path: Path) -> None:
+    """Write a run's settings as YAML (``config.yaml``: flat, the order of the config's fields), atomically."""
     write_bytes_atomic(path, yaml.safe_dump(config.to_dict(), sort_keys=False).encode())
 
 

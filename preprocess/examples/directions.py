@@ -5,9 +5,9 @@ family pairs opposite motions by appearance, the photos family draws every direc
 classes that only a direction tells apart ("pushing something from left to right" and "from right to left"),
 and an invariance that suits the other families (to the clip's global motion, to its sense) is wrong here. This
 family is that case: the view pans left or right, tilts up or down, rolls clockwise or counter-clockwise, or
-zooms in or out (see ``DIRECTION_CLASSES``), always with a speed and a photograph drawn at random, and a patch
-cut from another photograph bounces across the frame in a random direction (a distractor with a motion of its
-own). Only the direction of the camera's motion tells the class. Rendered as the photos family is
+zooms in or out (see ``DIRECTION_CLASSES``), always with a speed and a photograph drawn at random, while two
+patches cut from other photographs bounce across the frame in random directions, faster than the camera moves
+(distractors with motions of their own). Only the direction of the camera's motion tells the class. Rendered as the photos family is
 (``photos.render_video``); deterministic for a seed (and scikit-image's photographs).
 """
 
@@ -23,8 +23,8 @@ import numpy as np
 from memdpc.preprocess.examples.layout import ExampleConfig, write_example
 from memdpc.preprocess.examples.photos import (
     MAX_ZOOM,
+    PATCHES,
     RENDER_SCALE,
-    SPEED,
     fit_centre,
     load_photos,
     render_video,
@@ -49,6 +49,8 @@ DIRECTION_CLASSES = (
 )
 _HEADINGS = {"PanLeft": (-1.0, 0.0), "PanRight": (1.0, 0.0), "TiltUp": (0.0, -1.0), "TiltDown": (0.0, 1.0)}
 _SENSES = {"RollClockwise": 1.0, "RollCounterClockwise": -1.0, "ZoomIn": 1.0, "ZoomOut": -1.0}
+# the camera's speed at 64², px a frame (of the frame's edge in a roll or zoom): slower than the distractors'
+CAMERA_SPEED = (0.6, 1.6)
 
 
 @dataclass(frozen=True)
@@ -65,7 +67,7 @@ def direction_views(
     class's direction relative to the frame (whatever the view's random orientation on the photograph), at a
     random speed. Borders beyond the photograph are mirrored."""
     r, side, t = size * RENDER_SCALE, min(shape[:2]), np.arange(frames)
-    angle, speed = rng.uniform(0, 2 * math.pi), rng.uniform(*SPEED) * size / 64  # output px per frame
+    angle, speed = rng.uniform(0, 2 * math.pi), rng.uniform(*CAMERA_SPEED) * size / 64  # output px per frame
     window = side * rng.uniform(0.4, 0.75)  # photograph pixels across the frame
     windows, angles = np.full(frames, window), np.full(frames, angle)
     if cls in _HEADINGS:
@@ -84,9 +86,10 @@ def direction_views(
     return np.stack([view(c, w / r, a, r) for c, w, a in zip(centres, windows, angles, strict=True)])
 
 
-def distractor(cls: str, rng: np.random.Generator, frames: int, size: int, patch: int) -> list[np.ndarray]:
-    """One patch bouncing across the frame in a random direction, whatever the class."""
-    return tracks("ObjectBounce", rng, frames, size, patch)
+def distractors(cls: str, rng: np.random.Generator, frames: int, size: int, patch: int) -> list[np.ndarray]:
+    """Two patches bouncing across the frame in random directions (at the photos family's speeds), whatever the
+    class."""
+    return [track for _ in range(PATCHES) for track in tracks("ObjectBounce", rng, frames, size, patch)]
 
 
 def make_directions(out: str | Path, cfg: DirectionConfig = DirectionConfig()) -> Path:
@@ -97,5 +100,5 @@ def make_directions(out: str | Path, cfg: DirectionConfig = DirectionConfig()) -
     return write_example(
         out,
         cfg,
-        lambda cls, rng: render_video(cls, cfg.size, cfg.frames, rng, photos, direction_views, distractor),
+        lambda cls, rng: render_video(cls, cfg.size, cfg.frames, rng, photos, direction_views, distractors),
     )

@@ -27,8 +27,8 @@ from memdpc.preprocess.examples.layout import ExampleConfig, write_example
 
 __all__ = [
     "MAX_ZOOM",
+    "PATCHES",
     "RENDER_SCALE",
-    "SPEED",
     "PhotoConfig",
     "fit_centre",
     "load_photos",

@@ -55,6 +55,12 @@ def test_checkpoint_of_the_wrong_stream_is_refused(eval_data, checkpoints, tmp_p
     assert not list(tmp_path.iterdir())  # refused before anything was written
 
 
+def test_an_unknown_task_is_refused_before_any_work(eval_data, checkpoints, tmp_path):
+    with pytest.raises(UserError, match="unknown evaluation task 'retrieval'; choose one of retrieve, probe"):
+        evaluate("retrieval", checkpoints["rgb"], shards=eval_data.shards, out=tmp_path / "x", **COMMON)
+    assert not (tmp_path / "x").exists()
+
+
 def test_fused_result_goes_beside_the_first_by_default(tmp_path):
     arrays = {"video_ids": np.array(["v1", "v2"]), "labels": np.array([0, 1])}
     paths = [

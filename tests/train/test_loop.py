@@ -29,7 +29,15 @@ from memdpc.train.checkpoint import BN_BATCHES, initial_model
 from memdpc.train.config import config_from_dict
 from memdpc.train.knn import knn_recall
 from memdpc.train.loop import _loader
-from memdpc.train.metrics import DATA_BN, KNN_BASELINE, StepValues, at_chance, chance_summary
+from memdpc.train.metrics import (
+    DATA_BN,
+    KNN_BASELINE,
+    StepValues,
+    at_chance,
+    chance_summary,
+    monitor_summary,
+    read_metrics,
+)
 from memdpc.train.prepare import val_split_warnings
 
 from ..conftest import memdpc_command, reference_weights, run_memdpc, subprocess_env
@@ -554,3 +562,110 @@ def test_full_disk_while_saving_keeps_the_previous_checkpoint(
         res.output,
     ), res.output
     assert {p.name: p.read_bytes() for p in last.parent.iterdir()} == before  # no temporary left either
+
+
+@pytest.fixture(scope="module")
+def direction_shards(tmp_path_factory) -> Path:
+    """Flow shards of 4 classes of the directions family (a val split of one video a class), where the
+    untrained encoder already tells most validation videos apart."""
+    root = tmp_path_factory.mktemp("directions")
+    steps = [
+        (
+            "data",
+            "directions",
+            root / "d",
+            "--classes",
+            "4",
+            "--videos-per-class",
+            "6",
+            "--frames",
+            "24",
+            "--size",
+            "32",
+        ),
+        ("index", root / "d", "--layout", "ucf101", "--val-per-class", "1", "--out", root / "idx.jsonl"),
+        (
+            "preprocess",
+            "flow",
+            root / "idx.jsonl",
+            "--out",
+            root / "frames",
+            "--streams",
+            "flow",
+            "--size",
+            "32",
+            "--scales",
+            "2",
+            "--warps",
+            "2",
+            "--workers",
+            "1",
+        ),
+        *(
+            (
+                "shard",
+                root / "frames",
+                "--index",
+                root / "idx.jsonl",
+                "--stream",
+                "flow",
+                "--split",
+                split,
+                "--out",
+                root / "shards",
+                "--blocks",
+                "4",
+                "--block-len",
+                "4",
+                "--clip-stride",
+                "1",
+                "--window-step",
+                "4",
+                "--max-count",
+                "2",
+            )
+            for split in ("train", "val")
+        ),
+    ]
+    for args in steps:
+        res = run_memdpc(*map(str, args))
+        assert res.returncode == 0, res.stderr[-2000:]
+    return root / "shards"
+
+
+@pytest.mark.slow
+def test_a_run_whose_monitor_ends_below_the_untrained_encoder_says_so_and_one_that_rises_does_not(
+    direction_shards, tmp_path
+):
+    """The same tiny run twice on the directions family, whose classes are the clips' global motion, with the
+    flow's global motion shifted at random: at the paper's rate its monitor rises; at a rate thirty times
+    higher the features are wrecked and the monitor ends below the untrained encoder's. Only that run's closing
+    lines, `memdpc show RUN` and the report page warn, naming the step it fell below."""
+    common = [
+        "train", "--stream", "flow", "--shards", str(direction_shards), "--widths", "8,16,16,16", "--size", "32",
+        "--crop-size", "0", "--batch-size", "4", "--epochs", "4", "--blocks", "4", "--block-len", "4",
+        "--pred-steps", "1", "--mem-size", "64", "--no-jitter-flow", "--knn-every", "1", "--flow-shift", "40",
+        "--flow-gain", "2", "--temperature", "0.1", "--negatives", "other_clips", "--no-progress",
+    ]  # fmt: skip
+    for lr, falls in (("0.001", False), ("0.03", True)):
+        run = tmp_path / f"lr{lr}"
+        res = run_memdpc(*common, "--out", str(run), "--lr", lr)
+        assert res.returncode == 0, res.stderr[-3000:]
+        knn = [r["r1"] for r in records(run, "knn")]
+        assert (knn[-1] < knn[0]) == falls, knn  # what the run is an example of
+        line, worse = monitor_summary(read_metrics(run))
+        assert line.startswith(
+            f"kNN monitor R@1: untrained {knn[0]:.3f}, untrained with the data's BatchNorm"
+        )
+        assert line in res.stderr.splitlines()
+        warned = [x for x in res.stderr.splitlines() if x.startswith("warning: the kNN monitor's last R@1")]
+        assert warned == ([f"warning: {worse}"] if falls else []), res.stderr
+        shown = run_memdpc("show", str(run), "--out", str(tmp_path / f"show{lr}"))
+        assert shown.returncode == 0, shown.stderr
+        assert ("warning: the kNN monitor's last R@1" in shown.stderr) == falls
+    assert "since step" in worse and "pretraining made the features worse" in worse
+    res = run_memdpc("report", str(tmp_path))
+    assert res.returncode == 0, res.stderr
+    page = (tmp_path / "report" / "index.html").read_text()
+    assert page.count("kNN monitor R@1: untrained") == 2
+    assert page.count(f'class="missing">lr0.03: {html.escape(worse)}') == 1 and "lr0.001: the kNN" not in page
