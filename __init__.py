@@ -15,9 +15,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from memdpc.common.version import __version__
-
 if TYPE_CHECKING:
+    from memdpc.common.version import __version__
     from memdpc.eval.embed import VideoFeatures, shard_features, video_features
     from memdpc.model.checkpoint import load_model
     from memdpc.pipeline.loader import make_loader
@@ -26,6 +25,7 @@ if TYPE_CHECKING:
     from memdpc.preprocess.flow.video import video_flow
 
 _HOMES = {
+    "__version__": "memdpc.common.version",
     "load_model": "memdpc.model.checkpoint",
     "make_loader": "memdpc.pipeline.loader",
     "shard_features": "memdpc.eval.embed",

@@ -82,6 +82,15 @@ class TrainConfig:
         min=0,
         max=1,
     )
+    motion_invariance: str = setting(
+        "on",
+        "Whether the flow's global shift, gain and reversal (--flow-shift, --flow-gain, --flow-reverse), which make "
+        "the encoder ignore a clip's global motion, apply: on (as given), off, or auto: decided before training "
+        "from labelled videos (--knn-shards, else --shards), off where the direction of a video's global motion "
+        "tells its class (pans left and right as two classes), on where it does not; the run records what it "
+        "decided.",
+        choices=("on", "off", "auto"),
+    )
     crop_size: int = setting(
         224,
         "The random crop is resized to this, then to --size (the paper: 224); 0 = straight "

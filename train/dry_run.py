@@ -37,6 +37,7 @@ from memdpc.train.prepare import (
     monitor_on_labels,
     monitored,
     overwritten,
+    resolve_motion_invariance,
     resolve_val_split,
     shard_records,
     split_loader,
@@ -71,6 +72,7 @@ class RunPlan:
     removes: list[str]  # what --overwrite removes from the run directory first (train.prepare.overwritten)
     steps: int  # steps it takes from there
     settings: str  # the experiment's settings that are not the paper's (:func:`_settings`)
+    decided: str | None  # what --motion-invariance auto decided, in words
     schedule: str
     validation: str
     val_batches: int  # per rank and epoch (0: none)
@@ -153,6 +155,7 @@ class RunPlan:
             ),
             f"steps: {started}{self.steps:,} in all ({self.epochs} epochs)",
             f"settings: {self.settings}",
+            *([self.decided] if self.decided else []),
             f"schedule: {self.schedule}",
             f"validation: {self.validation}",
             f"disk: {plural(self.checkpoints, 'checkpoint')} at most in {self.out}/checkpoints, "
@@ -269,6 +272,7 @@ def plan_run(config: TrainConfig, overwrite: bool = False) -> RunPlan | None:
     rank, world_size, local_rank = dd.read_env()
     if rank != 0:
         return None
+    config, decided = resolve_motion_invariance(config, fresh=overwrite)
     resume_from = check_run_dir(config, overwrite)
     resumed = ck.read_resume(resume_from, config, world_size) if resume_from is not None else None
     init = ck.read_init(config.init, config)[0] if config.init and resumed is None else None
@@ -351,6 +355,7 @@ def plan_run(config: TrainConfig, overwrite: bool = False) -> RunPlan | None:
         removes=[str(p) for p in overwritten(Path(config.out))] if overwrite else [],
         steps=max(total - start[1], 0),
         settings=_settings(config),
+        decided=decided,
         schedule=_schedule(config),
         validation=validation,
         val_batches=val_batches,

@@ -80,6 +80,7 @@ from memdpc.train.prepare import (
     hold_run_dir,
     monitor_on_labels,
     monitored,
+    resolve_motion_invariance,
     resolve_val_split,
     shard_records,
     split_loader,
@@ -144,6 +145,9 @@ def train(config: TrainConfig, overwrite: bool = False) -> Path:
     (:func:`memdpc.train.prepare.clear_run`) after saying so. Raises :class:`~memdpc.common.interrupts.Interrupted`
     on SIGINT or SIGTERM, after saving where the run stopped (module docstring)."""
     config = resolve_val_split(config, fresh=overwrite)
+    config, decided = resolve_motion_invariance(config, fresh=overwrite)
+    if decided and dd.read_env()[0] == 0:
+        rich_console(stderr=True).print(decided, markup=False, soft_wrap=True)
     env = dd.setup(config.loader.device)
     finished = False
     run_dir = None

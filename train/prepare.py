@@ -32,6 +32,7 @@ from memdpc.pipeline.provenance import split_record
 from memdpc.pipeline.sample import LABEL, decode_label, parse_key
 from memdpc.pipeline.wds_index import read_index, split_name
 from memdpc.train.config import AUTO_VAL_SPLIT, TrainConfig, config_differences
+from memdpc.train.invariance import motion_direction
 from memdpc.train.metrics import METRICS_NAME, TB_NAME
 
 __all__ = [
@@ -44,6 +45,7 @@ __all__ = [
     "overwritten",
     "monitor_on_labels",
     "monitored",
+    "resolve_motion_invariance",
     "resolve_val_split",
     "shard_records",
     "split_loader",
@@ -388,15 +390,35 @@ def clear_run(run_dir: Path, say: Callable[[str], None]) -> None:
 
 
 def augment_spec(config: TrainConfig) -> AugmentSpec:
-    """The augmentation a run of ``config`` trains with (``memdpc show --augment`` draws it too)."""
+    """The augmentation a run of ``config`` trains with (``memdpc show --augment`` draws it too); the flow's
+    global motion left as it is where ``--motion-invariance`` is off."""
+    moved = config.motion_invariance != "off"
     return AugmentSpec(
         jitter_flow=config.jitter_flow,
         colour_per=config.colour_per,
         crop_size=config.crop_size or None,
-        flow_shift=config.flow_shift,
-        flow_gain=config.flow_gain,
-        flow_reverse=config.flow_reverse,
+        flow_shift=config.flow_shift if moved else 0.0,
+        flow_gain=config.flow_gain if moved else 1.0,
+        flow_reverse=config.flow_reverse if moved else 0.0,
     )
+
+
+def resolve_motion_invariance(config: TrainConfig, fresh: bool = False) -> tuple[TrainConfig, str | None]:
+    """``--motion-invariance auto`` made concrete, as ``--val-split auto`` is: what the run directory's config
+    recorded (a resume keeps what its start decided; not when the run starts ``fresh``), else the rule of
+    :mod:`memdpc.train.invariance` on the labelled videos, with its words (None where nothing was decided now)."""
+    if config.motion_invariance != "auto":
+        return config, None
+    recorded = Path(config.out) / CONFIG_NAME if config.out and not fresh else None
+    if recorded is not None and recorded.is_file():
+        try:
+            decided = (yaml.safe_load(recorded.read_text()) or {}).get("motion_invariance")
+        except yaml.YAMLError:
+            decided = None  # check_run_dir names the damage
+        if decided in ("on", "off"):
+            return dataclasses.replace(config, motion_invariance=decided), None
+    found = motion_direction(config)
+    return dataclasses.replace(config, motion_invariance="off" if found.tells_class else "on"), found.words()
 
 
 def split_loader(

@@ -28,7 +28,14 @@ from memdpc.pipeline.shard_plan import ShardSettings
 from memdpc.preprocess.examples.synthetic import CLASSES, render_video
 from memdpc.preprocess.video_index import VideoRecord
 
-from ..conftest import TINY_TRAIN, memdpc_command, subprocess_env, train_options, write_jpeg_archive
+from ..conftest import (
+    TINY_TRAIN,
+    memdpc_command,
+    run_memdpc,
+    subprocess_env,
+    train_options,
+    write_jpeg_archive,
+)
 
 CLIP = ClipSpec(num_blocks=5, block_len=3, stride=1)
 FRAMES, SIZE = 24, 32
@@ -238,3 +245,31 @@ def assert_same_training(a: Path, b: Path) -> None:
         assert (
             torch.equal(ra["now"]["torch"], rb["now"]["torch"]) and ra["now"]["python"] == rb["now"]["python"]
         )
+
+
+def family_flow_shards(root: Path, family: str, classes: int) -> Path:
+    """Flow shards (train, and a val split of one video a class) of ``classes`` classes of an example family,
+    made through the command line: 6 videos a class of 24 frames at 32², clips of 4 blocks × 4 frames."""
+    steps = [
+        ("data", family, root / "d", "--classes", classes, "--videos-per-class", "6", "--frames", "24", "--size", "32"),
+        ("index", root / "d", "--layout", "ucf101", "--val-per-class", "1", "--out", root / "idx.jsonl"),
+        ("preprocess", "flow", root / "idx.jsonl", "--out", root / "frames", "--streams", "flow", "--size", "32",
+         "--scales", "2", "--warps", "2", "--workers", "1"),
+        *(
+            ("shard", root / "frames", "--index", root / "idx.jsonl", "--stream", "flow", "--split", split, "--out",
+             root / "shards", "--blocks", "4", "--block-len", "4", "--clip-stride", "1", "--window-step", "4",
+             "--max-count", "2")
+            for split in ("train", "val")
+        ),
+    ]  # fmt: skip
+    for args in steps:
+        res = run_memdpc(*map(str, args))
+        assert res.returncode == 0, res.stderr[-2000:]
+    return root / "shards"
+
+
+@pytest.fixture(scope="session")
+def direction_shards(tmp_path_factory) -> Path:
+    """Flow shards of 4 classes of the directions family, where the untrained encoder already tells most
+    validation videos apart, and the direction of a video's global motion tells its class."""
+    return family_flow_shards(tmp_path_factory.mktemp("directions"), "directions", 4)
