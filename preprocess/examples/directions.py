@@ -5,7 +5,7 @@ family pairs opposite motions by appearance, the photos family draws every direc
 classes that only a direction tells apart ("pushing something from left to right" and "from right to left"),
 and an invariance that suits the other families (to the clip's global motion, to its sense) is wrong here. This
 family is that case: the view pans left or right, tilts up or down, rolls clockwise or counter-clockwise, or
-zooms in or out (see ``DIRECTION_CLASSES``), always with a speed and a photograph drawn at random, while two
+zooms in or out (see ``DIRECTION_CLASSES``), always with a speed and a photograph drawn at random, while three
 patches cut from other photographs bounce across the frame in random directions, faster than the camera moves
 (distractors with motions of their own). Only the direction of the camera's motion tells the class. Rendered as the photos family is
 (``photos.render_video``); deterministic for a seed (and scikit-image's photographs).
@@ -23,7 +23,6 @@ import numpy as np
 from memdpc.preprocess.examples.layout import ExampleConfig, write_example
 from memdpc.preprocess.examples.photos import (
     MAX_ZOOM,
-    PATCHES,
     RENDER_SCALE,
     fit_centre,
     load_photos,
@@ -50,7 +49,8 @@ DIRECTION_CLASSES = (
 _HEADINGS = {"PanLeft": (-1.0, 0.0), "PanRight": (1.0, 0.0), "TiltUp": (0.0, -1.0), "TiltDown": (0.0, 1.0)}
 _SENSES = {"RollClockwise": 1.0, "RollCounterClockwise": -1.0, "ZoomIn": 1.0, "ZoomOut": -1.0}
 # the camera's speed at 64², px a frame (of the frame's edge in a roll or zoom): slower than the distractors'
-CAMERA_SPEED = (0.6, 1.6)
+CAMERA_SPEED = (0.4, 1.2)
+DISTRACTORS = 3  # patches bouncing across the frame, each in a random direction at the photos family's speeds
 
 
 @dataclass(frozen=True)
@@ -87,9 +87,9 @@ def direction_views(
 
 
 def distractors(cls: str, rng: np.random.Generator, frames: int, size: int, patch: int) -> list[np.ndarray]:
-    """Two patches bouncing across the frame in random directions (at the photos family's speeds), whatever the
-    class."""
-    return [track for _ in range(PATCHES) for track in tracks("ObjectBounce", rng, frames, size, patch)]
+    """:data:`DISTRACTORS` patches bouncing across the frame in random directions (at the photos family's speeds),
+    whatever the class."""
+    return [track for _ in range(DISTRACTORS) for track in tracks("ObjectBounce", rng, frames, size, patch)]
 
 
 def make_directions(out: str | Path, cfg: DirectionConfig = DirectionConfig()) -> Path:
@@ -100,5 +100,7 @@ def make_directions(out: str | Path, cfg: DirectionConfig = DirectionConfig()) -
     return write_example(
         out,
         cfg,
-        lambda cls, rng: render_video(cls, cfg.size, cfg.frames, rng, photos, direction_views, distractors),
+        lambda cls, rng: render_video(
+            cls, cfg.size, cfg.frames, rng, photos, direction_views, distractors, DISTRACTORS
+        ),
     )

@@ -27,7 +27,6 @@ from memdpc.preprocess.examples.layout import ExampleConfig, write_example
 
 __all__ = [
     "MAX_ZOOM",
-    "PATCHES",
     "RENDER_SCALE",
     "PhotoConfig",
     "fit_centre",
@@ -222,18 +221,19 @@ def render_video(
     photos: list[np.ndarray],
     views_of: ViewPath | None = None,
     tracks_of: Tracks | None = None,
+    patches: int = PATCHES,
 ) -> np.ndarray:
     """Render one video of class ``cls`` from ``photos`` (``load_photos()``): (frames, size, size, 3) uint8
-    BGR. ``views_of`` and ``tracks_of``: how a class moves the view and the patches (default: this family's;
-    another family over photographs gives its own)."""
+    BGR. ``views_of``, ``tracks_of`` and ``patches``: how a class moves the view and the patches, and how many
+    patches there are (default: this family's; another family over photographs gives its own)."""
     r = size * RENDER_SCALE
-    picks = rng.permutation(len(photos))[: PATCHES + 1]  # the background and the patches' photographs
+    picks = rng.permutation(len(photos))[: patches + 1]  # the background and the patches' photographs
     scene = photos[picks[0]].astype(np.float32)
     n = int(r * rng.uniform(0.26, 0.4))
-    patches = [_patch(rng, photos[i], n) for i in picks[1:]]
+    cut = [_patch(rng, photos[i], n) for i in picks[1:]]
     views = (views_of or _view_path)(cls, rng, scene.shape, frames, size)
     moving = (tracks_of or tracks)(cls, rng, frames, size, n)
-    for img, alpha in patches[len(moving) :]:  # still patches: part of the scene, where a frame showed them
+    for img, alpha in cut[len(moving) :]:  # still patches: part of the scene, where a frame showed them
         view = views[rng.integers(frames)]
         m = _at(rng.uniform(n / 2, r - n / 2, 2), n)
         _paste(scene, img, alpha, _then(m, view))
@@ -246,7 +246,7 @@ def render_video(
             flags=cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP,
             borderMode=cv2.BORDER_REFLECT_101,
         )
-        for (img, alpha), track in zip(patches[: len(moving)], moving, strict=True):
+        for (img, alpha), track in zip(cut[: len(moving)], moving, strict=True):
             _paste(frame, img, alpha, _at(track[t], n))
         small = cv2.resize(frame, (size, size), interpolation=cv2.INTER_AREA)
         out[t] = np.clip(np.rint(small), 0, 255).astype(np.uint8)
