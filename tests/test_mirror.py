@@ -28,6 +28,12 @@ TESTED_IN = {
     "pipeline/loader_bench_options.py": "tests/pipeline/test_loader_bench.py",
     "preprocess/flow/sorting_networks.py": "tests/preprocess/flow/test_tvl1_median.py",
     "report/show_options.py": "tests/report/test_show.py",
+    # the training loop's parts, each exercised by the runs of the loop's tests
+    "train/parts.py": "tests/train/test_loop.py",
+    "train/reading.py": "tests/train/test_loop_faults.py",
+    "train/saving.py": "tests/train/test_loop_resume.py",
+    "train/wording.py": "tests/train/test_loop.py",
+    "train/monitor.py": "tests/train/test_loop.py",
 }
 
 

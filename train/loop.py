@@ -32,46 +32,27 @@ recorded, so the resumed run repeats it). Saving costs what a per-epoch save cos
 from __future__ import annotations
 
 import contextlib
-import copy
-import math
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
-import torch.distributed as dist
 from rich.markup import escape
-from torch import nn
-from torch.nn.parallel import DistributedDataParallel
 
 from memdpc.common import distenv as dd
 from memdpc.common import interrupts
 from memdpc.common.atomic import remove_stale_tmp
 from memdpc.common.console import rich_console
 from memdpc.common.errors import ResourceFault, UserError
-from memdpc.model import checkpoint as mc
 from memdpc.pipeline.clip import ClipSpec
 from memdpc.pipeline.loader import backend_words
 from memdpc.train import checkpoint as ck
-from memdpc.train.bn_stats import data_batchnorm_stats
 from memdpc.train.config import TrainConfig, write_config
-from memdpc.train.knn import knn_recall
-from memdpc.train.metrics import (
-    DATA_BN,
-    KNN_BASELINE,
-    Meter,
-    MetricsLogger,
-    StepValues,
-    at_chance,
-    chance_note,
-    chance_summary,
-    monitor_summary,
-    read_metrics,
-    truncate_jsonl,
-)
+from memdpc.train.metrics import DATA_BN, KNN_BASELINE, at_chance, chance_note, truncate_jsonl
+from memdpc.train.monitor import knn, log_knn, validate
+from memdpc.train.parts import Parts, State, build_parts, last_checkpoint, position
 from memdpc.train.prepare import (
     CONFIG_NAME,
     check_run_dir,
@@ -79,62 +60,18 @@ from memdpc.train.prepare import (
     clear_run,
     hold_run_dir,
     monitor_on_labels,
-    monitored,
     resolve_motion_invariance,
     resolve_val_split,
     shard_records,
-    split_loader,
     val_split_warnings,
 )
+from memdpc.train.reading import current_lr, log_train, read_steps
+from memdpc.train.saving import restore, save
 from memdpc.train.seeding import seed_everything, set_determinism
-from memdpc.train.step import (
-    Stepper,
-    fused_adam,
-    make_optimizer,
-    out_of_memory,
-    place_clips,
-    place_model,
-    uses_graphs,
-)
+from memdpc.train.step import out_of_memory, place_clips
+from memdpc.train.wording import fault_kept, finished, kept, watched_words
 
 __all__ = ["train"]
-
-
-@dataclass
-class State:
-    """Where training stands; everything here goes into the checkpoint (``train.checkpoint.TRAINING_KEYS``)."""
-
-    epoch: int = 0
-    step: int = 0
-    epoch_step: int = 0
-    best_val: float = math.inf  # the best watched value so far (--best-by: loss, or -R@1); lower is better
-    best_epoch: int | None = None  # the epoch of best_val (None: no epoch finished yet)
-    stale: int = 0  # epochs since best_val last improved (--early-stop)
-    first_val: float | None = None  # the watched value after epoch 0 (None: not finished yet)
-    epoch_loss: list[float] = field(
-        default_factory=lambda: [0.0, 0.0]
-    )  # sum, count of this epoch's train loss
-    epoch_rng: dict[str, Any] | None = None
-
-
-@dataclass
-class Parts:
-    config: TrainConfig
-    env: dd.DistEnv
-    run_dir: Path
-    clip: ClipSpec
-    model: nn.Module  # possibly DDP-wrapped
-    optimizer: torch.optim.Optimizer
-    scheduler: Any
-    scaler: torch.amp.GradScaler
-    train_loader: Any
-    val_loader: Any
-    logger: MetricsLogger
-    steps: StepValues  # the steps' metrics not read yet (on the device)
-    meter: Meter  # the logging window (host)
-    shards: dict[str, dict[str, Any]]  # what the run records of its shards (train.prepare.shard_records)
-    stepper: Stepper | None = None  # runs each optimiser step (eager, compiled or as a CUDA graph)
-    saved: tuple[int, int, int] | None = None  # (epoch, step, epoch_step) that checkpoints/last.pt holds
 
 
 def train(config: TrainConfig, overwrite: bool = False) -> Path:
@@ -211,23 +148,23 @@ def _train_held(config: TrainConfig, env: dd.DistEnv, resume_from: Path | None, 
         truncate_jsonl(run_dir / "metrics.jsonl", ckpt["step"] if ckpt is not None else -1)
     dd.barrier(env)
     set_determinism(config.deterministic)
-    parts = _build(config, env, run_dir, ClipSpec(**manifests["train"]["clip"]), init, shards)
+    parts = build_parts(config, env, run_dir, ClipSpec(**manifests["train"]["clip"]), init, shards)
     if config.loader.backend == "auto":  # which one it is depends on the machine: say so
         parts.logger.message(f"loader: {backend_words(config.loader.backend)}", markup=False)
     state = State()
     if ckpt is not None:
-        state = _restore(parts, ckpt, resume_from)
-        if resume_from == _last(parts):
-            parts.saved = _position(state)
+        state = restore(parts, ckpt, resume_from)
+        if resume_from == last_checkpoint(parts):
+            parts.saved = position(state)
     else:
         seed_everything(config.seed + env.rank)
     try:
         _loop(parts, state)
-        parts.logger.message(_finished(parts, state), markup=False)
+        parts.logger.message(finished(parts, state), markup=False)
     except interrupts.Interrupted as stop:
-        raise _kept(parts, state, stop) from None
+        raise kept(parts, state, stop) from None
     except ResourceFault as fault:
-        raise _fault_kept(parts, state, fault) from None
+        raise fault_kept(parts, state, fault) from None
     except RuntimeError as e:  # torch.OutOfMemoryError is one
         too_big = out_of_memory(e, config.loader.batch_size, env.device)
         if too_big is None:
@@ -250,213 +187,14 @@ def _read_init(config: TrainConfig, env: dd.DistEnv) -> dict[str, Any]:
     return init
 
 
-# ---------------------------------------------------------------------------------------------- building
-def _build(
-    config: TrainConfig,
-    env: dd.DistEnv,
-    run_dir: Path,
-    clip: ClipSpec,
-    init: dict[str, Any] | None,
-    shards: dict[str, dict[str, Any]],
-) -> Parts:
-    train_loader = _loader(config, env, config.loader.train_split, clip, train=True)
-    if len(train_loader) == 0:
-        raise UserError(
-            f"{config.loader.shards}: the {config.loader.train_split} split has fewer clips per rank than one "
-            f"batch ({config.loader.batch_size}); lower --batch-size"
-        )
-    val_loader = (
-        _loader(config, env, config.val_split, clip, train=False) if config.val_split != "none" else None
-    )
-
-    if env.distributed and uses_graphs(config, env.device):
-        raise UserError("--cuda-graphs runs in one process; leave it out under torchrun or srun")
-    model = place_model(ck.initial_model(config, init), config, env.device)
-    optimizer = make_optimizer(model, config, env.device)
-    wrapped: nn.Module = model
-    if env.distributed:
-        wrapped = DistributedDataParallel(
-            model, device_ids=[env.device.index] if env.device.type == "cuda" else None
-        )
-    parts = Parts(
-        config,
-        env,
-        run_dir,
-        clip,
-        wrapped,
-        optimizer,
-        _scheduler(config, optimizer),
-        torch.amp.GradScaler(env.device.type, enabled=config.amp == "fp16"),
-        train_loader,
-        val_loader,
-        MetricsLogger(run_dir, env.is_main, config.progress),
-        StepValues(config.log_every),
-        Meter(),
-        shards,
-    )
-    parts.stepper = Stepper(
-        wrapped,
-        optimizer,
-        parts.scaler,
-        config,
-        env.device,
-        lambda text: parts.logger.message(f"[yellow]warning:[/] {escape(text)}"),
-    )
-    return parts
-
-
-def _scheduler(config: TrainConfig, optimizer: torch.optim.Optimizer):
-    factor = config.lr_min / config.lr
-    if config.schedule == "plateau":
-        return torch.optim.lr_scheduler.ReduceLROnPlateau(
-            optimizer, mode="min", factor=factor, patience=config.patience, min_lr=config.lr_min
-        )
-    if config.schedule == "milestones":
-        return torch.optim.lr_scheduler.MultiStepLR(optimizer, config.milestones, gamma=factor)
-    return None
-
-
-def _loader(
-    config: TrainConfig,
-    env: dd.DistEnv,
-    split: str,
-    clip: ClipSpec,
-    train: bool,
-    rank: int | None = None,
-    world_size: int | None = None,
-):
-    return split_loader(
-        config,
-        split,
-        clip,
-        train,
-        env.rank if rank is None else rank,
-        env.world_size if world_size is None else world_size,
-        str(env.device),
-    )
-
-
-# ------------------------------------------------------------------------------------------- checkpoints
-def _gather(env: dd.DistEnv, model: nn.Module, epoch_rng: dict[str, Any] | None) -> list[dict[str, Any]]:
-    """Every rank's RNG states and weight digest (DDP keeps the weights of all ranks equal: recorded)."""
-    mine = {"now": ck.rng_state(), "epoch_start": epoch_rng, "digest": ck.param_digest(model)}
-    if not env.distributed:
-        return [mine]
-    every: list[Any] = [None] * env.world_size
-    dist.all_gather_object(every, mine)
-    return every
-
-
-def _last(p: Parts) -> Path:
-    return p.run_dir / "checkpoints" / "last.pt"
-
-
-def _position(s: State) -> tuple[int, int, int]:
-    return s.epoch, s.step, s.epoch_step
-
-
-def _save(p: Parts, s: State, names: list[str]) -> None:
-    """Write the checkpoint (rank 0) under each of ``names`` in ``checkpoints/``; all ranks take part, and
-    all raise rank 0's :class:`~memdpc.common.errors.ResourceFault` when it could not write (a full disk), so that
-    no rank waits for the others forever. ``last.pt`` is written last: until it is, a resumed run starts from the
-    previous one and writes the others again, as they were.
-    The steps not read yet are read first (their losses checked, the epoch's loss sum complete), and non-finite
-    weights stop training instead of replacing the last good checkpoint."""
-    _read(p, s)
-    model = ck.unwrap(p.model)
-    _check_weights(p, s, model)
-    ranks = _gather(p.env, model, s.epoch_rng)
-    error = None
-    if p.env.is_main:
-        digests = [r.pop("digest") for r in ranks]
-        if len(set(digests)) > 1:
-            p.logger.message(f"[red]warning: the ranks' weights differ at step {s.step}")
-        data = mc.serialize(
-            mc.build_checkpoint(
-                model,
-                p.config.loader.stream,
-                "train",
-                input_size=p.config.size,
-                **ck.training_entries(
-                    optimizer=p.optimizer.state_dict(),
-                    scheduler=p.scheduler.state_dict() if p.scheduler is not None else None,
-                    scaler=p.scaler.state_dict(),
-                    epoch=s.epoch,
-                    step=s.step,
-                    epoch_step=s.epoch_step,
-                    epoch_loss=list(s.epoch_loss),
-                    rng=ranks,
-                    rank_digests=digests,
-                    config=p.config.to_dict(),
-                    world_size=p.env.world_size,
-                    best_val=s.best_val,
-                    best_epoch=s.best_epoch,
-                    stale=s.stale,
-                    shards=p.shards,
-                    first_val=s.first_val,
-                ),
-            )
-        )
-        try:
-            for name in sorted(names, key=lambda n: n == "last.pt"):  # last.pt last: see the docstring
-                mc.write_checkpoint(data, p.run_dir / "checkpoints" / name)
-        except ResourceFault as e:
-            error = e
-    error = dd.from_main(p.env, error)
-    if error is not None:
-        raise error
-    if "last.pt" in names:
-        p.saved = _position(s)
-
-
-def _restore(p: Parts, ckpt: dict[str, Any], path: Path) -> State:
-    model = ck.unwrap(p.model)
-    mc.check_compatible(ckpt, path, model.config)
-    model.load_state_dict(ckpt["model"])
-    t = ck.read_training_entries(ckpt)
-    p.optimizer.load_state_dict(
-        _this_runs_kernel(
-            t["optimizer"], fused_adam(p.config, p.env.device), uses_graphs(p.config, p.env.device)
-        )
-    )
-    if p.scheduler is not None:
-        p.scheduler.load_state_dict(t["scheduler"])
-    p.scaler.load_state_dict(t["scaler"])
-    rng = t["rng"][p.env.rank]
-    ck.set_rng_state(rng["now"])
-    p.logger.message(f"resuming {path} at epoch {t['epoch']}, step {t['step']}", markup=False)
-    return State(
-        t["epoch"],
-        t["step"],
-        t["epoch_step"],
-        t["best_val"],
-        t["best_epoch"],
-        t["stale"],
-        t["first_val"],
-        list(t["epoch_loss"]),
-        rng["epoch_start"],
-    )
-
-
-def _this_runs_kernel(state: dict[str, Any], fused: bool | None, capturable: bool) -> dict[str, Any]:
-    """The optimiser state with this run's Adam kernel: torch would restore the one the checkpoint was written
-    with (fused or not, capturable or not), and only for a fused or capturable kernel does it place the step
-    counters on the weights' device — a run may resume on another device (fused on CUDA, torch's default on
-    CPU), or with or without --cuda-graphs."""
-    return {
-        **state,
-        "param_groups": [{**g, "fused": fused, "capturable": capturable} for g in state["param_groups"]],
-    }
-
-
 # ---------------------------------------------------------------------------------------------- the loop
 def _loop(p: Parts, s: State) -> None:
     c = p.config
     if c.knn_every and s.step == 0:
-        r1 = _knn(p)  # the value at initialisation, which training should not fall below
+        r1 = knn(p)  # the value at initialisation, which training should not fall below
         _stop_point(p)
-        _log_knn(p, s, r1)
-        r1 = _knn(p, data_bn=True)  # and the untrained encoder with the data's BatchNorm statistics
+        log_knn(p, s, r1)
+        r1 = knn(p, data_bn=True)  # and the untrained encoder with the data's BatchNorm statistics
         _stop_point(p)
         p.logger.log({"kind": KNN_BASELINE, "epoch": s.epoch, "step": s.step, "baseline": DATA_BN, "r1": r1})
     while s.epoch < c.epochs and not (c.max_steps and s.step >= c.max_steps):
@@ -465,10 +203,10 @@ def _loop(p: Parts, s: State) -> None:
             return
         for _ in _epoch_batches(p, s):
             if c.max_steps and s.step >= c.max_steps:
-                _save(p, s, ["last.pt"])
+                save(p, s, ["last.pt"])
                 return
             if c.ckpt_every_steps and s.step % c.ckpt_every_steps == 0:
-                _save(p, s, ["last.pt"])
+                save(p, s, ["last.pt"])
         _end_epoch(p, s)
 
 
@@ -481,93 +219,6 @@ def _stop_point(p: Parts, rewind: dict[str, Any] | None = None) -> None:
         if rewind is not None:
             ck.set_rng_state(rewind)
         raise interrupts.Interrupted(signum)
-
-
-def _kept(p: Parts, s: State, stop: interrupts.Interrupted) -> interrupts.Interrupted:
-    """Save checkpoints/last.pt where the run stopped (all ranks take part; skipped when it already holds that
-    step) and add to ``stop`` what was kept and how to go on."""
-    last = _last(p)
-    if s.step and p.saved != _position(s):
-        p.logger.message(f"{stop}: saving {last} (epoch {s.epoch}, step {s.step})", markup=False)
-        _save(p, s, ["last.pt"])
-    if not p.env.is_main:
-        return stop.keep(f"rank {p.env.rank} stopped with rank 0")
-    if not s.step:
-        return stop.keep("no checkpoint yet; the same command starts again")
-    how = (
-        f"to go on, run it again without --resume (or with --resume {last})"
-        if p.config.resume
-        else "the same command resumes"
-    )
-    return stop.keep(f"kept {last} (epoch {s.epoch}, step {s.step}); {how}")
-
-
-def _fault_kept(p: Parts, s: State, fault: ResourceFault) -> ResourceFault:
-    """Add to ``fault`` what was kept and how to go on. A fault of the disk keeps the last checkpoint as it was
-    (its save, or a write after it, failed); any other (a loader worker killed) comes between two steps, and
-    checkpoints/last.pt is saved there first, as for a signal."""
-    if not fault.disk and s.step and p.saved != _position(s):
-        try:
-            _save(p, s, ["last.pt"])
-        except ResourceFault as again:
-            fault.keep(f"and saving {_last(p)} failed: {again}")
-    if not p.env.is_main:
-        return fault.keep(f"rank {p.env.rank} stopped with rank 0")
-    if p.saved is None:
-        return fault.keep(f"no checkpoint of this run yet; {fault.resumes}")
-    epoch, step, _ = p.saved
-    return fault.keep(f"kept {_last(p)} (epoch {epoch}, step {step}); {fault.resumes}")
-
-
-def _watched(p: Parts, value: float) -> str:
-    """The value that chooses best.pt, in words: 'val loss 1.2345' or 'kNN R@1 0.500'."""
-    if p.config.best_by == "knn":
-        return f"kNN R@1 {-value:.3f}"
-    return f"{'val' if p.val_loader is not None else 'train'} loss {value:.4f}"
-
-
-def _margin(p: Parts, s: State) -> str:
-    """How far best.pt's watched value is ahead of epoch 0's: '; 0.3972 below epoch 0's 2.1972'."""
-    if s.first_val is None or s.best_epoch is None:
-        return ""
-    if s.best_epoch == 0:
-        return "; no later epoch did better"
-    if p.config.best_by == "knn":
-        return f"; {s.first_val - s.best_val:.3f} above epoch 0's {-s.first_val:.3f}"
-    return f"; {s.first_val - s.best_val:.4f} below epoch 0's {s.first_val:.4f}"
-
-
-def _finished(p: Parts, s: State) -> str:
-    """The end message: what the run wrote, which checkpoint is best and by how much over epoch 0, whether the
-    validation loss stayed at chance, and what to run next."""
-    ckpts = p.run_dir / "checkpoints"
-    done = (
-        f"{s.epoch} epochs"
-        if not s.epoch_step
-        else f"epoch {s.epoch}, {s.epoch_step} of {len(p.train_loader)} batches"
-    )
-    best = ckpts / "best.pt"
-    if not math.isfinite(s.best_val):
-        best_line = "no best.pt: no epoch finished"
-    else:
-        at = f"epoch {s.best_epoch}, " if s.best_epoch is not None else ""
-        best_line = f"best: {best} ({at}{_watched(p, s.best_val)}{_margin(p, s)})"
-    chosen = best if math.isfinite(s.best_val) else _last(p)
-    records = read_metrics(p.run_dir) if p.env.is_main else []  # rank 0 wrote them
-    chance = chance_summary(records)
-    monitor, worse = monitor_summary(records)
-    return "\n".join(
-        [
-            f"trained {p.run_dir}: {done}, {s.step} steps",
-            best_line,
-            *([monitor] if monitor else []),
-            *([f"warning: {chance}"] if chance else []),
-            *([f"warning: {worse}"] if worse else []),
-            f"last: {_last(p)}",
-            f"metrics: {p.run_dir / 'metrics.jsonl'}; tensorboard --logdir {p.run_dir / 'tb'}",
-            f"next: {ck.next_command(chosen, p.config.loader.shards)}",
-        ]
-    )
 
 
 def _epoch_batches(p: Parts, s: State) -> Iterator[None]:
@@ -608,108 +259,19 @@ def _epoch_batches(p: Parts, s: State) -> Iterator[None]:
                 p.logger.clips(batch.clips, batch.keys, p.train_loader.plan.spec, c.loader.stream, s.step)
                 shown = True
             if s.step % c.log_every == 0:
-                info = f"loss {_read(p, s)['loss']:.3f}"
-                _log_train(p, s)
+                info = f"loss {read_steps(p, s)['loss']:.3f}"
+                log_train(p, s)
             p.logger.advance(info)
             yield
 
 
-def _read(p: Parts, s: State) -> dict[str, float] | None:
-    """Bring the steps not read yet to the host (one transfer) and add them, in step order, to the logging
-    window and the epoch's loss sum: the same float64 sums as reading every step. Returns the last step's values.
-
-    A non-finite loss among them stops training with a one-line error. All ranks read at the same steps, so
-    they decide together."""
-    done = p.steps.read()
-    bad = next((i for i, (values, _, _) in enumerate(done) if not math.isfinite(values["loss"])), None)
-    if not dd.all_true(p.env, bad is None):
-        i = len(done) - 1 if bad is None else bad
-        raise _stopped(
-            p,
-            f"loss is not finite ({done[i][0]['loss']}) at epoch {s.epoch}, "
-            f"step {s.step - len(done) + i + 1}",
-        )
-    for values, clips, wait in done:
-        s.epoch_loss = [s.epoch_loss[0] + values["loss"], s.epoch_loss[1] + 1]
-        p.meter.add(values, clips, wait)
-    return done[-1][0] if done else None
-
-
-def _check_weights(p: Parts, s: State, model: nn.Module) -> None:
-    """Stop training when a weight or BatchNorm statistic is not finite (a finite loss can be followed by an
-    update that is not); one wait for the device, before each save."""
-    tensors = [t for t in model.state_dict().values() if t.is_floating_point()]
-    finite = bool(torch.stack([torch.isfinite(t).all() for t in tensors]).all())
-    if not dd.all_true(p.env, finite):
-        raise _stopped(p, f"the weights are not finite after epoch {s.epoch}, step {s.step}")
-
-
-def _stopped(p: Parts, what: str) -> UserError:
-    last = p.run_dir / "checkpoints" / "last.pt"
-    kept = f"the last good checkpoint is {last}" if last.exists() else "no checkpoint had been written yet"
-    return UserError(f"{what}: training stopped; {kept} (try a lower --lr, or --amp none)")
-
-
-def _lr(p: Parts) -> float:
-    return p.optimizer.param_groups[0]["lr"]
-
-
-def _log_train(p: Parts, s: State) -> None:
-    values = dd.all_mean(p.env, p.meter.means())
-    p.logger.log(
-        {
-            "kind": "train",
-            "epoch": s.epoch,
-            "step": s.step,
-            **values,
-            "lr": _lr(p),
-            **p.meter.rates(p.env.world_size),
-        }
-    )
-    p.meter.reset()
-
-
-@contextlib.contextmanager
-def _local_negatives(model: nn.Module) -> Iterator[None]:
-    """Evaluate with per-rank negatives: ranks may hold different numbers of validation batches."""
-    saved = getattr(model, "global_negatives", False)
-    model.global_negatives = False
-    try:
-        yield
-    finally:
-        model.global_negatives = saved
-
-
-@torch.no_grad()
-def validate(p: Parts) -> dict[str, float]:
-    """Mean loss and top-k over the validation split (all ranks; per-rank negatives). Cut short when a signal
-    has arrived: the caller then stops (:func:`_stop_point`) and records nothing."""
-    model = ck.unwrap(p.model)
-    model.eval()
-    sums: dict[str, float] = {}
-    n = 0
-    with _local_negatives(model):
-        for i, batch in enumerate(p.val_loader):
-            if (p.config.val_max_batches and i >= p.config.val_max_batches) or interrupts.received():
-                break
-            out = model(batch.clips.to(p.env.device, non_blocking=True))
-            for k, v in out.items():
-                sums[k] = sums.get(k, 0.0) + float(v)
-            n += 1
-    sums["batches"] = float(n)
-    totals = dd.all_mean(p.env, sums)
-    count = max(totals.pop("batches"), 1e-9)
-    model.train()
-    return {k: v / count for k, v in totals.items()}
-
-
 def _end_epoch(p: Parts, s: State) -> None:
     c = p.config
-    _read(p, s)
+    read_steps(p, s)
     rng = ck.rng_state()  # the passes below draw from it (their loaders' seeds); a stop rewinds it
     try:
         val = validate(p) if p.val_loader is not None else None
-        r1 = _knn(p) if c.knn_every and (s.epoch + 1) % c.knn_every == 0 else None
+        r1 = knn(p) if c.knn_every and (s.epoch + 1) % c.knn_every == 0 else None
     except ResourceFault:  # a loader worker killed: last.pt is saved before the passes, as for a stop
         ck.set_rng_state(rng)
         raise
@@ -724,7 +286,7 @@ def _end_epoch(p: Parts, s: State) -> None:
     elif p.scheduler is not None:
         p.scheduler.step()
     if r1 is not None:
-        _log_knn(p, s, r1)
+        log_knn(p, s, r1)
         if c.best_by == "knn":
             watched = -r1
     best = watched < s.best_val
@@ -737,37 +299,12 @@ def _end_epoch(p: Parts, s: State) -> None:
     names = ["last.pt"] + (["best.pt"] if best else [])
     if c.keep_every and s.epoch % c.keep_every == 0:
         names.append(f"epoch-{s.epoch:04d}.pt")
-    _save(p, s, names)
+    save(p, s, names)
     flag = ""
     if val is not None and at_chance(val):
         flag = f" — val loss {val['loss']:.4f} " if c.best_by == "knn" else " — "
         flag += chance_note(val["chance"])
     p.logger.message(
-        f"epoch {s.epoch - 1}: {_watched(p, watched)}, lr {_lr(p):g}{' (best)' if best else ''}{flag}",
+        f"epoch {s.epoch - 1}: {watched_words(p, watched)}, lr {current_lr(p):g}{' (best)' if best else ''}{flag}",
         markup=False,
     )
-
-
-def _knn(p: Parts, data_bn: bool = False) -> float:
-    """The kNN monitor's R@1 (rank 0 computes it; every rank returns it); NaN without a validation split. Cut
-    short when a signal has arrived, like :func:`validate`. With ``data_bn``, of a copy of the model whose
-    BatchNorm statistics are the training split's (the baseline ``--bn-from-data`` evaluates); the model
-    itself is left as it is."""
-    r1 = math.nan
-    if p.env.is_main and p.config.val_split != "none":
-        c = p.config
-        loaders = [
-            _loader(monitored(c), p.env, split, p.clip, train=False, rank=0, world_size=1)
-            for split in (c.loader.train_split, c.val_split)
-        ]
-        model = ck.unwrap(p.model)
-        if data_bn:
-            model = copy.deepcopy(model)
-            bn_loader = _loader(c, p.env, c.loader.train_split, p.clip, train=False, rank=0, world_size=1)
-            data_batchnorm_stats(model, bn_loader, p.env.device, ck.BN_BATCHES)
-        r1 = knn_recall(model, *loaders, p.env.device, c.knn_max_batches)
-    return dd.from_main(p.env, r1)
-
-
-def _log_knn(p: Parts, s: State, r1: float) -> None:
-    p.logger.log({"kind": "knn", "epoch": s.epoch, "step": s.step, "r1": r1})

@@ -11,7 +11,7 @@ from memdpc.model.checkpoint import load_model, read_checkpoint
 from memdpc.train.bn_stats import data_batchnorm_stats
 from memdpc.train.checkpoint import initial_model, param_digest
 from memdpc.train.config import config_from_dict
-from memdpc.train.loop import _loader
+from memdpc.train.parts import run_loader
 
 from ..conftest import TINY_TRAIN
 from .conftest import CLIP
@@ -27,7 +27,7 @@ def test_statistics_are_the_average_over_the_batches_and_weights_stay(train_shar
     norm = model.backbone.bn1  # the stem's BatchNorm: its input is easy to catch
     seen = []
     hook = norm.register_forward_pre_hook(lambda _m, args: seen.append(args[0].detach().clone()))
-    loader = _loader(config, env, "train", CLIP, train=False)
+    loader = run_loader(config, env, "train", CLIP, train=False)
     data_batchnorm_stats(model, loader, env.device, max_batches=3)
     hook.remove()
     assert len(seen) == 3 and not model.training and param_digest(model) == before

@@ -28,7 +28,6 @@ from memdpc.train.bn_stats import data_batchnorm_stats
 from memdpc.train.checkpoint import BN_BATCHES, initial_model
 from memdpc.train.config import config_from_dict
 from memdpc.train.knn import knn_recall
-from memdpc.train.loop import _loader
 from memdpc.train.metrics import (
     DATA_BN,
     KNN_BASELINE,
@@ -38,6 +37,7 @@ from memdpc.train.metrics import (
     monitor_summary,
     read_metrics,
 )
+from memdpc.train.parts import run_loader
 from memdpc.train.prepare import val_split_warnings
 
 from ..conftest import memdpc_command, reference_weights, run_memdpc, subprocess_env
@@ -105,7 +105,7 @@ def test_short_run_lowers_the_loss_and_records_everything(learned_run, train_sha
         )
     )
     env = DistEnv(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))
-    loaders = [_loader(config, env, split, CLIP, train=False) for split in ("train", "test")]
+    loaders = [run_loader(config, env, split, CLIP, train=False) for split in ("train", "test")]
     last, _ = load_model(learned_run / "checkpoints" / "last.pt")
     assert knn["r1"] == knn_recall(last, *loaders, env.device, config.knn_max_batches)
     run_config = config_from_dict(
@@ -397,7 +397,7 @@ def test_augmentation_settings_reach_the_loader(train_shards, jitter, crop_size)
         )
     )
     env = DistEnv(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))
-    spec = _loader(config, env, "train", ClipSpec(5, 3, stride=1), train=True).plan.spec
+    spec = run_loader(config, env, "train", ClipSpec(5, 3, stride=1), train=True).plan.spec
     assert spec.jitter_flow is jitter and spec.colour_on("flow") is jitter
     assert spec.crop_size == (crop_size or None)
 

@@ -16,7 +16,8 @@ from memdpc.common.distenv import DistEnv
 from memdpc.common.errors import UserError
 from memdpc.model import create_model
 from memdpc.model.checkpoint import read_checkpoint
-from memdpc.train.loop import State, _check_weights
+from memdpc.train.parts import State
+from memdpc.train.reading import check_weights
 
 from ..conftest import memdpc_command
 from .conftest import (
@@ -103,7 +104,7 @@ def test_non_finite_weights_are_never_saved(tmp_path):
         "dpc_r18", widths=(4, 8, 16, 16), input_size=32, num_blocks=5, block_len=3, pred_steps=2
     )
     p = SimpleNamespace(env=DistEnv(0, 1, 0, torch.device("cpu")), run_dir=tmp_path)
-    _check_weights(p, State(step=7), model)  # finite: no error
+    check_weights(p, State(step=7), model)  # finite: no error
     with torch.no_grad():
         model.backbone.conv1.weight[0, 0, 0, 0, 0] = float("inf")
     with pytest.raises(
@@ -111,7 +112,7 @@ def test_non_finite_weights_are_never_saved(tmp_path):
         match="the weights are not finite after epoch 0, step 7: training stopped; no "
         "checkpoint had been written yet",
     ):
-        _check_weights(p, State(step=7), model)
+        check_weights(p, State(step=7), model)
 
 
 @pytest.mark.slow
