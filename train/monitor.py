@@ -36,7 +36,7 @@ def local_negatives(model: nn.Module) -> Iterator[None]:
 @torch.no_grad()
 def validate(p: Parts) -> dict[str, float]:
     """Mean loss and top-k over the validation split (all ranks; per-rank negatives). Cut short when a signal
-    has arrived: the caller then stops (:func:`_stop_point`) and records nothing."""
+    has arrived: the caller then stops (the loop's stop point) and records nothing."""
     model = ck.unwrap(p.model)
     model.eval()
     sums: dict[str, float] = {}
