@@ -31,7 +31,7 @@ import contextlib
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, as_completed
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -239,11 +239,36 @@ def run_preprocess(
     """
     cfg.validate()
     console = rich_console(stderr=True)
+    plan = _plan(records, cfg, console, progress)
+    with ReportWriter(cfg.report_path, plan.begin) as log:
+        drained = _drain(plan, cfg, log, console, progress, observe)
+        return _report(plan, drained, cfg, log)
+
+
+@dataclass
+class _Plan:
+    """What a run does, decided before any video is converted: this part's videos, those already finished
+    (``reused``: skipped without work) and those to convert, the config the videos are converted with (the
+    flow's ``auto`` resolved), how (``results``: per-video jobs or the batched stage) and the report's start."""
+
+    mine: list[VideoRecord]
+    rerun: Rerun
+    reused: list[VideoRecord]
+    todo: list[VideoRecord]
+    used: PreprocessConfig
+    results: Callable[..., Iterator[dict]]
+    flow: dict[str, Any] | None
+    stage_stats: dict[str, dict]
+    begin: dict[str, Any]
+
+
+def _plan(records: list[VideoRecord], cfg: PreprocessConfig, console, progress: bool) -> _Plan:
+    """Check what ``cfg.out`` holds, choose the flow backend (saying why a fallback was taken), warn where the
+    archives will not fit, and write nothing."""
     mine = select_part(records, cfg.part)
     with console.status(f"checking the archives in {cfg.out}") if progress else contextlib.nullcontext():
         rerun = Rerun.check(mine, cfg)  # what the run may reuse of its --out: each video asked once
         rerun.clear_temporaries()  # those killed runs left
-        done, todo = rerun.done, rerun.todo
         used, flow, results, stage_stats, backend = cfg, None, _results, {}, None
         if "flow" in cfg.streams:
             choice = choose_flow(cfg)
@@ -256,28 +281,48 @@ def run_preprocess(
             for note in (choice.note, opencv["note"]):
                 if note:
                     console.print(f"[yellow]note:[/yellow] {note}")
-        space = disk_estimate(todo, used, backend).warning() if todo else None
+        space = disk_estimate(rerun.todo, used, backend).warning() if rerun.todo else None
     if space:
         console.print(f"[yellow]warning:[/yellow] {escape(space)}", soft_wrap=True)
-    entries = {r.id: {"id": r.id, "path": r.path, "status": "skipped"} for r in done}
-    by_id = {r.id: r for r in todo}
-    started, t0 = datetime.now(timezone.utc), time.perf_counter()
     begin = {
         "command": "preprocess",
-        "started": started.isoformat(timespec="seconds"),
+        "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "config": {**asdict(cfg), "streams": list(cfg.streams), "part": list(cfg.part)},
         **({"flow": flow} if flow else {}),
     }
+    return _Plan(mine, rerun, rerun.done, rerun.todo, used, results, flow, stage_stats, begin)
+
+
+@dataclass
+class _Drained:
+    """What converting the videos gave: every entry by id (the reused ones as ``skipped``), the signal or the
+    fault that stopped it (None: it ran to the end), FFmpeg's messages not tied to a video, and its seconds."""
+
+    entries: dict[str, dict]
+    stop: interrupts.Interrupted | None
+    fault: ResourceFault | None
+    messages: list[str]
+    seconds: float
+
+
+def _drain(
+    plan: _Plan, cfg: PreprocessConfig, log: ReportWriter, console, progress: bool, observe: Progress | None
+) -> _Drained:
+    """Convert the videos to do, writing each one's line to the report as it finishes; a signal or a fault of
+    the output ends it (recorded here, raised by :func:`_report` once the report's end is written)."""
+    entries = {r.id: {"id": r.id, "path": r.path, "status": "skipped"} for r in plan.reused}
+    by_id = {r.id: r for r in plan.todo}
+    t0 = time.perf_counter()
     stop: interrupts.Interrupted | None = None
     fault: ResourceFault | None = None  # the output's disk full, or the like: the run's, not a video's
-    with ReportWriter(cfg.report_path, begin) as log, StderrCapture() as stderr:
+    with StderrCapture() as stderr:
         with progress_bar("{task.fields[info]}", bold=True, console=console, disable=not progress) as bar:
-            tracker = _Tracker(bar, cfg, len(done), len(todo))
+            tracker = _Tracker(bar, cfg, len(plan.reused), len(plan.todo))
             events = tracker.event if observe is None else _both(tracker.event, observe)
             try:
                 work = (
-                    contextlib.closing(results(used, todo, events, stderr.take))
-                    if todo
+                    contextlib.closing(plan.results(plan.used, plan.todo, events, stderr.take))
+                    if plan.todo
                     else (contextlib.nullcontext(()))
                 )  # nothing to do: no pool, no device process
                 with work as videos:
@@ -286,8 +331,8 @@ def run_preprocess(
                         if entry["status"] == "failed":  # the index's split and class: what a split lost
                             rec = by_id[entry["id"]]
                             entry.update(split=rec.split, label_name=rec.label_name)
-                        if rerun.gets_line(entry):
-                            log.video(entry, rerun.tried(entry))
+                        if plan.rerun.gets_line(entry):
+                            log.video(entry, plan.rerun.tried(entry))
                         tracker.finish(entry)
                         if "retried" in entry:  # its worker died (pool.py): done on a second try, alone
                             why = f"{entry['id']}: {entry['retried']}; done on a second try, alone"
@@ -300,34 +345,42 @@ def run_preprocess(
             except ResourceFault as e:
                 fault = e
         messages = stderr.take()
-        if stop is not None or fault is not None:
-            rerun.clear_temporaries(finished=entries)
-        this_run = [entries[r.id] for r in mine if r.id in entries]
-        end = {
-            "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            **({"interrupted": str(stop)} if stop else {}),
-            **({"stopped": str(fault)} if fault else {}),
-            "summary": _summary(this_run, time.perf_counter() - t0, len(mine) - len(this_run)),
-            **({"stage": stage_stats} if stage_stats else {}),
-            **({"messages": kept_messages(messages)} if messages else {}),
-        }
-        ok = end["summary"]["done"] + end["summary"]["partial"] + end["summary"]["skipped"]
-        failed = end["summary"]["failed"]
-        done_note = f"{ok} of {len(mine)} videos done{f', {failed} failed' if failed else ''}"
-        if fault is not None:
-            fault.keep(f"{done_note}, their archives kept; {fault.resumes}")
-            try:
-                log.end(end)
-            except ResourceFault as again:
-                raise fault.keep(f"the report could not be written either ({again})") from None
-            raise fault.keep(f"report: {cfg.report_path}")
-        log.end(end)
+    if stop is not None or fault is not None:
+        plan.rerun.clear_temporaries(finished=entries)
+    return _Drained(entries, stop, fault, messages, time.perf_counter() - t0)
+
+
+def _report(plan: _Plan, drained: _Drained, cfg: PreprocessConfig, log: ReportWriter) -> dict:
+    """End the report (its summary, what stopped the run) and return the whole of it; a signal or a fault is
+    raised now, with what was kept."""
+    this_run = [drained.entries[r.id] for r in plan.mine if r.id in drained.entries]
+    stop, fault, messages = drained.stop, drained.fault, drained.messages
+    end = {
+        "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        **({"interrupted": str(stop)} if stop else {}),
+        **({"stopped": str(fault)} if fault else {}),
+        "summary": _summary(this_run, drained.seconds, len(plan.mine) - len(this_run)),
+        **({"stage": plan.stage_stats} if plan.stage_stats else {}),
+        **({"messages": kept_messages(messages)} if messages else {}),
+    }
+    with_archives = sum(end["summary"][k] for k in OK)
+    failed = end["summary"]["failed"]
+    progress_note = f"{with_archives} of {len(plan.mine)} videos done{f', {failed} failed' if failed else ''}"
+    if fault is not None:
+        fault.keep(f"{progress_note}, their archives kept; {fault.resumes}")
+        try:
+            log.end(end)
+        except ResourceFault as again:
+            raise fault.keep(f"the report could not be written either ({again})") from None
+        raise fault.keep(f"report: {cfg.report_path}")
+    log.end(end)
     if stop is not None:
-        raise stop.keep(f"{done_note}; the same command resumes").keep(f"report: {cfg.report_path}")
+        raise stop.keep(f"{progress_note}; the same command resumes").keep(f"report: {cfg.report_path}")
+    flow, stats = plan.flow, plan.stage_stats
     return {
-        **begin,
+        **plan.begin,
         **{k: v for k, v in end.items() if k not in ("stage", "messages")},
-        **({"flow": {**flow, "stage": stage_stats} if stage_stats else flow} if flow else {}),
+        **({"flow": {**flow, "stage": stats} if stats else flow} if flow else {}),
         "failures": [
             {k: v[k] for k in ("id", "path", "reason", "split", "label_name")}
             for v in this_run
