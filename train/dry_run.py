@@ -293,51 +293,13 @@ def plan_run(config: TrainConfig, overwrite: bool = False) -> RunPlan | None:
     total = config.epochs * steps_per_epoch
     if config.max_steps:
         total = min(total, config.max_steps)
-    val, val_batches, knn_batches, validation = None, 0, 0, "none (the plateau watches the training loss)"
-    if config.val_split != "none":
-        val = split_loader(config, config.val_split, clip, False, 0, world_size, str(device))
-        val_batches = min(len(val), config.val_max_batches or len(val))
-        validation = (
-            f"the {config.val_split} split, {plural(val_batches, 'batch')} per process after every epoch"
-        )
-        if config.knn_every:
-            one = [
-                split_loader(monitored(config), s, clip, False, 0, 1, str(device))
-                for s in (config.loader.train_split, config.val_split)
-            ]
-            knn_batches = sum(min(len(x), config.knn_max_batches) for x in one)
-            on = f" of {config.knn_shards}" if config.knn_shards else ""
-            validation += (
-                f"; the kNN monitor{on} every {plural(config.knn_every, 'epoch')} ({knn_batches} batches)"
-            )
-        elif monitor_note:
-            validation += f"; {monitor_note}"
-    # on a CPU a step's time grows with its clips: fewer are timed, and scaled (no GPU is that linear)
-    timed = (
-        config
-        if device.type == "cuda"
-        else replace(
-            config, loader=replace(config.loader, batch_size=min(config.loader.batch_size, CPU_TIMED_BATCH))
-        )
-    )
-    scale = config.loader.batch_size / timed.loader.batch_size
+    val, val_batches, knn_batches, validation = _validation(config, clip, device, world_size, monitor_note)
+    timed = _timed(config, device)
     if timed is not config:
         loader = split_loader(timed, config.loader.train_split, clip, True, 0, world_size, str(device))
         val = val and split_loader(timed, config.val_split, clip, False, 0, world_size, str(device))
-    model, optimizer, seconds = _time_steps(timed, loader, device, init)
-    seconds = [t * scale for t in seconds]
-    val_batch_s = scale * _time_val(model, val, device) if val is not None and val_batches else 0.0
-    data = mc.serialize(
-        mc.build_checkpoint(
-            model,
-            config.loader.stream,
-            "train",
-            input_size=config.size,
-            optimizer=optimizer.state_dict(),
-            rng=[ck.rng_state()] * world_size,
-            world_size=world_size,
-            config=config.to_dict(),
-        )
+    seconds, val_batch_s, checkpoint_bytes = _time(
+        config, timed, loader, val, val_batches, device, init, world_size
     )
     return RunPlan(
         out=config.out,
@@ -361,7 +323,7 @@ def plan_run(config: TrainConfig, overwrite: bool = False) -> RunPlan | None:
         val_batches=val_batches,
         knn_batches=knn_batches,
         knn_every=config.knn_every,
-        checkpoint_bytes=len(data),
+        checkpoint_bytes=checkpoint_bytes,
         checkpoints=2 + (config.epochs // config.keep_every if config.keep_every else 0),
         timed_steps=max(len(seconds) - 1, 0),
         timed_batch=timed.loader.batch_size,
@@ -371,3 +333,60 @@ def plan_run(config: TrainConfig, overwrite: bool = False) -> RunPlan | None:
         else (seconds[0] if seconds else math.nan),
         val_batch_s=val_batch_s,
     )
+
+
+def _validation(
+    config: TrainConfig, clip: ClipSpec, device: torch.device, world_size: int, monitor_note: str | None
+):
+    """The validation loader (None without a validation split), its batches per epoch, the kNN monitor's
+    batches per pass, and the plan's words for them."""
+    if config.val_split == "none":
+        return None, 0, 0, "none (the plateau watches the training loss)"
+    val = split_loader(config, config.val_split, clip, False, 0, world_size, str(device))
+    val_batches = min(len(val), config.val_max_batches or len(val))
+    words = f"the {config.val_split} split, {plural(val_batches, 'batch')} per process after every epoch"
+    knn_batches = 0
+    if config.knn_every:
+        one = [
+            split_loader(monitored(config), s, clip, False, 0, 1, str(device))
+            for s in (config.loader.train_split, config.val_split)
+        ]
+        knn_batches = sum(min(len(x), config.knn_max_batches) for x in one)
+        on = f" of {config.knn_shards}" if config.knn_shards else ""
+        words += f"; the kNN monitor{on} every {plural(config.knn_every, 'epoch')} ({knn_batches} batches)"
+    elif monitor_note:
+        words += f"; {monitor_note}"
+    return val, val_batches, knn_batches, words
+
+
+def _timed(config: TrainConfig, device: torch.device) -> TrainConfig:
+    """The config the warm-up times: on a CPU, where a step's time grows with its clips, batches of fewer clips
+    (:data:`CPU_TIMED_BATCH`), whose times are scaled (no GPU is that linear)."""
+    if device.type == "cuda":
+        return config
+    fewer = min(config.loader.batch_size, CPU_TIMED_BATCH)
+    return replace(config, loader=replace(config.loader, batch_size=fewer))
+
+
+def _time(
+    config, timed, loader, val, val_batches, device, init, world_size
+) -> tuple[list[float], float, int]:
+    """The warm-up: the timed steps' seconds and a validation batch's, scaled to the run's batch size, and the
+    size of one checkpoint of the warmed-up model and optimiser."""
+    scale = config.loader.batch_size / timed.loader.batch_size
+    model, optimizer, seconds = _time_steps(timed, loader, device, init)
+    seconds = [t * scale for t in seconds]
+    val_batch_s = scale * _time_val(model, val, device) if val is not None and val_batches else 0.0
+    data = mc.serialize(
+        mc.build_checkpoint(
+            model,
+            config.loader.stream,
+            "train",
+            input_size=config.size,
+            optimizer=optimizer.state_dict(),
+            rng=[ck.rng_state()] * world_size,
+            world_size=world_size,
+            config=config.to_dict(),
+        )
+    )
+    return seconds, val_batch_s, len(data)
