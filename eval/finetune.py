@@ -253,16 +253,7 @@ def run_finetune(
     )
     path = out.claim(f"{tag}.json")
     keep = label_subset(data, label_fraction, fit.seed)
-    torch.manual_seed(fit.seed)
-    clf = Classifier.from_pretrained(pretrained, len(classes), dropout)
-    if random_init:
-        name = clf.config["name"]
-        clf = finish_config(
-            Classifier(len(classes), **{k: v for k, v in clf.hparams.items() if k != "num_classes"}),
-            name,
-            None,
-        )
-    clf = clf.to(env.device)
+    clf = _classifier(pretrained, len(classes), dropout, random_init, fit.seed).to(env.device)
     settings = {
         "checkpoint": out.source["checkpoint"],
         "checkpoint_sha256": out.source["sha256"],
@@ -287,18 +278,7 @@ def run_finetune(
         out,
     )
     clf.eval()
-    classifier = out.folder / f"{tag}.pt"
-    with interrupts.deferred():
-        if env.is_main:  # the classifier, for `memdpc eval classify` (the state file holds it only to resume)
-            mc.write_checkpoint(
-                mc.serialize(
-                    mc.build_checkpoint(
-                        clf, stream, "finetune", input_size=data.size, source=settings["checkpoint"]
-                    )
-                ),
-                classifier,
-            )
-        out.add("classifier", classifier, f"finetuned classifier kept at {classifier}")
+    _keep_classifier(clf, stream, data, settings["checkpoint"], out.folder / f"{tag}.pt", out, env)
     scored = score_videos(clf, data, env, crops)
     if scored is None:
         return None
@@ -318,3 +298,30 @@ def run_finetune(
     return save_result(
         path, result, {"video_ids": np.array(ids), "labels": labels, "probs": probs.astype(np.float32)}
     )
+
+
+def _classifier(
+    pretrained: nn.Module, classes: int, dropout: float, random_init: bool, seed: int
+) -> Classifier:
+    """The classifier to finetune, seeded: the pretrained encoder and GRUs with a new head, or (``random_init``)
+    a classifier of the same architecture from scratch."""
+    torch.manual_seed(seed)
+    clf = Classifier.from_pretrained(pretrained, classes, dropout)
+    if not random_init:
+        return clf
+    name = clf.config["name"]
+    return finish_config(
+        Classifier(classes, **{k: v for k, v in clf.hparams.items() if k != "num_classes"}), name, None
+    )
+
+
+def _keep_classifier(
+    clf: Classifier, stream: str, data: EvalData, source: str, path: Path, out: Outputs, env: dd.DistEnv
+) -> None:
+    """Write the finetuned classifier (rank 0), for `memdpc eval classify`: the state file holds it only to
+    resume."""
+    with interrupts.deferred():
+        if env.is_main:
+            ckpt = mc.build_checkpoint(clf, stream, "finetune", input_size=data.size, source=source)
+            mc.write_checkpoint(mc.serialize(ckpt), path)
+        out.add("classifier", path, f"finetuned classifier kept at {path}")
