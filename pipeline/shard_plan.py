@@ -444,55 +444,18 @@ def make_plan(
         raise UserError(f"{source}: no videos in split '{split}' (it has {have}){hint}")
     root = Path(archive_root)
     _check_root(root, stream)
-    failures = failed_videos(root, stream)
-    sources: dict[str, FrameSource] = {}
-    archives: dict[str, str | None] = {}
-    metas: dict[str, dict[str, Any]] = {}
-    samples: list[Sample] = []
-    skipped: list[dict[str, str]] = []
-    num_short = 0
-    foreign: list[tuple[VideoRecord, Path, str]] = []
-    stale: list[tuple[VideoRecord, list[str]]] = []
-    for i, rec in enumerate(chosen):
-        if on_video:
-            on_video(i, len(chosen))
-        _check_key(rec, clip, source)
-        archives[rec.id] = None
-        path = archive_path(root, stream, rec.id)
-        if path.is_file():
-            try:
-                src, skip = _usable_archive(path, rec, stream), None
-            except UserError as e:
-                skip = {"kind": UNUSABLE, "reason": str(e)}
-        else:
-            skip = _missing(path, failures.get(rec.id))
-        if skip is not None:
-            if strict:
-                raise UserError(f"{rec.id}: {skip['reason']}")
-            skipped.append({"video_id": rec.id, **skip})
-            continue
-        recorded = src.meta.get("source")
-        if recorded is not None and recorded != rec.path:  # an archive of another video with this id
-            foreign.append((rec, src.path, recorded))
-        elif changes := source_changes(src.meta, rec.path):  # the video replaced or changed since
-            stale.append((rec, changes))
-        archives[rec.id], metas[rec.id] = archive_digest(src), src.meta
-        if usable_frames(stream, src.num_frames) < clip.span:
-            num_short += 1
-            if settings.short == "drop":
-                continue
-        sources[rec.id] = src
-        samples.extend(_video_samples(rec, src, stream, clip, train, settings.window_step))
-    if foreign:
-        rec, path, recorded = foreign[0]
+    scan = _scan(root, chosen, stream, settings, train, strict, source, on_video)
+    if scan.foreign:
+        rec, path, recorded = scan.foreign[0]
         raise UserError(
-            f"{source}: the archives of {len(foreign)} of its {plural(len(chosen), split + ' video')} were made "
-            f"from other files than it names (e.g. {path} from {recorded}, but the index names {rec.path} "
+            f"{source}: the archives of {len(scan.foreign)} of its {plural(len(chosen), split + ' video')} were "
+            f"made from other files than it names (e.g. {path} from {recorded}, but the index names {rec.path} "
             f"for {rec.id}); give the index those archives were made with, or preprocess this one into another "
             "frames folder"
         )
-    if stale:
-        raise UserError(_stale_message(stale, stream, root, source))
+    if scan.stale:
+        raise UserError(_stale_message(scan.stale, stream, root, source))
+    sources, samples, metas = scan.sources, scan.samples, scan.metas
     made_with = _check_settings(metas, root / stream)
     if train:
         samples = [samples[i] for i in np.random.default_rng(settings.seed).permutation(len(samples))]
@@ -511,4 +474,68 @@ def make_plan(
         "seed": settings.seed,
     }
     shards = _cut(samples, sources, split, settings.max_count, settings.max_size)
-    return Plan(config, classes, sources, shards, skipped, num_short, archives, made_with)
+    return Plan(config, classes, sources, shards, scan.skipped, scan.num_short, scan.archives, made_with)
+
+
+@dataclass
+class _Scan:
+    """What the archives of a split's videos hold: each usable one's frame source, samples and meta, its digest
+    (None: not usable), the videos skipped (with why) or too short, and those made from another file than the
+    index names (``foreign``) or from a file changed since (``stale``)."""
+
+    sources: dict[str, FrameSource] = field(default_factory=dict)
+    archives: dict[str, str | None] = field(default_factory=dict)
+    metas: dict[str, dict[str, Any]] = field(default_factory=dict)
+    samples: list[Sample] = field(default_factory=list)
+    skipped: list[dict[str, str]] = field(default_factory=list)
+    num_short: int = 0
+    foreign: list[tuple[VideoRecord, Path, str]] = field(default_factory=list)
+    stale: list[tuple[VideoRecord, list[str]]] = field(default_factory=list)
+
+
+def _scan(
+    root: Path,
+    chosen: list[VideoRecord],
+    stream: str,
+    settings: ShardSettings,
+    train: bool,
+    strict: bool,
+    source: str,
+    on_video: Callable[[int, int], None] | None,
+) -> _Scan:
+    """Read each video's archive header once (:class:`_Scan`), its windows as ``train`` says; a bad one is
+    skipped with why, or raised with ``strict``."""
+    clip = settings.clip
+    failures = failed_videos(root, stream)
+    scan = _Scan()
+    for i, rec in enumerate(chosen):
+        if on_video:
+            on_video(i, len(chosen))
+        _check_key(rec, clip, source)
+        scan.archives[rec.id] = None
+        path = archive_path(root, stream, rec.id)
+        if path.is_file():
+            try:
+                src, skip = _usable_archive(path, rec, stream), None
+            except UserError as e:
+                skip = {"kind": UNUSABLE, "reason": str(e)}
+        else:
+            skip = _missing(path, failures.get(rec.id))
+        if skip is not None:
+            if strict:
+                raise UserError(f"{rec.id}: {skip['reason']}")
+            scan.skipped.append({"video_id": rec.id, **skip})
+            continue
+        recorded = src.meta.get("source")
+        if recorded is not None and recorded != rec.path:  # an archive of another video with this id
+            scan.foreign.append((rec, src.path, recorded))
+        elif changes := source_changes(src.meta, rec.path):  # the video replaced or changed since
+            scan.stale.append((rec, changes))
+        scan.archives[rec.id], scan.metas[rec.id] = archive_digest(src), src.meta
+        if usable_frames(stream, src.num_frames) < clip.span:
+            scan.num_short += 1
+            if settings.short == "drop":
+                continue
+        scan.sources[rec.id] = src
+        scan.samples.extend(_video_samples(rec, src, stream, clip, train, settings.window_step))
+    return scan
