@@ -355,54 +355,9 @@ def _solve_level(i0, i1, u1, u2, params: TVL1Params, checks: Checks, checkpoint)
             for _ in range(params.inner_iterations):
                 checkpoint()
                 flag_in, flag_out = flags[n % 2], flags[(n + 1) % 2]
-                tiles = (n_tiles, len(active))
-                _u_kernel[tiles](
-                    u1,
-                    u2,
-                    p11,
-                    p12,
-                    p21,
-                    p22,
-                    wx,
-                    wy,
-                    rc,
-                    flag_in,
-                    part,
-                    active,
-                    h,
-                    w,
-                    tiles_x,
-                    n_tiles,
-                    l_t,
-                    params.theta,
-                    BH=th,
-                    BW=tw,
-                    num_warps=warps,
-                    **_NO_FMA,
-                )
-                _p_kernel[tiles](
-                    u1,
-                    u2,
-                    p11,
-                    p12,
-                    p21,
-                    p22,
-                    part,
-                    flag_in,
-                    flag_out,
-                    count,
-                    active,
-                    h,
-                    w,
-                    tiles_x,
-                    n_tiles,
-                    scaled_eps,
-                    taut,
-                    BH=th,
-                    BW=tw,
-                    NT=triton.next_power_of_2(n_tiles),
-                    num_warps=warps,
-                    **_NO_FMA,
+                level = _Level(u1, u2, p11, p12, p21, p22, wx, wy, rc, part, count, h, w, tiles_x, n_tiles)
+                _inner_iteration(
+                    level, flag_in, flag_out, active, l_t, params.theta, scaled_eps, taut, th, tw, warps
                 )
                 n += 1
                 if n % checks.every == 0:
@@ -421,6 +376,44 @@ def _solve_level(i0, i1, u1, u2, params: TVL1Params, checks: Checks, checkpoint)
             if not running:
                 break
     return u1, u2, count
+
+
+@dataclass
+class _Level:
+    """One pyramid level's fields of a batch and how they are cut into tiles."""
+
+    u1: torch.Tensor
+    u2: torch.Tensor
+    p11: torch.Tensor
+    p12: torch.Tensor
+    p21: torch.Tensor
+    p22: torch.Tensor
+    wx: torch.Tensor
+    wy: torch.Tensor
+    rc: torch.Tensor
+    part: torch.Tensor  # per pair and tile: the tile's sum of squared updates
+    count: torch.Tensor  # per pair: inner iterations run
+    h: int
+    w: int
+    tiles_x: int
+    n_tiles: int
+
+
+def _inner_iteration(
+    lv: _Level, flag_in, flag_out, active, l_t, theta, scaled_eps, taut, th, tw, warps
+) -> None:
+    """One inner iteration of the pairs in ``active``: the primal update (``_u_kernel``), then the dual update and
+    each pair's stopping rule (``_p_kernel``), ``flag_in`` read and ``flag_out`` written."""
+    tiles = (lv.n_tiles, len(active))
+    fields = (lv.u1, lv.u2, lv.p11, lv.p12, lv.p21, lv.p22)
+    _u_kernel[tiles](
+        *fields, lv.wx, lv.wy, lv.rc, flag_in, lv.part, active, lv.h, lv.w, lv.tiles_x, lv.n_tiles, l_t, theta,
+        BH=th, BW=tw, num_warps=warps, **_NO_FMA,
+    )  # fmt: skip
+    _p_kernel[tiles](
+        *fields, lv.part, flag_in, flag_out, lv.count, active, lv.h, lv.w, lv.tiles_x, lv.n_tiles, scaled_eps,
+        taut, BH=th, BW=tw, NT=triton.next_power_of_2(lv.n_tiles), num_warps=warps, **_NO_FMA,
+    )  # fmt: skip
 
 
 @torch.no_grad()
