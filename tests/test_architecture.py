@@ -3,6 +3,7 @@ the package is named in its map (§1), so that the map is redrawn when the layou
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -60,3 +61,18 @@ def test_every_package_and_module_is_on_the_map():
         if f"`{m.name}`" not in rows.get(folder, "") and f"`{m.name}`" not in rows.get(m.name, ""):
             unnamed.append(m.as_posix())
     assert unnamed == []
+
+
+MAX_FUNCTION_LINES = 80  # a function longer than this holds more than one job: split it
+
+
+def test_no_function_of_the_package_is_longer_than_a_screen_and_the_loop_is_short():
+    long = []
+    for path in package_files():
+        for node in ast.walk(ast.parse((ROOT / path).read_text())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > MAX_FUNCTION_LINES:
+                    long.append(f"{path}:{node.lineno} {node.name} ({lines} lines)")
+    assert long == []
+    assert len((ROOT / "train" / "loop.py").read_text().splitlines()) < 400
