@@ -31,13 +31,13 @@ from memdpc.pipeline.clip import ClipSpec
 from memdpc.pipeline.manifest import manifest_path
 from memdpc.train import checkpoint as ck
 from memdpc.train.config import RESTART_FREE, TrainConfig
+from memdpc.train.invariance import resolve_motion_invariance
 from memdpc.train.prepare import (
     check_run_dir,
     check_shards,
     monitor_on_labels,
     monitored,
     overwritten,
-    resolve_motion_invariance,
     resolve_val_split,
     shard_records,
     split_loader,

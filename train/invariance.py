@@ -16,6 +16,7 @@ on the validation draws of the three example families (docs/pretraining.md).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -25,11 +26,11 @@ import torch
 from memdpc.common.errors import UserError
 from memdpc.pipeline.augment import AugmentSpec
 from memdpc.pipeline.clip import ClipSpec
-from memdpc.pipeline.loader import make_loader
 from memdpc.pipeline.manifest import load_manifest, manifest_path
 from memdpc.train.config import TrainConfig
+from memdpc.train.prepare import recorded_setting, split_loader
 
-__all__ = ["DIRECTION_TELLS", "MotionDirection", "motion_direction"]
+__all__ = ["DIRECTION_TELLS", "MotionDirection", "motion_direction", "resolve_motion_invariance"]
 
 DIRECTION_TELLS = 3.0  # the direction tells the class at this many times chance (1 / classes) or more
 NO_MOTION = 128.0  # the flow code of zero displacement
@@ -90,20 +91,9 @@ def motion_direction(config: TrainConfig, device: str = "cpu") -> MotionDirectio
             f"{manifest_path(shards, 'flow', split)}: --motion-invariance auto asks labelled videos, and these are "
             "unlabelled: give the shards of labelled ones (--knn-shards)"
         )
-    spec = AugmentSpec.off()
-    loader = make_loader(
-        shards,
-        "flow",
-        split,
-        train=False,
-        batch_size=config.loader.batch_size,
-        backend=config.loader.backend,
-        size=config.size,
-        spec=spec,
-        num_workers=config.loader.num_workers,
-        device=device,
-        clip=ClipSpec(**manifest["clip"]),
-    )
+    spec = AugmentSpec()  # the loaders' normalisation (an evaluation's clips are not augmented)
+    asked = dataclasses.replace(config, loader=dataclasses.replace(config.loader, shards=str(shards)))
+    loader = split_loader(asked, split, ClipSpec(**manifest["clip"]), train=False, device=device)
     mean = torch.tensor(spec.mean[:2]) * 255
     scale = torch.tensor(spec.std[:2]) * 255
     sums: dict[str, np.ndarray] = {}
@@ -128,3 +118,16 @@ def _leave_one_out(points: np.ndarray, labels: dict[str, int], videos: list[str]
     distance = ((points[:, None] - points[None]) ** 2).sum(-1)
     np.fill_diagonal(distance, np.inf)
     return float((y[distance.argmin(1)] == y).mean())
+
+
+def resolve_motion_invariance(config: TrainConfig, fresh: bool = False) -> tuple[TrainConfig, str | None]:
+    """``--motion-invariance auto`` made concrete, as ``--val-split auto`` is: what the run directory's config
+    recorded (a resume keeps what its start decided; not when the run starts ``fresh``), else the rule of
+    this module on the labelled videos, with its words (None where nothing was decided now)."""
+    if config.motion_invariance != "auto":
+        return config, None
+    decided = recorded_setting(config, "motion_invariance", fresh)
+    if decided in ("on", "off"):
+        return dataclasses.replace(config, motion_invariance=decided), None
+    found = motion_direction(config)
+    return dataclasses.replace(config, motion_invariance="off" if found.tells_class else "on"), found.words()

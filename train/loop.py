@@ -50,6 +50,7 @@ from memdpc.pipeline.clip import ClipSpec
 from memdpc.pipeline.loader import backend_words
 from memdpc.train import checkpoint as ck
 from memdpc.train.config import TrainConfig, write_config
+from memdpc.train.invariance import resolve_motion_invariance
 from memdpc.train.metrics import DATA_BN, KNN_BASELINE, at_chance, chance_note, truncate_jsonl
 from memdpc.train.monitor import knn, log_knn, validate
 from memdpc.train.parts import Parts, State, build_parts, last_checkpoint, position
@@ -60,7 +61,6 @@ from memdpc.train.prepare import (
     clear_run,
     hold_run_dir,
     monitor_on_labels,
-    resolve_motion_invariance,
     resolve_val_split,
     shard_records,
     val_split_warnings,

@@ -32,7 +32,6 @@ from memdpc.pipeline.provenance import split_record
 from memdpc.pipeline.sample import LABEL, decode_label, parse_key
 from memdpc.pipeline.wds_index import read_index, split_name
 from memdpc.train.config import AUTO_VAL_SPLIT, TrainConfig, config_differences
-from memdpc.train.invariance import motion_direction
 from memdpc.train.metrics import METRICS_NAME, TB_NAME
 
 __all__ = [
@@ -43,9 +42,9 @@ __all__ = [
     "hold_run_dir",
     "clear_run",
     "overwritten",
+    "recorded_setting",
     "monitor_on_labels",
     "monitored",
-    "resolve_motion_invariance",
     "resolve_val_split",
     "shard_records",
     "split_loader",
@@ -167,6 +166,18 @@ def videos_by_class(
 FEW_VAL_VIDEOS = 10  # below this, one video moves the kNN R@1 by more than 10 points
 
 
+def recorded_setting(config: TrainConfig, key: str, fresh: bool) -> Any:
+    """What the run directory's ``config.yaml`` records for ``key`` (None: no such file, or ``fresh``, or a
+    file that does not read, which check_run_dir names)."""
+    recorded = Path(config.out) / CONFIG_NAME if config.out and not fresh else None
+    if recorded is None or not recorded.is_file():
+        return None
+    try:
+        return (yaml.safe_load(recorded.read_text()) or {}).get(key)
+    except yaml.YAMLError:
+        return None
+
+
 def resolve_val_split(config: TrainConfig, fresh: bool = False) -> TrainConfig:
     """``--val-split auto`` made concrete: what the run directory's config recorded (a resume keeps validating
     on the split it started with, even if a ``val`` split was sharded since; not when the run starts ``fresh``,
@@ -174,14 +185,9 @@ def resolve_val_split(config: TrainConfig, fresh: bool = False) -> TrainConfig:
     training by ``memdpc index --val-per-class``), else ``test`` (the reference validates on it)."""
     if config.val_split != AUTO_VAL_SPLIT:
         return config
-    recorded = Path(config.out) / CONFIG_NAME if config.out and not fresh else None
-    if recorded is not None and recorded.is_file():
-        try:
-            split = (yaml.safe_load(recorded.read_text()) or {}).get("val_split")
-        except yaml.YAMLError:
-            split = None  # check_run_dir names the damage
-        if split and split != AUTO_VAL_SPLIT:
-            return dataclasses.replace(config, val_split=split)
+    split = recorded_setting(config, "val_split", fresh)
+    if split and split != AUTO_VAL_SPLIT:
+        return dataclasses.replace(config, val_split=split)
     split = "val" if manifest_path(config.loader.shards, config.loader.stream, "val").is_file() else "test"
     return dataclasses.replace(config, val_split=split)
 
@@ -401,24 +407,6 @@ def augment_spec(config: TrainConfig) -> AugmentSpec:
         flow_gain=config.flow_gain if moved else 1.0,
         flow_reverse=config.flow_reverse if moved else 0.0,
     )
-
-
-def resolve_motion_invariance(config: TrainConfig, fresh: bool = False) -> tuple[TrainConfig, str | None]:
-    """``--motion-invariance auto`` made concrete, as ``--val-split auto`` is: what the run directory's config
-    recorded (a resume keeps what its start decided; not when the run starts ``fresh``), else the rule of
-    :mod:`memdpc.train.invariance` on the labelled videos, with its words (None where nothing was decided now)."""
-    if config.motion_invariance != "auto":
-        return config, None
-    recorded = Path(config.out) / CONFIG_NAME if config.out and not fresh else None
-    if recorded is not None and recorded.is_file():
-        try:
-            decided = (yaml.safe_load(recorded.read_text()) or {}).get("motion_invariance")
-        except yaml.YAMLError:
-            decided = None  # check_run_dir names the damage
-        if decided in ("on", "off"):
-            return dataclasses.replace(config, motion_invariance=decided), None
-    found = motion_direction(config)
-    return dataclasses.replace(config, motion_invariance="off" if found.tells_class else "on"), found.words()
 
 
 def split_loader(
