@@ -59,6 +59,7 @@ __all__ = [
     "COMPARED",
     "MODEL_NAMES",
     "PROFILES",
+    "VERDICTS",
     "column",
     "own_commands",
     "quickstart",
@@ -678,7 +679,7 @@ def quickstart(
         pool_index = _pool(out / "pool", p, data, pool_seed, console)
         pool_frames = _frames(out / "pool", pool_index, p, workers, console, of)
         pretrain = _shards(out / "pool", pool_frames, pool_index, p, pool_seed, console, ("train", "val"), of)
-    monitor = shards if pool is not None else None
+    monitor = shards if pretrain != shards else None  # the labelled videos: the pool's labels are not used
     configs = {s: _train_config(out, pretrain, s, p, seed, workers, backend, monitor) for s in p.streams}
     ckpts = _checkpoints(configs, p, console)
     results = _evaluate(out, shards, ckpts, p, workers, backend, console)

@@ -1,10 +1,12 @@
-"""Benchmark (scientific): an example recipe, run as README writes it, on the held-out draws of both families.
+"""Benchmark (scientific): an example recipe, run as README writes it, on the held-out draws of every family.
 
-Runs the commands ``memdpc recipes NAME`` prints (``memdpc quickstart --recipe NAME --data FAMILY --seed S``,
-one per family and held-out seed, each in its own folder under ``--work``; a killed run resumes), times each
-from videos to table, and gathers their tables: per family, seed and metric (retrieval R@1, linear-probe top-1),
-MemDPC and both random-init baselines with their 95 % intervals over the same test videos, and MemDPC's paired
-difference from each baseline with McNemar's exact p (``memdpc eval compare``).
+Runs the recipe's commands (``memdpc quickstart --recipe NAME --data FAMILY --seed S``, as ``memdpc recipes
+NAME`` prints them, one per example family and held-out seed, each in its own folder under ``--work``; a killed
+run resumes), times each from videos to table, and gathers their tables: per family, seed, stream (and fused,
+for a recipe of both streams) and metric (retrieval R@1, linear-probe top-1), MemDPC and both random-init
+baselines with their 95 % intervals over the same test videos, and MemDPC's paired difference from each
+baseline with McNemar's exact p (``memdpc eval compare``); for a recipe of both streams also the fused MemDPC
+paired with each stream's MemDPC, and each result's checkpoints, so that no row passes for another.
 
     python -m bench.recipe [NAME] [--work runs/recipe] [--out bench/results/recipe-NAME] [--only SUBSTRING]
         [--report]
@@ -22,6 +24,7 @@ import shlex
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +33,10 @@ from rich.console import Console
 from bench.scale import machine
 from memdpc.common import file_kinds
 from memdpc.common.atomic import atomic_path, write_json_atomic
-from memdpc.quickstart import BASELINES, COMPARED, MODEL_NAMES, column
+from memdpc.common.streams import STREAMS
+from memdpc.eval.compare import compare_results, winner
+from memdpc.preprocess.examples.families import EXAMPLE_FAMILIES
+from memdpc.quickstart import BASELINES, COMPARED, MODEL_NAMES, VERDICTS, column
 from memdpc.recipes.recipe import commands, load
 
 MEMDPC = str(Path(sys.executable).parent / "memdpc")
@@ -39,9 +45,12 @@ MINUTES = "minutes.json"  # in a run's folder: how long its command took, writte
 
 
 def runs(name: str, work: Path) -> list[dict[str, Any]]:
-    """The recipe's runs: family, seed, the folder and the command line (as ``memdpc recipes`` prints it)."""
+    """The recipe's runs on every example family: family, seed, the folder and the command line (as ``memdpc
+    recipes`` prints it for the families the recipe has figures of)."""
+    recipe = load(name)
+    measured = {**recipe.expect, **dict.fromkeys(EXAMPLE_FAMILIES, {})}
     out = []
-    for line in commands(load(name), work=str(work)):
+    for line in commands(replace(recipe, expect=measured), work=str(work)):
         if line.startswith("memdpc quickstart "):
             args = shlex.split(line)
             folder = Path(args[args.index("--out") + 1])
@@ -64,30 +73,69 @@ def run(r: dict[str, Any], console: Console) -> None:
 
 
 def gather(r: dict[str, Any]) -> dict[str, Any]:
-    """A finished run's rows: per metric, each model's figure and interval, and MemDPC's comparisons."""
+    """A finished run's rows: per stream (and fused) and metric, each model's figure and interval, and MemDPC's
+    comparisons; the fused MemDPC paired with each stream's, and the checkpoints each of its results was made of."""
     rows = json.loads((r["folder"] / file_kinds.QUICKSTART_TABLE).read_text())
     compared = json.loads((r["folder"] / file_kinds.QUICKSTART_COMPARE).read_text())["comparisons"]
-    (stream,) = {row["stream"] for row in rows}  # an example recipe trains one stream
+    streams = list(dict.fromkeys(row["stream"] for row in rows))
     out = {
         "family": r["family"],
         "seed": r["seed"],
-        "stream": stream,
+        "streams": streams,
         "n": rows[0]["n"],
         "minutes": json.loads((r["folder"] / MINUTES).read_text())["minutes"],
         "command": r["command"],
         "metrics": {},
     }
-    for metric in METRICS:
-        out["metrics"][metric] = {
-            "models": {row["model"]: [row[metric], row[metric + " 95%"]] for row in rows},
-            "paired": {
-                c["baseline"]: {
-                    k: c[k] for k in ("difference", "difference 95%", "p", "discordant", "better")
-                }
-                for c in compared
-                if c["metric"] == metric
-            },
-        }
+    for stream in streams:
+        for metric in METRICS:
+            out["metrics"][f"{stream} {metric}"] = {
+                "models": {
+                    row["model"]: [row[metric], row[metric + " 95%"]]
+                    for row in rows
+                    if row["stream"] == stream
+                },
+                "paired": {
+                    c["baseline"]: {
+                        k: c[k] for k in ("difference", "difference 95%", "p", "discordant", "better")
+                    }
+                    for c in compared
+                    if c["metric"] == metric and c["stream"] == stream
+                },
+            }
+    if "fused" in streams:
+        out["fused_vs_streams"] = _fused_vs_streams(r["folder"])
+        out["checkpoints"] = _fused_sources(r["folder"])
+    return out
+
+
+FUSED_KINDS = {"R@1": "retrieval", "probe top-1": "probe-linear"}  # a metric's results file
+
+
+def _fused_vs_streams(folder: Path) -> dict[str, dict[str, Any]]:
+    """The fused MemDPC paired with each stream's MemDPC on the same test videos, per metric."""
+    out: dict[str, dict[str, Any]] = {}
+    for metric, kind in FUSED_KINDS.items():
+        name = "R@1" if kind == "retrieval" else "top1"
+        fused = folder / "eval" / "memdpc-fused" / f"{kind}.json"
+        for stream in STREAMS:
+            single = folder / "eval" / f"memdpc-{stream}" / f"{kind}-{stream}.json"
+            m = compare_results(fused, single)["metrics"][name]
+            out.setdefault(metric, {})[stream] = {
+                "difference": round(100 * m["difference"], 1),
+                "difference 95%": m["interval"] and [round(100 * x, 1) for x in m["interval"]],
+                "p": m["p"],
+                "better": VERDICTS[winner(m)],
+            }
+    return out
+
+
+def _fused_sources(folder: Path) -> dict[str, dict[str, str]]:
+    """Per model, the checkpoint of each stream its fused results were made of (as the fused result records)."""
+    out = {}
+    for model in MODEL_NAMES:
+        fused = json.loads((folder / "eval" / f"{model}-fused" / "probe-linear.json").read_text())
+        out[model] = fused["checkpoints"]
     return out
 
 
@@ -104,22 +152,35 @@ def _paired(p: dict[str, Any]) -> str:
 
 
 def markdown(name: str, results: list[dict[str, Any]]) -> str:
-    """The table: a row per family, seed and metric."""
+    """The table: a row per family, seed, stream and metric; for a recipe of both streams, then a row per family,
+    seed and metric of the fused MemDPC against each stream's."""
     memdpc, baselines = MODEL_NAMES["memdpc"], [MODEL_NAMES[b] for b in BASELINES]
     head = ["family", "seed", "n", "metric", memdpc, *baselines]
     head += [f"{memdpc} − {b}" for b in baselines] + ["minutes"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in results:
         for metric, m in r["metrics"].items():
-            cells = [r["family"], str(r["seed"]), str(r["n"]), f"{r['stream']} {metric}"]
+            cells = [r["family"], str(r["seed"]), str(r["n"]), metric]
             cells += [_figure(m["models"][k]) for k in (memdpc, *baselines)]
             cells += [_paired(m["paired"][b]) for b in baselines]
             cells.append("" if r["minutes"] is None else f"{r['minutes']:.1f}")
             lines.append("| " + " | ".join(cells) + " |")
+    fused = [r for r in results if "fused_vs_streams" in r]
+    if fused:
+        lines += [
+            "",
+            f"{memdpc} fused against each of its streams alone, paired on the same test videos:",
+            "",
+        ]
+        lines += ["| family | seed | metric | fused − rgb | fused − flow |", "|---|---|---|---|---|"]
+        for r in fused:
+            for metric, by_stream in r["fused_vs_streams"].items():
+                cells = [r["family"], str(r["seed"]), metric, *(_paired(by_stream[s]) for s in STREAMS)]
+                lines.append("| " + " | ".join(cells) + " |")
     return (
         "\n".join(
             [
-                f"`memdpc quickstart --recipe {name}` on the held-out draws of both example families "
+                f"`memdpc quickstart --recipe {name}` on the held-out draws of every example family "
                 f"({platform.machine()}, {machine()}, {len(os.sched_getaffinity(0))} cores): percent with 95 % intervals (Wilson) over the n test "
                 "videos; differences in points, paired on the same videos (McNemar's exact test); minutes "
                 "from videos to table.",

@@ -49,6 +49,16 @@ def _check_same(a: dict, b: dict, pa: Path, pb: Path) -> None:
         raise UserError(f"{pa}, {pb}: cannot fuse a {a['kind']} result with a {b['kind']} result")
 
 
+def _checkpoint(result: dict[str, Any]) -> dict[str, Any]:
+    """The checkpoint a stream's result was made of (its path and SHA-256) and the training run that wrote it
+    (its folder; None for a checkpoint outside a run's ``checkpoints/``): a fused result names both streams', so
+    that a fusion of a pretrained and an untrained stream cannot pass for another."""
+    source = dict(result.get("source") or {})
+    path = Path(source["checkpoint"]) if source.get("checkpoint") else None
+    run = path.parent.parent if path is not None and path.parent.name == "checkpoints" else None
+    return {**source, "run": str(run) if run is not None else None}
+
+
 def _weights(weights) -> np.ndarray:
     w = np.asarray(weights, dtype=np.float64)
     if w.ndim != 1 or np.any(w < 0) or w.sum() <= 0:
@@ -87,6 +97,7 @@ def fuse_results(
         "split": a["split"],
         "classes": a["classes"],
         "config": {"inputs": [str(pa), str(pb)], "weights": list(weights)},
+        "checkpoints": {r["stream"]: _checkpoint(r) for r in (a, b)},
     }
     if a["kind"] == "retrieval":
         g_order = align(arr_a["gallery_ids"], arr_b["gallery_ids"], "gallery", pa, pb)

@@ -42,6 +42,21 @@ def test_fused_probabilities_are_the_mean_matched_by_video_id(tmp_path):
     )
 
 
+def test_the_fused_result_names_each_streams_checkpoint_and_its_run(tmp_path):
+    """A fusion of a trained stream and an untrained one says so: each stream's checkpoint, its SHA-256 and the
+    run folder it came from (none for an init.pt written outside a run)."""
+    trained = {"checkpoint": str(tmp_path / "runs" / "rgb" / "checkpoints" / "last.pt"), "sha256": "ab" * 32}
+    untrained = {"checkpoint": str(tmp_path / "init.pt"), "sha256": "cd" * 32}
+    rgb = _classify(tmp_path / "rgb.json", "rgb", ["v1"], [[0.6, 0.3, 0.1]], [0], source=trained)
+    flow = _classify(tmp_path / "flow.json", "flow", ["v1"], [[0.1, 0.8, 0.1]], [0], source=untrained)
+    result, arrays = fuse_results(rgb, flow)
+    fused = load_result(save_result(tmp_path / "fused.json", result, arrays))[0]
+    assert fused["checkpoints"] == {
+        "rgb": {**trained, "run": str(tmp_path / "runs" / "rgb")},
+        "flow": {**untrained, "run": None},
+    }
+
+
 @pytest.mark.parametrize(
     "field,value,match",
     [("dataset", "other", "dataset"), ("split", "train", "split"), ("classes", ["a", "b", "x"], "classes")],
