@@ -32,12 +32,12 @@ def test_the_recipes_runs_are_gathered_with_their_pairs_and_minutes_and_not_run_
     recipe = tmp_path / "tiny-pool.yaml"
     recipe.write_text(TINY_POOL_RECIPE)
     work, out = tmp_path / "work", tmp_path / "out" / "recipe"
-    first = _bench(recipe, "--work", work, "--out", out)
+    first = _bench(recipe, "--work", work, "--out", out, "--only", "synthetic")
     assert first.returncode == 0, first.stderr[-3000:]
     results = json.loads(out.with_suffix(".json").read_text())
-    assert [(r["family"], r["seed"], r["stream"], r["n"]) for r in results] == [
-        ("synthetic", 0, "flow", 6),
-        ("synthetic", 1, "flow", 6),
+    assert [(r["family"], r["seed"], r["streams"], r["n"]) for r in results] == [
+        ("synthetic", 0, ["flow"], 6),
+        ("synthetic", 1, ["flow"], 6),
     ]
     for r in results:
         assert (
@@ -45,6 +45,7 @@ def test_the_recipes_runs_are_gathered_with_their_pairs_and_minutes_and_not_run_
             and (work / "tiny-pool" / f"synthetic-s{r['seed']}" / "quickstart.json").is_file()
         )
         assert r["command"].startswith(f"memdpc quickstart --recipe {recipe} --data synthetic --seed ")
+        assert list(r["metrics"]) == ["flow R@1", "flow probe top-1"]
         for m in r["metrics"].values():
             assert set(m["models"]) == {"MemDPC", "random init", "random init, data BN"}
             for p in m["paired"].values():
@@ -52,7 +53,7 @@ def test_the_recipes_runs_are_gathered_with_their_pairs_and_minutes_and_not_run_
     table = out.with_suffix(".md").read_text().splitlines()
     assert len([line for line in table if line.startswith("| synthetic |")]) == 2 * 2  # runs × metrics
     stamps = [(work / "tiny-pool" / f"synthetic-s{s}" / "quickstart.json").stat().st_mtime_ns for s in (0, 1)]
-    again = _bench(recipe, "--work", work, "--out", out)
+    again = _bench(recipe, "--work", work, "--out", out, "--only", "synthetic")
     assert again.returncode == 0 and "$ memdpc" not in again.stdout
     assert [
         (work / "tiny-pool" / f"synthetic-s{s}" / "quickstart.json").stat().st_mtime_ns for s in (0, 1)
@@ -69,7 +70,9 @@ def test_the_shipped_recipes_figures_and_readmes_rows_are_the_committed_results(
     for family, figures in expect.items():
         for metric, value in figures.items():
             name = {"top1": "probe top-1"}.get(metric, metric)
-            mine = [r["metrics"][name]["models"]["MemDPC"][0] for r in results if r["family"] == family]
+            mine = [
+                r["metrics"][f"flow {name}"]["models"]["MemDPC"][0] for r in results if r["family"] == family
+            ]
             assert value == round(sum(mine) / len(mine), 1), (family, metric)
     assert all(r["minutes"] is None or r["minutes"] <= 45 for r in results)
     shown = (ROOT / "README.md").read_text().split("<!-- recipe.md -->")[1].split("<!-- /recipe.md -->")[0]
