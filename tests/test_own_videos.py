@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from memdpc.preprocess.report import read_report
 
@@ -183,3 +184,53 @@ def test_an_example_recipes_commands_for_ones_own_folders_run_as_printed(own_fol
     assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
     assert "the train split is unlabelled (its videos have no classes)" in refused.stderr
     assert not (tmp_path / "nope").exists()
+
+
+@pytest.mark.slow
+def test_one_command_runs_an_example_recipe_on_ones_own_labelled_folder_and_unlabelled_pool(
+    own_folders, tmp_path
+):
+    """``memdpc quickstart --recipe R --videos DIR --pool DIR``: the pool pretrains (with the monitor on the labelled
+    videos), the labelled folder is evaluated, the same tables as on the example data; a rerun resumes, and one with
+    another folder in its place is refused."""
+    videos, pool, recipe = own_folders
+    out = tmp_path / "mine"
+    args = [
+        "quickstart",
+        "--recipe",
+        str(recipe),
+        "--videos",
+        str(videos),
+        "--pool",
+        str(pool),
+        "--out",
+        str(out),
+    ]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    res = subprocess.run([MEMDPC, *args], capture_output=True, text=True, env=env)
+    assert res.returncode == 0, res.stderr[-3000:]
+    labelled = [json.loads(line) for line in (out / "index.jsonl").read_text().splitlines()]
+    assert {r["split"] for r in labelled} == {"train", "val", "test"} and {r["label"] for r in labelled} == {
+        0,
+        1,
+        2,
+    }
+    unlabelled = [json.loads(line) for line in (out / "pool" / "index.jsonl").read_text().splitlines()]
+    assert {r["label"] for r in unlabelled} == {-1} and {r["split"] for r in unlabelled} == {"train", "val"}
+    config = yaml.safe_load((out / "runs" / "flow" / "config.yaml").read_text())
+    assert config["shards"] == str(out / "pool" / "shards") and config["knn_shards"] == str(out / "shards")
+    rows = json.loads((out / "quickstart.json").read_text())
+    assert {(r["model"], r["stream"]) for r in rows} == {
+        (m, "flow") for m in ("MemDPC", "random init", "random init, data BN")
+    }
+    summary = json.loads((out / "quickstart-compare.json").read_text())["summary"]
+    assert f"paired on the same {rows[0]['n']} test videos" in summary
+    assert (out / "report" / "index.html").is_file()
+    again = subprocess.run([MEMDPC, *args], capture_output=True, text=True, env=env)
+    assert again.returncode == 0 and json.loads((out / "quickstart.json").read_text()) == rows
+    other = subprocess.run(
+        [MEMDPC, *args[:3], "--videos", str(pool), "--out", str(out)],
+        capture_output=True,
+        text=True,
+    )
+    assert other.returncode == 2 and "holds a quickstart run of" in other.stderr.strip().splitlines()[-1]
