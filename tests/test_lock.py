@@ -4,6 +4,7 @@ run in is the lock's, and README's install lines and .ci/run install under it wi
 from __future__ import annotations
 
 import re
+import sysconfig
 from importlib import metadata
 from pathlib import Path
 
@@ -42,9 +43,12 @@ def test_every_declared_dependency_is_pinned_within_its_range():
 
 
 def test_the_environment_is_the_locks():
-    """What this suite runs with is what the lock pins (torch's local build label aside: the CPU build)."""
+    """What this suite runs with is what the lock pins (torch's local build label aside: the CPU build). Read
+    from the environment's site-packages, not sys.path: once setuptools is imported, its folder of vendored
+    packages (platformdirs, zipp, wheel and others, each at setuptools' own version) is on sys.path."""
     pins, off = lock(), []
-    for dist in metadata.distributions():
+    site = sorted({sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]})
+    for dist in metadata.distributions(path=site):
         name = canonicalize_name(dist.metadata["Name"])
         if name in pins and dist.version.split("+")[0] != pins[name]:
             off.append(f"{name} {dist.version} (lock: {pins[name]})")
