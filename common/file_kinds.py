@@ -7,12 +7,13 @@ still checks what it reads.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import zipfile
 from pathlib import Path
 
-__all__ = ["INDEX_KIND", "describe"]
+__all__ = ["INDEX_KIND", "describe", "read_if_torch"]
 
 TORCH = "a PyTorch file, such as a checkpoint"
 TORCH_DAMAGED = "a truncated or damaged zip archive, as PyTorch files are"
@@ -48,16 +49,28 @@ RUN_METRICS, RUN_CONFIG = "metrics.jsonl", "config.yaml"  # what `memdpc train` 
 _BY_NAME = {RUN_METRICS: "a run's metrics", RUN_CONFIG: "a run config"}
 
 
-def describe(path: str | os.PathLike) -> str:
+def read_if_torch(path: str | os.PathLike) -> bytes | None:
+    """A file's bytes where it starts as a PyTorch file does (a zip, or the legacy format), in one read; None
+    (after 4096 bytes) for any other file, so that a video given as a checkpoint is not read whole."""
+    with open(path, "rb") as f:
+        head = f.read(4096)
+        return head + f.read() if head.startswith((*_ZIP_MAGIC, *_TORCH_LEGACY)) else None
+
+
+def describe(path: str | os.PathLike, data: bytes | None = None) -> str:
     """A short phrase for what ``path`` looks like: :data:`TORCH`, :data:`TORCH_DAMAGED`, :data:`RESULTS`,
-    :data:`BINARY`, "a run's metrics", "a video file", :data:`QUICKSTART`, "a folder", …"""
+    :data:`BINARY`, "a run's metrics", "a video file", :data:`QUICKSTART`, "a folder", … ``data``: the file's
+    bytes, where they were read already (the file is then not opened)."""
     path = Path(path)
     if path.is_dir():
         return QUICKSTART if (path / QUICKSTART_RECORD).is_file() else "a folder"
-    with open(path, "rb") as f:
-        head = f.read(4096)
+    if data is None:
+        with open(path, "rb") as f:
+            head = f.read(4096)
+    else:
+        head = data[:4096]
     if head.startswith(_ZIP_MAGIC):
-        return _zip(path)
+        return _zip(path if data is None else io.BytesIO(data))
     if head.startswith(_TORCH_LEGACY):
         return TORCH
     if head[:4] == b"RIFF" and head[8:11] == b"AVI" or any(head[at : at + len(m)] == m for at, m in _VIDEO):
@@ -79,13 +92,13 @@ def describe(path: str | os.PathLike) -> str:
     if not text.strip():
         return "an empty file"
     if text.lstrip().startswith("{") and path.stat().st_size <= _JSON_LIMIT:
-        text = path.read_bytes().decode(errors="replace")
+        text = (path.read_bytes() if data is None else data).decode(errors="replace")
     return _text(text)
 
 
-def _zip(path: Path) -> str:
+def _zip(file: Path | io.BytesIO) -> str:
     try:
-        with zipfile.ZipFile(path) as z:
+        with zipfile.ZipFile(file) as z:
             names = z.namelist()
     except zipfile.BadZipFile:
         return TORCH_DAMAGED

@@ -20,14 +20,18 @@ from typing import Any
 
 from memdpc.common.errors import UserError
 from memdpc.eval.data import EvalData
+from memdpc.model.checkpoint import Checkpoint
 from memdpc.pipeline.provenance import manifest_identity
 
 __all__ = ["Outputs"]
 
 
-def checkpoint_source(checkpoint: str | os.PathLike) -> dict[str, str]:
-    """``{"checkpoint": resolved path, "sha256": of its bytes}``: what results and caches are keyed by."""
+def checkpoint_source(checkpoint: str | os.PathLike | Checkpoint) -> dict[str, str]:
+    """``{"checkpoint": resolved path, "sha256": of its bytes}``: what results and caches are keyed by (of a
+    :class:`~memdpc.model.checkpoint.Checkpoint`, the digest of the bytes it was read from)."""
     path = Path(checkpoint).resolve()
+    if isinstance(checkpoint, Checkpoint):
+        return {"checkpoint": str(path), "sha256": checkpoint.sha256}
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         while chunk := f.read(1 << 20):
@@ -40,13 +44,13 @@ class Outputs:
     """Where a task writes (``folder``), from which checkpoint, and what it has written so far."""
 
     folder: Path
-    checkpoint: Path
+    checkpoint: Path | Checkpoint
     overwrite: bool = False
     files: dict[Path, tuple[str, str]] = field(default_factory=dict)  # path -> (role, what an interrupt kept)
 
     @functools.cached_property
     def source(self) -> dict[str, str]:
-        """:func:`checkpoint_source` of the checkpoint, read once (after the task has loaded it: a file that
+        """:func:`checkpoint_source` of the checkpoint, made once (after the task has loaded it: a file that
         is none gets the loader's error first)."""
         return checkpoint_source(self.checkpoint)
 

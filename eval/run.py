@@ -28,7 +28,7 @@ from memdpc.eval.pretrained import default_size
 from memdpc.eval.probe import run_probe
 from memdpc.eval.results import save_result
 from memdpc.eval.retrieval import run_retrieval
-from memdpc.model.checkpoint import read_checkpoint
+from memdpc.model.checkpoint import open_checkpoint
 
 __all__ = ["evaluate", "fuse"]
 
@@ -71,9 +71,10 @@ def evaluate(
     Returns the results path on rank 0, None elsewhere.
     """
     runner = _runner(task)
+    ckpt = open_checkpoint(checkpoint)  # read once, handed down to the task, its model and its results
     given = {k: options.pop(k) for k in names_of(EvalData) if k in options}
     if given.get("size") is None:
-        given["size"] = default_size(read_checkpoint(checkpoint))
+        given["size"] = default_size(ckpt.content)
     data = from_flat(EvalData, given, "evaluate")
     task_kw = options
     if fit is not None:  # a network trained end to end takes the loader's batch; a head, its own
@@ -82,13 +83,13 @@ def evaluate(
         if whole:
             base = replace(base, batch_size=data.loader.batch_size)
         task_kw["fit"] = fit_config(base, **fit)
-    outputs = Outputs(Path(out), Path(checkpoint), overwrite)
+    outputs = Outputs(Path(out), ckpt, overwrite)
     env = dd.setup(
         data.loader.device
     )  # ``out`` appears with the first file written (a refused checkpoint leaves none)
     finished = False
     try:
-        path = runner(checkpoint, data, outputs, env, **task_kw)
+        path = runner(ckpt, data, outputs, env, **task_kw)
         finished = True
     except KeyboardInterrupt as e:
         stop = interrupts.as_interrupted(e)

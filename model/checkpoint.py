@@ -10,15 +10,20 @@ resume state (see :mod:`memdpc.train.checkpoint`), converted ones the ``source``
 finetuned ones the ``source`` checkpoint they started from.
 
 Training and evaluation both read checkpoints through :func:`read_checkpoint`; it also accepts the files
-of earlier versions (no ``origin`` or ``input_size``; converted files without ``format``).
+of earlier versions (no ``origin`` or ``input_size``; converted files without ``format``). A verb that hands a
+checkpoint to several parts reads it once (:func:`open_checkpoint`) and hands down the :class:`Checkpoint`,
+which goes wherever a path goes and which :func:`read_checkpoint` and :func:`load_model` take without reading.
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
+import os
 import pickle
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,10 +38,12 @@ from memdpc.model.factory import create_model, has_memory
 
 __all__ = [
     "WEIGHT_KEYS",
+    "Checkpoint",
     "build_checkpoint",
     "check_compatible",
     "load_model",
     "load_torch_file",
+    "open_checkpoint",
     "read_checkpoint",
     "require_classifier",
     "require_pretrained",
@@ -88,13 +95,34 @@ def write_checkpoint(data: bytes, path: str | Path) -> None:
             f.write(data)
 
 
-def read_checkpoint(path: str | Path) -> dict[str, Any]:
-    """Load a memdpc checkpoint on the CPU, with ``origin``, ``stream`` and ``input_size`` always present.
+@dataclass(frozen=True)
+class Checkpoint:
+    """A checkpoint file read once: its path (``os.fspath`` and ``str`` give it, so that it goes wherever a path
+    goes), its content as :func:`read_checkpoint` returns it (read it, never change it) and the SHA-256 of its
+    bytes (what results are keyed by)."""
+
+    path: Path
+    content: dict[str, Any] = field(repr=False)
+    sha256: str
+
+    def __fspath__(self) -> str:
+        return os.fspath(self.path)
+
+    def __str__(self) -> str:
+        return str(self.path)
+
+
+def open_checkpoint(path: str | os.PathLike | Checkpoint) -> Checkpoint:
+    """Read a memdpc checkpoint on the CPU once: its content, with ``origin``, ``stream`` and ``input_size``
+    always present, and its digest. A :class:`Checkpoint` is returned as it is.
 
     UserError for a missing, damaged (e.g. truncated) or foreign file (see :func:`load_torch_file`).
     """
+    if isinstance(path, Checkpoint):
+        return path
     path = Path(path)
-    ckpt = load_torch_file(path)
+    data = _read_torch_bytes(path, "copy it again from where it came from")
+    ckpt = _unpickle(path, data, (), "copy it again from where it came from")
     if not isinstance(ckpt, dict):
         raise UserError(f"{path}: not a memdpc checkpoint (it holds a {type(ckpt).__name__})")
     if ckpt.get("format") != FORMAT and "converted_from" not in ckpt:
@@ -102,7 +130,12 @@ def read_checkpoint(path: str | Path) -> dict[str, Any]:
         raise UserError(f"{path}: not a memdpc checkpoint (no format {FORMAT!r}){hint}")
     if not isinstance(ckpt.get("model"), dict) or not isinstance(ckpt.get("model_config"), dict):
         raise UserError(f"{path}: a memdpc checkpoint without model weights or model config")
-    return _complete(ckpt)
+    return Checkpoint(path, _complete(ckpt), hashlib.sha256(data).hexdigest())
+
+
+def read_checkpoint(path: str | os.PathLike | Checkpoint) -> dict[str, Any]:
+    """A memdpc checkpoint's content (:func:`open_checkpoint`; a :class:`Checkpoint`'s without reading)."""
+    return open_checkpoint(path).content
 
 
 def load_torch_file(
@@ -113,13 +146,19 @@ def load_torch_file(
     file of another kind (what it looks like, and where the checkpoints are), a truncated or damaged file
     (``remedy`` says what to do)."""
     path = Path(path)
+    return _unpickle(path, _read_torch_bytes(path, remedy), safe, remedy)
+
+
+def _read_torch_bytes(path: Path, remedy: str) -> bytes:
+    """The bytes of a file given as a checkpoint, read once, after its kind is checked on them."""
     if path.is_dir():
         raise UserError(_folder_given(path))
     if not path.is_file():
         others = _checkpoints_in(path.parent)
         there = f" ({path.parent} holds {', '.join(p.name for p in others)})" if others else ""
         raise UserError(f"{path}: checkpoint not found{there}")
-    kind = file_kinds.describe(path)
+    data = file_kinds.read_if_torch(path)
+    kind = file_kinds.describe(path, data)
     if kind == file_kinds.TORCH_DAMAGED:
         raise UserError(
             f"{path}: not a readable checkpoint (truncated or damaged: its zip directory is missing); "
@@ -130,13 +169,18 @@ def load_torch_file(
             f"{path}: not a readable checkpoint (not a PyTorch file: damaged, or a file of another "
             f"kind); {remedy}"
         )
-    if kind != file_kinds.TORCH:
+    if kind != file_kinds.TORCH or data is None:  # read_if_torch reads every file describe calls PyTorch's
         raise UserError(
             f"{path}: not a memdpc checkpoint (it looks like {kind}){_where_checkpoints_are(path, kind)}"
         )
+    return data
+
+
+def _unpickle(path: Path, data: bytes, safe: Sequence[Any], remedy: str) -> Any:
+    """``torch.load`` of a checkpoint's bytes, weights only, on the CPU; one-line errors naming ``path``."""
     try:
         with torch.serialization.safe_globals(list(safe)):
-            return torch.load(path, map_location="cpu", weights_only=True)
+            return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001 — a damaged file can fail anywhere inside the unpickler
         if isinstance(e, pickle.UnpicklingError) and "weights only" in str(e).lower():
             raise UserError(
@@ -208,7 +252,7 @@ def _complete(ckpt: dict[str, Any]) -> dict[str, Any]:
 
 
 def load_model(
-    path: str | Path, map_location: str | torch.device = "cpu"
+    path: str | os.PathLike | Checkpoint, map_location: str | torch.device = "cpu"
 ) -> tuple[nn.Module, dict[str, Any]]:
     """Rebuild the model stored in a checkpoint and load its weights.
 

@@ -13,6 +13,7 @@ the index: ``wds_index.index_path``).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import tarfile
@@ -34,6 +35,7 @@ __all__ = [
     "frame_sizes",
     "load_manifest",
     "manifest_path",
+    "manifest_sha256",
     "shard_name",
     "shard_paths",
     "shard_pattern",
@@ -75,8 +77,29 @@ def write_manifest(path: str | os.PathLike, manifest: dict[str, Any]) -> Path:
     return Path(path)
 
 
+# resolved path -> (the file's identity, its SHA-256, its content): what this process has read of each manifest
+_READ: dict[Path, tuple[tuple[int, int, int, int], str, dict[str, Any]]] = {}
+
+
+def _read(path: Path) -> tuple[str, dict[str, Any]]:
+    """A manifest's SHA-256 and content, read once per process while the file stays the one read: training and
+    evaluation consult a split's manifest from several places (its clips, classes, shards, provenance), and a
+    manifest of a large dataset lists every video. A manifest is replaced only by a rename (:func:`write_manifest`),
+    which gives the path another file, so its device, inode, size and modification time tell a new one."""
+    st = path.stat()
+    identity = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    seen = _READ.get(path)
+    if seen is not None and seen[0] == identity:
+        return seen[1], seen[2]
+    data = path.read_bytes()
+    manifest = json.loads(data)
+    _READ[path] = (identity, hashlib.sha256(data).hexdigest(), manifest)
+    return _READ[path][1], manifest
+
+
 def load_manifest(shard_dir: str | os.PathLike, stream: str, split: str) -> dict[str, Any]:
-    """The manifest of one stream and split; UserError if it is missing or unreadable."""
+    """The manifest of one stream and split (read once per process; callers read it, never change it);
+    UserError if it is missing or unreadable."""
     path = manifest_path(shard_dir, stream, split)
     if not path.is_file():
         raise UserError(
@@ -84,12 +107,18 @@ def load_manifest(shard_dir: str | os.PathLike, stream: str, split: str) -> dict
             f"--split {split}` first, or check the directory)"
         )
     try:
-        manifest = json.loads(path.read_text())
-    except (json.JSONDecodeError, OSError) as e:
+        _, manifest = _read(path.resolve())
+    except (json.JSONDecodeError, UnicodeDecodeError, OSError) as e:
         raise UserError(f"{path}: unreadable shard manifest ({e})") from None
     if manifest.get("stream") != stream or manifest.get("split") != split or "shards" not in manifest:
         raise UserError(f"{path}: not a {stream}/{split} shard manifest")
     return manifest
+
+
+def manifest_sha256(shard_dir: str | os.PathLike, stream: str, split: str) -> str:
+    """The SHA-256 of the manifest's bytes (as ``sha256sum`` gives it), from the one read of it."""
+    load_manifest(shard_dir, stream, split)
+    return _read(manifest_path(shard_dir, stream, split).resolve())[0]
 
 
 def frame_sizes(manifest: dict[str, Any]) -> list[tuple[int, int]]:

@@ -16,10 +16,9 @@ import os
 from collections import Counter, defaultdict
 from typing import Any
 
-from memdpc.common.digest import file_sha256
 from memdpc.common.errors import UserError
 from memdpc.common.wording import plural
-from memdpc.pipeline.manifest import load_manifest, manifest_path
+from memdpc.pipeline.manifest import load_manifest, manifest_path, manifest_sha256
 from memdpc.preprocess.archive import archive_path, read_meta
 from memdpc.preprocess.reuse import remake_command
 from memdpc.preprocess.source import source_changes
@@ -94,8 +93,8 @@ def manifest_identity(shard_dir: str | os.PathLike, stream: str, split: str) -> 
     after the shards are cut again): what results record of each split they read, and what keys the feature
     caches."""
     path = manifest_path(shard_dir, stream, split).resolve()
-    out: dict[str, Any] = {"manifest": str(path), "sha256": file_sha256(path)}
-    provenance = json.loads(path.read_text()).get("provenance") or {}
+    out: dict[str, Any] = {"manifest": str(path), "sha256": manifest_sha256(shard_dir, stream, split)}
+    provenance = load_manifest(shard_dir, stream, split).get("provenance") or {}
     if provenance:
         out |= {"index": provenance.get("index"), "frames": provenance.get("frames")}
     return out

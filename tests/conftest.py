@@ -260,17 +260,17 @@ def run_memdpc(*args: str, cwd: Path | None = None, timeout: float = 300) -> sub
     )
 
 
-_OPENED: list[list[str]] = []  # while tars_opened runs: the names of the tars opened so far
+_OPENED: list[list[Path]] = []  # while files_opened runs: the files opened so far
 _HOOKED: list[bool] = []
 
 
 def _audit_opens(event: str, args: tuple) -> None:
-    if _OPENED and event == "open" and isinstance(args[0], (str, Path)) and str(args[0]).endswith(".tar"):
-        _OPENED[-1].append(Path(args[0]).name)
+    if _OPENED and event == "open" and isinstance(args[0], (str, Path)):
+        _OPENED[-1].append(Path(args[0]))
 
 
-def tars_opened(call: Callable[[], object]) -> tuple[object, list[str]]:
-    """``call()``'s result and the names of the tar files it opened, in order (Python's audit events)."""
+def files_opened(call: Callable[[], object]) -> tuple[object, list[Path]]:
+    """``call()``'s result and the files it opened, in order, as they were named (Python's audit events)."""
     if not _HOOKED:  # once per process; inert but while this runs (an audit hook cannot be removed)
         sys.addaudithook(_audit_opens)
         _HOOKED.append(True)
@@ -279,6 +279,12 @@ def tars_opened(call: Callable[[], object]) -> tuple[object, list[str]]:
         return call(), _OPENED[-1]
     finally:
         _OPENED.pop()
+
+
+def tars_opened(call: Callable[[], object]) -> tuple[object, list[str]]:
+    """``call()``'s result and the names of the tar files it opened, in order."""
+    result, opened = files_opened(call)
+    return result, [p.name for p in opened if p.suffix == ".tar"]
 
 
 def built_once(tmp_path_factory, name: str, build: Callable[[Path], None]) -> Path:

@@ -10,6 +10,7 @@ import shutil
 import signal
 import subprocess
 import time
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -25,7 +26,7 @@ from memdpc.pipeline.provenance import manifest_identity
 from memdpc.pipeline.shard import run_shard
 from memdpc.pipeline.shard_plan import ShardSettings
 
-from ..conftest import memdpc_command, subprocess_env
+from ..conftest import files_opened, memdpc_command, subprocess_env
 from ..limits import STOP_WITHIN
 from .conftest import CLIP
 
@@ -231,3 +232,21 @@ def test_a_full_disk_stops_eval_in_one_line_with_nothing_half_written_and_the_re
     assert result["metrics"] == expected["metrics"] and result["files"] == expected["files"]
     assert arrays.keys() == expected_arrays.keys()
     assert all(np.array_equal(arrays[k], expected_arrays[k]) for k in arrays)
+
+
+def test_an_evaluation_reads_its_checkpoint_and_each_manifest_once(eval_data, checkpoints, tmp_path):
+    """The checkpoint is read once and handed down (its default size, the model, the results' digest); each
+    manifest once (its clips, classes, shards, the results' record of it). Both copied here: a manifest is read
+    once per process, and these are new to it."""
+    shards, checkpoint = tmp_path / "shards", tmp_path / "last.pt"
+    shutil.copytree(eval_data.shards, shards)
+    shutil.copy(checkpoints["flow"], checkpoint)
+    path, opened = files_opened(
+        lambda: evaluate(
+            "probe", checkpoint, shards=shards, out=tmp_path / "eval", fit={"epochs": 1}, **COMMON
+        )
+    )
+    assert load_result(path)[0]["source"] == checkpoint_source(checkpoint)
+    flow = (shards / "flow").resolve()
+    read = Counter(p.resolve() for p in opened if p.name.startswith("manifest-") or p.suffix == ".pt")
+    assert read == {flow / "manifest-test.json": 1, flow / "manifest-train.json": 1, checkpoint.resolve(): 1}

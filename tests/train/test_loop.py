@@ -12,6 +12,7 @@ import resource
 import shutil
 import signal
 import subprocess
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -40,7 +41,7 @@ from memdpc.train.metrics import (
 from memdpc.train.parts import run_loader
 from memdpc.train.prepare import val_split_warnings
 
-from ..conftest import memdpc_command, reference_weights, run_memdpc, subprocess_env
+from ..conftest import files_opened, memdpc_command, reference_weights, run_memdpc, subprocess_env
 from .conftest import (
     CLIP,
     LEARNED,
@@ -600,3 +601,26 @@ def test_a_run_whose_monitor_ends_below_the_untrained_encoder_says_so_and_one_th
     page = (tmp_path / "report" / "index.html").read_text()
     assert page.count("kNN monitor R@1: untrained") == 2
     assert page.count(f'class="missing">lr0.03: {html.escape(worse)}') == 1 and "lr0.001: the kNN" not in page
+
+
+def test_a_training_start_reads_each_manifest_once_and_a_resume_its_checkpoint_once(
+    val_shards, tmp_path, one_thread
+):
+    """Training consults a split's manifest from several places (its clips, classes, shards, provenance, the
+    monitor) and reads the file once; a resume reads its checkpoint once. Shards copied here: a manifest is read
+    once per process, and this test's are new to it."""
+    shards, run = tmp_path / "shards", tmp_path / "run"
+    shutil.copytree(val_shards, shards)
+    args = tiny(val_split="val", knn_every=1, max_steps=1, epochs=1)
+    res, opened = files_opened(lambda: cli(*args, "--shards", str(shards), "--out", str(run)))
+    assert res.exit_code == 0, res.output
+    read = Counter(p.resolve() for p in opened if p.name.startswith("manifest-") or p.name == "last.pt")
+    rgb = (shards / "rgb").resolve()
+    assert read == {rgb / "manifest-train.json": 1, rgb / "manifest-val.json": 1}, read
+    res, opened = files_opened(
+        lambda: cli(
+            *args[:-2], "--epochs", "2", "--max-steps", "2", "--shards", str(shards), "--out", str(run)
+        )
+    )
+    assert res.exit_code == 0 and "resum" in res.output.lower(), res.output
+    assert [p.name for p in opened if p.suffix == ".pt"].count("last.pt") == 1
