@@ -11,7 +11,8 @@ paired with each stream's MemDPC, and each result's checkpoints, so that no row 
     python -m bench.recipe [NAME] [--work runs/recipe] [--out bench/results/recipe-NAME] [--only SUBSTRING]
         [--report]
 
-Writes ``<out>.json`` (every run's rows, comparisons and minutes) and ``<out>.md`` (the table).
+Writes ``<out>.json`` (every run's rows, comparisons and minutes) and ``<out>.md`` (the table); a run whose folder
+is not under ``--work`` keeps the rows ``<out>.json`` had of it.
 """
 
 from __future__ import annotations
@@ -109,6 +110,21 @@ def gather(r: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def kept(todo: list[dict[str, Any]], previous: Path) -> list[dict[str, Any]]:
+    """Each run's rows, in the order of the recipe's runs: gathered from its folder where it finished there, else
+    as ``previous`` (the JSON this benchmark wrote before) has them, so that a family's runs can be added in
+    another work folder without running the others again."""
+    before = json.loads(previous.read_text()) if previous.is_file() else []
+    by_run = {(r["family"], r["seed"]): r for r in before}
+    out = []
+    for r in todo:
+        if (r["folder"] / MINUTES).is_file():
+            out.append(gather(r))
+        elif (r["family"], r["seed"]) in by_run:
+            out.append(by_run[r["family"], r["seed"]])
+    return out
+
+
 FUSED_KINDS = {"R@1": "retrieval", "probe top-1": "probe-linear"}  # a metric's results file
 
 
@@ -151,9 +167,11 @@ def _paired(p: dict[str, Any]) -> str:
     return f"{p['difference']:+.1f} ({lo:+.1f} to {hi:+.1f}), p {p['p']:.2g}"
 
 
-def markdown(name: str, results: list[dict[str, Any]]) -> str:
+def markdown(
+    name: str, results: list[dict[str, Any]], where: str = "on the held-out draws of every example family"
+) -> str:
     """The table: a row per family, seed, stream and metric; for a recipe of both streams, then a row per family,
-    seed and metric of the fused MemDPC against each stream's."""
+    seed and metric of the fused MemDPC against each stream's. ``where``: what the runs ran on, in words."""
     memdpc, baselines = MODEL_NAMES["memdpc"], [MODEL_NAMES[b] for b in BASELINES]
     head = ["family", "seed", "n", "metric", memdpc, *baselines]
     head += [f"{memdpc} − {b}" for b in baselines] + ["minutes"]
@@ -180,7 +198,7 @@ def markdown(name: str, results: list[dict[str, Any]]) -> str:
     return (
         "\n".join(
             [
-                f"`memdpc quickstart --recipe {name}` on the held-out draws of every example family "
+                f"`memdpc quickstart --recipe {name}` {where} "
                 f"({platform.machine()}, {machine()}, {len(os.sched_getaffinity(0))} cores): percent with 95 % intervals (Wilson) over the n test "
                 "videos; differences in points, paired on the same videos (McNemar's exact test); minutes "
                 "from videos to table.",
@@ -206,8 +224,8 @@ def main() -> None:
         for r in todo:
             if args.only in r["folder"].name:
                 run(r, console)
-    results = [gather(r) for r in todo if (r["folder"] / MINUTES).is_file()]
     out = args.out or Path("bench/results") / f"recipe-{args.name}"
+    results = kept(todo, out.with_suffix(".json"))
     table = markdown(args.name, results)
     write_json_atomic(out.with_suffix(".json"), results)
     with atomic_path(out.with_suffix(".md")) as tmp:

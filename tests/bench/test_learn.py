@@ -155,7 +155,14 @@ def test_the_shipped_example_recipe_is_a_pooled_setting_the_tune_plan_tried_on_v
     assert set(load("example-flow-pool").quickstart["pool"]) == set(EXAMPLE_FAMILIES)
     for family in sorted(tuned):
         recipe = profile_from(load("example-flow-pool").quickstart, "example-flow-pool", family)
-        assert recipe.train == {**BASE_TRAIN, **CHOSEN, "size": 32, "val_split": "val"}
+        # and the rule that turns the flow's shift and gain off where the direction of motion is the class
+        assert recipe.train == {
+            **BASE_TRAIN,
+            **CHOSEN,
+            "size": 32,
+            "val_split": "val",
+            "motion_invariance": "auto",
+        }
         assert (recipe.streams, recipe.checkpoint) == (("flow",), "last")
         (cell,) = [
             c

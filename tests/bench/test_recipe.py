@@ -1,5 +1,5 @@
 """bench/recipe.py: an example recipe's printed commands run for real (a tiny one, two held-out draws of one
-family), their tables gathered into one; a rerun runs nothing again."""
+family), their tables gathered into one; a rerun runs nothing again, and runs made elsewhere keep their rows."""
 
 from __future__ import annotations
 
@@ -59,6 +59,9 @@ def test_the_recipes_runs_are_gathered_with_their_pairs_and_minutes_and_not_run_
         (work / "tiny-pool" / f"synthetic-s{s}" / "quickstart.json").stat().st_mtime_ns for s in (0, 1)
     ] == stamps
     assert json.loads(out.with_suffix(".json").read_text()) == results
+    # another work folder, without these runs: their rows are kept as the JSON had them
+    elsewhere = _bench(recipe, "--work", tmp_path / "elsewhere", "--out", out, "--report")
+    assert elsewhere.returncode == 0 and json.loads(out.with_suffix(".json").read_text()) == results
 
 
 def test_the_shipped_recipes_figures_and_readmes_rows_are_the_committed_results():
