@@ -62,6 +62,7 @@ __all__ = [
     "VERDICTS",
     "column",
     "own_commands",
+    "profile_from",
     "quickstart",
 ]
 

@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import shlex
 import subprocess
 import sys
@@ -70,13 +68,14 @@ def run(r: dict[str, Any], console: Console) -> None:
     t0 = time.perf_counter()
     subprocess.run([MEMDPC, *shlex.split(r["command"])[1:]], check=True)
     minutes = round((time.perf_counter() - t0) / 60, 1) if fresh else None
-    write_json_atomic(r["folder"] / MINUTES, {"minutes": minutes})
+    write_json_atomic(r["folder"] / MINUTES, {"minutes": minutes, "machine": machine()})
 
 
 def gather(r: dict[str, Any]) -> dict[str, Any]:
     """A finished run's rows: per stream (and fused) and metric, each model's figure and interval, and MemDPC's
     comparisons; the fused MemDPC paired with each stream's, and the checkpoints each of its results was made of."""
     rows = json.loads((r["folder"] / file_kinds.QUICKSTART_TABLE).read_text())
+    timed = json.loads((r["folder"] / MINUTES).read_text())
     compared = json.loads((r["folder"] / file_kinds.QUICKSTART_COMPARE).read_text())["comparisons"]
     streams = list(dict.fromkeys(row["stream"] for row in rows))
     out = {
@@ -84,7 +83,7 @@ def gather(r: dict[str, Any]) -> dict[str, Any]:
         "seed": r["seed"],
         "streams": streams,
         "n": rows[0]["n"],
-        "minutes": json.loads((r["folder"] / MINUTES).read_text())["minutes"],
+        **{k: timed.get(k) for k in ("minutes", "machine")},
         "command": r["command"],
         "metrics": {},
     }
@@ -174,7 +173,7 @@ def markdown(
     seed and metric of the fused MemDPC against each stream's. ``where``: what the runs ran on, in words."""
     memdpc, baselines = MODEL_NAMES["memdpc"], [MODEL_NAMES[b] for b in BASELINES]
     head = ["family", "seed", "n", "metric", memdpc, *baselines]
-    head += [f"{memdpc} − {b}" for b in baselines] + ["minutes"]
+    head += [f"{memdpc} − {b}" for b in baselines] + ["minutes", "machine"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in results:
         for metric, m in r["metrics"].items():
@@ -182,6 +181,7 @@ def markdown(
             cells += [_figure(m["models"][k]) for k in (memdpc, *baselines)]
             cells += [_paired(m["paired"][b]) for b in baselines]
             cells.append("" if r["minutes"] is None else f"{r['minutes']:.1f}")
+            cells.append(r.get("machine") or "")
             lines.append("| " + " | ".join(cells) + " |")
     fused = [r for r in results if "fused_vs_streams" in r]
     if fused:
@@ -198,10 +198,9 @@ def markdown(
     return (
         "\n".join(
             [
-                f"`memdpc quickstart --recipe {name}` {where} "
-                f"({platform.machine()}, {machine()}, {len(os.sched_getaffinity(0))} cores): percent with 95 % intervals (Wilson) over the n test "
-                "videos; differences in points, paired on the same videos (McNemar's exact test); minutes "
-                "from videos to table.",
+                f"`memdpc quickstart --recipe {name}` {where}: percent with 95 % intervals (Wilson) over the "
+                "n test videos; differences in points, paired on the same videos (McNemar's exact test); "
+                "minutes from videos to table, and the CPU of the machine that ran it.",
                 "",
                 *lines,
             ]
