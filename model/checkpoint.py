@@ -95,7 +95,7 @@ def write_checkpoint(data: bytes, path: str | Path) -> None:
             f.write(data)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # compared and hashed as the one object read
 class Checkpoint:
     """A checkpoint file read once: its path (``os.fspath`` and ``str`` give it, so that it goes wherever a path
     goes), its content as :func:`read_checkpoint` returns it (read it, never change it) and the SHA-256 of its

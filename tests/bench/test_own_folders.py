@@ -4,23 +4,11 @@ them for real (a tiny recipe), its table gathered; a rerun renders and runs noth
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
-from tests.conftest import subprocess_env
+from tests.bench.test_recipe import run_bench
 from tests.test_quickstart import TINY_POOL_RECIPE
-
-
-def _bench(*args) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "bench.own_folders", *map(str, args)],
-        capture_output=True,
-        text=True,
-        env={**subprocess_env(), "OMP_NUM_THREADS": "2", "OMP_WAIT_POLICY": "PASSIVE"},
-        timeout=600,
-    )
 
 
 @pytest.mark.slow
@@ -28,7 +16,7 @@ def test_the_one_command_runs_on_a_labelled_folder_and_a_flat_pool_and_is_not_ru
     recipe = tmp_path / "tiny-pool.yaml"
     recipe.write_text(TINY_POOL_RECIPE)
     work, out = tmp_path / "work", tmp_path / "out" / "own"
-    first = _bench(recipe, "--family", "directions", "--work", work, "--out", out)
+    first = run_bench("bench.own_folders", recipe, "--family", "directions", "--work", work, "--out", out)
     assert first.returncode == 0, first.stderr[-3000:]
     folders = work / "tiny-pool-directions"
     labelled = sorted(p.parent.name for p in (folders / "labelled" / "UCF-101").rglob("*.avi"))
@@ -44,6 +32,6 @@ def test_the_one_command_runs_on_a_labelled_folder_and_a_flat_pool_and_is_not_ru
     assert len(index) == len(pool) and {r["label"] for r in index} == {-1}  # pretrained on without labels
     table = out.with_suffix(".md").read_text()
     assert "--videos --pool on the directions family" in table and "| directions | 0 |" in table
-    again = _bench(recipe, "--family", "directions", "--work", work, "--out", out)
+    again = run_bench("bench.own_folders", recipe, "--family", "directions", "--work", work, "--out", out)
     assert again.returncode == 0 and "$ memdpc" not in again.stdout
     assert json.loads(out.with_suffix(".json").read_text()) == [result]

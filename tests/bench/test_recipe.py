@@ -17,9 +17,10 @@ from tests.test_quickstart import TINY_POOL_RECIPE
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _bench(*args) -> subprocess.CompletedProcess:
+def run_bench(module: str, *args) -> subprocess.CompletedProcess:
+    """``python -m MODULE ARGS`` (a benchmark of ``bench/``) with torch's two threads, output captured."""
     return subprocess.run(
-        [sys.executable, "-m", "bench.recipe", *map(str, args)],
+        [sys.executable, "-m", module, *map(str, args)],
         capture_output=True,
         text=True,
         env={**subprocess_env(), "OMP_NUM_THREADS": "2", "OMP_WAIT_POLICY": "PASSIVE"},
@@ -32,7 +33,7 @@ def test_the_recipes_runs_are_gathered_with_their_pairs_and_minutes_and_not_run_
     recipe = tmp_path / "tiny-pool.yaml"
     recipe.write_text(TINY_POOL_RECIPE)
     work, out = tmp_path / "work", tmp_path / "out" / "recipe"
-    first = _bench(recipe, "--work", work, "--out", out, "--only", "synthetic")
+    first = run_bench("bench.recipe", recipe, "--work", work, "--out", out, "--only", "synthetic")
     assert first.returncode == 0, first.stderr[-3000:]
     results = json.loads(out.with_suffix(".json").read_text())
     assert [(r["family"], r["seed"], r["streams"], r["n"]) for r in results] == [
@@ -53,14 +54,14 @@ def test_the_recipes_runs_are_gathered_with_their_pairs_and_minutes_and_not_run_
     table = out.with_suffix(".md").read_text().splitlines()
     assert len([line for line in table if line.startswith("| synthetic |")]) == 2 * 2  # runs × metrics
     stamps = [(work / "tiny-pool" / f"synthetic-s{s}" / "quickstart.json").stat().st_mtime_ns for s in (0, 1)]
-    again = _bench(recipe, "--work", work, "--out", out, "--only", "synthetic")
+    again = run_bench("bench.recipe", recipe, "--work", work, "--out", out, "--only", "synthetic")
     assert again.returncode == 0 and "$ memdpc" not in again.stdout
     assert [
         (work / "tiny-pool" / f"synthetic-s{s}" / "quickstart.json").stat().st_mtime_ns for s in (0, 1)
     ] == stamps
     assert json.loads(out.with_suffix(".json").read_text()) == results
     # another work folder, without these runs: their rows are kept as the JSON had them
-    elsewhere = _bench(recipe, "--work", tmp_path / "elsewhere", "--out", out, "--report")
+    elsewhere = run_bench("bench.recipe", recipe, "--work", tmp_path / "elsewhere", "--out", out, "--report")
     assert elsewhere.returncode == 0 and json.loads(out.with_suffix(".json").read_text()) == results
 
 
