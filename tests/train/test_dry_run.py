@@ -107,3 +107,32 @@ def test_a_run_folder_of_another_config_is_refused_as_the_run_would_refuse_it(tr
         ["train", "--init-only", "--dry-run", "--shards", str(train_shards), "--out", str(tmp_path / "x")],
     )
     assert res.exit_code == 2 and "--init-only writes one checkpoint" in res.output
+
+
+def test_an_example_recipes_settings_on_ones_own_shards_are_printed_by_the_dry_run(
+    direction_shards, tmp_path
+):
+    """``memdpc train --config example-flow-pool`` on shards of one's own (here 4 × 4-frame clips, so the clip is
+    given too) plans the recipe's training: the settings that are not the paper's, and what its rule decides."""
+    out = tmp_path / "run"
+    args = ["--config", "example-flow-pool", "--stream", "flow", "--shards", direction_shards, "--out", out]
+    res = subprocess.run(
+        memdpc_command("train", *args, "--num-blocks", "4", "--block-len", "4", "--dry-run"),
+        env=dict(os.environ, OMP_NUM_THREADS="1"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert res.returncode == 0, res.stderr
+    assert not out.exists()
+    (settings,) = [line for line in res.stdout.splitlines() if line.startswith("settings: ")]
+    for setting in (
+        "temperature 0.1",
+        "negatives other_clips",
+        "flow_shift 10.0",
+        "flow_gain 1.5",
+        "size 32",
+    ):
+        assert setting in settings, settings
+    assert "(20 epochs)" in res.stdout  # the recipe's
+    assert "it tells their class: the flow's global shift and gain are off" in res.stdout
