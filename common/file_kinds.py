@@ -54,7 +54,7 @@ def read_if_torch(path: str | os.PathLike) -> bytes | None:
     (after 4096 bytes) for any other file, so that a video given as a checkpoint is not read whole."""
     with open(path, "rb") as f:
         head = f.read(4096)
-        return head + f.read() if head.startswith((*_ZIP_MAGIC, *_TORCH_LEGACY)) else None
+        return head + f.read() if head.startswith((*_ZIP_MAGIC, _TORCH_LEGACY)) else None
 
 
 def describe(path: str | os.PathLike, data: bytes | None = None) -> str:
