@@ -73,8 +73,19 @@ def main() -> None:
     drawn = render(args.family, work / "drawn", profile.pool * per_class, profile.data, SEED + POOL_SEED)
     pool = flat_pool(drawn, work / "pool")
     folder = work / "run"
-    command = f"memdpc quickstart --recipe {args.name} --videos {videos} --pool {pool} --out {folder}"
-    r = {"family": args.family, "seed": SEED, "folder": folder, "command": shlex.join(shlex.split(command))}
+    command = [
+        "memdpc",
+        "quickstart",
+        "--recipe",
+        args.name,
+        "--videos",
+        videos,
+        "--pool",
+        pool,
+        "--out",
+        folder,
+    ]
+    r = {"family": args.family, "seed": SEED, "folder": folder, "command": shlex.join(map(str, command))}
     run(r, Console())
     results = [gather(r)] if (folder / MINUTES).is_file() else []
     out = args.out or Path("bench/results") / f"own-folders-{name}-{args.family}"
