@@ -42,6 +42,7 @@ from memdpc.preprocess.datasets import UNLABELLED, OwnFolders, build_index, hold
 from memdpc.preprocess.examples.families import EXAMPLE_FAMILIES, POOL_SEED
 from memdpc.preprocess.run import preprocess
 from memdpc.preprocess.video_index import hold_out, write_index
+from memdpc.recipes.quickstart_options import QuickstartOptions
 from memdpc.recipes.recipe import config_ref, flags
 from memdpc.recipes.recipe import load as load_recipe
 from memdpc.report.page import write_report
@@ -647,13 +648,13 @@ def _write(
 
 
 def quickstart(
-    out: str | Path = "quickstart",
-    tiny: bool = False,
-    workers: int = 2,
-    backend: str = "auto",
-    seed: int = 0,
-    data: str = "synthetic",
-    recipe: str | Path | None = None,
+    out: str | Path = QuickstartOptions.out,
+    tiny: bool = QuickstartOptions.tiny,
+    workers: int = QuickstartOptions.workers,
+    backend: str = QuickstartOptions.backend,
+    seed: int = QuickstartOptions.seed,
+    data: str = QuickstartOptions.data,
+    recipe: str | Path | None = QuickstartOptions.recipe,
     console: Console | None = None,
     own: OwnFolders = OwnFolders(),
 ) -> list[dict[str, Any]]:

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import click
 
+from memdpc.commands.options import config_options
 from memdpc.common.console import rich_console, titled_table
-from memdpc.common.streams import STREAMS
+from memdpc.model.convert_options import ConvertOptions
 
 __all__ = ["command"]
 
@@ -15,27 +16,7 @@ __all__ = ["command"]
 @click.command("convert")
 @click.argument("checkpoint", type=click.Path(path_type=Path))
 @click.argument("out", type=click.Path(path_type=Path))
-@click.option(
-    "--to",
-    "to",
-    type=click.Choice(["memdpc", "reference"]),
-    default="memdpc",
-    show_default=True,
-    help="memdpc: import a reference MemDPC/DPC/classifier file; reference: export back to its layout.",
-)
-@click.option(
-    "--stream",
-    type=click.Choice(STREAMS),
-    default=None,
-    help="Stream the weights were trained on, recorded in the imported checkpoint (evaluation needs it).",
-)
-@click.option(
-    "--size",
-    "input_size",
-    type=click.IntRange(min=1),
-    default=None,
-    help="Input size the weights were trained at, recorded as evaluation's default (unknown: 128).",
-)
+@config_options(ConvertOptions)
 def command(checkpoint: Path, out: Path, to: str, stream: str | None, input_size: int | None) -> None:
     """Convert CHECKPOINT between the reference implementation's layout and memdpc's; write OUT."""
     from memdpc.model.convert import convert_file

@@ -16,12 +16,15 @@ from memdpc.common.settings import flat, from_flat, names_of
 from memdpc.eval.data import EvalData
 from memdpc.eval.fit import FINETUNE_FIT, OOPS_FIT, PROBE_FIT, FitConfig
 from memdpc.eval.options import (
+    CompareOptions,
     Crops,
     EvalOutput,
     FinetuneOptions,
+    FuseFiles,
     FuseOptions,
     OopsOptions,
     ProbeOptions,
+    RecipeEval,
     RetrieveOptions,
 )
 from memdpc.recipes.merge import given_over
@@ -31,15 +34,7 @@ __all__ = ["command"]
 
 
 @click.group("eval", invoke_without_command=True)
-@click.option(
-    "--fuse",
-    "fuse_paths",
-    nargs=2,
-    type=click.Path(path_type=Path),
-    default=None,
-    metavar="RGB_RESULT FLOW_RESULT",
-    help="Late fusion of two results files (same as `eval fuse`; with its --weights, --out, --overwrite).",
-)
+@config_options(FuseFiles)
 @config_options(FuseOptions)
 @click.pass_context
 def command(ctx: click.Context, fuse_paths, **fuse) -> None:
@@ -102,14 +97,7 @@ def _task(task: str, *own: tuple[type, Any], recipe: bool = True):
     if recipe:
         decorators.insert(
             0,
-            click.option(
-                "--config",
-                "config_file",
-                default=None,
-                metavar="RECIPE",
-                help="A recipe (path or short name; `memdpc recipes` lists them) whose eval options are taken "
-                "where the command line gives none.",
-            ),
+            config_options(RecipeEval),
         )
     decorators += [config_options(EvalData), config_options(EvalOutput)]
     decorators += [config_options(config, defaults=defaults) for config, defaults in own]
@@ -158,12 +146,7 @@ def eval_fuse(result_a: Path, result_b: Path, **fuse) -> None:
 @command.command("compare")
 @click.argument("result_a", type=click.Path(path_type=Path))
 @click.argument("result_b", type=click.Path(path_type=Path))
-@click.option(
-    "--out",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="Also write the comparison as JSON here.",
-)
+@config_options(CompareOptions)
 def eval_compare(result_a: Path, result_b: Path, out: Path | None) -> None:
     """Does A beat B on the same test videos? Per metric: A − B, its 95 % interval and a paired test
     (McNemar for top-k and R@k, paired bootstrap otherwise); refused when they are not on the same videos."""

@@ -9,29 +9,15 @@ import click
 from memdpc.commands.options import config_options
 from memdpc.common.console import rich_console
 from memdpc.common.settings import from_flat
-from memdpc.preprocess.datasets import READERS, IndexOptions, make_index
+from memdpc.preprocess.datasets import IndexOptions, IndexRun, make_index
 
 __all__ = ["command"]
 
 
 @click.command("index")
 @click.argument("dataset_root", type=click.Path(path_type=Path))
-@click.option(
-    "--layout", type=click.Choice(list(READERS)), required=True, help="Dataset layout of DATASET_ROOT."
-)
+@config_options(IndexRun)
 @config_options(IndexOptions)
-@click.option(
-    "--out",
-    "out",
-    type=click.Path(path_type=Path, dir_okay=False),
-    default=None,
-    help="Index file to write (default: DATASET_ROOT/index_<layout>_split<N>.jsonl).",
-)
-@click.option(
-    "--overwrite",
-    is_flag=True,
-    help="Write over an index that shards were made from (default: refuse it, naming them).",
-)
 def command(dataset_root: Path, layout: str, out: Path | None, overwrite: bool, **options) -> None:
     """Read a dataset in its official layout and write one video index (JSONL)."""
     from memdpc.report.stage_tables import print_index_report

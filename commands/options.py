@@ -12,13 +12,18 @@ import click
 
 from memdpc.common.settings import kind, options_of
 
-__all__ = ["OUT_DIR", "config_options", "stack", "take"]
+__all__ = ["OUT_DIR", "SettingOption", "config_options", "stack", "take"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 # an output folder: click rejects an existing file of that name before any work starts
 OUT_DIR = click.Path(path_type=Path, file_okay=False)
 _KINDS = {"int": int, "float": float, "str": str, "bool": bool, "Path": Path}
+
+
+class SettingOption(click.Option):
+    """An option generated from a setting: its flags, type, default and help are the setting's (a verb's option of
+    another class typed its own, which a test of the command line refuses)."""
 
 
 def stack(*decorators: Callable[[F], F]) -> Callable[[F], F]:
@@ -58,8 +63,9 @@ def _option(f: dataclasses.Field, meta: dict[str, Any], default: Any, unset: boo
     flags = tuple(meta.get("flags") or ("--" + name.rstrip("_").replace("_", "-"),))
     text = meta["help"]
     kw: dict[str, Any] = {"help": text}
-    if "nargs" in meta:
-        kw["nargs"] = meta["nargs"]
+    for key in ("nargs", "metavar"):
+        if key in meta:
+            kw[key] = meta[key]
     if "option_default" in meta:  # "decided later", as the help says
         default = meta["option_default"]
     elif unset:  # "not given here": the value comes from a settings file, else the config's default
@@ -74,14 +80,14 @@ def _option(f: dataclasses.Field, meta: dict[str, Any], default: Any, unset: boo
         if "/" not in flags[-1] and (unset or default):
             flags = (*flags[:-1], f"{flags[-1]}/--no-{flags[-1][2:]}")
         if "/" in flags[-1]:
-            return click.option(*flags, name, default=default, **kw)
+            return click.option(*flags, name, cls=SettingOption, default=default, **kw)
         kw.pop("show_default", None)  # a plain flag is off unless given
-        return click.option(*flags, name, is_flag=True, default=bool(default), **kw)
+        return click.option(*flags, name, cls=SettingOption, is_flag=True, default=bool(default), **kw)
     if "choices" in meta and default is not None:
         default = str(default)
     if not kw.get("required"):  # a required option has no default at all (click counts None as given)
         kw["default"] = default
-    return click.option(*flags, name, type=_type(f, meta, kind_, unset), **kw)
+    return click.option(*flags, name, cls=SettingOption, type=_type(f, meta, kind_, unset), **kw)
 
 
 def config_options(cls: type, *, defaults: Any = None, unset: bool = False) -> Callable[[F], F]:

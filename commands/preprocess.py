@@ -10,7 +10,7 @@ from memdpc.commands.options import config_options, stack, take
 from memdpc.common.console import rich_console
 from memdpc.common.streams import FLOW, RGB
 from memdpc.preprocess.flow.tvl1_params import TVL1Params
-from memdpc.preprocess.options import PreprocessOptions
+from memdpc.preprocess.options import PreprocessOptions, PreprocessRun
 
 __all__ = ["command"]
 
@@ -24,12 +24,7 @@ def _options(streams: str):
     return stack(
         click.argument("index", type=click.Path(path_type=Path)),
         config_options(PreprocessOptions, defaults=PreprocessOptions(streams=streams)),
-        click.option(
-            "--dry-run",
-            is_flag=True,
-            help="Print what the run will do (videos, frames, disk, and the time from a short timed warm-up) "
-            "and write nothing.",
-        ),
+        config_options(PreprocessRun),
     )
 
 

@@ -9,21 +9,14 @@ from memdpc.common.console import rich_console
 from memdpc.common.errors import UserError
 from memdpc.common.settings import from_flat
 from memdpc.preprocess.datasets import OwnFolders
-from memdpc.recipes.recipe import commands, load, names
+from memdpc.recipes.recipe import RecipeFolders, commands, load, names
 
 __all__ = ["command"]
 
 
 @click.command("recipes")
 @click.argument("name", required=False)
-@click.option(
-    "--datasets",
-    "data",
-    default="DATA",
-    show_default=True,
-    help="Folder of the datasets in their official layouts, one sub-folder each (ucf101, hmdb51, k400).",
-)
-@click.option("--work", default="WORK", show_default=True, help="Folder for everything the commands write.")
+@config_options(RecipeFolders)
 @config_options(OwnFolders)
 def command(name: str | None, data: str, work: str, **own) -> None:
     """The paper's experiments, one recipe per table row: list them, or print the commands of recipe NAME (a short

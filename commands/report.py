@@ -6,20 +6,16 @@ from pathlib import Path
 
 import click
 
-from memdpc.commands.options import OUT_DIR
+from memdpc.commands.options import config_options
 from memdpc.common.console import rich_console
+from memdpc.report.show_options import ReportOut
 
 __all__ = ["command"]
 
 
 @click.command("report")
 @click.argument("folder", type=click.Path(path_type=Path))
-@click.option(
-    "--out",
-    type=OUT_DIR,
-    default=None,
-    help="Folder for the page (index.html) and its pictures [default: FOLDER/report].",
-)
+@config_options(ReportOut)
 def command(folder: Path, out: Path | None) -> None:
     """One static page of what FOLDER holds (a quickstart folder, or a folder of runs, eval results, shards and
     frame archives): results table, curves, sample clips, retrieval strips; it opens from the file system."""

@@ -8,16 +8,16 @@ import click
 from click.core import ParameterSource
 from rich.markup import escape
 
-from memdpc.commands.options import OUT_DIR, config_options
+from memdpc.commands.options import config_options
 from memdpc.common.console import rich_console
-from memdpc.report.show_options import ShowOptions
+from memdpc.report.show_options import ShowOptions, ShowOut
 
 __all__ = ["command"]
 
 
 @click.command("show")
 @click.argument("path", type=click.Path(path_type=Path))
-@click.option("--out", type=OUT_DIR, required=True, help="Folder for the pictures (PNG, GIF).")
+@config_options(ShowOut)
 @config_options(ShowOptions)
 def command(path: Path, out: Path, **kw) -> None:
     """Pictures of PATH: a frame archive or folder of them (contact sheet + GIF, flow in colour), a shard or shard

@@ -10,45 +10,14 @@ from memdpc.commands.options import config_options
 from memdpc.common.console import rich_console
 from memdpc.common.errors import UserError
 from memdpc.recipes.merge import given_over
-from memdpc.train.config import TrainConfig, config_from_dict, read_config_file
+from memdpc.train.config import TrainConfig, TrainRun, config_from_dict, read_config_file
 
 __all__ = ["command"]
 
 
 @click.command("train")
-@click.option(
-    "--config",
-    "config_file",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="YAML or TOML file of settings, or a recipe (path or short name: `memdpc recipes` lists them; its train "
-    "section); options given on the command line override it.",
-)
+@config_options(TrainRun)
 @config_options(TrainConfig, unset=True)
-@click.option(
-    "--init-only",
-    is_flag=True,
-    help="Write the model the run starts from (untrained and seeded, or the --init weights) as "
-    "<out>/checkpoints/init.pt and stop (random-init baseline).",
-)
-@click.option(
-    "--bn-from-data",
-    is_flag=True,
-    help="With --init-only: BatchNorm statistics of the training split's clips (no weight changes), the fair "
-    "random-init baseline of frozen evaluations.",
-)
-@click.option(
-    "--overwrite",
-    is_flag=True,
-    help="Start the run afresh: remove the run directory's checkpoints, metrics and TensorBoard logs (after saying "
-    "so) instead of resuming, e.g. when its shards changed since.",
-)
-@click.option(
-    "--dry-run",
-    is_flag=True,
-    help="Print what the run will do (clips and steps per epoch, global batch, schedule, disk, the wall time "
-    "estimated from a few timed steps on this device) and write nothing.",
-)
 def command(
     config_file: Path | None, init_only: bool, bn_from_data: bool, overwrite: bool, dry_run: bool, **options
 ) -> None:

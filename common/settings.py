@@ -38,7 +38,7 @@ def setting(default: Any, help: str = "", **cli: Any) -> Any:
     ``cli`` says what the values may be and how the command line shows them, where the field's name and type do
     not: ``choices``, ``min`` and ``max`` (checked by :func:`check`; a None value is "not given" and passes),
     ``flags`` (the option's flags, e.g. ``("--blocks",)`` or ``("--linear/--mlp",)``), ``nargs`` (a tuple of that
-    many values), ``required``, ``path`` (a path on the command line: ``click.Path``'s settings),
+    many values), ``metavar`` (how the help names the value), ``required``, ``path`` (a path on the command line: ``click.Path``'s settings),
     ``option_default`` (the option's default where it differs from the field's, e.g. None for "decided later",
     which the help then explains), ``nested`` (a dataclass whose own settings become options; its default is an
     instance, which gives the nested settings' defaults in this config) and, with it, ``flags`` as a mapping of

@@ -15,7 +15,7 @@ from torch import nn
 from memdpc.common.distenv import DistEnv
 from memdpc.common.errors import UserError
 from memdpc.eval.data import EvalData
-from memdpc.eval.features import Windows, run_windows, split_classes
+from memdpc.eval.features import Windows, eval_split, run_windows
 from memdpc.eval.multicrop import VideoAccumulator
 from memdpc.eval.outputs import Outputs
 from memdpc.eval.plots import confusion_matrix
@@ -52,7 +52,7 @@ def run_classify(
     the per-window logits)."""
     clf, ckpt, stream = load_classifier(checkpoint, data, env)
     data = data.with_loader(stream=stream)
-    classes, _ = split_classes(data, data.test_split)
+    classes = eval_split(data, data.test_split).classes
     if ckpt["model_config"]["num_classes"] != len(classes):
         raise UserError(
             f"{checkpoint}: a classifier of {ckpt['model_config']['num_classes']} classes, but the "

@@ -28,18 +28,18 @@ from memdpc.common.errors import UserError
 from memdpc.common.progress import progress_bar
 from memdpc.eval.data import EvalData
 from memdpc.eval.outputs import Outputs
-from memdpc.pipeline.clip import ClipSpec
 from memdpc.pipeline.loader import make_loader
-from memdpc.pipeline.manifest import load_manifest, manifest_path
+from memdpc.pipeline.manifest import manifest_path
 from memdpc.pipeline.provenance import manifest_identity, sources_changed
 from memdpc.pipeline.sample import parse_key
+from memdpc.pipeline.shard_set import ShardSplit, open_split
 
 __all__ = [
     "Windows",
     "loader_batches",
     "run_windows",
     "same_classes",
-    "split_classes",
+    "eval_split",
     "task_features",
     "video_mean",
 ]
@@ -62,25 +62,23 @@ class Windows:
         return np.array([parse_key(k)[1] for k in self.keys], dtype=np.int64)
 
 
-def split_classes(data: EvalData, split: str) -> tuple[list[str], dict[str, Any]]:
-    """(class names, manifest) of a split; refuses an empty split, and one whose shards hold videos changed since
+def eval_split(data: EvalData, split: str) -> ShardSplit:
+    """The shards of a split to evaluate on; refuses an empty split, and one whose shards hold videos changed since
     their archives were made (features of them, cached or new, would be of the old videos)."""
-    manifest = load_manifest(data.loader.shards, data.loader.stream, split)
-    if int(manifest.get("num_samples", 0)) == 0:
-        raise UserError(
-            f"{manifest_path(data.loader.shards, data.loader.stream, split)}: the {split} split is empty"
-        )
-    stale = sources_changed(manifest, manifest_path(data.loader.shards, data.loader.stream, split))
+    shards = open_split(data.loader.shards, data.loader.stream, split)
+    if shards.num_samples == 0:
+        raise UserError(f"{shards.path}: the {split} split is empty")
+    stale = sources_changed(shards.manifest, shards.path)
     if stale:
         raise UserError(stale)
-    return list(manifest["classes"]), manifest
+    return shards
 
 
 def same_classes(data: EvalData) -> list[str]:
     """The class list shared by the train and test splits; refuses an unlabelled split (nothing to score) and
     label sets that differ."""
-    train, _ = split_classes(data, data.loader.train_split)
-    test, _ = split_classes(data, data.test_split)
+    train = eval_split(data, data.loader.train_split).classes
+    test = eval_split(data, data.test_split).classes
     for split, classes in ((data.loader.train_split, train), (data.test_split, test)):
         if not classes:
             raise UserError(
@@ -130,7 +128,7 @@ def run_windows(
 
     Returns the gathered :class:`Windows` on rank 0, None on the other ranks.
     """
-    manifest = load_manifest(data.loader.shards, data.loader.stream, split)
+    shards = open_split(data.loader.shards, data.loader.stream, split)
     loader = make_loader(
         data.loader.shards,
         data.loader.stream,
@@ -144,7 +142,6 @@ def run_windows(
         world_size=env.world_size,
         num_workers=data.loader.num_workers,
         device=str(env.device),
-        clip=ClipSpec(**manifest["clip"]),
     )
     found: dict[str, tuple[str, int, np.ndarray]] = {}
     with progress_bar(elapsed=False, transient=True) as bar, torch.inference_mode():
@@ -164,11 +161,9 @@ def run_windows(
     found = _gather(found, env)
     if found is None:
         return None
-    expected = int(manifest["num_samples"])
-    if len(found) != expected:
+    if len(found) != shards.num_samples:
         raise UserError(
-            f"{manifest_path(data.loader.shards, data.loader.stream, split)}: evaluated {len(found)} distinct "
-            f"windows, but the shards hold {expected}"
+            f"{shards.path}: evaluated {len(found)} distinct windows, but the shards hold {shards.num_samples}"
         )
     keys = sorted(found)
     return Windows(

@@ -41,9 +41,7 @@ from memdpc.eval.subset import stratified_subset
 from memdpc.model import Classifier
 from memdpc.model import checkpoint as mc
 from memdpc.model.memdpc import finish_config
-from memdpc.pipeline.clip import ClipSpec
 from memdpc.pipeline.loader import make_loader
-from memdpc.pipeline.manifest import load_manifest
 from memdpc.pipeline.provenance import manifest_identity
 
 __all__ = ["TRAIN_SHARDS", "kept_batches", "run_finetune", "train_epochs", "train_loader"]
@@ -62,7 +60,6 @@ Batches = Callable[[int], Iterator[tuple[torch.Tensor, list[str], torch.Tensor]]
 
 def train_loader(data: EvalData, env: dd.DistEnv, seed: int):
     """The finetuning's loader of the training split: augmented, this rank's part, drawn with ``seed``."""
-    manifest = load_manifest(data.loader.shards, data.loader.stream, data.loader.train_split)
     return make_loader(
         data.loader.shards,
         data.loader.stream,
@@ -76,7 +73,6 @@ def train_loader(data: EvalData, env: dd.DistEnv, seed: int):
         seed=seed,
         num_workers=data.loader.num_workers,
         device=str(env.device),
-        clip=ClipSpec(**manifest["clip"]),
         drop_last=env.distributed,
     )
 

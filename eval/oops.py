@@ -27,7 +27,7 @@ from torch import nn
 from memdpc.common import distenv as dd
 from memdpc.common.errors import UserError
 from memdpc.eval.data import EvalData
-from memdpc.eval.features import run_windows, split_classes, task_features
+from memdpc.eval.features import eval_split, run_windows, task_features
 from memdpc.eval.finetune import TRAIN_SHARDS, kept_batches, train_epochs, train_loader
 from memdpc.eval.fit import OOPS_FIT, OOPS_MODES, FitConfig
 from memdpc.eval.oops_labels import CLASSES, TRANSITIONAL, oversample, step_labels
@@ -38,9 +38,8 @@ from memdpc.eval.probe import fit_head
 from memdpc.eval.results import save_result
 from memdpc.eval.shard_meta import window_info
 from memdpc.model import OopsHead
-from memdpc.pipeline.clip import ClipSpec
-from memdpc.pipeline.manifest import load_manifest
 from memdpc.pipeline.provenance import manifest_identity
+from memdpc.pipeline.shard_set import open_split
 from memdpc.preprocess.video_index import read_index
 
 __all__ = ["run_oops"]
@@ -58,7 +57,7 @@ def window_labels(
     data: EvalData, split: str, keys: list[str], times: dict[str, float], index: str
 ) -> np.ndarray:
     """(W, num_blocks) step labels of the given windows, from their start, fps and the failure time."""
-    spec = ClipSpec(**load_manifest(data.loader.shards, data.loader.stream, split)["clip"])
+    spec = open_split(data.loader.shards, data.loader.stream, split).clip
     info = window_info(data.loader.shards, data.loader.stream, split)
     out = []
     for key in keys:
@@ -118,7 +117,7 @@ def _frozen(model, data: EvalData, out: Outputs, env, times, index, fit: FitConf
 
 def _finetune(model, data: EvalData, out: Outputs, env, times, index, fit: FitConfig, settings):
     info = window_info(data.loader.shards, data.loader.stream, data.loader.train_split)
-    spec = ClipSpec(**split_classes(data, data.loader.train_split)[1]["clip"])
+    spec = eval_split(data, data.loader.train_split).clip
     labels_of = {
         k: step_labels(int(w["start"]), float(w["fps"]), times[w["video_id"]], spec)
         for k, w in info.items()
@@ -177,7 +176,7 @@ def run_oops(
     model, _, stream = load_encoder(checkpoint, data, env)
     data = data.with_loader(stream=stream)
     for split in (data.loader.train_split, data.test_split):
-        split_classes(data, split)  # refuses an empty split
+        eval_split(data, split)  # refuses an empty split
     path = out.claim(f"oops-{mode}-{stream}.json")
     settings = {
         "checkpoint": out.source["checkpoint"],

@@ -12,13 +12,16 @@ from memdpc.eval.fit import FINETUNE_DROPOUT, OOPS_MODES, PROBE_DROPOUT, RETRIEV
 from memdpc.pipeline.clip import EVAL_CROPS
 
 __all__ = [
+    "CompareOptions",
     "Crops",
     "EvalOutput",
     "FinetuneOptions",
+    "FuseFiles",
     "FuseOptions",
     "HeadDropout",
     "OopsOptions",
     "ProbeOptions",
+    "RecipeEval",
     "RetrieveOptions",
 ]
 
@@ -98,3 +101,37 @@ class FuseOptions(Checked):
         None, "Results file to write (default: beside the first input).", flags=("--out", "--fuse-out")
     )
     overwrite: bool = setting(False, "Replace other results at --out.")
+
+
+@dataclass(frozen=True)
+class FuseFiles(Checked):
+    """``memdpc eval --fuse A B``: the design card's spelling of ``memdpc eval fuse A B``."""
+
+    fuse_paths: tuple[Path, Path] | None = setting(
+        None,
+        "Late fusion of two results files (same as `eval fuse`; with its --weights, --out, --overwrite).",
+        flags=("--fuse",),
+        nargs=2,
+        metavar="RGB_RESULT FLOW_RESULT",
+        path={},
+    )
+
+
+@dataclass(frozen=True)
+class RecipeEval(Checked):
+    """An evaluation's settings from a recipe."""
+
+    config_file: str | None = setting(
+        None,
+        "A recipe (path or short name; `memdpc recipes` lists them) whose eval options are taken where the command "
+        "line gives none.",
+        flags=("--config",),
+        metavar="RECIPE",
+    )
+
+
+@dataclass(frozen=True)
+class CompareOptions(Checked):
+    """Where ``memdpc eval compare`` also writes its comparison."""
+
+    out: Path | None = setting(None, "Also write the comparison as JSON here.")

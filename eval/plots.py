@@ -22,8 +22,8 @@ import numpy as np
 from memdpc.common.atomic import atomic_path
 from memdpc.common.streams import FLOW, RGB
 from memdpc.eval.shard_meta import window_frames
-from memdpc.pipeline.manifest import load_manifest
 from memdpc.pipeline.sample import sample_key
+from memdpc.pipeline.shard_set import open_split
 from memdpc.viz.flow_colours import FLOW_KEY, codes_colours
 from memdpc.viz.pictures import decode_frames
 
@@ -81,7 +81,7 @@ def retrieval_examples(
     frame is drawn :data:`STRIP_FRAME_PX` pixels wide (the figure is sized to it), whatever the frames' size.
     """
     stream = stream or data.loader.stream
-    num_blocks = int(load_manifest(data.loader.shards, stream, data.test_split)["clip"]["num_blocks"])
+    num_blocks = open_split(data.loader.shards, stream, data.test_split).clip.num_blocks
     rows = min(rows, len(q_ids))
     top = neighbours[:rows, :3]
     q_frames = window_frames(

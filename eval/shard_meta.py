@@ -13,16 +13,15 @@ from pathlib import Path
 from typing import Any
 
 from memdpc.common.errors import UserError
-from memdpc.pipeline.manifest import load_manifest, shard_paths
 from memdpc.pipeline.sample import INFO, is_frame_member
+from memdpc.pipeline.shard_set import open_split
 from memdpc.pipeline.wds_index import read_index, split_name
 
 __all__ = ["window_frames", "window_info"]
 
 
 def _members(shard_dir: str | os.PathLike, stream: str, split: str) -> Iterator[tuple[Path, dict]]:
-    manifest = load_manifest(shard_dir, stream, split)
-    for tar, idx in shard_paths(shard_dir, manifest):
+    for tar, idx in open_split(shard_dir, stream, split).shards:
         if not idx.is_file():
             raise UserError(f"{idx}: DALI index of shard {tar.name} is missing")
         for members in read_index(idx):

@@ -17,8 +17,8 @@ from memdpc.pipeline.augment import AugmentSpec
 from memdpc.pipeline.backends import BACKENDS
 from memdpc.pipeline.clip import EVAL_CROPS, ClipSpec
 from memdpc.pipeline.dali_loader import DaliLoader
-from memdpc.pipeline.manifest import frame_sizes, load_manifest, manifest_path, shard_paths
 from memdpc.pipeline.plan import LoaderPlan
+from memdpc.pipeline.shard_set import open_split
 from memdpc.pipeline.torch_loader import TorchLoader
 
 __all__ = ["backend_words", "dali_available", "make_loader", "plan_loader"]
@@ -128,15 +128,15 @@ def plan_loader(
 ) -> LoaderPlan:
     """Read the manifest and check the request against it (see the module docstring)."""
     _check_request(batch_size, size, crops, rank, world_size, device)
-    manifest = load_manifest(shard_dir, stream, split)
-    where = manifest_path(shard_dir, stream, split)
-    clip = clip or ClipSpec(**manifest.get("clip", {}))  # None: the shards' own geometry
-    if manifest.get("clip") != clip.to_dict():
+    found = open_split(shard_dir, stream, split)
+    where = found.path
+    clip = clip or found.clip  # None: the shards' own geometry
+    if found.manifest.get("clip") != clip.to_dict():
         raise UserError(
-            f"{where}: shards hold clips {manifest.get('clip')}, the loader expects {clip.to_dict()}"
+            f"{where}: shards hold clips {found.manifest.get('clip')}, the loader expects {clip.to_dict()}"
         )
-    shards = shard_paths(shard_dir, manifest)
-    if not shards or manifest.get("num_samples", 0) == 0:
+    shards = found.shards
+    if not shards or found.num_samples == 0:
         raise UserError(f"{where}: the shard list is empty")
     for tar, idx in shards:
         if not tar.is_file():
@@ -160,10 +160,10 @@ def plan_loader(
         )  # its own: no more workers than a rank has shards
     return LoaderPlan(
         shards=shards,
-        shard_samples=[int(s["num_samples"]) for s in manifest["shards"]],
+        shard_samples=[int(s["num_samples"]) for s in found.manifest["shards"]],
         stream=stream,
-        frame_sizes=tuple(frame_sizes(manifest)),
-        encoding=str(manifest.get("encoding") or ""),
+        frame_sizes=tuple(found.frame_sizes),
+        encoding=str(found.manifest.get("encoding") or ""),
         num_frames=clip.num_frames,
         num_blocks=clip.num_blocks,
         train=train,
@@ -178,7 +178,7 @@ def plan_loader(
         spec=spec or AugmentSpec(),
         drop_last=drop_last,
         clips_per_video=clips_per_video,
-        third_channel=int(manifest.get("third_channel", 128)),
+        third_channel=int(found.manifest.get("third_channel", 128)),
     )
 
 

@@ -28,7 +28,8 @@ from memdpc.pipeline.augment import AugmentSpec
 from memdpc.pipeline.clip import ClipSpec
 from memdpc.pipeline.loader import dali_available, make_loader
 from memdpc.pipeline.loader_bench_options import LoaderBench
-from memdpc.pipeline.manifest import find_manifests, frame_sizes, load_manifest, manifest_path
+from memdpc.pipeline.manifest import find_manifests, manifest_path
+from memdpc.pipeline.shard_set import ShardSplit, open_split
 
 __all__ = ["bench_loader"]
 
@@ -93,9 +94,9 @@ def bench_loader(cfg: LoaderBench, console: Console | None = None) -> dict:
         raise UserError(
             "the loader bench compares DALI with the torch loader, but nvidia-dali is not installed"
         )
-    manifest = _manifest(cfg)
-    clip = ClipSpec(**manifest["clip"])
-    side = min((min(hw) for hw in frame_sizes(manifest)), default=cfg.size)
+    shards = _shards(cfg)
+    clip = shards.clip
+    side = min((min(hw) for hw in shards.frame_sizes), default=cfg.size)
     best: dict[tuple[str, str], dict] = {}
     for _ in range(cfg.repeat):
         for augment in (True, False):
@@ -112,11 +113,11 @@ def bench_loader(cfg: LoaderBench, console: Console | None = None) -> dict:
             rows.append(
                 {"backend": backend, "augmentation": aug, **r, "ratio_to_torch": r["clips_per_s"] / base}
             )
-    _print(cfg, manifest, side, rows, console)
+    _print(cfg, shards, side, rows, console)
     result = {
         "config": {k: str(v) for k, v in asdict(cfg).items()},
-        "clip": manifest["clip"],
-        "frame_sizes": [list(hw) for hw in frame_sizes(manifest)],
+        "clip": shards.clip.to_dict(),
+        "frame_sizes": [list(hw) for hw in shards.frame_sizes],
         "size_off": side,
         "results": rows,
     }
@@ -124,8 +125,8 @@ def bench_loader(cfg: LoaderBench, console: Console | None = None) -> dict:
     return result
 
 
-def _manifest(cfg: LoaderBench) -> dict:
-    """The manifest of the benchmarked stream and split; a one-line error naming what the folder holds."""
+def _shards(cfg: LoaderBench) -> ShardSplit:
+    """The benchmarked stream's split; a one-line error naming what the folder holds."""
     if not manifest_path(cfg.shards, cfg.stream, cfg.split).is_file():
         if any(Path(cfg.shards).glob("manifest-*.json")):
             raise UserError(f"{cfg.shards}: a stream's folder; give the shard folder that holds it")
@@ -134,12 +135,12 @@ def _manifest(cfg: LoaderBench) -> dict:
             f"{cfg.shards}: no {cfg.stream}/{cfg.split} shards (it holds {', '.join(held)}); "
             "choose with --stream and --split"
         )
-    return load_manifest(cfg.shards, cfg.stream, cfg.split)
+    return open_split(cfg.shards, cfg.stream, cfg.split)
 
 
-def _print(cfg: LoaderBench, manifest: dict, side: int, rows: list[dict], console: Console) -> None:
-    sizes = [f"{w}×{h}" for h, w in frame_sizes(manifest)] or ["mixed-size"]  # width×height, as every message
-    clip = ClipSpec(**manifest["clip"])
+def _print(cfg: LoaderBench, shards: ShardSplit, side: int, rows: list[dict], console: Console) -> None:
+    sizes = [f"{w}×{h}" for h, w in shards.frame_sizes] or ["mixed-size"]  # width×height, as every message
+    clip = shards.clip
     table = titled_table(
         f"loaders on {cfg.shards}/{cfg.stream} ({', '.join(sizes)} JPEG frames, {clip.num_frames} per "
         f"clip), output {cfg.size}² (aug off: {side}²), batch {cfg.batch_size}, {cfg.workers} "

@@ -17,7 +17,7 @@ import hashlib
 import json
 import os
 import tarfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,9 +33,8 @@ __all__ = [
     "checksum_path",
     "find_manifests",
     "frame_sizes",
-    "load_manifest",
     "manifest_path",
-    "manifest_sha256",
+    "read_manifest",
     "shard_name",
     "shard_paths",
     "shard_pattern",
@@ -97,9 +96,10 @@ def _read(path: Path) -> tuple[str, dict[str, Any]]:
     return _READ[path][1], manifest
 
 
-def load_manifest(shard_dir: str | os.PathLike, stream: str, split: str) -> dict[str, Any]:
-    """The manifest of one stream and split (read once per process; callers read it, never change it);
-    UserError if it is missing or unreadable."""
+def read_manifest(shard_dir: str | os.PathLike, stream: str, split: str) -> tuple[dict[str, Any], str]:
+    """The manifest of one stream and split and the SHA-256 of its bytes (as ``sha256sum`` gives it), read once per
+    process (callers read it, never change it; :class:`memdpc.pipeline.shard_set.ShardSplit` types it); UserError
+    if it is missing, unreadable or another split's."""
     path = manifest_path(shard_dir, stream, split)
     if not path.is_file():
         raise UserError(
@@ -107,21 +107,15 @@ def load_manifest(shard_dir: str | os.PathLike, stream: str, split: str) -> dict
             f"--split {split}` first, or check the directory)"
         )
     try:
-        _, manifest = _read(path.resolve())
+        sha256, manifest = _read(path.resolve())
     except (json.JSONDecodeError, UnicodeDecodeError, OSError) as e:
         raise UserError(f"{path}: unreadable shard manifest ({e})") from None
     if manifest.get("stream") != stream or manifest.get("split") != split or "shards" not in manifest:
         raise UserError(f"{path}: not a {stream}/{split} shard manifest")
-    return manifest
+    return manifest, sha256
 
 
-def manifest_sha256(shard_dir: str | os.PathLike, stream: str, split: str) -> str:
-    """The SHA-256 of the manifest's bytes (as ``sha256sum`` gives it), from the one read of it."""
-    load_manifest(shard_dir, stream, split)
-    return _read(manifest_path(shard_dir, stream, split).resolve())[0]
-
-
-def frame_sizes(manifest: dict[str, Any]) -> list[tuple[int, int]]:
+def frame_sizes(manifest: Mapping[str, Any]) -> list[tuple[int, int]]:
     """The (height, width) of the frames of a loaded manifest's samples, most samples first; empty for
     shards of several sizes written before the manifest listed them."""
     if "frame_sizes" in manifest:
@@ -130,7 +124,7 @@ def frame_sizes(manifest: dict[str, Any]) -> list[tuple[int, int]]:
     return [(int(size[0]), int(size[1]))] if size else []
 
 
-def shard_paths(shard_dir: str | os.PathLike, manifest: dict[str, Any]) -> list[tuple[Path, Path]]:
+def shard_paths(shard_dir: str | os.PathLike, manifest: Mapping[str, Any]) -> list[tuple[Path, Path]]:
     """(tar, idx) paths of every shard of a loaded manifest."""
     folder = stream_dir(shard_dir, manifest["stream"])
     return [(folder / s["name"], folder / s["index"]) for s in manifest["shards"]]

@@ -18,7 +18,7 @@ from typing import Any
 
 from memdpc.common.errors import UserError
 from memdpc.common.wording import plural
-from memdpc.pipeline.manifest import load_manifest, manifest_path, manifest_sha256
+from memdpc.pipeline.shard_set import open_split
 from memdpc.preprocess.archive import archive_path, read_meta
 from memdpc.preprocess.reuse import remake_command
 from memdpc.preprocess.source import source_changes
@@ -92,9 +92,9 @@ def manifest_identity(shard_dir: str | os.PathLike, stream: str, split: str) -> 
     ``provenance``, the ``index`` and ``frames`` the shards were made from (so that a result's chain names them
     after the shards are cut again): what results record of each split they read, and what keys the feature
     caches."""
-    path = manifest_path(shard_dir, stream, split).resolve()
-    out: dict[str, Any] = {"manifest": str(path), "sha256": manifest_sha256(shard_dir, stream, split)}
-    provenance = load_manifest(shard_dir, stream, split).get("provenance") or {}
+    shards = open_split(shard_dir, stream, split)
+    out: dict[str, Any] = {"manifest": str(shards.path.resolve()), "sha256": shards.sha256}
+    provenance = shards.provenance
     if provenance:
         out |= {"index": provenance.get("index"), "frames": provenance.get("frames")}
     return out
@@ -105,7 +105,7 @@ def split_record(shard_dir: str | os.PathLike, stream: str, split: str) -> dict[
     checksums (the data itself: equal even where the manifest was rewritten with another index path), the shard
     options and, to name a change, its videos (``{id: [label, archive digest]}``; None in a manifest written
     before it recorded them)."""
-    manifest = load_manifest(shard_dir, stream, split)
+    manifest = open_split(shard_dir, stream, split).manifest
     shards = "".join(f"{s['name']} {s['sha256']}\n" for s in manifest["shards"])
     return {
         "split": split,

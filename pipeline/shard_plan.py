@@ -55,6 +55,7 @@ __all__ = [
     "Plan",
     "SKIP_KINDS",
     "SPLITS",
+    "ShardJob",
     "Sample",
     "ShardPlan",
     "ShardSettings",
@@ -93,6 +94,37 @@ class ShardSettings(Checked):
 
 
 DEFAULT_SETTINGS = ShardSettings()
+
+
+@dataclass(frozen=True)
+class ShardJob(Checked):
+    """What ``memdpc shard`` cuts and how it treats what it finds (:func:`~memdpc.pipeline.shard.run_shard`'s
+    arguments besides the archives and the :class:`ShardSettings`), or, with ``verify``, the folder it checks."""
+
+    index: Path | None = setting(None, "Video index (JSONL) of the videos.")
+    stream: str | None = setting(None, "Which archives to shard.", choices=STREAMS)
+    out: Path | None = setting(None, "Shard folder (gets <stream>/ inside).", path={"file_okay": False})
+    split: str = setting(
+        "train",
+        "Videos to shard; train/all: train windows, shuffled; test/val: eval windows (0, 59, 118, …).",
+        choices=SPLITS,
+    )
+    strict: bool = setting(False, "Stop at the first bad video (default: skip and report it).")
+    allow_missing_classes: bool = setting(
+        False,
+        "Shard a split although classes with videos in it have no samples (failed in preprocess, or not written "
+        "yet), leaving them out (default: refuse, before writing).",
+    )
+    overwrite: bool = setting(
+        False,
+        "Rewrite the split's shards in --out made with other options or from archives changed since (default: "
+        "refuse).",
+    )
+    verify: Path | None = setting(
+        None, "Instead of sharding: re-read every shard in DIR and check it against its manifest and index."
+    )
+
+
 # why a video of the split has no samples: its kind in ``Plan.skipped`` and how the summary names it
 FAILED, NOT_WRITTEN, UNUSABLE = "failed", "not-written", "unusable"
 SKIP_KINDS = {

@@ -13,7 +13,7 @@ import os
 import statistics
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field
 from pathlib import Path
 
 from memdpc.common.errors import UserError
@@ -35,6 +35,7 @@ from memdpc.preprocess.video_index import (
 __all__ = [
     "IndexOptions",
     "IndexReport",
+    "IndexRun",
     "OwnFolders",
     "READERS",
     "UNLABELLED",
@@ -420,6 +421,22 @@ class IndexOptions(Checked):
         None,
         "Draw the held-out videos at random per class with this seed (default: the last ones by id).",
         min=0,
+    )
+
+
+@dataclass(frozen=True)
+class IndexRun(Checked):
+    """How ``memdpc index`` reads a folder and where it writes (:func:`make_index`'s ``layout``, ``out`` and
+    ``overwrite``)."""
+
+    layout: str = setting(MISSING, "Dataset layout of DATASET_ROOT.", choices=tuple(READERS), required=True)
+    out: Path | None = setting(
+        None,
+        "Index file to write (default: DATASET_ROOT/index_<layout>_split<N>.jsonl).",
+        path={"dir_okay": False},
+    )
+    overwrite: bool = setting(
+        False, "Write over an index that shards were made from (default: refuse it, naming them)."
     )
 
 

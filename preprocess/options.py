@@ -24,7 +24,7 @@ from memdpc.preprocess.flow.backends import AUTO, BACKENDS
 from memdpc.preprocess.flow.tvl1_params import TVL1Params
 from memdpc.preprocess.report import REPORT, REPORT_OF_PART
 
-__all__ = ["PreprocessConfig", "PreprocessOptions", "config_from_options", "parse_part"]
+__all__ = ["PreprocessConfig", "PreprocessOptions", "PreprocessRun", "config_from_options", "parse_part"]
 
 
 @dataclass(frozen=True)
@@ -210,3 +210,14 @@ def config_from_options(
     )
     cfg.validate()
     return cfg
+
+
+@dataclass(frozen=True)
+class PreprocessRun:
+    """Whether ``memdpc preprocess`` runs or only says what it would do."""
+
+    dry_run: bool = setting(
+        False,
+        "Print what the run will do (videos, frames, disk, and the time from a short timed warm-up) and write "
+        "nothing.",
+    )

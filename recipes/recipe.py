@@ -36,6 +36,7 @@ import yaml
 __all__ = [
     "EXAMPLE_SEEDS",
     "Recipe",
+    "RecipeFolders",
     "commands",
     "config_ref",
     "eval_settings",
@@ -54,6 +55,7 @@ except ImportError:  # Python 3.10: TOML settings files are refused with a messa
     tomllib = None
 
 from memdpc.common.errors import UserError
+from memdpc.common.settings import setting
 from memdpc.common.streams import STREAMS
 from memdpc.common.wording import name_list
 
@@ -136,6 +138,18 @@ def config_ref(path: Path) -> str:
 def is_recipe(values: dict[str, Any]) -> bool:
     """Whether a settings file's mapping is a recipe (it has sections) rather than plain options."""
     return any(k in SECTIONS for k in values)
+
+
+@dataclass(frozen=True)
+class RecipeFolders:
+    """Where the commands ``memdpc recipes NAME`` prints read the datasets and write."""
+
+    data: str = setting(
+        "DATA",
+        "Folder of the datasets in their official layouts, one sub-folder each (ucf101, hmdb51, k400).",
+        flags=("--datasets",),
+    )
+    work: str = setting("WORK", "Folder for everything the commands write.")
 
 
 @dataclass(frozen=True)

@@ -39,10 +39,10 @@ from memdpc.eval.results import load_result
 from memdpc.eval.scores import CLASSIFIER_KINDS, RETRIEVAL_KINDS
 from memdpc.model.checkpoint import read_checkpoint
 from memdpc.pipeline.backends import LoaderSettings
-from memdpc.pipeline.clip import ClipSpec
 from memdpc.pipeline.loader import plan_loader
-from memdpc.pipeline.manifest import frame_sizes, load_manifest, manifest_path, shard_paths
+from memdpc.pipeline.manifest import manifest_path
 from memdpc.pipeline.sample import INFO, LABEL, decode_label, is_frame_member, parse_key, sample_key
+from memdpc.pipeline.shard_set import ShardSplit, open_split
 from memdpc.pipeline.torch_loader import ClipTransform
 from memdpc.pipeline.wds_index import index_path, read_index, split_name
 from memdpc.preprocess.archive import META, archive_path, frame_index, read_meta
@@ -419,13 +419,11 @@ def _default_split(root: Path, stream: str, split: str | None) -> str:
     return "train" if "train" in splits else splits[0]
 
 
-def _crop_size(
-    root: Path, stream: str, split: str, manifest: dict[str, Any], o: ShowOptions, warn: Warn
-) -> int:
+def _crop_size(shards: ShardSplit, o: ShowOptions, warn: Warn) -> int:
     """The crop ``--augment`` draws with: ``o.crop_size``, or where it is not given the short side of the shards'
     most common frame size (the paper's 224 only enlarges smaller frames); a crop larger than that is warned
     of."""
-    sizes = frame_sizes(manifest)
+    sizes = shards.frame_sizes
     if not sizes:  # a manifest written before it listed its frame sizes
         return TrainConfig.crop_size if o.crop_size is None else o.crop_size
     h, w = sizes[0]
@@ -433,7 +431,7 @@ def _crop_size(
         return min(h, w)
     if o.crop_size > min(h, w):
         warn(
-            f"--crop-size {o.crop_size} exceeds the {w}×{h} frames of {root / stream} ({split}): each crop is "
+            f"--crop-size {o.crop_size} exceeds the {w}×{h} frames of {shards.root / shards.stream} ({shards.split}): each crop is "
             f"enlarged to {o.crop_size}, then resized to --size {o.size}; without --crop-size, show crops to the "
             f"frames' short side ({min(h, w)}), and `memdpc train --crop-size 0` resizes straight to --size"
         )
@@ -454,12 +452,12 @@ def draw_samples(
     (:func:`_spread_samples`), one picture each (``<stream>-<split>-<key>[-augmented].png``): the frames as
     stored, or after the training augmentation (what is wrong with its settings told to ``warn``); with
     ``legend``, the flow legend after flow samples."""
-    manifest = load_manifest(root, stream, split)
-    clip = ClipSpec(**manifest["clip"])
-    tars = tars or [tar for tar, _ in shard_paths(root, manifest)]
+    shards = open_split(root, stream, split)
+    clip = shards.clip
+    tars = tars or [tar for tar, _ in shards.shards]
     transform = rng = None
     if o.augment:
-        crop = _crop_size(root, stream, split, manifest, o, warn)
+        crop = _crop_size(shards, o, warn)
         config = config_from_dict(
             dict(
                 stream=stream,

@@ -3,20 +3,40 @@ command line reads its defaults from here at start (``show.py`` draws)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import MISSING, dataclass
 from pathlib import Path
 
 from memdpc.common.errors import UserError
 from memdpc.common.settings import setting
 from memdpc.train.config import TrainConfig
 
-__all__ = ["ShowOptions", "TAKES"]
+__all__ = ["ReportOut", "ShowOptions", "ShowOut", "TAKES"]
 
 TAKES = (
     "a frame archive (FRAMES/<stream>/<id>.tar) or its folder, a shard (.tar) or shard folder, a run folder, "
     "or an eval folder or results file"
 )
 """What ``memdpc show`` takes, for its errors."""
+
+
+@dataclass(frozen=True)
+class ShowOut:
+    """Where ``memdpc show`` writes its pictures."""
+
+    out: Path = setting(
+        MISSING, "Folder for the pictures (PNG, GIF).", required=True, path={"file_okay": False}
+    )
+
+
+@dataclass(frozen=True)
+class ReportOut:
+    """Where ``memdpc report`` writes its page."""
+
+    out: Path | None = setting(
+        None,
+        "Folder for the page (index.html) and its pictures [default: FOLDER/report].",
+        path={"file_okay": False},
+    )
 
 
 @dataclass(frozen=True)

@@ -19,11 +19,13 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]  # the package memdpc is the repository root
 # the layers, lowest first: a package imports only packages of lower layers (the data flows upward: preprocess →
-# pipeline → model → train → eval; the reports above them, the command line on top)
+# pipeline → model → train → eval; the recipes, settings of the runs, below those runs; the reports above them,
+# the command line on top)
 LAYERS = (
     ("common",),
-    ("recipes", "preprocess", "model"),
+    ("preprocess", "model"),
     ("viz", "pipeline"),
+    ("recipes",),
     ("train", "eval"),
     ("report",),
     ("quickstart",),

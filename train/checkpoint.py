@@ -31,7 +31,6 @@ from memdpc.model.checkpoint import (
     serialize,
     write_checkpoint,
 )
-from memdpc.pipeline.clip import ClipSpec
 from memdpc.pipeline.provenance import shard_changes, split_record
 from memdpc.train.bn_stats import data_batchnorm_stats
 from memdpc.train.config import TrainConfig, config_differences, config_from_dict
@@ -249,7 +248,7 @@ def write_initial_checkpoint(config: TrainConfig, path: str | Path, bn_from_data
         model = initial_model(config, init)
         if bn_from_data:
             with interrupts.deferred():
-                clip = ClipSpec(**check_shards(config)["train"]["clip"])
+                clip = check_shards(config)["train"].clip
                 data_batchnorm_stats(
                     model,
                     split_loader(config, config.loader.train_split, clip, False),

@@ -25,6 +25,7 @@ __all__ = [
     "AUTO_VAL_SPLIT",
     "RESTART_FREE",
     "TrainConfig",
+    "TrainRun",
     "config_differences",
     "config_from_dict",
     "read_config_file",
@@ -300,3 +301,36 @@ def config_differences(recorded: dict[str, Any], config: TrainConfig) -> list[st
     then = {**TrainConfig().to_dict(), **recorded}
     keys = (set(recorded) | set(now)) - RESTART_FREE
     return [f"{k}: {then.get(k)!r} → {now.get(k)!r}" for k in sorted(keys) if then.get(k) != now.get(k)]
+
+
+@dataclass(frozen=True)
+class TrainRun:
+    """How ``memdpc train`` runs besides its :class:`TrainConfig`: a settings file, the baselines' one checkpoint,
+    a fresh start, or a rehearsal."""
+
+    config_file: Path | None = setting(
+        None,
+        "YAML or TOML file of settings, or a recipe (path or short name: `memdpc recipes` lists them; its train "
+        "section); options given on the command line override it.",
+        flags=("--config",),
+    )
+    init_only: bool = setting(
+        False,
+        "Write the model the run starts from (untrained and seeded, or the --init weights) as "
+        "<out>/checkpoints/init.pt and stop (random-init baseline).",
+    )
+    bn_from_data: bool = setting(
+        False,
+        "With --init-only: BatchNorm statistics of the training split's clips (no weight changes), the fair "
+        "random-init baseline of frozen evaluations.",
+    )
+    overwrite: bool = setting(
+        False,
+        "Start the run afresh: remove the run directory's checkpoints, metrics and TensorBoard logs (after saying "
+        "so) instead of resuming, e.g. when its shards changed since.",
+    )
+    dry_run: bool = setting(
+        False,
+        "Print what the run will do (clips and steps per epoch, global batch, schedule, disk, the wall time "
+        "estimated from a few timed steps on this device) and write nothing.",
+    )

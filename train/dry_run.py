@@ -280,7 +280,7 @@ def plan_run(config: TrainConfig, overwrite: bool = False) -> RunPlan | None:
     config, monitor_note = monitor_on_labels(config, manifests)
     if resumed is not None:
         ck.check_same_shards(resumed, resume_from, shard_records(config))
-    clip = ClipSpec(**manifests["train"]["clip"])
+    clip = manifests["train"].clip
     device = dd.pick_device(config.loader.device, local_rank)
     loader = split_loader(config, config.loader.train_split, clip, True, 0, world_size, str(device))
     steps_per_epoch = len(loader)
@@ -307,8 +307,8 @@ def plan_run(config: TrainConfig, overwrite: bool = False) -> RunPlan | None:
         device=_device_name(device),
         world_size=world_size,
         batch_size=config.loader.batch_size,
-        videos=int(manifests["train"]["num_videos"]),
-        windows=int(manifests["train"]["num_samples"]),
+        videos=manifests["train"].num_videos,
+        windows=manifests["train"].num_samples,
         clips_per_video=config.clips_per_video,
         clips_per_epoch=loader.samples_per_epoch,
         steps_per_epoch=steps_per_epoch,

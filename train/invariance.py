@@ -25,8 +25,7 @@ import torch
 
 from memdpc.common.errors import UserError
 from memdpc.pipeline.augment import AugmentSpec
-from memdpc.pipeline.clip import ClipSpec
-from memdpc.pipeline.manifest import load_manifest, manifest_path
+from memdpc.pipeline.shard_set import open_split
 from memdpc.train.config import TrainConfig
 from memdpc.train.prepare import recorded_setting, split_loader
 
@@ -85,15 +84,15 @@ def motion_direction(config: TrainConfig, device: str = "cpu") -> MotionDirectio
     split = config.loader.train_split
     if config.loader.stream != "flow":
         raise UserError("--motion-invariance auto decides the flow's augmentation: train --stream flow")
-    manifest = load_manifest(shards, "flow", split)
-    if not manifest["classes"]:
+    labelled = open_split(shards, "flow", split)
+    if not labelled.classes:
         raise UserError(
-            f"{manifest_path(shards, 'flow', split)}: --motion-invariance auto asks labelled videos, and these are "
+            f"{labelled.path}: --motion-invariance auto asks labelled videos, and these are "
             "unlabelled: give the shards of labelled ones (--knn-shards)"
         )
     spec = AugmentSpec()  # the loaders' normalisation (an evaluation's clips are not augmented)
     asked = dataclasses.replace(config, loader=dataclasses.replace(config.loader, shards=str(shards)))
-    loader = split_loader(asked, split, ClipSpec(**manifest["clip"]), train=False, device=device)
+    loader = split_loader(asked, split, labelled.clip, train=False, device=device)
     mean = torch.tensor(spec.mean[:2]) * 255
     scale = torch.tensor(spec.std[:2]) * 255
     sums: dict[str, np.ndarray] = {}
@@ -106,7 +105,7 @@ def motion_direction(config: TrainConfig, device: str = "cpu") -> MotionDirectio
     videos = sorted(sums)
     mean_flow = np.stack([sums[v][:2] / sums[v][2] for v in videos])
     direction = mean_flow / np.linalg.norm(mean_flow, axis=1, keepdims=True).clip(min=1e-9)
-    classes = len(manifest["classes"])
+    classes = len(labelled.classes)
     return MotionDirection(str(shards), len(videos), classes, _leave_one_out(direction, labels, videos))
 
 

@@ -46,7 +46,6 @@ from memdpc.common import interrupts
 from memdpc.common.atomic import remove_stale_tmp
 from memdpc.common.console import rich_console
 from memdpc.common.errors import ResourceFault, UserError
-from memdpc.pipeline.clip import ClipSpec
 from memdpc.pipeline.loader import backend_words
 from memdpc.train import checkpoint as ck
 from memdpc.train.config import TrainConfig, write_config
@@ -148,7 +147,7 @@ def _train_held(config: TrainConfig, env: dd.DistEnv, resume_from: Path | None, 
         truncate_jsonl(run_dir / "metrics.jsonl", ckpt["step"] if ckpt is not None else -1)
     dd.barrier(env)
     set_determinism(config.deterministic)
-    parts = build_parts(config, env, run_dir, ClipSpec(**manifests["train"]["clip"]), init, shards)
+    parts = build_parts(config, env, run_dir, manifests["train"].clip, init, shards)
     if config.loader.backend == "auto":  # which one it is depends on the machine: say so
         parts.logger.message(f"loader: {backend_words(config.loader.backend)}", markup=False)
     state = State()

@@ -27,9 +27,10 @@ from memdpc.common.wording import name_list, plural
 from memdpc.pipeline.augment import AugmentSpec
 from memdpc.pipeline.clip import ClipSpec
 from memdpc.pipeline.loader import make_loader
-from memdpc.pipeline.manifest import load_manifest, manifest_path, shard_paths
+from memdpc.pipeline.manifest import manifest_path
 from memdpc.pipeline.provenance import split_record
 from memdpc.pipeline.sample import LABEL, decode_label, parse_key
+from memdpc.pipeline.shard_set import ShardSet, ShardSplit, open_split
 from memdpc.pipeline.wds_index import read_index, split_name
 from memdpc.train.config import AUTO_VAL_SPLIT, TrainConfig, config_differences
 from memdpc.train.metrics import METRICS_NAME, TB_NAME
@@ -61,33 +62,32 @@ def monitored(config: TrainConfig) -> TrainConfig:
     return dataclasses.replace(config, loader=dataclasses.replace(config.loader, shards=config.knn_shards))
 
 
-def _stream_manifest(config: TrainConfig, split: str) -> dict[str, Any]:
-    shards = Path(config.loader.shards)
-    if not manifest_path(shards, config.loader.stream, split).is_file():
-        others = [
-            s for s in STREAMS if s != config.loader.stream and manifest_path(shards, s, split).is_file()
-        ]
+def _stream_split(config: TrainConfig, split: str) -> ShardSplit:
+    shards = ShardSet(Path(config.loader.shards), config.loader.stream)
+    if not shards.has(split):
+        others = [s for s in STREAMS if s != shards.stream and ShardSet(shards.root, s).has(split)]
         if others:
             raise UserError(
-                f"{shards}: holds {others[0]} shards, not {config.loader.stream} shards "
-                f"(--stream {config.loader.stream}); pass --stream {others[0]} or the {config.loader.stream} shards"
+                f"{shards.root}: holds {others[0]} shards, not {shards.stream} shards "
+                f"(--stream {shards.stream}); pass --stream {others[0]} or the {shards.stream} shards"
             )
-    manifest = load_manifest(shards, config.loader.stream, split)
-    clip = manifest.get("clip", {})
+    found = shards.split(split)
+    clip = found.manifest.get("clip", {})
     if (clip.get("num_blocks"), clip.get("block_len")) != (config.clip.num_blocks, config.clip.block_len):
         raise UserError(
-            f"{manifest_path(shards, config.loader.stream, split)}: clips of {clip.get('num_blocks')}×"
-            f"{clip.get('block_len')} frames, but the config asks for {config.clip.num_blocks}×{config.clip.block_len}"
+            f"{found.path}: clips of {clip.get('num_blocks')}×{clip.get('block_len')} frames, but the config asks "
+            f"for {config.clip.num_blocks}×{config.clip.block_len}"
         )
-    return manifest
+    return found
 
 
-def check_shards(config: TrainConfig) -> dict[str, dict[str, Any]]:
-    """The manifests of the training (and validation) split; UserError for wrong-stream or missing shards."""
+def check_shards(config: TrainConfig) -> dict[str, ShardSplit]:
+    """The shards of the training (and validation, and the kNN monitor's) split by role, each read once;
+    UserError for wrong-stream or missing shards."""
     config = resolve_val_split(config)
     if not config.loader.shards:
         raise UserError("no shard folder given: pass --shards DIR (written by `memdpc shard`)")
-    manifests = {"train": _stream_manifest(config, config.loader.train_split)}
+    manifests = {"train": _stream_split(config, config.loader.train_split)}
     if config.val_split != "none":
         if not manifest_path(config.loader.shards, config.loader.stream, config.val_split).is_file():
             raise UserError(
@@ -95,20 +95,20 @@ def check_shards(config: TrainConfig) -> dict[str, dict[str, Any]]:
                 "shards; shard that split or pass --val-split none (the plateau then watches the "
                 "training loss)"
             )
-        manifests["val"] = _stream_manifest(config, config.val_split)
+        manifests["val"] = _stream_split(config, config.val_split)
         if config.knn_every and config.knn_shards:  # the monitor's, of other shards
             for role, split in (("knn_train", config.loader.train_split), ("knn_val", config.val_split)):
-                manifests[role] = _stream_manifest(monitored(config), split)
+                manifests[role] = _stream_split(monitored(config), split)
     return manifests
 
 
 def monitor_on_labels(
-    config: TrainConfig, manifests: dict[str, dict[str, Any]]
+    config: TrainConfig, manifests: dict[str, ShardSplit]
 ) -> tuple[TrainConfig, str | None]:
     """The kNN monitor scores classes: over an unlabelled split (``memdpc index --layout unlabelled``) it is
     switched off, and the returned note says so (``--best-by knn`` is then a UserError: nothing to choose by)."""
     roles = ("knn_train", "knn_val") if "knn_train" in manifests else ("train", "val")
-    unlabelled = [role for role in roles if role in manifests and not manifests[role]["classes"]]
+    unlabelled = [role for role in roles if role in manifests and not manifests[role].classes]
     if not config.knn_every or not unlabelled:
         return config, None
     splits = " and ".join(
@@ -143,7 +143,7 @@ def videos_by_class(
     and one label member per video. With ``until``, reading stops once every one of those labels was seen."""
     found: dict[int, set[str]] = {}
     seen: set[str] = set()
-    for tar, idx in shard_paths(shard_dir, load_manifest(shard_dir, stream, split)):
+    for tar, idx in open_split(shard_dir, stream, split).shards:
         if not tar.is_file() or not idx.is_file():
             raise UserError(f"{tar if not tar.is_file() else idx}: missing; shard that split again")
         with open(tar, "rb") as f:
@@ -200,7 +200,7 @@ def val_split_warnings(config: TrainConfig) -> list[str]:
         return []
     if config.knn_every:
         config = monitored(config)  # the monitor's shards are what its R@1 rests on
-    classes = load_manifest(config.loader.shards, config.loader.stream, config.loader.train_split)["classes"]
+    classes = open_split(config.loader.shards, config.loader.stream, config.loader.train_split).classes
     train = videos_by_class(
         config.loader.shards, config.loader.stream, config.loader.train_split, until=set(range(len(classes)))
     )

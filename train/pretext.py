@@ -9,8 +9,7 @@ import os
 import torch
 
 from memdpc.model.checkpoint import load_model
-from memdpc.pipeline.clip import ClipSpec
-from memdpc.pipeline.manifest import load_manifest
+from memdpc.pipeline.shard_set import open_split
 from memdpc.train.config import TrainConfig
 from memdpc.train.prepare import split_loader
 
@@ -24,7 +23,7 @@ def pretext_scores(checkpoint: str | os.PathLike, config: TrainConfig, split: st
     prediction's candidates, which a model that learnt nothing stays at."""
     model, _ = load_model(checkpoint)
     model.eval()
-    clip = ClipSpec(**load_manifest(config.loader.shards, config.loader.stream, split)["clip"])
+    clip = open_split(config.loader.shards, config.loader.stream, split).clip
     sums, batches = {"loss": 0.0, "top1": 0.0, "chance": 0.0}, 0
     for batch in split_loader(config, split, clip, train=False):
         out = model(batch.clips)

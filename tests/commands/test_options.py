@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 from click.testing import CliRunner
 
-from memdpc.commands.options import config_options, stack, take
+from memdpc.commands.options import SettingOption, config_options, stack, take
 from memdpc.common.settings import setting
 
 
@@ -91,3 +91,40 @@ def test_stack_applies_decorators_in_the_order_written():
         pass
 
     assert [p.name for p in cmd.params] == ["a", "b"]
+
+
+def _verbs(group: click.Group, path: str = "memdpc"):
+    ctx = click.Context(group)
+    yield path, group
+    for name in group.list_commands(ctx):
+        cmd = group.get_command(ctx, name)
+        if isinstance(cmd, click.Group):
+            yield from _verbs(cmd, f"{path} {name}")
+        else:
+            yield f"{path} {name}", cmd
+
+
+def test_every_option_of_every_verb_is_a_setting():
+    """No verb types an option's flags, default or help of its own: each comes from a setting of a config."""
+    from memdpc.cli import main
+
+    own = [
+        f"{path} {p.opts[0]}"
+        for path, cmd in _verbs(main)
+        for p in cmd.params
+        if isinstance(p, click.Option)
+        and not isinstance(p, SettingOption)
+        and p.name not in ("help", "version")
+    ]
+    assert own == []
+    assert len([v for v in _verbs(main)]) > 15
+
+
+def test_a_hand_written_option_is_found():
+    @click.command()
+    @config_options(Config)
+    @click.option("--own", default=3, help="Typed in the verb.")
+    def cmd(**_): ...
+
+    kinds = {p.name: isinstance(p, SettingOption) for p in cmd.params}
+    assert kinds["own"] is False and kinds["steps"] is True

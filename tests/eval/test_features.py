@@ -149,7 +149,7 @@ def test_the_cache_fingerprint_follows_the_checkpoint_bytes_and_the_split_manife
 
 
 def test_a_split_whose_videos_changed_since_their_archives_were_made_is_refused(tiny_dataset, tmp_path):
-    """Every task reads a split through ``split_classes``, before a feature cache is looked at: shards holding a
+    """Every task reads a split through ``eval_split``, before a feature cache is looked at: shards holding a
     video replaced since its archive was made are refused in one line naming it and the commands that remake
     its archives and the shards; remade, the split is read."""
     from click.testing import CliRunner

@@ -20,15 +20,16 @@ from memdpc.pipeline.epoch_draw import (
     shuffled,
     write_drawn_indexes,
 )
-from memdpc.pipeline.manifest import load_manifest, shard_paths
+from memdpc.pipeline.manifest import shard_paths
 from memdpc.pipeline.sample import parse_key
+from memdpc.pipeline.shard_set import open_split
 from memdpc.pipeline.wds_index import read_index
 
 from .test_loader import shard_keys
 
 
 def catalog_of(shards: Path):
-    return read_catalog(shard_paths(shards, load_manifest(shards, "rgb", "train")))
+    return read_catalog(shard_paths(shards, open_split(shards, "rgb", "train").manifest))
 
 
 def keys_of(catalog, samples) -> list[str]:
@@ -94,7 +95,7 @@ def test_the_drawn_indexes_list_the_drawn_samples_only_with_the_shards_offsets(w
 
 
 def test_a_damaged_index_is_named(windowed_shards, tmp_path):
-    tar, idx = shard_paths(windowed_shards, load_manifest(windowed_shards, "rgb", "train"))[0]
+    tar, idx = shard_paths(windowed_shards, open_split(windowed_shards, "rgb", "train").manifest)[0]
     bad = tmp_path / idx.name
     bad.write_text(idx.read_text().splitlines()[0] + "\nnot a sample line\n")
     with pytest.raises(UserError, match=rf"{bad.name}: line 2 is not a sample of a DALI index"):

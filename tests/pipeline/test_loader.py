@@ -20,10 +20,11 @@ from memdpc.pipeline.augment import AugmentSpec, denormalise
 from memdpc.pipeline.clip import ClipSpec
 from memdpc.pipeline.epoch_draw import draw, read_catalog
 from memdpc.pipeline.loader import make_loader
-from memdpc.pipeline.manifest import load_manifest, shard_paths
+from memdpc.pipeline.manifest import shard_paths
 from memdpc.pipeline.plan import Batch
 from memdpc.pipeline.shard import shard_stream
 from memdpc.pipeline.shard_plan import ShardSettings
+from memdpc.pipeline.shard_set import open_split
 from memdpc.pipeline.wds_index import read_index
 from memdpc.preprocess.encode import decode_rgb
 
@@ -206,7 +207,7 @@ def test_one_clip_per_video_gives_every_drawn_sample_once_across_ranks(windowed_
 def test_one_clip_per_video_never_decodes_the_windows_not_drawn(windowed_shards, backend, tmp_path):
     """The frames of every sample epoch 0 does not draw are overwritten with bytes no decoder reads."""
     root = copy_stream(windowed_shards, tmp_path)
-    catalog = read_catalog(shard_paths(root, load_manifest(root, "rgb", "train")))
+    catalog = read_catalog(shard_paths(root, open_split(root, "rgb", "train").manifest))
     drawn = set(draw(catalog, 1, seed=2, epoch=0).tolist())
     for i in set(range(len(catalog))) - drawn:
         tar, idx = catalog.shards[catalog.shard[i]]
@@ -451,7 +452,7 @@ def test_flow_planes_are_read_as_the_codes_they_store(planes_shards, backend, tr
     from memdpc.pipeline.dali_loader import DaliLoader
 
     split = "train" if train else "test"
-    assert load_manifest(planes_shards, "flow", split)["third_channel"] == PLANES_THIRD
+    assert open_split(planes_shards, "flow", split).manifest["third_channel"] == PLANES_THIRD
     side = min(PLANES_HW)
     spec = AugmentSpec(crop_area=(1.0, 1.0), crop_aspect=(1.0, 1.0), crop_size=None, jitter_flow=False)
     kw = dict(train=train, batch_size=2, size=side, backend=backend, num_workers=1, spec=spec, seed=1)

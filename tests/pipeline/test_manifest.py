@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 
 import pytest
 
 from memdpc.common.errors import UserError
-from memdpc.pipeline.manifest import load_manifest, shard_paths, verify_shards
+from memdpc.pipeline.manifest import read_manifest, shard_paths, verify_shards
 
 
 @pytest.fixture
@@ -17,18 +18,19 @@ def shards(tiny_shards, tmp_path):
     return tmp_path
 
 
-def test_load_manifest(shards):
-    m = load_manifest(shards, "rgb", "train")
+def test_read_manifest(shards):
+    m, sha256 = read_manifest(shards, "rgb", "train")
+    assert sha256 == hashlib.sha256((shards / "rgb" / "manifest-train.json").read_bytes()).hexdigest()
     assert m["num_samples"] == 6 and len(m["shards"]) == 3
     assert [t.name for t, _ in shard_paths(shards, m)] == [f"train-{i:06d}.tar" for i in range(3)]
     with pytest.raises(UserError, match="manifest-train.json: shard manifest not found"):
-        load_manifest(shards, "flow", "train")
+        read_manifest(shards, "flow", "train")
     (shards / "rgb" / "manifest-val.json").write_text("{not json")
     with pytest.raises(UserError, match="unreadable"):
-        load_manifest(shards, "rgb", "val")
+        read_manifest(shards, "rgb", "val")
     shutil.copy(shards / "rgb" / "manifest-test.json", shards / "rgb" / "manifest-val.json")
     with pytest.raises(UserError, match="not a rgb/val shard manifest"):
-        load_manifest(shards, "rgb", "val")
+        read_manifest(shards, "rgb", "val")
 
 
 def test_verify_passes_on_intact_shards_and_names_each_problem(shards):

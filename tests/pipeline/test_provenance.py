@@ -12,10 +12,10 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from memdpc.pipeline.manifest import load_manifest
 from memdpc.pipeline.provenance import records_digest, shard_changes, split_record
 from memdpc.pipeline.shard import run_shard
 from memdpc.pipeline.shard_plan import ShardSettings, archive_digest, scan_archive
+from memdpc.pipeline.shard_set import open_split
 from memdpc.preprocess.archive import archive_path, read_archive, write_archive
 from memdpc.preprocess.video_index import write_index
 
@@ -37,7 +37,7 @@ def _shard(root: Path, records, out: Path, seed: int = 0) -> dict[str, dict]:
 
 def test_the_manifest_records_the_index_the_frames_and_each_archive(long_archives, tmp_path):
     run_shard(long_archives.root, long_archives.index, "rgb", tmp_path, "train")
-    provenance = load_manifest(tmp_path, "rgb", "train")["provenance"]
+    provenance = open_split(tmp_path, "rgb", "train").manifest["provenance"]
     index_bytes = long_archives.index.read_bytes()
     assert provenance["index"] == {
         "path": str(long_archives.index.resolve()),

@@ -24,9 +24,10 @@ from rich.console import Console
 from memdpc.cli import EXIT_RESOURCE
 from memdpc.common.errors import UserError
 from memdpc.pipeline.clip import ClipSpec
-from memdpc.pipeline.manifest import load_manifest, shard_paths, verify_shards
+from memdpc.pipeline.manifest import shard_paths, verify_shards
 from memdpc.pipeline.shard import THROTTLE_ENV, run_shard, shard_stream
 from memdpc.pipeline.shard_plan import ShardSettings, usable_frames
+from memdpc.pipeline.shard_set import open_split
 from memdpc.preprocess.archive import archive_path, read_archive, write_archive
 from memdpc.preprocess.datasets import build_index
 from memdpc.preprocess.run import preprocess
@@ -54,7 +55,7 @@ def read_samples(tar_path: Path) -> dict[str, dict[str, bytes]]:
 
 def all_samples(shard_dir: Path, stream: str, split: str) -> dict[str, dict[str, bytes]]:
     out = {}
-    for tar, _ in shard_paths(shard_dir, load_manifest(shard_dir, stream, split)):
+    for tar, _ in shard_paths(shard_dir, open_split(shard_dir, stream, split).manifest):
         out.update(read_samples(tar))
     return out
 
@@ -121,7 +122,7 @@ def test_short_videos_are_padded_or_dropped(long_archives, tmp_path):
         assert pad[short_key][f"f{j:02d}.jpg"] == frames[58]
     drop_dir = long_shards_for(long_archives, tmp_path / "drop", "drop")
     assert short_key not in all_samples(drop_dir, "rgb", "test")
-    assert load_manifest(drop_dir, "rgb", "test")["num_short"] == 2
+    assert open_split(drop_dir, "rgb", "test").manifest["num_short"] == 2
 
 
 def test_short_videos_are_named_with_the_clip_stride_that_fits_them(long_archives, tiny_archives, tmp_path):
@@ -167,7 +168,7 @@ def long_shards_for(archives, out: Path, short: str) -> Path:
 def test_counts_match_manifest_and_verify_passes(tiny_shards, tiny_archives):
     for stream in ("rgb", "flow"):
         for split, n in (("train", 6), ("test", 3)):
-            m = load_manifest(tiny_shards, stream, split)
+            m = open_split(tiny_shards, stream, split).manifest
             per_shard = [len(read_samples(t)) for t, _ in shard_paths(tiny_shards, m)]
             assert per_shard == [s["num_samples"] for s in m["shards"]]
             assert sum(per_shard) == m["num_samples"] == n and m["num_videos"] == n
@@ -188,7 +189,7 @@ def test_mixed_frame_sizes_are_recorded_per_sample_and_summarised(mixed_shards, 
         for r in mixed_archives.records
     }
     for stream in ("rgb", "flow"):
-        m = load_manifest(mixed_shards, stream, "train")
+        m = open_split(mixed_shards, stream, "train").manifest
         assert m["frame_size"] is None
         assert m["frame_sizes"] == [
             {"height": 40, "width": 40, "videos": 2, "samples": 2},
@@ -200,13 +201,13 @@ def test_mixed_frame_sizes_are_recorded_per_sample_and_summarised(mixed_shards, 
             info = json.loads(parts["json"])
             h, w = cv2.imdecode(np.frombuffer(parts["f00.jpg"], np.uint8), cv2.IMREAD_COLOR).shape[:2]
             assert (info["height"], info["width"]) == (h, w) == sizes[info["video_id"]]
-        test = load_manifest(mixed_shards, stream, "test")
+        test = open_split(mixed_shards, stream, "test").manifest
         assert [(s["height"], s["width"]) for s in test["frame_sizes"]] == [(48, 64), (64, 36)]
     assert not any(r.problems for r in verify_shards(mixed_shards))
 
 
 def test_one_frame_size_is_also_the_manifests_frame_size(tiny_shards):
-    m = load_manifest(tiny_shards, "rgb", "train")
+    m = open_split(tiny_shards, "rgb", "train").manifest
     assert m["frame_size"] == [32, 32]
     assert m["frame_sizes"] == [{"height": 32, "width": 32, "videos": 6, "samples": 6}]
 
@@ -225,7 +226,7 @@ def test_webdataset_reads_every_shard(tiny_shards):
 
     for stream in ("rgb", "flow"):
         for split in ("train", "test"):
-            m = load_manifest(tiny_shards, stream, split)
+            m = open_split(tiny_shards, stream, split).manifest
             for (tar, _), entry in zip(shard_paths(tiny_shards, m), m["shards"], strict=True):
                 ds = wds.WebDataset(str(tar), shardshuffle=False, empty_check=False)
                 samples = list(ds)
@@ -257,7 +258,7 @@ def _dali_reader(paths: list[tuple[Path, Path]]):
 def test_dali_cpu_pipeline_reads_every_shard(tiny_shards):
     for stream in ("rgb", "flow"):
         for split in ("train", "test"):
-            m = load_manifest(tiny_shards, stream, split)
+            m = open_split(tiny_shards, stream, split).manifest
             expected = all_samples(tiny_shards, stream, split)
             p = _dali_reader(shard_paths(tiny_shards, m))
             p.build()
@@ -303,7 +304,7 @@ def test_max_size_bounds_every_shard(long_archives, tmp_path):
 
 def load_manifest_of(archives, out, **kw):
     shard_stream(archives.root, archives.records, "rgb", out, "train", ShardSettings(**kw))
-    return load_manifest(out, "rgb", "train")
+    return open_split(out, "rgb", "train").manifest
 
 
 def _cli(*args: str, env=None) -> subprocess.Popen:
@@ -470,7 +471,7 @@ def test_bad_archives_are_skipped_and_reported_or_refused_with_strict(long_archi
     assert set(reasons) == set(test_ids[:3])
     assert "not written yet" in reasons[test_ids[0]]
     assert reasons[test_ids[1]] and reasons[test_ids[2]]
-    m = load_manifest(tmp_path / "out", "rgb", "test")
+    m = open_split(tmp_path / "out", "rgb", "test").manifest
     assert m["num_videos"] == 1 and m["skipped"] == report.skipped
     with pytest.raises(UserError, match=test_ids[0]):
         run_shard(root, long_archives.records, "rgb", tmp_path / "strict", "test", strict=True)
@@ -520,7 +521,7 @@ def test_split_all_takes_every_video_with_train_windows(long_archives, tmp_path)
     want = {f"{r.id}_{s:05d}" for r in long_archives.records for s in CLIP.train_starts(r.num_frames - 1, 30)}
     assert set(samples) == want
     assert {json.loads(p["json"])["split"] for p in samples.values()} == {"train", "test"}
-    m = load_manifest(tmp_path, "flow", "all")
+    m = open_split(tmp_path, "flow", "all").manifest
     assert m["windows"]["mode"] == "train" and m["windows"]["window_step"] == 30
 
 
@@ -553,7 +554,6 @@ def test_cli_clip_geometry_options_reach_the_samples(tiny_archives, tmp_path):
     from click.testing import CliRunner
 
     from memdpc.cli import main
-    from memdpc.pipeline.manifest import load_manifest
 
     out = tmp_path / "shards"
     args = [
@@ -576,7 +576,7 @@ def test_cli_clip_geometry_options_reach_the_samples(tiny_archives, tmp_path):
     ]
     res = CliRunner().invoke(main, args)
     assert res.exit_code == 0, res.output
-    manifest = load_manifest(out, "rgb", "test")
+    manifest = open_split(out, "rgb", "test").manifest
     assert manifest["clip"] == {"num_blocks": 4, "block_len": 3, "stride": 1}
     with tarfile.open(out / "rgb" / manifest["shards"][0]["name"]) as tar:
         names = tar.getnames()
@@ -639,7 +639,7 @@ def test_a_class_left_without_samples_is_refused_before_anything_is_written_or_a
         "next: the same command with --split train",
     ]
     assert lines[-len(expected) :] == expected
-    manifest = load_manifest(out, "rgb", "test")
+    manifest = open_split(out, "rgb", "test").manifest
     kinds = [(s["video_id"], s["kind"]) for s in manifest["skipped"]]
     assert kinds == [(failed.id, "failed"), (pending.id, "not-written")]
 
@@ -831,7 +831,9 @@ def test_an_index_naming_other_files_for_the_archives_ids_is_refused_naming_both
     assert not out.exists()  # refused before anything was written
     res = _run_cli(tmp_path / "frames", "--index", tmp_path / "index.jsonl", "--stream", "rgb", "--out", out)
     assert res.exit_code == 0, res.output
-    assert load_manifest(out, "rgb", "train")["provenance"]["index"]["path"] == str(tmp_path / "index.jsonl")
+    assert open_split(out, "rgb", "train").manifest["provenance"]["index"]["path"] == str(
+        tmp_path / "index.jsonl"
+    )
 
 
 def test_an_index_that_gives_a_video_another_class_is_not_resumed_over(long_archives, tmp_path):

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from memdpc.common.errors import UserError
-from memdpc.pipeline.manifest import load_manifest
+from memdpc.pipeline.shard_set import open_split
 from memdpc.train.config import TrainConfig, config_from_dict
 from memdpc.train.prepare import (
     CONFIG_NAME,
@@ -56,9 +56,12 @@ def test_the_augmentation_takes_every_flow_setting_of_the_config():
 
 def test_the_train_and_validation_manifests(train_shards):
     manifests = check_shards(_config(train_shards))
-    assert manifests == {
-        "train": load_manifest(train_shards, "rgb", "train"),
-        "val": load_manifest(train_shards, "rgb", "test"),
+    assert {role: (s.path, s.sha256) for role, s in manifests.items()} == {
+        role: (s.path, s.sha256)
+        for role, s in (
+            ("train", open_split(train_shards, "rgb", "train")),
+            ("val", open_split(train_shards, "rgb", "test")),
+        )
     }
     assert set(check_shards(_config(train_shards, val_split="none"))) == {"train"}
 
