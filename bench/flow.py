@@ -85,11 +85,11 @@ def throughput(recs: list[VideoRecord], root: Path, workers: list[int]) -> list[
         t = time.perf_counter()
         rep = run_preprocess(recs, cfg, progress=False)
         wall = time.perf_counter() - t
-        s = rep["summary"]
-        assert s["done"] == len(recs), rep["failures"]
-        pairs = sum(v["streams"]["flow"] for v in rep["videos"])
-        cpu = sum(v["cpu_seconds"] for v in rep["videos"])
-        st = s["stage_seconds"]
+        s = rep.summary
+        assert s.done == len(recs), rep.failures
+        pairs = rep.pairs()
+        cpu = sum(v["cpu_seconds"] for v in rep.videos)
+        st = s.stage_seconds
         rows.append(
             {
                 "workers": w,

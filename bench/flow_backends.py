@@ -261,12 +261,12 @@ def quickstart_flow_stage(root: Path, workers: int) -> list[dict]:
         rows.append(
             {
                 "requested": backend,
-                "backend": rep["flow"]["backend"],
+                "backend": rep.flow["backend"],
                 "workers": workers,
-                "videos": rep["summary"]["done"],
-                "pairs": sum(v["streams"]["flow"] for v in rep["videos"]),
+                "videos": rep.summary.done,
+                "pairs": rep.pairs(),
                 "seconds": wall,
-                "flow_stage_s": rep["summary"]["stage_seconds"]["flow"],
+                "flow_stage_s": rep.summary.stage_seconds["flow"],
                 "load_before": load,
             }
         )

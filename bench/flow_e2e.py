@@ -323,13 +323,13 @@ def steady_state(records, size: int, args: argparse.Namespace, out: Path, params
     timeline, cpu = Timeline(), _cpu_seconds()
     report = run_preprocess(records, cfg, progress=False, observe=timeline)
     wall, cpu = time.perf_counter() - timeline.t0, _cpu_seconds() - cpu
-    pairs = sum(v.get("streams", {}).get("flow", 0) for v in report["videos"])
-    stage = report["flow"]["stage"].values()
+    pairs = report.pairs()
+    stage = report.flow["stage"].values()
     busy = sum(s["device_busy_seconds"] for s in stage) / len(stage) / wall
     rate = pairs / wall
     return {
         "pairs": pairs,
-        "failed": sum(v["status"] == "failed" for v in report["videos"]),
+        "failed": report.summary.failed,
         "seconds": wall,
         "pairs_per_s": rate,
         "steady_pairs_per_s": timeline.rate_between(0.1, 0.9),
@@ -339,7 +339,7 @@ def steady_state(records, size: int, args: argparse.Namespace, out: Path, params
         "cores_per_1000": cpu / wall / (rate / 1000),
         "waited_for_frames": sum(s["waited_for_frames_seconds"] for s in stage) / len(stage) / wall,
         "waited_for_encoders": sum(s["waited_for_encoders_seconds"] for s in stage) / len(stage) / wall,
-        **{f"{k}_busy": v / wall for k, v in report["summary"]["stage_seconds"].items()},
+        **{f"{k}_busy": v / wall for k, v in report.summary.stage_seconds.items()},
     }
 
 

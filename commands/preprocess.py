@@ -39,7 +39,7 @@ def _run(index: Path, dry_run: bool, **kw) -> None:
         return
     report = run(index, tvl1=tvl1, **kw)
     print_preprocess_report(report, index, rich_console(), rich_console(stderr=True))
-    if report["failures"] and kw["strict"]:
+    if report.failures and kw["strict"]:
         raise SystemExit(1)
 
 

@@ -97,8 +97,8 @@ def video_features(
         index = root / "index.jsonl"
         write_index(records, index)
         report = preprocess(index, root / "frames", stream, size=frame_size, workers=1, progress=False)
-        if report["failures"]:
-            bad = report["failures"][0]
+        if report.failures:
+            bad = report.failures[0]
             raise UserError(f"{bad['path']}: {bad['reason']}")
         model = ckpt["model_config"]
         clip = ClipSpec(

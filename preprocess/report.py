@@ -44,6 +44,7 @@ __all__ = [
     "REPORT_OF_PART",
     "Report",
     "ReportWriter",
+    "WRITTEN",
     "failed_videos",
     "read_report",
     "report_files",

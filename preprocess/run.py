@@ -55,8 +55,9 @@ from memdpc.preprocess.job import (
 from memdpc.preprocess.options import PreprocessConfig, config_from_options
 from memdpc.preprocess.plan import choose_flow, disk_estimate
 from memdpc.preprocess.pool import pool_results
-from memdpc.preprocess.report import ReportWriter
+from memdpc.preprocess.report import WRITTEN, ReportWriter
 from memdpc.preprocess.reuse import Rerun
+from memdpc.preprocess.run_report import RunReport, RunSummary
 from memdpc.preprocess.video_index import VideoRecord, read_index
 
 __all__ = ["PreprocessConfig", "preprocess", "run_preprocess"]
@@ -162,7 +163,7 @@ class _Tracker:
         vid = entry["id"]
         got = self.received.get(vid, 0)
         self._close(vid)
-        if entry["status"] in ("done", "partial"):
+        if entry["status"] in WRITTEN:
             self.units += _units(entry) - got
         self.finished += 1
         self.failed += entry["status"] == "failed"
@@ -184,25 +185,6 @@ def _units(entry: dict) -> int:
     return streams.get("flow", streams.get("rgb", 0))
 
 
-# --------------------------------------------------------------------------------------------- report
-def _summary(videos: list[dict], seconds: float, pending: int) -> dict:
-    counts = {s: sum(v["status"] == s for v in videos) for s in ("done", "partial", "skipped", "failed")}
-    frames = sum(v.get("num_frames", 0) for v in videos if v["status"] in ("done", "partial"))
-    stages = {
-        k: round(sum(v.get("stages", {}).get(k, 0.0) for v in videos), 3)
-        for k in ("decode", "flow", "encode")
-    }
-    return {
-        **counts,
-        "pending": pending,
-        "videos": len(videos),
-        "frames": frames,
-        "seconds": round(seconds, 3),
-        "frames_per_s": round(frames / seconds, 3) if seconds > 0 else 0.0,
-        "stage_seconds": stages,
-    }
-
-
 # ------------------------------------------------------------------------------------------------ run
 def _both(a: Progress, b: Progress) -> Progress:
     def both(*event: Any) -> None:
@@ -214,17 +196,17 @@ def _both(a: Progress, b: Progress) -> Progress:
 
 def run_preprocess(
     records: list[VideoRecord], cfg: PreprocessConfig, progress: bool = True, observe: Progress | None = None
-) -> dict:
-    """Preprocess this part of ``records``; write and return the run report.
+) -> RunReport:
+    """Preprocess this part of ``records``; write the run's report and return what it did.
 
     Finished videos (all requested archives present, made with these settings from the same source file)
     are skipped without work; archives made otherwise are refused (UserError) unless ``cfg.overwrite``.
     The report (:class:`~memdpc.preprocess.report.ReportWriter`) gets a line per video converted or failed as
-    it finishes; the returned report holds ``config``, ``summary``, ``failures`` (this run's, with their split and
-    class) and ``videos``: every video of the part this run reached, with its status (``done``, ``partial``,
-    ``skipped``, ``failed`` + reason), frame counts, fps, seconds per stage, the measured flow storage error and
-    what FFmpeg printed about it (``messages``); for flow, ``flow`` names the backend and devices used (``auto``
-    resolved) and the note of a fallback. A batched backend (torch, triton) runs in the batched stage
+    it finishes; the returned :class:`~memdpc.preprocess.run_report.RunReport` holds its ``summary``,
+    ``failures`` (this run's, with their split and class) and ``videos``: every video of the part this run
+    reached, with its status (``done``, ``partial``, ``skipped``, ``failed`` + reason), frame counts, fps, seconds
+    per stage, the measured flow storage error and what FFmpeg printed about it (``messages``); for flow,
+    ``flow`` names the backend and devices used (``auto`` resolved) and the note of a fallback. A batched backend (torch, triton) runs in the batched stage
     (``memdpc.preprocess.flow.batched``) unless the run goes to Dask, and ``flow.stage`` then says per device
     where its time went (:attr:`~memdpc.preprocess.flow.batched.DeviceStage.stats`); the OpenCV backend runs
     in per-video jobs. On SIGINT/SIGTERM (KeyboardInterrupt) the report's end is written and the
@@ -350,22 +332,24 @@ def _drain(
     return _Drained(entries, stop, fault, messages, time.perf_counter() - t0)
 
 
-def _report(plan: _Plan, drained: _Drained, cfg: PreprocessConfig, log: ReportWriter) -> dict:
-    """End the report (its summary, what stopped the run) and return the whole of it; a signal or a fault is
+def _report(plan: _Plan, drained: _Drained, cfg: PreprocessConfig, log: ReportWriter) -> RunReport:
+    """End the report (its summary, what stopped the run) and return what the run did; a signal or a fault is
     raised now, with what was kept."""
     this_run = [drained.entries[r.id] for r in plan.mine if r.id in drained.entries]
     stop, fault, messages = drained.stop, drained.fault, drained.messages
+    summary = RunSummary.of(this_run, drained.seconds, len(plan.mine) - len(this_run))
+    finished = datetime.now(timezone.utc).isoformat(timespec="seconds")
     end = {
-        "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "finished": finished,
         **({"interrupted": str(stop)} if stop else {}),
         **({"stopped": str(fault)} if fault else {}),
-        "summary": _summary(this_run, drained.seconds, len(plan.mine) - len(this_run)),
+        "summary": asdict(summary),
         **({"stage": plan.stage_stats} if plan.stage_stats else {}),
         **({"messages": kept_messages(messages)} if messages else {}),
     }
-    with_archives = sum(end["summary"][k] for k in OK)
-    failed = end["summary"]["failed"]
-    progress_note = f"{with_archives} of {len(plan.mine)} videos done{f', {failed} failed' if failed else ''}"
+    with_archives = summary.written + summary.skipped
+    failed = f", {summary.failed} failed" if summary.failed else ""
+    progress_note = f"{with_archives} of {len(plan.mine)} videos done{failed}"
     if fault is not None:
         fault.keep(f"{progress_note}, their archives kept; {fault.resumes}")
         try:
@@ -377,24 +361,26 @@ def _report(plan: _Plan, drained: _Drained, cfg: PreprocessConfig, log: ReportWr
     if stop is not None:
         raise stop.keep(f"{progress_note}; the same command resumes").keep(f"report: {cfg.report_path}")
     flow, stats = plan.flow, plan.stage_stats
-    return {
-        **plan.begin,
-        **{k: v for k, v in end.items() if k not in ("stage", "messages")},
-        **({"flow": {**flow, "stage": stats} if stats else flow} if flow else {}),
-        "failures": [
+    return RunReport(
+        config=cfg,
+        started=plan.begin["started"],
+        finished=finished,
+        summary=summary,
+        videos=this_run,
+        failures=[
             {k: v[k] for k in ("id", "path", "reason", "split", "label_name")}
             for v in this_run
             if v["status"] == "failed"
         ],
-        **({"messages": end["messages"]} if "messages" in end else {}),
-        "videos": this_run,
-    }
+        flow=({**flow, "stage": stats} if stats else flow) if flow else None,
+        messages=end.get("messages", []),
+    )
 
 
 def preprocess(
     index: str | Path, out: str | Path, streams: str = "rgb", *, progress: bool = True, **options: Any
-) -> dict:
+) -> RunReport:
     """The library entry of ``memdpc preprocess frames|flow``: options as the CLI gives them
-    (:func:`config_from_options`, checked before the index is read) → run report."""
+    (:func:`config_from_options`, checked before the index is read) → what the run did."""
     cfg = config_from_options(out, streams, **options)
     return run_preprocess(read_index(index), cfg, progress=progress)

@@ -21,7 +21,7 @@ from memdpc.pipeline.manifest import VerifyResult
 from memdpc.pipeline.shard import ShardReport
 from memdpc.pipeline.shard_plan import SKIP_KINDS, UNUSABLE
 from memdpc.preprocess.datasets import IndexReport
-from memdpc.preprocess.options import PreprocessConfig
+from memdpc.preprocess.run_report import STATUSES, RunReport
 from memdpc.preprocess.video_index import read_index, summary
 
 __all__ = ["print_index_report", "print_preprocess_report", "print_shard_report", "print_verify"]
@@ -71,26 +71,24 @@ def print_index_report(
 
 
 def print_preprocess_report(
-    report: dict[str, Any], index: str | os.PathLike, console: Console, errors: Console
+    report: RunReport, index: str | os.PathLike, console: Console, errors: Console
 ) -> None:
     """What a preprocess run did (a table, the flow backend used), its failed videos (on ``errors``), what
     it wrote and what to run next."""
-    cfg, s = report["config"], report["summary"]
-    table = titled_table(f"preprocess {','.join(cfg['streams'])} → {cfg['out']}")
+    cfg, s = report.config, report.summary
+    table = titled_table(f"preprocess {','.join(cfg.streams)} → {cfg.out}")
     for col in ("done", "partial", "skipped", "failed", "frames", "frames/s", "seconds"):
         table.add_column(col, justify="right")
-    table.add_row(
-        *(str(s[k]) for k in ("done", "partial", "skipped", "failed", "frames", "frames_per_s", "seconds"))
-    )
+    table.add_row(*(str(getattr(s, k)) for k in (*STATUSES, "frames", "frames_per_s", "seconds")))
     console.print(table)
-    if "flow" in report:
-        flow = report["flow"]
+    if report.flow is not None:
+        flow = report.flow
         note = f" ({flow['note']})" if flow["note"] else ""
         cv = flow.get("opencv")  # a report written before it was recorded has none
         match = f", OpenCV {cv['version']} (ports tested against {', '.join(cv['tested'])})" if cv else ""
         console.print(f"flow: {flow['backend']} on {', '.join(flow['devices'])}{match}{note}")
-    path = PreprocessConfig(out=cfg["out"], part=tuple(cfg["part"]), report=cfg["report"]).report_path
-    failures = report["failures"]
+    path = cfg.report_path
+    failures = report.failures
     for f in failures[:MAX_FAILURES]:
         errors.print(f"[red]failed[/red] {f['id']} ({f['path']}): {f['reason']}", soft_wrap=True)
     if len(failures) > MAX_FAILURES:
@@ -107,20 +105,18 @@ def print_preprocess_report(
             ),
             soft_wrap=True,
         )
-    noisy = sum("messages" in v for v in report["videos"])
+    noisy = sum("messages" in v for v in report.videos)
     if noisy:
         console.print(
             f'FFmpeg/OpenCV messages about {plural(noisy, "video")}: in {path} (their "messages")',
             soft_wrap=True,
         )
-    if "messages" in report:
+    if report.messages:
         console.print(f'FFmpeg/OpenCV messages of the run: in {path} ("messages")', soft_wrap=True)
-    s = report["summary"]
-    folders = " and ".join(str(Path(cfg["out"]) / st) for st in cfg["streams"])
-    kept = f" (and kept those of {plural(s['skipped'], 'video')} written before)" if s["skipped"] else ""
+    folders = " and ".join(str(Path(cfg.out) / st) for st in cfg.streams)
+    kept = f" (and kept those of {plural(s.skipped, 'video')} written before)" if s.skipped else ""
     console.print(
-        f"wrote the archives of {plural(s['done'] + s['partial'], 'video')}{kept} in {folders}; report "
-        f"{path}",
+        f"wrote the archives of {plural(s.written, 'video')}{kept} in {folders}; report {path}",
         soft_wrap=True,
     )
     emptied = _emptied_classes(failures, index)
@@ -132,10 +128,10 @@ def print_preprocess_report(
             soft_wrap=True,
         )
         return
-    after = " (once every --part has finished)" if cfg["part"][1] > 1 else ""
-    for st in cfg["streams"]:
+    after = " (once every --part has finished)" if cfg.part[1] > 1 else ""
+    for st in cfg.streams:
         console.print(
-            f"next{after}: memdpc shard {cfg['out']} --index {index} --stream {st} --out shards",
+            f"next{after}: memdpc shard {cfg.out} --index {index} --stream {st} --out shards",
             soft_wrap=True,
         )
 

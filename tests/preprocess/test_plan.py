@@ -60,10 +60,10 @@ def test_the_plan_writes_nothing_and_counts_what_the_run_then_does(messy_index, 
     assert [Path(p).name for p, _ in plan.unreadable] == ["broken.avi"]  # cut.avi's header opens
 
     report = run_preprocess(records, cfg, progress=False)
-    failed = {Path(f["path"]).name for f in report["failures"]}
+    failed = {Path(f["path"]).name for f in report.failures}
     assert failed == {"broken.avi", "cut.avi"}  # cut.avi fails when decoded, as the plan cannot know
     headers = {h.id: h for h in plan.todo}
-    done = [v for v in report["videos"] if v["status"] == "done"]
+    done = [v for v in report.videos if v["status"] == "done"]
     assert len(done) == len(headers) - 1 == 13
     for v in done:  # frames, pairs and sizes by the headers are those written
         h = headers[v["id"]]
@@ -74,7 +74,7 @@ def test_the_plan_writes_nothing_and_counts_what_the_run_then_does(messy_index, 
         )
     assert len({h.size for h in plan.todo}) > 2  # landscape, portrait and square
     written = {s: sum(p.stat().st_size for p in (out / s).glob("*.tar")) for s in ("rgb", "flow")}
-    cut = headers[next(v["id"] for v in report["videos"] if v["path"].endswith("cut.avi"))]
+    cut = headers[next(v["id"] for v in report.videos if v["path"].endswith("cut.avi"))]
     for s in ("rgb", "flow"):  # JPEG sizes vary with the content: the first video stands for all
         estimate = plan.stream_bytes(s) * (
             1 - cut.frames * cut.pixels / sum(h.frames * h.pixels for h in plan.todo)

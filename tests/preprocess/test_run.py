@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import cv2
@@ -66,7 +67,7 @@ def archives(out: Path, stream: str) -> dict[str, tuple[dict, list[bytes]]]:
 def test_rgb_and_flow_from_one_decode_then_resume_skips(index, tmp_path):
     recs = read_index(index)
     report = preprocess(index, tmp_path, "rgb,flow", size=0, workers=2, tvl1=FAST, progress=False)
-    assert report["summary"]["done"] == len(recs) == 9 and not report["failures"]
+    assert report.summary.done == len(recs) == 9 and not report.failures
     rgb, flow = archives(tmp_path, "rgb"), archives(tmp_path, "flow")
     assert set(rgb) == set(flow) == {r.id for r in recs}
     for r in recs:
@@ -76,7 +77,7 @@ def test_rgb_and_flow_from_one_decode_then_resume_skips(index, tmp_path):
         assert mr["encoding"] == "jpeg-q90-420" and mf["encoding"] == "jpeg-q100-planes"
         assert mf["flow"]["third_channel"] == 128 and mf["flow"]["tvl1"]["scales"] == 2
         assert mf["code_error"]["mean_abs"] <= 0.1
-    entry = next(v for v in report["videos"] if v["id"] == recs[0].id)
+    entry = next(v for v in report.videos if v["id"] == recs[0].id)
     assert entry["streams"] == {"rgb": 30, "flow": 29} and set(entry["stages"]) == {
         "decode",
         "flow",
@@ -88,15 +89,16 @@ def test_rgb_and_flow_from_one_decode_then_resume_skips(index, tmp_path):
         np.abs(decode_rgb(rgb[recs[0].id][1][0])[..., ::-1].astype(int) - first).mean() < 10
     )  # JPEG q90 of a 32² texture
     saved = read_report(tmp_path / "preprocess-report.jsonl")
-    assert saved.runs[-1]["summary"] == report["summary"] and saved.runs[-1]["config"] == report["config"]
+    assert saved.runs[-1]["summary"] == asdict(report.summary)  # the typed summary is the recorded one
+    assert (saved.runs[-1]["started"], saved.runs[-1]["finished"]) == (report.started, report.finished)
     # one entry per video, describing both its archives: this run's, as returned
     assert {vid: (by["rgb"], by["flow"]) for vid, by in saved.videos.items()} == {
-        v["id"]: ({**v, "run": saved.runs[-1]["run"]},) * 2 for v in report["videos"]
+        v["id"]: ({**v, "run": saved.runs[-1]["run"]},) * 2 for v in report.videos
     }
 
     stamps = {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*.tar")}
     again = preprocess(index, tmp_path, "rgb,flow", size=0, tvl1=FAST, progress=False)
-    assert again["summary"]["skipped"] == 9 and again["summary"]["done"] == 0
+    assert again.summary.skipped == 9 and again.summary.done == 0
     assert stamps == {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*.tar")}
 
 
@@ -104,8 +106,8 @@ def test_adding_a_stream_later_decodes_only_what_is_missing(index, tmp_path):
     preprocess(index, tmp_path, "rgb", size=16, part="0/3", progress=False)
     before = {p: p.stat().st_mtime_ns for p in (tmp_path / "rgb").glob("*.tar")}
     report = preprocess(index, tmp_path, "rgb,flow", size=16, part="0/3", tvl1=FAST, progress=False)
-    assert report["summary"]["done"] == 3
-    assert all(v["streams"] == {"flow": 29} for v in report["videos"])
+    assert report.summary.done == 3
+    assert all(v["streams"] == {"flow": 29} for v in report.videos)
     assert before == {p: p.stat().st_mtime_ns for p in (tmp_path / "rgb").glob("*.tar")}
 
 
@@ -231,18 +233,18 @@ def test_auto_is_the_default_and_the_report_names_what_ran(index, tmp_path):
     assert PreprocessConfig(out="").flow_backend == PreprocessConfig(out="").device == "auto"
     report = preprocess(index, tmp_path, "flow", size=16, part="0/9", tvl1=FAST, progress=False)
     if not torch.cuda.is_available():
-        assert report["flow"] == {
+        assert report.flow == {
             "backend": "native",
             "devices": ["cpu"],
             "note": None,
             "opencv": opencv_record(),
         }
         assert (
-            read_archive(archive_path(tmp_path, "flow", report["videos"][0]["id"]))[0]["flow"]["backend"]
+            read_archive(archive_path(tmp_path, "flow", report.videos[0]["id"]))[0]["flow"]["backend"]
             == "native"
         )
-    assert report["config"]["flow_backend"] == "auto"  # as asked; "flow" says what it became
-    assert "flow" not in preprocess(index, tmp_path, "rgb", size=16, part="0/9", progress=False)
+    assert report.config.flow_backend == "auto"  # as asked; "flow" says what it became
+    assert preprocess(index, tmp_path, "rgb", size=16, part="0/9", progress=False).flow is None
 
 
 def test_a_frames_run_then_a_flow_run_into_one_folder_leave_a_report_of_both_streams(index, tmp_path):
@@ -262,7 +264,7 @@ def test_part_partitions_are_disjoint_and_cover(index, tmp_path):
     done = []
     for i in range(3):
         report = preprocess(index, tmp_path, "rgb", size=16, part=f"{i}/3", progress=False)
-        done.append({v["id"] for v in report["videos"] if v["status"] == "done"})
+        done.append({v["id"] for v in report.videos if v["status"] == "done"})
         assert (tmp_path / f"preprocess-report-part{i}of3.jsonl").is_file()
     assert sum(map(len, done)) == 9 and set.union(*done) == {r.id for r in recs}
     assert set(archives(tmp_path, "rgb")) == {r.id for r in recs}
@@ -287,7 +289,7 @@ def test_kill_and_resume(index, tmp_path, kill_midway):
     stamps = {p: p.stat().st_mtime_ns for p in out.glob("*/[!.]*.tar")}
 
     report = preprocess(index, out, "rgb,flow", size=0, tvl1=FAST, progress=False)
-    assert report["summary"]["skipped"] == len(complete) and report["summary"]["done"] == 9 - len(complete)
+    assert report.summary.skipped == len(complete) and report.summary.done == 9 - len(complete)
     assert not [p for p in out.rglob(".tmp-*")]
     rgb, flow = archives(out, "rgb"), archives(out, "flow")
     assert len(rgb) == len(flow) == 9
@@ -309,7 +311,7 @@ def test_dask_local_cluster(index, tmp_path):
             part=(0, 3),
         )
         report = run_preprocess(read_index(index), cfg, progress=False)
-    assert report["summary"]["done"] == 3 and not report["failures"]
+    assert report.summary.done == 3 and not report.failures
     flow = archives(tmp_path, "flow")
     assert len(flow) == 3 and all(m["num_frames"] == 29 for m, _ in flow.values())
 

@@ -181,7 +181,7 @@ def test_preprocess_report_says_which_held_out_split_and_class_lost_a_video_and_
     index, out = tmp_path / "index.jsonl", tmp_path / "out"
     write_index([*good, *held], index)
     report = preprocess(index, out, "rgb", size=0, progress=False)
-    assert [(f["id"], f["split"], f["label_name"]) for f in report["failures"]] == [
+    assert [(f["id"], f["split"], f["label_name"]) for f in report.failures] == [
         ("t1", "test", "Walk"),
         ("t2", "test", "Walk"),
         ("v1", "val", "Run"),
@@ -203,7 +203,7 @@ def test_preprocess_report_says_which_held_out_split_and_class_lost_a_video_and_
         "or remove the failed files and index again; `memdpc shard … --allow-missing-classes` shards without those "
         "classes"
     )
-    del report["failures"][0]["split"]  # a report written before failures recorded their split: train's
+    del report.failures[0]["split"]  # a report written before failures recorded their split: train's
     console, errors = recording_console(), recording_console()
     print_preprocess_report(report, index, console, errors)
     assert "test lost 1 video of class 'Walk' (t2)" in errors.export_text()

@@ -200,14 +200,14 @@ def test_waiting_frame_sizes_are_bounded(records, reference, tmp_path):
 
 def test_run_preprocess_takes_the_batched_path_for_torch(records, reference, tmp_path):
     report = run_preprocess(records, config(tmp_path), progress=False)
-    stage, opencv = report["flow"].pop("stage"), report["flow"].pop("opencv")
-    assert report["flow"] == {"backend": "torch", "devices": ["cpu"], "note": None}
+    stage, opencv = report.flow.pop("stage"), report.flow.pop("opencv")
+    assert report.flow == {"backend": "torch", "devices": ["cpu"], "note": None}
     assert opencv == {"version": cv2.__version__, "tested": list(TESTED_OPENCV), "note": None}
     assert set(stage) == {"cpu"} and stage["cpu"]["pairs"] == sum(PAIRS) and stage["cpu"]["batches"] >= 2
-    assert 0 < stage["cpu"]["device_busy_seconds"] < report["summary"]["seconds"]
-    assert report["summary"]["done"] == len(records) and not report["failures"]
+    assert 0 < stage["cpu"]["device_busy_seconds"] < report.summary.seconds
+    assert report.summary.done == len(records) and not report.failures
     assert tars(tmp_path) == tars(reference)
-    assert all(set(v) >= {"stages", "seconds", "cpu_seconds", "fps", "streams"} for v in report["videos"])
+    assert all(set(v) >= {"stages", "seconds", "cpu_seconds", "fps", "streams"} for v in report.videos)
 
 
 @pytest.fixture(scope="module")
@@ -348,9 +348,9 @@ def test_resume_skips_finished_videos_and_clears_stale_temporaries(records, refe
     stale.write_bytes(b"half an archive")
     stamps = {p: p.stat().st_mtime_ns for p in out.glob("*/[!.]*.tar")}
     report = run_preprocess(records, config(out), progress=False)
-    status = {v["id"]: v["status"] for v in report["videos"]}
+    status = {v["id"]: v["status"] for v in report.videos}
     assert status == {r.id: "skipped" if r in records[:2] else "done" for r in records}
-    assert next(v for v in report["videos"] if v["id"] == records[2].id)["streams"] == {"flow": 29}
+    assert next(v for v in report.videos if v["id"] == records[2].id)["streams"] == {"flow": 29}
     assert not stale.exists() and tars(out) == tars(reference)
     assert all(p.stat().st_mtime_ns == t for p, t in stamps.items())  # finished archives untouched
 
@@ -432,7 +432,7 @@ def test_a_full_disk_stops_the_batched_run_with_whole_archives_and_the_rerun_com
     kept = tars(small_disk.path / "out")
     assert all(data == tars(reference)[name] for name, data in kept.items())  # no temporary archive either
     small_disk.resize(2 * need + (1 << 20))
-    assert run_preprocess(records, cfg, progress=False)["summary"]["done"] == len(records) - len(kept) // 2
+    assert run_preprocess(records, cfg, progress=False).summary.done == len(records) - len(kept) // 2
     assert tars(small_disk.path / "out") == tars(reference)
 
 
@@ -462,10 +462,10 @@ def test_on_the_gpu_cross_video_batches_equal_the_per_video_path(records, tmp_pa
     """The auto choice on a CUDA machine, and the batched path against one video at a time on the GPU."""
     cfg = config(tmp_path / "batched", flow_backend="auto", device="cuda:0")
     report = run_preprocess(records, cfg, progress=False)
-    assert report["flow"]["backend"] in ("triton", "torch") and report["flow"]["devices"] == ["cuda:0"]
-    assert report["summary"]["done"] == len(records)
-    if report["flow"]["backend"] == "torch":
-        assert "Triton" in report["flow"]["note"]
+    assert report.flow["backend"] in ("triton", "torch") and report.flow["devices"] == ["cuda:0"]
+    assert report.summary.done == len(records)
+    if report.flow["backend"] == "torch":
+        assert "Triton" in report.flow["note"]
         ref = config(tmp_path / "ref", device="cuda:0")
         assert all(process_video(rec, ref)["status"] == "done" for rec in records)
         assert tars(tmp_path / "batched") == tars(tmp_path / "ref")
@@ -501,7 +501,7 @@ def test_the_triton_kernels_in_the_batched_run_give_the_torch_paths_archives(rec
     subset = [square, records[3]]
     out = tmp_path / "out"
     report = run_preprocess(subset, config(out, streams=("flow",), flow_backend="triton"), progress=False)
-    assert report["flow"]["backend"] == "triton" and report["summary"]["done"] == 2
+    assert report.flow["backend"] == "triton" and report.summary.done == 2
     for rec, ref in ((square, tmp_path / "reference"), (records[3], reference)):
         meta, frames = read_archive(archive_path(out, "flow", rec.id))
         ref_meta, ref_frames = read_archive(archive_path(ref, "flow", rec.id))
@@ -605,6 +605,6 @@ def test_ffmpeg_messages_go_to_the_report_of_the_run(records, tmp_path, capfd):
     (tmp_path / "text.avi").write_text("not a video\n" * 100)
     text = VideoRecord("text", str(tmp_path / "text.avi"), 0, "X", "train")
     report = run_preprocess([text, records[1]], config(tmp_path / "out"), progress=False)
-    assert [v["status"] for v in report["videos"]] == ["failed", "done"]
-    assert any("VIDEOIO(FFMPEG)" in line for line in report["messages"])
+    assert [v["status"] for v in report.videos] == ["failed", "done"]
+    assert any("VIDEOIO(FFMPEG)" in line for line in report.messages)
     assert "VIDEOIO" not in capfd.readouterr().err

@@ -263,10 +263,10 @@ def test_a_preprocess_run_on_the_native_backend_writes_the_opencv_archives(video
     native path switched off, ``memdpc preprocess`` takes OpenCV and says why, in one line and the report."""
     ids = ["v0", "v1", "v2"]
     ref = preprocess(videos, tmp_path / "cv", "flow", size=0, flow_backend="opencv", progress=False)
-    assert ref["flow"]["backend"] == "opencv"
+    assert ref.flow["backend"] == "opencv"
     ours = preprocess(videos, tmp_path / "native", "flow", size=0, workers=2, device="cpu", progress=False)
-    assert ours["flow"] == {"backend": "native", "devices": ["cpu"], "note": None, "opencv": opencv_record()}
-    assert ours["summary"]["done"] == 3 and not ours["failures"]
+    assert ours.flow == {"backend": "native", "devices": ["cpu"], "note": None, "opencv": opencv_record()}
+    assert ours.summary.done == 3 and not ours.failures
     expected = flow_archives(tmp_path / "cv", ids)
     for i, (meta, frames) in flow_archives(tmp_path / "native", ids).items():
         ref_meta, ref_frames = expected[i]
