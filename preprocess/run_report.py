@@ -21,16 +21,16 @@ class RunSummary:
     """The counts of a run: its videos by status, ``pending`` (those a signal or a fault kept it from reaching),
     the frames of the archives it wrote, its seconds and each stage's seconds summed over its videos."""
 
-    done: int = 0
-    partial: int = 0
-    skipped: int = 0
-    failed: int = 0
-    pending: int = 0
-    videos: int = 0
-    frames: int = 0
-    seconds: float = 0.0
-    frames_per_s: float = 0.0
-    stage_seconds: Mapping[str, float] = field(default_factory=dict)
+    done: int
+    partial: int
+    skipped: int
+    failed: int
+    pending: int
+    videos: int
+    frames: int
+    seconds: float
+    frames_per_s: float
+    stage_seconds: Mapping[str, float]
 
     @classmethod
     def of(cls, entries: Iterable[Mapping[str, Any]], seconds: float, pending: int) -> RunSummary:

@@ -12,6 +12,8 @@ from click.testing import CliRunner
 from memdpc.commands.options import SettingOption, config_options, stack, take
 from memdpc.common.settings import setting
 
+from ..test_declared_once import commands
+
 
 @dataclass(frozen=True)
 class Inner:
@@ -93,31 +95,20 @@ def test_stack_applies_decorators_in_the_order_written():
     assert [p.name for p in cmd.params] == ["a", "b"]
 
 
-def _verbs(group: click.Group, path: str = "memdpc"):
-    ctx = click.Context(group)
-    yield path, group
-    for name in group.list_commands(ctx):
-        cmd = group.get_command(ctx, name)
-        if isinstance(cmd, click.Group):
-            yield from _verbs(cmd, f"{path} {name}")
-        else:
-            yield f"{path} {name}", cmd
-
-
 def test_every_option_of_every_verb_is_a_setting():
     """No verb types an option's flags, default or help of its own: each comes from a setting of a config."""
     from memdpc.cli import main
 
     own = [
         f"{path} {p.opts[0]}"
-        for path, cmd in _verbs(main)
+        for path, cmd in commands(main)
         for p in cmd.params
         if isinstance(p, click.Option)
         and not isinstance(p, SettingOption)
         and p.name not in ("help", "version")
     ]
     assert own == []
-    assert len([v for v in _verbs(main)]) > 15
+    assert len([v for v in commands(main)]) > 15
 
 
 def test_a_hand_written_option_is_found():
