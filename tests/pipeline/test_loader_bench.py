@@ -15,28 +15,10 @@ from ..conftest import MIXED_FRAME_SIZES, run_memdpc
 def stride_one_shards(mixed_size_frames, tmp_path_factory) -> Path:
     """README's recipe (`--clip-stride 1`, small shards) with a short clip, on frames of three sizes."""
     out = tmp_path_factory.mktemp("bench_loader") / "shards"
-    res = run_memdpc(
-        "shard",
-        mixed_size_frames / "frames",
-        "--index",
-        mixed_size_frames / "index.jsonl",
-        "--stream",
-        "rgb",
-        "--out",
-        out,
-        "--split",
-        "train",
-        "--window-step",
-        "2",
-        "--clip-stride",
-        "1",
-        "--max-count",
-        "4",
-        "--blocks",
-        "4",
-        "--block-len",
-        "3",
-    )
+    index = ["--index", mixed_size_frames / "index.jsonl"]
+    cut = "--window-step 2 --clip-stride 1 --max-count 4 --blocks 4 --block-len 3".split()
+    where = ["--stream", "rgb", "--out", out, "--split", "train"]
+    res = run_memdpc("shard", mixed_size_frames / "frames", *index, *where, *cut)
     assert res.returncode == 0, res.stderr
     return out
 
