@@ -6,8 +6,9 @@ default TV-L1 parameters. In one run:
 1. **per function and per level**: the solver replayed from Python, calling the same compiled functions in the
    same order (checked: the replay's flow is the kernel's, bit for bit), each call timed by this thread's CPU
    time: the pyramid's resizes, the warp's sources, the warp, the median, the inner iteration's one pass and
-   the stopping rule; per pyramid level the inner iteration's nanoseconds per pixel and iteration (a level
-   whose fields outgrow a cache runs slower per pixel);
+   the stopping rule; per pyramid level the inner iteration's nanoseconds per pixel and iteration (whether a
+   level whose fields outgrow a cache runs slower per pixel). Kernel and replay each reuse their buffers pair
+   after pair, as the flow backend does;
 2. **vectorised or not**: each hot function compiled afresh in a child process (an empty numba cache) and its
    optimised LLVM IR read: the widest vector of floats or doubles it operates on, and its vector and scalar
    divisions and square roots;
