@@ -63,7 +63,7 @@ from memdpc.preprocess.video_index import VideoRecord, read_index
 __all__ = ["PreprocessConfig", "preprocess", "run_preprocess"]
 
 DASK_CONNECT_TIMEOUT = 30  # seconds
-OK = ("done", "partial", "skipped")  # statuses of a video whose archives are on disk
+OK = (*WRITTEN, "skipped")  # statuses of a video whose archives are on disk
 
 Results = Callable[[PreprocessConfig, list[VideoRecord], Progress, Callable[[], list[str]]], Iterator[dict]]
 
