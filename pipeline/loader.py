@@ -160,10 +160,10 @@ def plan_loader(
         )  # its own: no more workers than a rank has shards
     return LoaderPlan(
         shards=shards,
-        shard_samples=[int(s["num_samples"]) for s in found.manifest["shards"]],
+        shard_samples=found.shard_samples,
         stream=stream,
         frame_sizes=tuple(found.frame_sizes),
-        encoding=str(found.manifest.get("encoding") or ""),
+        encoding=found.encoding,
         num_frames=clip.num_frames,
         num_blocks=clip.num_blocks,
         train=train,
@@ -178,7 +178,7 @@ def plan_loader(
         spec=spec or AugmentSpec(),
         drop_last=drop_last,
         clips_per_video=clips_per_video,
-        third_channel=int(found.manifest.get("third_channel", 128)),
+        third_channel=found.third_channel,
     )
 
 

@@ -69,6 +69,22 @@ class ShardSplit:
         """(tar, DALI index) path of every shard."""
         return shard_paths(self.root, self.manifest)
 
+    @property
+    def shard_samples(self) -> list[int]:
+        """The number of samples of every shard, in the order of :attr:`shards`."""
+        return [int(s["num_samples"]) for s in self.manifest["shards"]]
+
+    @property
+    def encoding(self) -> str:
+        """How the frames are stored in the shards (:mod:`memdpc.preprocess.encode`); empty for older manifests."""
+        return str(self.manifest.get("encoding") or "")
+
+    @property
+    def third_channel(self) -> int:
+        """The value the loaders put in a flow frame's third channel, which a planes encoding does not store
+        (128, the zero-flow code, where the manifest does not say)."""
+        return int(self.manifest.get("third_channel", 128))
+
 
 @dataclass(frozen=True)
 class ShardSet:

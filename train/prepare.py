@@ -72,10 +72,10 @@ def _stream_split(config: TrainConfig, split: str) -> ShardSplit:
                 f"(--stream {shards.stream}); pass --stream {others[0]} or the {shards.stream} shards"
             )
     found = shards.split(split)
-    clip = found.manifest.get("clip", {})
-    if (clip.get("num_blocks"), clip.get("block_len")) != (config.clip.num_blocks, config.clip.block_len):
+    clip = found.clip
+    if (clip.num_blocks, clip.block_len) != (config.clip.num_blocks, config.clip.block_len):
         raise UserError(
-            f"{found.path}: clips of {clip.get('num_blocks')}×{clip.get('block_len')} frames, but the config asks "
+            f"{found.path}: clips of {clip.num_blocks}×{clip.block_len} frames, but the config asks "
             f"for {config.clip.num_blocks}×{config.clip.block_len}"
         )
     return found

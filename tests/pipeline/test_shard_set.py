@@ -12,8 +12,10 @@ import pytest
 from memdpc.common.errors import UserError
 from memdpc.pipeline.clip import ClipSpec
 from memdpc.pipeline.shard_set import ShardSet, open_split
+from memdpc.preprocess.encode import is_planes
 
 from ..conftest import files_opened
+from .conftest import PLANES_THIRD
 
 PACKAGE = Path(__file__).resolve().parents[2]
 
@@ -41,6 +43,14 @@ def test_a_split_is_read_once_and_typed(shards):
     assert [i.name for _, i in split.shards] == [f"train-{i:06d}.idx" for i in range(3)]
     assert split.frame_sizes == [(32, 32)]
     assert split.provenance["index"] and split.provenance["frames"]
+    assert split.shard_samples == [2, 2, 2] and split.encoding == split.manifest["encoding"]
+    assert "third_channel" not in split.manifest and split.third_channel == 128  # unsaid: the zero-flow code
+
+
+def test_a_planes_flow_split_says_its_encoding_and_third_channel(planes_shards):
+    split = open_split(planes_shards, "flow", "train")
+    assert is_planes(split.encoding) and split.third_channel == PLANES_THIRD
+    assert sum(split.shard_samples) == split.num_samples and len(split.shard_samples) == len(split.shards)
 
 
 def test_a_rewritten_manifest_is_read_anew(shards):
