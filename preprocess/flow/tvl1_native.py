@@ -39,6 +39,7 @@ F32 = np.float32
 FLT_EPSILON = F32(np.finfo(np.float32).eps)
 PAD = 4  # zeros around the warped images: a 4×4 window clamped to it reads only zeros
 WORKSPACE_FIELDS = 12  # p11, p21, p12, p22, I1wx, I1wy, ρ_c, error terms, 3 warp sources, scratch
+GUARD = 4096  # floats (16 KB) around the pyramid and the fields: see Workspace
 JIT = {"cache": True, "error_model": "numpy"}  # numpy: a division by zero gives inf, as in C, unchecked
 
 
@@ -436,15 +437,23 @@ def _flow(prev, nxt, out, sizes, offsets, pyr, ws, step, up, warps, outer, inner
 
 # ---------------------------------------------------------------------------------------------- the API
 class Workspace:
-    """The buffers of one frame size, allocated once and reused pair after pair (warm in the caches)."""
+    """The buffers of one frame size, allocated once and reused pair after pair (warm in the caches).
+
+    The pyramid (``pyr``) and the fields (``ws``) are views of one buffer with ``GUARD`` floats before, between
+    and after them. Where the allocator put them end to end, the last level's u2 (the pyramid's end) ran straight
+    into p11 (the fields' start), and the inner iteration, which streams both, ran three to four times slower at
+    that level (docs/benchmarks.md); the guards make the layout the same whatever the allocator does."""
 
     def __init__(self, height: int, width: int, params: TVL1Params) -> None:
         self.shape = (height, width)
         sizes = level_sizes(height, width, params)
         self.sizes = np.array(sizes, np.int64)
         self.offsets = np.cumsum([0] + [h * w for h, w in sizes[:-1]]).astype(np.int64)
-        self.pyr = np.empty((4, sum(h * w for h, w in sizes)), np.float32)
-        self.ws = np.empty(WORKSPACE_FIELDS * (height + 2 * PAD) * (width + 2 * PAD), np.float32)
+        n_pyr = 4 * sum(h * w for h, w in sizes)
+        n_ws = WORKSPACE_FIELDS * (height + 2 * PAD) * (width + 2 * PAD)
+        self.buffer = np.empty(n_pyr + n_ws + 3 * GUARD, np.float32)
+        self.pyr = self.buffer[GUARD : GUARD + n_pyr].reshape((4, n_pyr // 4))
+        self.ws = self.buffer[2 * GUARD + n_pyr : 2 * GUARD + n_pyr + n_ws]
 
 
 def check_params(params: TVL1Params) -> None:

@@ -182,6 +182,18 @@ def test_the_backend_reuses_its_buffers_across_pairs_and_frame_sizes():
             assert f.tobytes() == TVL1Params().to_opencv().calc(p, n, None).tobytes()
 
 
+def test_the_workspace_keeps_guards_around_the_pyramid_and_the_fields():
+    """One buffer, the pyramid and the fields at least GUARD floats from each other and from its ends: the
+    iteration streams the last level's u2 and the fields together, and end to end they slow it threefold."""
+    space = tvl1_native.Workspace(64, 80, TVL1Params())
+    base, guard = space.buffer.ctypes.data, tvl1_native.GUARD * 4
+    pyr = (space.pyr.ctypes.data - base, space.pyr.ctypes.data - base + space.pyr.nbytes)
+    fields = (space.ws.ctypes.data - base, space.ws.ctypes.data - base + space.ws.nbytes)
+    assert np.shares_memory(space.pyr, space.buffer) and np.shares_memory(space.ws, space.buffer)
+    assert pyr[0] >= guard and fields[0] - pyr[1] >= guard and space.buffer.nbytes - fields[1] >= guard
+    assert space.pyr.flags.c_contiguous and space.ws.flags.c_contiguous
+
+
 def test_refuses_what_it_does_not_do():
     with pytest.raises(UserError, match="CPU only"):
         NativeTVL1(device="cuda")
