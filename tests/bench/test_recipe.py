@@ -79,7 +79,21 @@ def test_the_shipped_recipes_figures_and_readmes_rows_are_the_committed_results(
             ]
             assert value == round(sum(mine) / len(mine), 1), (family, metric)
     assert all(r["minutes"] is None or r["minutes"] <= 45 for r in results)
-    shown = (ROOT / "README.md").read_text().split("<!-- recipe.md -->")[1].split("<!-- /recipe.md -->")[0]
+    assert_readme_shows("recipe.md", "recipe-example-flow-pool.md")
+
+
+def test_readme_shows_the_fused_candidates_rows_as_its_benchmark_wrote_them():
+    """The candidate recipe of both streams and their fusion: README's table is bench/results' (RGB, flow and
+    fused rows, and the fused rows against each stream alone), and each of its runs took at most 45 minutes."""
+    results = json.loads((ROOT / "bench" / "results" / "recipe-example-fused-pool.json").read_text())
+    assert results and all(r["streams"] == ["rgb", "flow", "fused"] for r in results)
+    assert all(r["minutes"] is not None and r["minutes"] <= 45 for r in results)
+    assert_readme_shows("fused-recipe.md", "recipe-example-fused-pool.md")
+
+
+def assert_readme_shows(marker: str, results: str) -> None:
+    """README's rows between ``<!-- marker -->`` and ``<!-- /marker -->`` are rows of bench/results/``results``."""
+    shown = (ROOT / "README.md").read_text().split(f"<!-- {marker} -->")[1].split(f"<!-- /{marker} -->")[0]
     rows = [line for line in shown.splitlines() if line.startswith("|")]
-    table = (ROOT / "bench" / "results" / "recipe-example-flow-pool.md").read_text().splitlines()
+    table = (ROOT / "bench" / "results" / results).read_text().splitlines()
     assert len(rows) > 2 and all(row in table for row in rows), [r for r in rows if r not in table]
