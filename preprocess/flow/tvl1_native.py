@@ -441,8 +441,8 @@ class Workspace:
 
     The pyramid (``pyr``) and the fields (``ws``) are views of one buffer with ``GUARD`` floats before, between
     and after them. Where the allocator put them end to end, the last level's u2 (the pyramid's end) ran straight
-    into p11 (the fields' start), and the inner iteration, which streams both, ran three to four times slower at
-    that level (docs/benchmarks.md); the guards make the layout the same whatever the allocator does."""
+    into p11 (the fields' start), and the inner iteration, which streams both, ran several times slower at that
+    level (docs/benchmarks.md has the figures); the guards make the layout the same whatever the allocator does."""
 
     def __init__(self, height: int, width: int, params: TVL1Params) -> None:
         self.shape = (height, width)

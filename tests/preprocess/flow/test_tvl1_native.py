@@ -184,7 +184,7 @@ def test_the_backend_reuses_its_buffers_across_pairs_and_frame_sizes():
 
 def test_the_workspace_keeps_guards_around_the_pyramid_and_the_fields():
     """One buffer, the pyramid and the fields at least GUARD floats from each other and from its ends: the
-    iteration streams the last level's u2 and the fields together, and end to end they slow it threefold."""
+    iteration streams the last level's u2 and the fields together, and end to end they slow it several times."""
     space = tvl1_native.Workspace(64, 80, TVL1Params())
     base, guard = space.buffer.ctypes.data, tvl1_native.GUARD * 4
     pyr = (space.pyr.ctypes.data - base, space.pyr.ctypes.data - base + space.pyr.nbytes)
