@@ -132,9 +132,13 @@ class Profile:
     # (another draw, seed + POOL_SEED), instead of the labelled draw's training videos
     pool: int = 0
     checkpoint: str = "best"  # the MemDPC checkpoint evaluated: best.pt (as training chose it) or last.pt
+    # the fused retrieval's weights: equal (the paper's mean), or chosen on the training videos (eval fuse
+    # --choose-weights); the fused probe's are equal either way
+    fusion: str = "equal"
 
 
 CHECKPOINTS = ("best", "last")
+FUSIONS = ("equal", "chosen")
 
 
 def profile_from(values: dict[str, Any], where: str, family: str) -> Profile:
@@ -153,6 +157,8 @@ def profile_from(values: dict[str, Any], where: str, family: str) -> Profile:
     streams = tuple(s for s in STREAMS if s in given)  # in the tables' order: both streams are STREAMS
     if values.get("checkpoint", "best") not in CHECKPOINTS:
         raise UserError(f"{where}: checkpoint must be one of {', '.join(CHECKPOINTS)}")
+    if values.get("fusion", "equal") not in FUSIONS:
+        raise UserError(f"{where}: fusion must be one of {', '.join(FUSIONS)}")
     pool = values.get("pool", 0)
     if isinstance(pool, dict):
         if set(pool) != set(EXAMPLE_FAMILIES):
@@ -388,6 +394,8 @@ def _evaluate(
                     results[model, "rgb", kind],
                     results[model, "flow", kind],
                     out=out / "eval" / f"{model}-fused" / f"{kind}.json",
+                    choose_weights=kind == "retrieval" and p.fusion == "chosen",
+                    overwrite=True,
                 )
             )
     return results
@@ -778,13 +786,7 @@ def own_commands(recipe: str | Path, own: OwnFolders, work: str) -> list[str]:
             results[model, s, kind] = f"{folder}/{kind}-{s}.json"
     streams_compared = list(p.streams)
     if p.streams == STREAMS:
-        for model in MODELS:
-            for kind in ("retrieval", "probe-linear"):
-                fused = f"{work}/eval/{model}-fused/{kind}.json"
-                lines.append(
-                    f"memdpc eval --fuse {results[model, 'rgb', kind]} {results[model, 'flow', kind]} --out {fused}"
-                )
-                results[model, "fused", kind] = fused
+        lines += _fuse_lines(results, p, work)
         streams_compared.append("fused")
     lines += [
         f"memdpc eval compare {results['memdpc', s, kind]} {results[baseline, s, kind]}"
@@ -792,6 +794,21 @@ def own_commands(recipe: str | Path, own: OwnFolders, work: str) -> list[str]:
         for s in streams_compared
         for kind in ("retrieval", "probe-linear")
     ]
+    return lines
+
+
+def _fuse_lines(results: dict, p: Profile, work: str) -> list[str]:
+    """The fusions of each model's two streams, as verbs; adds their results to ``results``."""
+    lines = []
+    for model in MODELS:
+        for kind in ("retrieval", "probe-linear"):
+            fused = f"{work}/eval/{model}-fused/{kind}.json"
+            chosen = " --choose-weights" if kind == "retrieval" and p.fusion == "chosen" else ""
+            lines.append(
+                f"memdpc eval --fuse {results[model, 'rgb', kind]} {results[model, 'flow', kind]} "
+                f"--out {fused}{chosen}"
+            )
+            results[model, "fused", kind] = fused
     return lines
 
 

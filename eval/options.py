@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import MISSING, dataclass
 from pathlib import Path
 
+from memdpc.common.errors import UserError
 from memdpc.common.settings import Checked, setting
 from memdpc.eval.fit import FINETUNE_DROPOUT, OOPS_MODES, PROBE_DROPOUT, RETRIEVAL_CHUNK
 from memdpc.pipeline.clip import EVAL_CROPS
@@ -97,10 +98,21 @@ class FuseOptions(Checked):
     """A late fusion's settings (``memdpc eval fuse A B`` and ``memdpc eval --fuse A B``)."""
 
     weights: tuple[float, float] = setting((1.0, 1.0), "Weights of the two results.", nargs=2)
+    choose_weights: bool = setting(
+        False,
+        "Retrieval results: choose the weights on the training videos (the gallery) instead, the pair (1-s, s), "
+        "s = 0, 0.1, ..., 1, under which each one's 10 nearest others are most often of its class; takes away the "
+        "noise an uninformative stream adds to the other's similarities. No test label is read.",
+    )
     out: Path | None = setting(
         None, "Results file to write (default: beside the first input).", flags=("--out", "--fuse-out")
     )
     overwrite: bool = setting(False, "Replace other results at --out.")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.choose_weights and tuple(self.weights) != (1.0, 1.0):
+            raise UserError("give --weights or --choose-weights, not both")
 
 
 @dataclass(frozen=True)

@@ -111,12 +111,14 @@ def fuse(
     out: str | os.PathLike | None = None,
     weights: tuple[float, float] = (1.0, 1.0),
     overwrite: bool = False,
+    choose_weights: bool = False,
 ) -> Path:
     """Late fusion of two results files (see :mod:`memdpc.eval.fusion`); writes the result and returns its path.
+    ``choose_weights``: retrieval's weights chosen on the training videos instead of ``weights``.
 
     ``out`` may hold the same fusion (the same inputs and weights: written again); other results there are
     refused unless ``overwrite``, and an input never is ``out``."""
-    result, arrays = fuse_results(result_a, result_b, weights)
+    result, arrays = fuse_results(result_a, result_b, weights, choose=choose_weights)
     out = (
         Path(out)
         if out is not None

@@ -15,6 +15,7 @@ import yaml
 
 from memdpc.common.errors import UserError
 from memdpc.common.streams import STREAMS
+from memdpc.preprocess.datasets import OwnFolders
 from memdpc.quickstart import (
     BASELINES,
     BELOW_INIT,
@@ -23,6 +24,7 @@ from memdpc.quickstart import (
     MODEL_NAMES,
     VERDICTS,
     comparison_summary,
+    own_commands,
     profile_from,
 )
 
@@ -321,3 +323,31 @@ def test_the_closing_sentence_names_the_streams_where_pretraining_pays():
     assert "better than random init in 4 of 6, worse in 0" in mixed and "same 9 test videos" in mixed
     none = comparison_summary(rows({"flow": "b"}), 9)
     assert none.startswith("Pretraining does not reliably beat random init: ") and "worse in 2" in none
+
+
+def test_a_recipe_chooses_the_fused_retrievals_weights_only_when_it_says_so(tmp_path):
+    """``fusion: chosen`` puts --choose-weights on the fused retrieval's command (never the probe's: its results
+    hold no training videos); the default fuses with equal weights; another value is refused by name."""
+    settings = {**yaml.safe_load(TINY_POOL_RECIPE)["quickstart"], "streams": ["rgb", "flow"]}
+    with pytest.raises(UserError, match="r: fusion must be one of equal, chosen"):
+        profile_from({**settings, "fusion": "learned"}, "r", "synthetic")
+    videos = tmp_path / "videos"
+    for name in ("a", "b"):
+        (videos / name).mkdir(parents=True)
+        for i in range(3):
+            (videos / name / f"{name}{i}.avi").write_bytes(b"")
+    for fusion, expected in (("equal", []), ("chosen", ["memdpc", "random", "random_bn"])):
+        recipe = tmp_path / f"{fusion}.yaml"
+        recipe.write_text(
+            TINY_POOL_RECIPE.replace("streams: [flow]", f"streams: [rgb, flow]\n  fusion: {fusion}")
+        )
+        fused = [
+            c
+            for c in own_commands(recipe, OwnFolders(videos=videos), "w")
+            if c.startswith("memdpc eval --fuse")
+        ]
+        chosen = sorted(
+            c.split("/eval/")[1].split("-rgb")[0] for c in fused if c.endswith(" --choose-weights")
+        )
+        assert len(fused) == 6 and chosen == expected
+        assert all("retrieval" in c for c in fused if c.endswith(" --choose-weights"))

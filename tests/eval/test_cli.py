@@ -339,3 +339,42 @@ def test_results_of_another_checkpoint_are_not_replaced_without_overwrite(
     assert retrieve(changed).exit_code == 0
     changed.write_bytes(a.read_bytes())
     _one_line_error(retrieve(changed), f"holds results of {changed.resolve()} as it was before it changed")
+
+
+def test_fusion_weights_chosen_on_the_training_videos(eval_data, checkpoints, tmp_path):
+    """Real retrieval results of both streams: --choose-weights records the weights and what they were chosen
+    on (the gallery's videos); the same fusion again is written again. Given with --weights, or for results of
+    classifiers, it is a one-line error."""
+    results = []
+    for stream in ("rgb", "flow"):
+        out = tmp_path / stream
+        res = _cli(
+            "eval",
+            "retrieve",
+            str(checkpoints[stream]),
+            "--shards",
+            str(eval_data.shards),
+            "--out",
+            str(out),
+            *OPTS,
+        )
+        assert res.exit_code == 0, res.output
+        results.append(str(out / f"retrieval-{stream}.json"))
+    fused = tmp_path / "fused.json"
+    for _ in range(2):
+        res = _cli("eval", "--fuse", *results, "--choose-weights", "--out", str(fused))
+        assert res.exit_code == 0, res.output
+    config = json.loads(fused.read_text())["config"]
+    gallery = load_result(results[0])[1]["gallery_ids"]
+    assert config["chosen_on"]["videos"] == len(gallery) and sum(config["weights"]) == 1
+    assert config["weights"][1] in config["chosen_on"]["shares"]
+    _one_line_error(
+        _cli("eval", "fuse", *results, "--choose-weights", "--weights", "3", "1"),
+        "give --weights or --choose-weights, not both",
+    )
+    rgb = _probs_result(tmp_path / "rgb.json", "rgb", [[0.8, 0.2], [0.6, 0.4]])
+    flow = _probs_result(tmp_path / "flow.json", "flow", [[0.2, 0.8], [0.0, 1.0]])
+    _one_line_error(
+        _cli("eval", "fuse", str(rgb), str(flow), "--choose-weights"),
+        f"{rgb}, {flow}: weights are chosen on the training videos of retrieval results only",
+    )

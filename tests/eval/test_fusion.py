@@ -1,4 +1,5 @@
-"""Late fusion: the fused probabilities equal the (weighted) mean; mismatched results are refused."""
+"""Late fusion: the fused probabilities equal the (weighted) mean, retrieval's weights chosen on the gallery;
+mismatched results are refused."""
 
 from __future__ import annotations
 
@@ -6,9 +7,9 @@ import numpy as np
 import pytest
 
 from memdpc.common.errors import UserError
-from memdpc.eval.fusion import fuse_results
+from memdpc.eval.fusion import SHARES, choose_weights, fuse_results
 from memdpc.eval.results import load_result, save_result
-from memdpc.model.retrieval import center_normalize
+from memdpc.model.retrieval import RECALL_KS, center_normalize, topk_neighbours
 
 CLASSES = ["a", "b", "c"]
 
@@ -120,3 +121,86 @@ def test_classifier_and_retrieval_results_do_not_fuse(tmp_path):
     with pytest.raises(UserError, match="cannot fuse"):
         fuse_results(rgb, flow)
     assert center_normalize(np.eye(2)).shape == (2, 2)
+
+
+def _retrieval(path, stream, query, gallery, labels, gallery_labels):
+    result = {"kind": "retrieval", "stream": stream, "dataset": "syn", "split": "test", "classes": CLASSES}
+    query, gallery = center_normalize(query), center_normalize(gallery)
+    arrays = {
+        "video_ids": np.array([f"q{i}" for i in range(len(query))]),
+        "labels": np.array(labels),
+        "query": query,
+        "gallery": gallery,
+        "gallery_ids": np.array([f"g{i}" for i in range(len(gallery))]),
+        "gallery_labels": np.array(gallery_labels),
+        "neighbours": topk_neighbours([(query, gallery)], max(RECALL_KS))[0],
+    }
+    return save_result(path, result, arrays)
+
+
+def _two_streams(folder, seed, test_labels=None):
+    """rgb: noise; flow: its class's direction plus noise; 30 gallery (training) and 30 test videos."""
+    rng = np.random.default_rng(seed)
+    folder.mkdir(exist_ok=True)
+    g_labels, q_labels = np.arange(30) % 3, np.arange(30) % 3
+    centres = 3 * np.eye(3, 16)
+    flow_g = centres[g_labels] + rng.normal(size=(30, 16))
+    flow_q = centres[q_labels] + rng.normal(size=(30, 16))
+    rgb_g, rgb_q = 4 * rng.normal(size=(30, 16)), 4 * rng.normal(size=(30, 16))
+    shown = q_labels if test_labels is None else test_labels
+    rgb = _retrieval(folder / "rgb.json", "rgb", rgb_q, rgb_g, shown, g_labels)
+    flow = _retrieval(folder / "flow.json", "flow", flow_q, flow_g, shown, g_labels)
+    return rgb, flow
+
+
+def _r1(tmp_path, result, arrays, name):
+    return load_result(save_result(tmp_path / name, result, arrays))[0]["metrics"]["R@1"]
+
+
+def test_chosen_weights_keep_a_stream_that_tells_nothing_from_spoiling_the_other(tmp_path):
+    """An uninformative RGB stream drags the equal-weight fusion below flow alone; the weights chosen on the
+    training videos give flow most of the weight and the fused R@1 is back at flow's (or above)."""
+    rgb, flow = _two_streams(tmp_path, 0)
+    flow_alone = load_result(flow)[0]["metrics"]["R@1"]
+    equal = _r1(tmp_path, *fuse_results(rgb, flow), "equal.json")
+    result, arrays = fuse_results(rgb, flow, choose=True)
+    chosen = _r1(tmp_path, result, arrays, "chosen.json")
+    assert equal < flow_alone <= chosen
+    weights, on = result["config"]["weights"], result["config"]["chosen_on"]
+    assert weights[1] > 0.5 and sum(weights) == pytest.approx(1) and on["videos"] == 30
+    assert on["shares"] == list(SHARES) and max(on["precision"]) == on["precision"][SHARES.index(weights[1])]
+
+
+def test_chosen_weights_read_no_test_label(tmp_path):
+    """The same features with the test videos' labels shuffled: the same weights are chosen."""
+    rgb, flow = _two_streams(tmp_path / "a", 1)
+    shuffled = np.random.default_rng(2).permutation(np.arange(30) % 3)
+    rgb2, flow2 = _two_streams(tmp_path / "b", 1, test_labels=shuffled)
+    a, b = fuse_results(rgb, flow, choose=True)[0], fuse_results(rgb2, flow2, choose=True)[0]
+    assert (
+        a["config"]["weights"] == b["config"]["weights"]
+        and a["config"]["chosen_on"] == b["config"]["chosen_on"]
+    )
+
+
+def test_of_equally_good_weights_the_nearest_to_equal_is_chosen():
+    """Two streams of the same features: every share but those that drop a stream ranks alike; 0.5 is chosen.
+    Each video's own similarity is the highest, so leave-one-out must skip it (else every share scores more)."""
+    g = center_normalize(np.random.default_rng(3).normal(size=(12, 8)))
+    labels = np.arange(12) % 4
+    weights, on = choose_weights(g, g, labels)
+    assert weights == (0.5, 0.5) and on["k"] == 10 and len(set(on["precision"][1:-1])) == 1
+    # by hand: each video's 10 nearest others (all but the farthest), the share of its class among them
+    sim = g @ g.T
+    np.fill_diagonal(sim, -np.inf)
+    nearest = np.argsort(-sim, axis=1, kind="stable")[:, :10]
+    assert on["precision"][5] == pytest.approx(np.mean(labels[nearest] == labels[:, None]), abs=1e-4)
+    with pytest.raises(UserError, match="at least two"):
+        choose_weights(g[:1], g[:1], labels[:1])
+
+
+def test_weights_are_chosen_for_retrieval_results_only(tmp_path):
+    rgb = _classify(tmp_path / "rgb.json", "rgb", ["v1"], [[1, 0, 0]], [0])
+    flow = _classify(tmp_path / "flow.json", "flow", ["v1"], [[1, 0, 0]], [0])
+    with pytest.raises(UserError, match="retrieval results only"):
+        fuse_results(rgb, flow, choose=True)
