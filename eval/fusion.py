@@ -92,9 +92,8 @@ def _leave_one_out_precision(
     neighbours, _ = topk_neighbours(
         [(w * g, g) for w, g in zip(weights, galleries, strict=True)], k + 1, chunk
     )
-    others = (
-        neighbours != np.arange(len(labels))[:, None]
-    )  # the video itself is among its k + 1 nearest or not
+    # the video itself is among its k + 1 nearest or not: each row keeps its first k others
+    others = neighbours != np.arange(len(labels))[:, None]
     keep = others & (np.cumsum(others, axis=1) <= k)
     return float(np.sum((labels[neighbours] == labels[:, None]) & keep) / np.sum(keep))
 
