@@ -65,30 +65,28 @@ def test_the_recipes_runs_are_gathered_with_their_pairs_and_minutes_and_not_run_
     assert elsewhere.returncode == 0 and json.loads(out.with_suffix(".json").read_text()) == results
 
 
-def test_the_shipped_recipes_figures_and_readmes_rows_are_the_committed_results():
-    """`expect` of example-flow-pool is the mean over the held-out draws of bench/results/recipe-example-flow-pool
-    (made by this benchmark), and README shows that table's rows as written there."""
-    results = json.loads((ROOT / "bench" / "results" / "recipe-example-flow-pool.json").read_text())
-    expect = load("example-flow-pool").expect
+@pytest.mark.parametrize(
+    "name,row,marker",
+    [("example-flow-pool", "flow", "recipe.md"), ("example-fused-pool", "fused", "fused-recipe.md")],
+)
+def test_the_shipped_recipes_figures_and_readmes_rows_are_the_committed_results(name, row, marker):
+    """`expect` of each shipped example recipe is the mean over the held-out draws of bench/results/recipe-NAME
+    (made by this benchmark) of its flow or fused rows, every run took at most 45 minutes, and README shows that
+    table's rows as written there."""
+    results = json.loads((ROOT / "bench" / "results" / f"recipe-{name}.json").read_text())
+    expect = load(name).expect
     assert {(r["family"], r["seed"]) for r in results} == {(f, s) for f in expect for s in EXAMPLE_SEEDS}
     for family, figures in expect.items():
         for metric, value in figures.items():
-            name = {"top1": "probe top-1"}.get(metric, metric)
+            metric = {"top1": "probe top-1"}.get(metric, metric)
             mine = [
-                r["metrics"][f"flow {name}"]["models"]["MemDPC"][0] for r in results if r["family"] == family
+                r["metrics"][f"{row} {metric}"]["models"]["MemDPC"][0]
+                for r in results
+                if r["family"] == family
             ]
             assert value == round(sum(mine) / len(mine), 1), (family, metric)
     assert all(r["minutes"] is None or r["minutes"] <= 45 for r in results)
-    assert_readme_shows("recipe.md", "recipe-example-flow-pool.md")
-
-
-def test_readme_shows_the_fused_candidates_rows_as_its_benchmark_wrote_them():
-    """The candidate recipe of both streams and their fusion: README's table is bench/results' (RGB, flow and
-    fused rows, and the fused rows against each stream alone), and each of its runs took at most 45 minutes."""
-    results = json.loads((ROOT / "bench" / "results" / "recipe-example-fused-pool.json").read_text())
-    assert results and all(r["streams"] == ["rgb", "flow", "fused"] for r in results)
-    assert all(r["minutes"] is not None and r["minutes"] <= 45 for r in results)
-    assert_readme_shows("fused-recipe.md", "recipe-example-fused-pool.md")
+    assert_readme_shows(marker, f"recipe-{name}.md")
 
 
 def assert_readme_shows(marker: str, results: str) -> None:
