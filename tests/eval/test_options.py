@@ -28,4 +28,11 @@ def test_values_from_the_command_line_or_a_recipe_become_the_tasks_keywords():
     assert flat(probe) == {"linear": False, "crops": 5, "dropout": 0.25}
     with pytest.raises(UserError, match="^crops must be one of 1, 5, 10, not 7$"):
         Crops(crops=7)
-    assert flat(FuseOptions()) == {"weights": [1.0, 1.0], "out": None, "overwrite": False}
+    assert flat(FuseOptions()) == {
+        "weights": [1.0, 1.0],
+        "choose_weights": False,
+        "out": None,
+        "overwrite": False,
+    }
+    with pytest.raises(UserError, match="^give --weights or --choose-weights, not both$"):
+        FuseOptions(weights=(3.0, 1.0), choose_weights=True)
