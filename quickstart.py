@@ -136,6 +136,10 @@ class Profile:
     # --choose-weights); the fused probe's are equal either way
     fusion: str = "equal"
 
+    def chooses_weights(self, kind: str) -> bool:
+        """Whether the fusion of results of ``kind`` has its weights chosen on the training videos."""
+        return kind == "retrieval" and self.fusion == "chosen"
+
 
 CHECKPOINTS = ("best", "last")
 FUSIONS = ("equal", "chosen")
@@ -394,7 +398,7 @@ def _evaluate(
                     results[model, "rgb", kind],
                     results[model, "flow", kind],
                     out=out / "eval" / f"{model}-fused" / f"{kind}.json",
-                    choose_weights=kind == "retrieval" and p.fusion == "chosen",
+                    choose_weights=p.chooses_weights(kind),
                     overwrite=True,
                 )
             )
@@ -803,7 +807,7 @@ def _fuse_lines(results: dict, p: Profile, work: str) -> list[str]:
     for model in MODELS:
         for kind in ("retrieval", "probe-linear"):
             fused = f"{work}/eval/{model}-fused/{kind}.json"
-            chosen = " --choose-weights" if kind == "retrieval" and p.fusion == "chosen" else ""
+            chosen = " --choose-weights" if p.chooses_weights(kind) else ""
             lines.append(
                 f"memdpc eval --fuse {results[model, 'rgb', kind]} {results[model, 'flow', kind]} "
                 f"--out {fused}{chosen}"

@@ -159,11 +159,7 @@ def fuse_results(
             weights, chosen_on = choose_weights(
                 arr_a["gallery"], arr_b["gallery"][g_order], arr_a["gallery_labels"], chunk
             )
-            common["config"] = {
-                "inputs": [str(pa), str(pb)],
-                "weights": list(weights),
-                "chosen_on": chosen_on,
-            }
+            common["config"] |= {"weights": list(weights), "chosen_on": chosen_on}
         wa, wb = _weights(weights)
         pairs = [
             (wa * arr_a["query"], arr_a["gallery"]),
