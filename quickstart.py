@@ -19,10 +19,13 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import torch
 from rich.console import Console
 from rich.rule import Rule
 from rich.table import Table
@@ -93,7 +96,7 @@ class Profile:
 
     The default is a small configuration for a CPU-only machine (README, "The quickstart", has its run time
     and results), the flow recipe's at a quickstart's size: 24 labelled videos per class of 48 frames at 64²
-    (a third of each class to test on, one training video per class held out as ``val``) and a pool of four
+    (a third of each class to test on, one training video per class held out as ``val``) and a pool of three
     times as many videos of another draw to pretrain on; clips of 8 blocks × 5 consecutive frames (stride 1
     instead of the paper's 3, because the example videos are short), a 2D3D-ResNet18 with a quarter of the
     channels (16, 32, 64, 64) at 32², memory 1024, and TV-L1 with 3 pyramid scales and 3 warps instead of
@@ -110,6 +113,9 @@ class Profile:
     Validation reads one batch per epoch (the whole split would cost a large part of the training time).
     Shards hold ``max_count`` clips each, so that every loader worker has shards of its own (the torch
     loader gives each worker whole shards).
+    Torch runs on one thread (``threads``): a network this small trains no faster on two, whose hand-offs cost
+    what the second core gives (README, "The quickstart", has both run times), and one count sums in one order,
+    so that the table does not move with the machine's number of cores.
     """
 
     data: dict[
@@ -135,6 +141,8 @@ class Profile:
     # the fused retrieval's weights: equal (the paper's mean), or chosen on the training videos (eval fuse
     # --choose-weights); the fused probe's are equal either way
     fusion: str = "equal"
+    # torch's threads for the run (training, features, probes); 0: torch's own count, one per core
+    threads: int = 0
 
     def chooses_weights(self, kind: str) -> bool:
         """Whether the fusion of results of ``kind`` has its weights chosen on the training videos."""
@@ -170,6 +178,9 @@ def profile_from(values: dict[str, Any], where: str, family: str) -> Profile:
         pool = pool[family]
     if not isinstance(pool, int) or pool < 0:
         raise UserError(f"{where}: pool must be a whole number of times the labelled videos (0: no pool)")
+    threads = values.get("threads", 0)
+    if not isinstance(threads, int) or threads < 0:
+        raise UserError(f"{where}: threads must be a whole number of torch threads (0: one per core)")
     try:
         clip = ClipSpec(**values.get("clip", {}))
         return Profile(**{**values, "clip": clip, "streams": streams, "pool": pool})
@@ -183,8 +194,9 @@ PROFILES = {
         clip=ClipSpec(num_blocks=8, block_len=5, stride=1),
         window_step=4,
         max_count=4,
-        pool=4,
+        pool=3,
         checkpoint="last",
+        threads=1,
         train=dict(
             size=32,
             crop_size=0,
@@ -209,6 +221,7 @@ PROFILES = {
         clip=ClipSpec(num_blocks=4, block_len=4, stride=1),
         window_step=4,
         max_count=1,
+        threads=1,
         train=dict(
             size=32,
             crop_size=0,
@@ -691,6 +704,27 @@ def quickstart(
         record = {"videos": str(Path(videos).resolve()), "pool": pool and str(Path(pool).resolve()), **record}
         del record["data"]
     _check_same_run(out, {**record, "recipe": str(recipe)} if recipe is not None else record)
+    with _torch_threads(p.threads):
+        return _run(out, p, data, seed, workers, backend, own, console)
+
+
+@contextmanager
+def _torch_threads(threads: int) -> Iterator[None]:
+    """Torch on ``threads`` threads inside the block (0: as it is), its count before restored after."""
+    before = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _run(
+    out: Path, p: Profile, data: str, seed: int, workers: int, backend: str, own: OwnFolders, console: Console
+) -> list[dict[str, Any]]:
+    """The job of :func:`quickstart`, its options checked."""
+    videos, pool = own.videos, own.pool
     if videos is None:
         index = _data(out, p, data, seed, console)
     else:

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 from memdpc.common.errors import UserError
@@ -22,7 +23,9 @@ from memdpc.quickstart import (
     COLUMNS,
     COMPARED,
     MODEL_NAMES,
+    PROFILES,
     VERDICTS,
+    _torch_threads,
     comparison_summary,
     own_commands,
     profile_from,
@@ -35,8 +38,9 @@ MD_START, MD_END = re.compile(r"<!-- quickstart\.md cpu: (?P<cpu>[^>]*?) -->"), 
 
 
 def _run(out: Path, *args: str) -> subprocess.CompletedProcess:
-    """The quickstart on torch's two threads of README's 2-core machine (another count sums in another order);
-    threads that wait for work sleep rather than spin, which changes no sum and lets the tests beside it run."""
+    """The quickstart where torch would take two threads, as on README's 2-core machine: the built-in profiles
+    run on one all the same (an example recipe without ``threads`` takes the two); threads that wait for work
+    sleep rather than spin, which changes no sum and lets the tests beside it run."""
     return subprocess.run(
         [MEMDPC, "quickstart", "--out", str(out), *args],
         capture_output=True,
@@ -239,6 +243,30 @@ def test_a_recipe_profile_lists_its_streams_in_the_tables_order_and_refuses_othe
     for bad in (["flow", "flow"], ["depth"], []):
         with pytest.raises(UserError, match=r"r: streams must be some of rgb, flow, each once; got \["):
             profile_from({**settings, "streams": bad}, "r", "synthetic")
+
+
+def test_a_profile_runs_torch_on_its_own_thread_count_and_gives_the_count_back():
+    """The built-in profiles pin torch to one thread (their table then does not move with the machine's cores);
+    a recipe's ``threads`` is a whole number (0: torch's own count, left as it is), and the count before the run
+    comes back after it, also after an error."""
+    assert {name: p.threads for name, p in PROFILES.items()} == {"default": 1, "tiny": 1}
+    settings = yaml.safe_load(TINY_POOL_RECIPE)["quickstart"]
+    assert profile_from(settings, "r", "synthetic").threads == 0
+    assert profile_from({**settings, "threads": 2}, "r", "synthetic").threads == 2
+    for bad in (-1, 1.5, "two"):
+        with pytest.raises(UserError, match=r"r: threads must be a whole number of torch threads"):
+            profile_from({**settings, "threads": bad}, "r", "synthetic")
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(3)
+        with _torch_threads(0):
+            assert torch.get_num_threads() == 3
+        with pytest.raises(RuntimeError), _torch_threads(1):
+            assert torch.get_num_threads() == 1
+            raise RuntimeError("a stage failed")
+        assert torch.get_num_threads() == 3
+    finally:
+        torch.set_num_threads(before)
 
 
 def _index(path: Path) -> list[dict]:
