@@ -44,7 +44,7 @@ from memdpc.pipeline.shard_plan import ShardSettings
 from memdpc.preprocess.datasets import UNLABELLED, OwnFolders, build_index, hold_outs, make_index
 from memdpc.preprocess.examples.families import EXAMPLE_FAMILIES, POOL_SEED
 from memdpc.preprocess.run import preprocess
-from memdpc.preprocess.video_index import hold_out, write_index
+from memdpc.preprocess.video_index import hold_out, read_index, write_index
 from memdpc.recipes.quickstart_options import QuickstartOptions
 from memdpc.recipes.recipe import config_ref, flags
 from memdpc.recipes.recipe import load as load_recipe
@@ -457,14 +457,15 @@ def knn_monitor(run: Path, checkpoint: str = "best") -> dict[str, Any]:
     }
 
 
-def _notes(monitors: dict[str, dict[str, Any]]) -> dict[tuple[str, str], str]:
-    """What the MemDPC rows must say: where no trained epoch beat the untrained encoder on the kNN monitor."""
+def _notes(monitors: dict[str, dict[str, Any]], videos: int) -> dict[tuple[str, str], str]:
+    """What the MemDPC rows must say: where no trained epoch beat the untrained encoder on the kNN monitor, and
+    on how many ``val`` videos (``videos``) the monitor said so (a few videos' R@1 moves in large steps)."""
     notes = {}
     for stream, m in monitors.items():
         if m and not m["beat_init"]:
             notes["memdpc", stream] = (
                 f"{BELOW_INIT} (kNN R@1 {m['initial']:.3f} untrained, {m['best']:.3f} at "
-                f"the {m['checkpoint']} epoch, {m['epoch']}: the row's)"
+                f"the {m['checkpoint']} epoch, {m['epoch']}: the row's; on {videos} val videos)"
             )
     below = [s for s in STREAMS if ("memdpc", s) in notes]
     if below and len(monitors) == len(STREAMS):  # a fused row
@@ -753,7 +754,10 @@ def _run(
     ckpts = _checkpoints(configs, p, console)
     results = _evaluate(out, shards, ckpts, p, workers, backend, console)
     monitors = {s: knn_monitor(Path(c.out), p.checkpoint) for s, c in configs.items()}
-    rows = summary_table(results, _notes(monitors))
+    monitored = sum(
+        v.split == "val" for v in read_index(index)
+    )  # the monitor's queries: the labelled val videos
+    rows = summary_table(results, _notes(monitors, monitored))
     _write(out, rows, sample_note(results), pretext_table(ckpts, configs), comparison_table(results), console)
     _report(out, console)
     return rows

@@ -80,6 +80,10 @@ def _check_table(out: Path) -> list[dict]:
             below.add(s)
     notes = {r["stream"]: r["note"] for r in rows if r["model"] == MODEL_NAMES["memdpc"]}
     assert {s for s in STREAMS if notes[s].startswith(BELOW_INIT)} == below
+    monitored = sum(
+        v["split"] == "val" for v in map(json.loads, (out / "index.jsonl").read_text().splitlines())
+    )
+    assert all(notes[s].endswith(f"; on {monitored} val videos)") for s in below)  # how few it read
     assert bool(notes["fused"]) == bool(below)
     assert all(r["note"] == "" for r in rows if r["model"] != MODEL_NAMES["memdpc"])
     # the pretext task's top-1 and loss on the val videos, before and after training, per stream
