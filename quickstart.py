@@ -754,9 +754,8 @@ def _run(
     ckpts = _checkpoints(configs, p, console)
     results = _evaluate(out, shards, ckpts, p, workers, backend, console)
     monitors = {s: knn_monitor(Path(c.out), p.checkpoint) for s, c in configs.items()}
-    monitored = sum(
-        v.split == "val" for v in read_index(index)
-    )  # the monitor's queries: the labelled val videos
+    # the kNN monitor's queries: the labelled val videos
+    monitored = sum(v.split == "val" for v in read_index(index))
     rows = summary_table(results, _notes(monitors, monitored))
     _write(out, rows, sample_note(results), pretext_table(ckpts, configs), comparison_table(results), console)
     _report(out, console)
