@@ -231,6 +231,7 @@ quickstart:
   streams: [flow]
   pool: {synthetic: 2, photos: 1, directions: 1}
   checkpoint: last
+  threads: 1  # torch's count for the run, as the built-in profiles set it
   train: {size: 32, crop_size: 0, widths: [8, 16, 16, 16], batch_size: 4, epochs: 2, pred_steps: 1,
           mem_size: 64, val_split: val, knn_every: 1, jitter_flow: false}
   probe: {epochs: 30, lr: 0.003, lr_min: 0.0003}
@@ -255,7 +256,8 @@ def test_a_profile_runs_torch_on_its_own_thread_count_and_gives_the_count_back()
     comes back after it, also after an error."""
     assert {name: p.threads for name, p in PROFILES.items()} == {"default": 1, "tiny": 1}
     settings = yaml.safe_load(TINY_POOL_RECIPE)["quickstart"]
-    assert profile_from(settings, "r", "synthetic").threads == 0
+    assert profile_from(settings, "r", "synthetic").threads == 1
+    assert profile_from({k: v for k, v in settings.items() if k != "threads"}, "r", "synthetic").threads == 0
     assert profile_from({**settings, "threads": 2}, "r", "synthetic").threads == 2
     for bad in (-1, 1.5, "two"):
         with pytest.raises(UserError, match=r"r: threads must be a whole number of torch threads"):
