@@ -25,7 +25,7 @@ from memdpc.eval.shard_meta import window_frames
 from memdpc.pipeline.sample import sample_key
 from memdpc.pipeline.shard_set import open_split
 from memdpc.viz.flow_colours import FLOW_KEY, codes_colours
-from memdpc.viz.pictures import decode_frames
+from memdpc.viz.pictures import PNG_OPTIONS, decode_frames
 
 __all__ = ["confusion_matrix", "memory_norms", "retrieval_examples"]
 
@@ -44,7 +44,7 @@ TITLE_PAD = 6  # points between a strip and its title (matplotlib's axes titles'
 
 def _save(fig, path: str | os.PathLike) -> Path:
     with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=DPI, format="png")
+        fig.savefig(tmp, dpi=DPI, format="png", pil_kwargs=PNG_OPTIONS)
     plt.close(fig)
     return Path(path)
 

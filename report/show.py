@@ -52,6 +52,7 @@ from memdpc.train.metrics import DATA_BN, KNN_BASELINE, METRICS_NAME, monitor_su
 from memdpc.train.prepare import CONFIG_NAME, augment_spec
 from memdpc.viz.flow_colours import codes_colours
 from memdpc.viz.pictures import (
+    PNG_OPTIONS,
     caption,
     clip_picture,
     decode_frames,
@@ -661,7 +662,7 @@ def run_curves(run: Path, path: Path) -> Path:
     fig.suptitle(f"{run.name}: {chosen}" + (f"\n{monitor}" if monitor else ""), fontsize=11)
     fig.tight_layout()
     with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=100, format="png")
+        fig.savefig(tmp, dpi=100, format="png", pil_kwargs=PNG_OPTIONS)
     plt.close(fig)
     return path
 
