@@ -11,23 +11,11 @@ SIGINT (130) or SIGTERM (143), after saying what was kept.
 
 from __future__ import annotations
 
+import importlib
+
 import click
 from rich.markup import escape
 
-from memdpc.commands import (
-    bench,
-    convert,
-    data,
-    index,
-    preprocess,
-    quickstart,
-    recipes,
-    report,
-    shard,
-    show,
-    train,
-)
-from memdpc.commands import eval as evaluate
 from memdpc.common import interrupts
 from memdpc.common.console import rich_console
 from memdpc.common.errors import ResourceFault, UserError
@@ -38,10 +26,37 @@ __all__ = ["EXIT_RESOURCE", "main"]
 EXIT_RESOURCE = 74  # sysexits.h EX_IOERR: the run stopped on a fault of its resources, resumable
 
 
+# the verbs in the order of the data (example data, index, preprocess, shard, train, eval), then the helpers; each is
+# the module of memdpc.commands of that name, whose ``command`` is the verb. ``--help`` lists them by name, as click does
+VERBS = (
+    "data",
+    "index",
+    "preprocess",
+    "shard",
+    "train",
+    "eval",
+    "convert",
+    "recipes",
+    "quickstart",
+    "show",
+    "report",
+    "bench",
+)
+
+
 class _Group(click.Group):
-    """Turns a UserError from any verb into a one-line usage error (exit 2), a resource fault into one line of
-    what failed and what the verb kept (exit :data:`EXIT_RESOURCE`), and an interrupt into what the verb kept and
-    exit code 128 + the signal."""
+    """The verbs, each imported when it is named (one verb's start does not import every other verb's options and
+    their modules; ``memdpc --help`` imports them all). Turns a UserError from any verb into a one-line usage error
+    (exit 2), a resource fault into one line of what failed and what the verb kept (exit :data:`EXIT_RESOURCE`),
+    and an interrupt into what the verb kept and exit code 128 + the signal."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(VERBS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in VERBS:
+            return None
+        return importlib.import_module(f"memdpc.commands.{cmd_name}").command
 
     def invoke(self, ctx: click.Context):
         try:
@@ -66,12 +81,6 @@ def main() -> None:
     """memdpc: self-supervised video representation learning with Memory-augmented Dense Predictive Coding."""
     interrupts.install()
 
-
-# the verbs in the order of the data: example data, index, preprocess, shard, train, eval; then the helpers. Each
-# module of memdpc.commands is one verb: its ``command``, which carries the verb's name
-VERBS = (data, index, preprocess, shard, train, evaluate, convert, recipes, quickstart, show, report, bench)
-for verb in VERBS:
-    main.add_command(verb.command)
 
 if __name__ == "__main__":
     main()

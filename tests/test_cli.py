@@ -41,6 +41,18 @@ def test_console_script_lists_verbs_and_version():
     assert __version__ in version
 
 
+def test_a_verb_imports_only_its_own_module_of_the_command_line():
+    """A verb's start does not import the other verbs' modules (their options and what those import)."""
+    code = (
+        "import sys\nfrom memdpc.cli import main\ntry:\n    main(['shard', '--help'])\nexcept SystemExit:\n    pass\n"
+        "print(sorted(m for m in sys.modules if m.startswith('memdpc.commands.')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.splitlines()[-1] == "['memdpc.commands.options', 'memdpc.commands.shard']"
+    res = subprocess.run([MEMDPC, "shards"], capture_output=True, text=True)
+    assert res.returncode == 2 and "No such command 'shards'" in res.stderr
+
+
 def test_unknown_path_is_one_line_error(tmp_path):
     res = subprocess.run(
         [MEMDPC, "index", str(tmp_path / "nope"), "--layout", "ucf101"], capture_output=True, text=True
