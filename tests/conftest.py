@@ -29,9 +29,6 @@ if not torch.cuda.is_available():  # before anything imports Triton: its kernels
 # (MKL's count is left alone: a process given two torch threads, as README's quickstart is, sums as there.)
 os.environ["OMP_NUM_THREADS"] = "1"
 torch.set_num_threads(1)
-# torch.compile's C++ compiled in the test's own process: its default pool of compile workers (one per core) costs
-# each test that compiles more CPU time, which the test beside it on the other core would have had
-os.environ["TORCHINDUCTOR_COMPILE_THREADS"] = "1"
 
 
 # The files of the longest tests, started first: the test command runs whole files in parallel, and a long
