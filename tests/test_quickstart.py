@@ -80,9 +80,7 @@ def _check_table(out: Path) -> list[dict]:
             below.add(s)
     notes = {r["stream"]: r["note"] for r in rows if r["model"] == MODEL_NAMES["memdpc"]}
     assert {s for s in STREAMS if notes[s].startswith(BELOW_INIT)} == below
-    monitored = sum(
-        v["split"] == "val" for v in map(json.loads, (out / "index.jsonl").read_text().splitlines())
-    )
+    monitored = sum(v["split"] == "val" for v in _index(out / "index.jsonl"))
     assert all(notes[s].endswith(f"; on {monitored} val videos)") for s in below)  # how few it read
     assert bool(notes["fused"]) == bool(below)
     assert all(r["note"] == "" for r in rows if r["model"] != MODEL_NAMES["memdpc"])
@@ -175,7 +173,7 @@ def test_the_default_quickstart_prints_readmes_tables(tmp_path):
     assert config["rgb"]["epochs"] < config["flow"]["epochs"]
     # the kNN monitor reads the labelled draw's held-out training videos (not the test split, not the pool)
     # from the initial weights on; the evaluation reads the last checkpoint
-    index = [json.loads(line) for line in (out / "index.jsonl").read_text().splitlines()]
+    index = _index(out / "index.jsonl")
     assert {v["split"] for v in index} == {"train", "val", "test"}
     for s in STREAMS:
         assert config[s]["shards"] == str(out / "pool" / "shards")
@@ -202,7 +200,7 @@ def test_tiny_quickstart_on_the_held_out_photos_and_the_torch_loader_resumes_and
     res = _run(out, *args, "--data", "photos")
     assert res.returncode == 0, res.stderr[-3000:]
     rows = _check_table(out)
-    index = [json.loads(line) for line in (out / "index.jsonl").read_text().splitlines()]
+    index = _index(out / "index.jsonl")
     assert {v["label_name"] for v in index} == {"CameraPan", "CameraZoom", "CameraRoll"}
     manifest = json.loads((out / "shards" / "rgb" / "manifest-test.json").read_text())
     assert len(manifest["shards"]) >= 2
