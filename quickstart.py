@@ -68,6 +68,7 @@ __all__ = [
     "own_commands",
     "profile_from",
     "quickstart",
+    "training_order",
 ]
 
 MODELS = ("random", "random_bn", "memdpc")
@@ -126,6 +127,9 @@ class Profile:
     max_count: int
     train: dict[str, Any] = field(default_factory=dict)
     stream_train: dict[str, dict[str, Any]] = field(default_factory=dict)  # per stream, over ``train``
+    # stream -> the stream whose run teaches it (``memdpc train --teacher`` with that run's evaluated checkpoint);
+    # a teacher's stream trains first
+    teachers: dict[str, str] = field(default_factory=dict)
     val_per_class: int = (
         1  # training videos per class held out for the kNN monitor (memdpc index --val-per-class)
     )
@@ -178,6 +182,13 @@ def profile_from(values: dict[str, Any], where: str, family: str) -> Profile:
         pool = pool[family]
     if not isinstance(pool, int) or pool < 0:
         raise UserError(f"{where}: pool must be a whole number of times the labelled videos (0: no pool)")
+    teachers = values.get("teachers") or {}
+    if not isinstance(teachers, dict) or any(
+        s not in streams or t not in streams or s == t or t in teachers for s, t in teachers.items()
+    ):
+        raise UserError(
+            f"{where}: teachers must map a trained stream to the other one, whose run teaches it (rgb: flow)"
+        )
     threads = values.get("threads", 0)
     if not isinstance(threads, int) or threads < 0:
         raise UserError(f"{where}: threads must be a whole number of torch threads (0: one per core)")
@@ -350,29 +361,46 @@ def _train_config(
     monitor: Path | None = None,
 ):
     """A stream's training on ``shards``; ``monitor``: the labelled shards the kNN monitor reads instead (where
-    ``shards`` are unlabelled videos)."""
+    ``shards`` are unlabelled videos); taught by its teacher stream's run where the profile names one."""
+    teacher = p.teachers.get(stream)
     return config_from_dict(
         dict(
             stream=stream,
             shards=str(shards),
             knn_shards=str(monitor or ""),
-            out=str(out / "runs" / stream),
+            out=str(_run_dir(out, stream)),
             seed=seed,
             num_blocks=p.clip.num_blocks,
             block_len=p.clip.block_len,
             num_workers=workers,
             backend=backend,
+            teacher=str(_evaluated(_run_dir(out, teacher), p)) if teacher else "",
             **{**p.train, **p.stream_train.get(stream, {})},
         )
     )
 
 
+def training_order(p: Profile) -> list[str]:
+    """The profile's streams in the order they train: a teacher's before the stream it teaches."""
+    return sorted(p.streams, key=lambda s: s in p.teachers)
+
+
+def _run_dir(out: Path, stream: str) -> Path:
+    """The folder of a stream's MemDPC run."""
+    return out / "runs" / stream
+
+
+def _evaluated(run: Path, p: Profile) -> Path:
+    """The checkpoint of a MemDPC run that the quickstart evaluates."""
+    return run / "checkpoints" / f"{p.checkpoint}.pt"
+
+
 def _checkpoints(configs: dict[str, TrainConfig], p: Profile, console: Console) -> dict:
     _step(console, "4/6 self-supervised training, one run per stream")
     ckpts = {}
-    for stream, config in configs.items():
-        run = train(config)
-        ckpts["memdpc", stream] = run / "checkpoints" / f"{p.checkpoint}.pt"
+    for stream in training_order(p):
+        config = configs[stream]
+        ckpts["memdpc", stream] = _evaluated(train(config), p)
         random_run = Path(config.out).with_name(f"random-{stream}")
         ckpts["random", stream] = write_initial_checkpoint(config, random_run / "checkpoints" / "init.pt")
         ckpts["random_bn", stream] = write_initial_checkpoint(

@@ -24,7 +24,16 @@ import torch.nn.functional as F
 
 from memdpc.model.names import NEGATIVES
 
-__all__ = ["content_share", "dense_infonce", "label_rank", "topk_accuracy"]
+__all__ = [
+    "RELATION_TEMPERATURE",
+    "content_share",
+    "dense_infonce",
+    "label_rank",
+    "relation_loss",
+    "topk_accuracy",
+]
+
+RELATION_TEMPERATURE = 0.1  # of both similarity rows that relation_loss compares
 
 
 def _flatten(x: torch.Tensor) -> torch.Tensor:
@@ -158,3 +167,28 @@ def content_share(z: torch.Tensor) -> torch.Tensor:
     content = (z - per_position).pow(2).mean()
     position = (per_position - per_position.mean(dim=(1, 2), keepdim=True)).pow(2).mean()
     return content / (content + position).clamp_min(torch.finfo(torch.float32).tiny)
+
+
+def relation_loss(student: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
+    """How far the batch's similarities under ``student`` (B, D) are from those under ``teacher`` (B, D'): per
+    clip, the cross-entropy of the softmax over the other clips' cosine similarities (over
+    :data:`RELATION_TEMPERATURE`) under the student against the same under the teacher, averaged.
+
+    Each side is centred by its batch mean before the cosine, as retrieval centres its features. The student is
+    pulled to find alike the clips the teacher finds alike, whatever else tells them apart: a flow encoder as the
+    teacher of an RGB one makes clips of alike motion alike under RGB, across backgrounds and colours. Needs B ≥ 3.
+    """
+    if student.shape[0] != teacher.shape[0] or student.shape[0] < 3:
+        raise ValueError(
+            f"student {tuple(student.shape)} and teacher {tuple(teacher.shape)} need the same batch of 3 or more"
+        )
+    n = student.shape[0]
+    # a clip's similarity to itself is left out
+    others = ~torch.eye(n, dtype=torch.bool, device=student.device)
+
+    def scores(x: torch.Tensor) -> torch.Tensor:
+        x = F.normalize(x.float() - x.float().mean(dim=0), dim=1)
+        return (x @ x.t())[others].view(n, n - 1) / RELATION_TEMPERATURE
+
+    target = F.softmax(scores(teacher.detach()), dim=1)
+    return -(target * F.log_softmax(scores(student), dim=1)).sum(dim=1).mean()

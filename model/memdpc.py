@@ -19,12 +19,12 @@ from torch import nn
 
 from memdpc.model.convgru import ConvGRU, init_orthogonal
 from memdpc.model.layout import channels_innermost
-from memdpc.model.loss import content_share, dense_infonce
+from memdpc.model.loss import content_share, dense_infonce, relation_loss
 from memdpc.model.names import NEGATIVES, diff_setting
 from memdpc.model.parts import part
 from memdpc.model.resnet2d3d import DEFAULT_WIDTHS, ResNet2d3d
 
-__all__ = ["MemDPC", "encode", "finish_config", "pooled_context"]
+__all__ = ["MemDPC", "encode", "finish_config", "objective", "pooled_context"]
 
 
 def encode(backbone: ResNet2d3d, clips: torch.Tensor, relu_first: bool = False) -> torch.Tensor:
@@ -53,6 +53,13 @@ def pooled_context(z: torch.Tensor, agg_f: ConvGRU, agg_b: ConvGRU | None) -> to
     if agg_b is not None:
         ctx.append(agg_b(z.flip(1)).mean(dim=(2, 3)))
     return torch.cat(ctx, dim=1)
+
+
+def objective(out: dict[str, torch.Tensor], relation_weight: float = 1.0) -> torch.Tensor:
+    """What training minimises of a forward's outputs: the pretext ``loss``, plus ``relation_weight`` times the
+    ``relation`` to a teacher's features where the forward was given one (kept apart so that ``loss`` stays
+    comparable with its chance)."""
+    return out["loss"] + relation_weight * out["relation"] if "relation" in out else out["loss"]
 
 
 def finish_config(model: nn.Module, name: str, seed: int | None) -> nn.Module:
@@ -160,13 +167,15 @@ class MemDPC(nn.Module):
         # stacked with D innermost, the loss's row layout (B·P·h·w, D): a view there, whatever the layout here
         return torch.stack([p.permute(0, 2, 3, 1) for p in preds], dim=1).permute(0, 1, 4, 2, 3)
 
-    def forward(self, clips: torch.Tensor) -> dict[str, torch.Tensor]:
+    def forward(self, clips: torch.Tensor, teacher: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         """clips (B, N, 3, SL, H, W) -> scalar ``loss``, ``top1``, ``top5`` and per direction ``*_f``/``*_b``,
         ``chance`` (the loss of a uniform guess, see :func:`~memdpc.model.loss.dense_infonce`) and the encoder
         features' ``content_share`` (see :func:`~memdpc.model.loss.content_share`).
 
         ``loss`` is the sum of the per-direction mean losses (the reference), and so is ``chance``; top-k the mean
-        over directions.
+        over directions. ``teacher`` (B, D'), another encoder's features of the same clips: ``relation``, the
+        :func:`~memdpc.model.loss.relation_loss` of the clips' pooled context features (:meth:`features`' kind)
+        against it, which training adds to ``loss`` (:func:`objective`).
         """
         if clips.dim() != 6 or clips.shape[1] <= self.pred_steps:
             raise ValueError(f"clips must be (B, N>{self.pred_steps}, C, SL, H, W), got {tuple(clips.shape)}")
@@ -190,6 +199,9 @@ class MemDPC(nn.Module):
         for k in ("top1", "top5"):
             out[k] = torch.stack([out[f"{k}_{t}"] for t, _, _ in dirs]).mean()
         out["content_share"] = content_share(z)
+        if teacher is not None:
+            with part("loss"):
+                out["relation"] = relation_loss(pooled_context(F.relu(z), self.agg_f, self.agg_b), teacher)
         return out
 
     # ------------------------------------------------------------------ features for evaluation

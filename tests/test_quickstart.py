@@ -26,9 +26,11 @@ from memdpc.quickstart import (
     PROFILES,
     VERDICTS,
     _torch_threads,
+    _train_config,
     comparison_summary,
     own_commands,
     profile_from,
+    training_order,
 )
 
 MEMDPC = str(Path(sys.executable).parent / "memdpc")
@@ -246,6 +248,33 @@ def test_a_recipe_profile_lists_its_streams_in_the_tables_order_and_refuses_othe
     for bad in (["flow", "flow"], ["depth"], []):
         with pytest.raises(UserError, match=r"r: streams must be some of rgb, flow, each once; got \["):
             profile_from({**settings, "streams": bad}, "r", "synthetic")
+
+
+def test_a_profile_names_the_stream_that_teaches_another_and_refuses_what_cannot_teach():
+    settings = {**yaml.safe_load(TINY_POOL_RECIPE)["quickstart"], "streams": ["rgb", "flow"]}
+    assert profile_from(settings, "r", "synthetic").teachers == {}
+    assert profile_from({**settings, "teachers": {"rgb": "flow"}}, "r", "synthetic").teachers == {
+        "rgb": "flow"
+    }
+    taught = profile_from({**settings, "teachers": {"rgb": "flow"}}, "r", "synthetic")
+    assert training_order(taught) == ["flow", "rgb"] and training_order(PROFILES["default"]) == [
+        "rgb",
+        "flow",
+    ]
+    out = Path("/qs")
+    config = _train_config(out, out / "pool" / "shards", "rgb", taught, 0, 1, "torch")
+    assert config.teacher == "/qs/runs/flow/checkpoints/last.pt" and config.out == "/qs/runs/rgb"
+    assert _train_config(out, out / "pool" / "shards", "flow", taught, 0, 1, "torch").teacher == ""
+    one_stream = {**settings, "streams": ["rgb"]}
+    for values in (
+        {**settings, "teachers": {"rgb": "rgb"}},
+        {**settings, "teachers": {"rgb": "depth"}},
+        {**settings, "teachers": {"rgb": "flow", "flow": "rgb"}},
+        {**settings, "teachers": ["flow"]},
+        {**one_stream, "teachers": {"rgb": "flow"}},
+    ):
+        with pytest.raises(UserError, match=r"r: teachers must map a trained stream to the other one"):
+            profile_from(values, "r", "synthetic")
 
 
 def test_a_profile_runs_torch_on_its_own_thread_count_and_gives_the_count_back():

@@ -131,6 +131,20 @@ class TrainConfig:
         "only the order of events tells them apart).",
         choices=NEGATIVES,
     )
+    teacher: str = setting(
+        "",
+        "A pretrained checkpoint of the other stream (e.g. the flow run's checkpoints/last.pt for an RGB run) "
+        "that teaches this one: before training its encoder embeds every training video of the same shards, "
+        "and each step pulls the batch's similarities under this encoder towards the teacher's (a relation "
+        "loss added to the pretext loss). Clips the teacher finds alike, alike motion under flow, become alike "
+        "whatever else sets them apart, so RGB's shortcut (a clip told apart by its background and colours) no "
+        "longer pays. Empty: none (the paper).",
+    )
+    teacher_weight: float = setting(
+        1.0,
+        "With --teacher: the weight of its relation loss beside the pretext loss (1: the two summed).",
+        min=0,
+    )
     # optimisation
     epochs: int = setting(300, "Epochs to train.", min=1)
     lr: float = setting(1e-3, "Adam learning rate.")
@@ -221,6 +235,15 @@ class TrainConfig:
             raise UserError(
                 "cuda_graphs does not go with amp fp16 (its loss scaler reads the device every step); "
                 "use --amp bf16"
+            )
+        if self.cuda_graphs and self.teacher:
+            raise UserError(
+                "cuda_graphs does not go with a teacher (its features change every step); leave one out"
+            )
+        if self.teacher and self.loader.batch_size < 3:
+            raise UserError(
+                f"a teacher needs batch_size 3 or more (a clip's similarities to two others at least), not "
+                f"{self.loader.batch_size}"
             )
         if self.schedule == "milestones" and not self.milestones:
             raise UserError("schedule 'milestones' needs --milestones (e.g. 80,100)")

@@ -44,6 +44,7 @@ from memdpc.train.prepare import (
 )
 from memdpc.train.seeding import seed_everything
 from memdpc.train.step import GRAPH_WARMUP, Stepper, make_optimizer, place_clips, place_model, uses_graphs
+from memdpc.train.teacher import read_teacher
 
 __all__ = ["plan_run"]
 
@@ -276,6 +277,7 @@ def plan_run(config: TrainConfig, overwrite: bool = False) -> RunPlan | None:
     resume_from = check_run_dir(config, overwrite)
     resumed = ck.read_resume(resume_from, config, world_size) if resume_from is not None else None
     init = ck.read_init(config.init, config)[0] if config.init and resumed is None else None
+    read_teacher(config)  # refused here as the run would refuse it; its table is not timed
     manifests = check_shards(config)
     config, monitor_note = monitor_on_labels(config, manifests)
     if resumed is not None:

@@ -12,15 +12,15 @@ from torch import nn
 from memdpc.common import interrupts
 from memdpc.model.retrieval import retrieve
 
-__all__ = ["knn_recall"]
+__all__ = ["knn_recall", "video_features"]
 
 
 @torch.no_grad()
 def video_features(
     model: nn.Module, loader, device: torch.device, max_batches: int
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """(videos, D) mean features and (videos,) labels of up to ``max_batches`` batches; fewer when a signal has
-    arrived (the training loop then stops and discards them)."""
+) -> tuple[list[str], torch.Tensor, torch.Tensor]:
+    """The video ids (sorted), (videos, D) mean features and (videos,) labels of up to ``max_batches`` batches;
+    fewer when a signal has arrived (the training loop then stops and discards them)."""
     sums: dict[str, torch.Tensor] = {}
     counts: dict[str, int] = {}
     labels: dict[str, int] = {}
@@ -34,7 +34,7 @@ def video_features(
             labels[vid] = y
     ids = sorted(sums)
     feats = torch.stack([sums[v] / counts[v] for v in ids]) if ids else torch.zeros(0, 1)
-    return feats, torch.tensor([labels[v] for v in ids], dtype=torch.long)
+    return ids, feats, torch.tensor([labels[v] for v in ids], dtype=torch.long)
 
 
 def recall_at_1(
@@ -52,9 +52,8 @@ def knn_recall(model: nn.Module, train_loader, test_loader, device: torch.device
     """R@1 of ``test_loader``'s videos against ``train_loader``'s (both unaugmented); leaves the model in train mode."""
     model.eval()
     try:
-        return recall_at_1(
-            *video_features(model, train_loader, device, max_batches),
-            *video_features(model, test_loader, device, max_batches),
-        )
+        _, train_x, train_y = video_features(model, train_loader, device, max_batches)
+        _, test_x, test_y = video_features(model, test_loader, device, max_batches)
+        return recall_at_1(train_x, train_y, test_x, test_y)
     finally:
         model.train()

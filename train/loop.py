@@ -68,6 +68,7 @@ from memdpc.train.reading import current_lr, log_train, read_steps
 from memdpc.train.saving import restore, save
 from memdpc.train.seeding import seed_everything, set_determinism
 from memdpc.train.step import out_of_memory, place_clips
+from memdpc.train.teacher import read_teacher, teacher_words
 from memdpc.train.wording import fault_kept, finished, kept, watched_words
 
 __all__ = ["train"]
@@ -124,6 +125,7 @@ def _train(config: TrainConfig, env: dd.DistEnv, overwrite: bool) -> Path:
 def _train_held(config: TrainConfig, env: dd.DistEnv, resume_from: Path | None, overwrite: bool) -> Path:
     ckpt = ck.read_resume(resume_from, config, env.world_size) if resume_from else None
     init = _read_init(config, env) if ckpt is None and config.init else None
+    teacher = read_teacher(config)  # checked before the run directory is written
     manifests = check_shards(config)
     config, note = monitor_on_labels(config, manifests)
     shards = shard_records(config)
@@ -147,9 +149,11 @@ def _train_held(config: TrainConfig, env: dd.DistEnv, resume_from: Path | None, 
         truncate_jsonl(run_dir / "metrics.jsonl", ckpt["step"] if ckpt is not None else -1)
     dd.barrier(env)
     set_determinism(config.deterministic)
-    parts = build_parts(config, env, run_dir, manifests["train"].clip, init, shards)
+    parts = build_parts(config, env, run_dir, manifests["train"].clip, init, shards, teacher)
     if config.loader.backend == "auto":  # which one it is depends on the machine: say so
         parts.logger.message(f"loader: {backend_words(config.loader.backend)}", markup=False)
+    if parts.teacher is not None:
+        parts.logger.message(teacher_words(parts.teacher), markup=False)
     state = State()
     if ckpt is not None:
         state = restore(parts, ckpt, resume_from)
@@ -251,7 +255,8 @@ def _epoch_batches(p: Parts, s: State) -> Iterator[None]:
             if batch is None:
                 return
             wait = time.perf_counter() - t0
-            out = p.stepper(place_clips(batch.clips, c, p.env.device))
+            teacher = p.teacher.of(batch.video_ids) if p.teacher is not None else None
+            out = p.stepper(place_clips(batch.clips, c, p.env.device), teacher)
             p.steps.add(out, batch.clips.shape[0], wait)
             s.step, s.epoch_step = s.step + 1, s.epoch_step + 1
             if not shown:  # a few clips of the epoch's first batch, as TensorBoard images (rank 0)

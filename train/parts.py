@@ -21,6 +21,7 @@ from memdpc.train.config import TrainConfig
 from memdpc.train.metrics import Meter, MetricsLogger, StepValues
 from memdpc.train.prepare import split_loader
 from memdpc.train.step import Stepper, make_optimizer, place_model, uses_graphs
+from memdpc.train.teacher import Teacher, TeacherModel, load_teacher
 
 __all__ = ["Parts", "State", "build_parts", "last_checkpoint", "position", "run_loader", "scheduler_for"]
 
@@ -61,6 +62,7 @@ class Parts:
     meter: Meter  # the logging window (host)
     shards: dict[str, dict[str, Any]]  # what the run records of its shards (train.prepare.shard_records)
     stepper: Stepper | None = None  # runs each optimiser step (eager, compiled or as a CUDA graph)
+    teacher: Teacher | None = None  # --teacher's features of the training videos
     saved: tuple[int, int, int] | None = None  # (epoch, step, epoch_step) that checkpoints/last.pt holds
 
 
@@ -71,10 +73,11 @@ def build_parts(
     clip: ClipSpec,
     init: dict[str, Any] | None,
     shards: dict[str, dict[str, Any]],
+    teacher: TeacherModel | None = None,
 ) -> Parts:
     """What a run trains with: its loaders (the training split refused where it holds less than a batch per
     rank), the model (DDP-wrapped under torchrun) from ``init`` or seeded weights, optimiser, schedule, scaler,
-    metrics logger and step runner."""
+    metrics logger, step runner and ``teacher``'s features of the training videos (``--teacher``)."""
     train_loader = run_loader(config, env, config.loader.train_split, clip, train=True)
     if len(train_loader) == 0:
         raise UserError(
@@ -109,6 +112,7 @@ def build_parts(
         steps=StepValues(config.log_every),
         meter=Meter(),
         shards=shards,
+        teacher=load_teacher(config, teacher, env.device),
     )
     parts.stepper = Stepper(
         wrapped,

@@ -28,6 +28,7 @@ from torch import nn
 
 from memdpc.common.errors import UserError
 from memdpc.common.wording import error_line, size_text
+from memdpc.model.memdpc import objective
 from memdpc.train.checkpoint import rng_state, set_rng_state
 from memdpc.train.config import TrainConfig
 
@@ -100,16 +101,18 @@ def train_step(
     clips: torch.Tensor,
     config: TrainConfig,
     autocast_cache: bool = True,
+    teacher: torch.Tensor | None = None,
 ) -> dict[str, torch.Tensor]:
     """One optimiser step on a batch already placed (:func:`place_clips`), eagerly; the model's outputs, on the
-    device (nothing here waits for the device). ``autocast_cache=False`` inside a CUDA graph capture."""
+    device (nothing here waits for the device). ``autocast_cache=False`` inside a CUDA graph capture;
+    ``teacher``: the teacher's features of the batch's clips (``--teacher``)."""
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(config.amp)
     with torch.autocast(
         clips.device.type, dtype=dtype, enabled=dtype is not None, cache_enabled=autocast_cache
     ):
-        out = model(clips)
+        out = model(clips) if teacher is None else model(clips, teacher)
     optimizer.zero_grad(set_to_none=True)
-    scaler.scale(out["loss"]).backward()
+    scaler.scale(objective(out, config.teacher_weight)).backward()
     scaler.step(optimizer)
     scaler.update()
     return out
@@ -124,7 +127,8 @@ class _Graph:
 
 
 class Stepper:
-    """``stepper(clips) -> outputs``: one optimiser step of ``model`` as ``config`` asks (module docstring).
+    """``stepper(clips, teacher=None) -> outputs``: one optimiser step of ``model`` as ``config`` asks (module
+    docstring); ``teacher``: the teacher's features of the clips, with ``--teacher`` (not in a CUDA graph).
 
     ``model`` is the module to train (DDP-wrapped under torchrun); ``warn`` prints a one-line warning (a
     compile that failed, CUDA graphs asked for on a CPU). ``backend`` is ``torch.compile``'s.
@@ -162,9 +166,9 @@ class Stepper:
         self._warm: dict[torch.Size, int] = {}  # eager steps done per shape before capturing
         self._graph: _Graph | None = None
 
-    def __call__(self, clips: torch.Tensor) -> dict[str, torch.Tensor]:
+    def __call__(self, clips: torch.Tensor, teacher: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         if not self.graphs:
-            return self._step(clips)
+            return self._step(clips, teacher=teacher)
         g = self._graph
         if g is not None and (g.clips.shape != clips.shape or g.lrs != self._lrs()):
             self._graph = g = None  # its memory goes back before the steps at the new shape or rate
@@ -179,14 +183,17 @@ class Stepper:
         return g.out
 
     # ------------------------------------------------------------------------------------------ eager / compiled
-    def _step(self, clips: torch.Tensor, autocast_cache: bool = True) -> dict[str, torch.Tensor]:
+    def _step(
+        self, clips: torch.Tensor, autocast_cache: bool = True, teacher: torch.Tensor | None = None
+    ) -> dict[str, torch.Tensor]:
+        args = (self.optimizer, self.scaler, clips, self.config, autocast_cache, teacher)
         if not self._trial:
-            return train_step(self.run, self.optimizer, self.scaler, clips, self.config, autocast_cache)
+            return train_step(self.run, *args)
         # the first compiled step: compiling happens here; where it fails, undo what the try touched, go eager
         buffers = {name: b.clone() for name, b in self.model.named_buffers()}
         rng = rng_state()
         try:
-            out = train_step(self.run, self.optimizer, self.scaler, clips, self.config, autocast_cache)
+            out = train_step(self.run, *args)
         except Exception as e:  # noqa: BLE001 — a compile failure can be any exception; memory is not one
             if out_of_memory(e, clips.shape[0], clips.device) is not None:
                 raise
@@ -195,7 +202,7 @@ class Stepper:
                     b.copy_(buffers[name])
             set_rng_state(rng)
             self._fall_back(e)
-            return train_step(self.run, self.optimizer, self.scaler, clips, self.config, autocast_cache)
+            return train_step(self.run, *args)
         self._trial = False
         return out
 

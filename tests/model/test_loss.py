@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from memdpc.model.loss import content_share, dense_infonce, topk_accuracy
+from memdpc.model.loss import RELATION_TEMPERATURE, content_share, dense_infonce, relation_loss, topk_accuracy
 
 
 def _targets(b=3, t=3, d=32, hw=2):
@@ -151,3 +151,48 @@ def test_topk_accuracy_ranks_equal_scores_by_column():
     labels = torch.tensor([0, 2, 3, 1])  # ranks 0, 2, 3 and 0 (the tie at 0.3 goes to the lowest column)
     top1, top2, top3 = topk_accuracy(scores, labels, (1, 2, 3))
     assert (top1.item(), top2.item(), top3.item()) == (0.5, 0.5, 0.75)
+
+
+def _relation_by_loop(student: torch.Tensor, teacher: torch.Tensor) -> float:
+    """The relation loss written out clip by clip."""
+    s = F.normalize(student - student.mean(0), dim=1)
+    t = F.normalize(teacher - teacher.mean(0), dim=1)
+    total = 0.0
+    for i in range(len(s)):
+        others = [j for j in range(len(s)) if j != i]
+        target = F.softmax(torch.stack([t[i] @ t[j] for j in others]) / RELATION_TEMPERATURE, dim=0)
+        log_p = F.log_softmax(torch.stack([s[i] @ s[j] for j in others]) / RELATION_TEMPERATURE, dim=0)
+        total += -(target * log_p).sum().item()
+    return total / len(s)
+
+
+def test_relation_loss_matches_a_loop_over_every_clip_and_ignores_scale_and_shift():
+    g = torch.Generator().manual_seed(0)
+    student, teacher = torch.randn(6, 8, generator=g), torch.randn(6, 5, generator=g)
+    loss = relation_loss(student, teacher).item()
+    assert loss == pytest.approx(_relation_by_loop(student, teacher), rel=1e-5)
+    assert relation_loss(3 * student + 1, teacher).item() == pytest.approx(loss, rel=1e-5)
+
+
+def test_relation_loss_is_lowest_where_the_student_finds_alike_what_the_teacher_does():
+    """Two groups of clips under the teacher (alike motion); a student that groups them the same way scores lower
+    than one that groups them by something else (their looks), and the gradient moves the student towards it."""
+    g = torch.Generator().manual_seed(1)
+    groups = torch.tensor([0, 0, 0, 1, 1, 1])
+    across = torch.tensor([0, 1, 0, 1, 0, 1])  # another grouping of the same clips
+    teacher = F.one_hot(groups).float() + 0.05 * torch.randn(6, 2, generator=g)
+    noise = 0.05 * torch.randn(6, 2, generator=g)
+    alike = relation_loss(F.one_hot(groups).float() + noise, teacher)
+    other = relation_loss(F.one_hot(across).float() + noise, teacher)
+    assert alike < other
+    student = (F.one_hot(across).float() + noise).requires_grad_()
+    relation_loss(student, teacher).backward()
+    with torch.no_grad():
+        assert relation_loss(student - 0.5 * student.grad, teacher) < other
+
+
+def test_relation_loss_refuses_batches_it_cannot_compare():
+    with pytest.raises(ValueError, match="3 or more"):
+        relation_loss(torch.randn(2, 4), torch.randn(2, 4))
+    with pytest.raises(ValueError, match="same batch"):
+        relation_loss(torch.randn(4, 4), torch.randn(5, 4))

@@ -9,7 +9,7 @@ from bench import step_profile
 from memdpc.model import create_model
 from memdpc.model.layout import channels_innermost
 from memdpc.model.loss import dense_infonce
-from memdpc.model.memdpc import encode
+from memdpc.model.memdpc import encode, objective
 
 from .conftest import TINY
 
@@ -42,6 +42,27 @@ def test_backward_step_reaches_the_memory_bank_and_every_parameter(clips):
     model(clips)["loss"].backward()
     assert model.memory.grad is not None and model.memory.grad.abs().sum() > 0
     assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in model.parameters())
+
+
+def test_a_teacher_adds_the_relation_of_the_pooled_context_to_the_objective(clips):
+    """Given a teacher's features, the forward gives ``relation`` apart from the pretext ``loss`` (which keeps its
+    chance), the objective is their sum, and the relation's gradient reaches the encoder and the aggregators."""
+    model = create_model("memdpc_r18", widths=TINY, seed=0)
+    clips = torch.cat([clips, clips[:1].flip(-1)])  # the relation needs 3 clips or more
+    teacher = torch.randn(clips.shape[0], 7, generator=torch.Generator().manual_seed(0))
+    torch.manual_seed(0)
+    out = model(clips, teacher)
+    torch.manual_seed(0)
+    plain = model(clips)
+    assert "relation" not in plain and out["relation"].item() > 0
+    assert out["loss"].item() == pytest.approx(plain["loss"].item())
+    assert objective(out).item() == pytest.approx(out["loss"].item() + out["relation"].item())
+    assert objective(out, 3.0).item() == pytest.approx(out["loss"].item() + 3 * out["relation"].item())
+    assert objective(plain) is plain["loss"]
+    model.zero_grad()
+    out["relation"].backward()
+    for part in (model.backbone, model.agg_f, model.agg_b):
+        assert sum(p.grad.abs().sum() for p in part.parameters() if p.grad is not None) > 0
 
 
 def test_encoder_targets_beat_shuffled_targets(clips):

@@ -28,9 +28,10 @@ def test_video_features_average_the_windows_of_each_video_and_stop_after_max_bat
         _batch([5.0, 7.0], ["b", "c"], [1, 2]),
         _batch([100.0], ["d"], [3]),
     ]
-    feats, labels = video_features(_MeanFeatures(), loader, torch.device("cpu"), max_batches=2)
+    ids, feats, labels = video_features(_MeanFeatures(), loader, torch.device("cpu"), max_batches=2)
     assert feats.squeeze(1).tolist() == [3.0, 3.0, 7.0]  # a; b = (1 + 5) / 2; c; d is past max_batches
     assert labels.tolist() == [0, 1, 2]
+    assert ids == ["a", "b", "c"]
 
 
 def test_recall_at_1():
