@@ -9,7 +9,10 @@ baseline with McNemar's exact p (``memdpc eval compare``); for a recipe of both 
 paired with each stream's MemDPC, and each result's checkpoints, so that no row passes for another.
 
     python -m bench.recipe [NAME] [--work runs/recipe] [--out bench/results/recipe-NAME] [--only SUBSTRING]
-        [--report]
+        [--report] [--validation]
+
+``--validation`` runs it on the validation draws of the families whose class is a kind of motion instead (seed
+100: where settings are chosen, never reported as results) and writes ``<out>-validation``.
 
 Writes ``<out>.json`` (every run's rows, comparisons and minutes) and ``<out>.md`` (the table); a run whose folder
 is not under ``--work`` keeps the rows ``<out>.json`` had of it.
@@ -29,6 +32,7 @@ from typing import Any
 
 from rich.console import Console
 
+from bench.learn import KINDS, VALIDATION_SEEDS
 from bench.scale import machine
 from memdpc.common import file_kinds
 from memdpc.common.atomic import atomic_path, write_json_atomic
@@ -36,20 +40,23 @@ from memdpc.common.streams import STREAMS
 from memdpc.eval.compare import compare_results, winner
 from memdpc.preprocess.examples.families import EXAMPLE_FAMILIES
 from memdpc.quickstart import BASELINES, COMPARED, MODEL_NAMES, VERDICTS, column
-from memdpc.recipes.recipe import commands, load
+from memdpc.recipes.recipe import EXAMPLE_SEEDS, commands, load
 
 MEMDPC = str(Path(sys.executable).parent / "memdpc")
 METRICS = tuple(column(kind, metric) for kind, metric in COMPARED)
 MINUTES = "minutes.json"  # in a run's folder: how long its command took, written once it succeeded
 
 
-def runs(name: str, work: Path) -> list[dict[str, Any]]:
+def runs(name: str, work: Path, validation: bool = False) -> list[dict[str, Any]]:
     """The recipe's runs on every example family: family, seed, the folder and the command line (as ``memdpc
-    recipes`` prints it for the families the recipe has figures of)."""
+    recipes`` prints it for the families the recipe has figures of); ``validation``: on the validation draws of
+    :data:`bench.learn.KINDS` instead."""
     recipe = load(name)
-    measured = {**recipe.expect, **dict.fromkeys(EXAMPLE_FAMILIES, {})}
+    families = KINDS if validation else EXAMPLE_FAMILIES
+    measured = {f: recipe.expect.get(f, {}) for f in families}
+    seeds = VALIDATION_SEEDS[:1] if validation else EXAMPLE_SEEDS
     out = []
-    for line in commands(replace(recipe, expect=measured), work=str(work)):
+    for line in commands(replace(recipe, expect=measured), work=str(work), seeds=seeds):
         if line.startswith("memdpc quickstart "):
             args = shlex.split(line)
             folder = Path(args[args.index("--out") + 1])
@@ -216,16 +223,24 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=None, help="Default: bench/results/recipe-NAME.")
     ap.add_argument("--only", default="", help="Run only the runs whose folder's name contains this.")
     ap.add_argument("--report", action="store_true", help="Gather the finished runs only; run nothing.")
+    ap.add_argument(
+        "--validation",
+        action="store_true",
+        help="On the validation draws (seed 100) instead of the held-out ones.",
+    )
     args = ap.parse_args()
     console = Console()
-    todo = runs(args.name, args.work)
+    todo = runs(args.name, args.work, args.validation)
     if not args.report:
         for r in todo:
             if args.only in r["folder"].name:
                 run(r, console)
-    out = args.out or Path("bench/results") / f"recipe-{args.name}"
+    out = args.out or Path("bench/results") / f"recipe-{Path(args.name).stem}"
+    if args.validation:
+        out = out.with_name(f"{out.name}-validation")
     results = kept(todo, out.with_suffix(".json"))
-    table = markdown(args.name, results)
+    where = "on the validation draws (seed 100) of the families whose class is a kind of motion"
+    table = markdown(args.name, results, where) if args.validation else markdown(args.name, results)
     write_json_atomic(out.with_suffix(".json"), results)
     with atomic_path(out.with_suffix(".md")) as tmp:
         tmp.write_text(table)

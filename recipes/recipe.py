@@ -359,9 +359,12 @@ def result(recipe: Recipe, dataset: str, work: str, file: str) -> str:
     return f"{work}/eval/{recipe.name}/{dataset}/{file}"
 
 
-def commands(recipe: Recipe, data: str = "DATA", work: str = "WORK") -> list[str]:
+def commands(
+    recipe: Recipe, data: str = "DATA", work: str = "WORK", seeds: tuple[int, ...] = EXAMPLE_SEEDS
+) -> list[str]:
     """The commands that reproduce the recipe's row, from the datasets in ``data/<dataset>`` (their official
-    layouts) to its results in ``work``, with comments: what to expect, what each dataset needs."""
+    layouts) to its results in ``work``, with comments: what to expect, what each dataset needs; an example
+    recipe's runs on the draws ``seeds`` of each family."""
     lines = [f"# {recipe.name}: {recipe.row}"]
     lines += [
         f"# expect on {d}: " + (", ".join(f"{m} {v}" for m, v in figures.items()) or "no figure in the paper")
@@ -374,7 +377,7 @@ def commands(recipe: Recipe, data: str = "DATA", work: str = "WORK") -> list[str
             f"memdpc quickstart --recipe {config_ref(recipe.path)} --data {family} --seed {seed} "
             f"--out {work}/{recipe.name}/{family}-s{seed}"
             for family in recipe.expect
-            for seed in EXAMPLE_SEEDS
+            for seed in seeds
         ]
     if recipe.fuse:
         first, second = (load(f["recipe"]) for f in recipe.fuse)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.recipe import runs
 from memdpc.recipes.recipe import EXAMPLE_SEEDS, load
 from tests.conftest import subprocess_env
 from tests.test_quickstart import TINY_POOL_RECIPE
@@ -63,6 +64,21 @@ def test_the_recipes_runs_are_gathered_with_their_pairs_and_minutes_and_not_run_
     # another work folder, without these runs: their rows are kept as the JSON had them
     elsewhere = run_bench("bench.recipe", recipe, "--work", tmp_path / "elsewhere", "--out", out, "--report")
     assert elsewhere.returncode == 0 and json.loads(out.with_suffix(".json").read_text()) == results
+
+
+def test_validation_runs_are_on_the_validation_draws_of_the_kinds_families_only():
+    """``--validation``: seed 100 of the families whose class is a kind of motion, never a held-out draw, each in
+    its own folder, as ``memdpc recipes`` would print it for that seed."""
+    todo = runs("example-fused-pool", Path("/w"), validation=True)
+    assert [(r["family"], r["seed"], r["folder"]) for r in todo] == [
+        ("synthetic", 100, Path("/w/example-fused-pool/synthetic-s100")),
+        ("photos", 100, Path("/w/example-fused-pool/photos-s100")),
+    ]
+    assert todo[0]["command"] == (
+        "memdpc quickstart --recipe example-fused-pool --data synthetic --seed 100 "
+        "--out /w/example-fused-pool/synthetic-s100"
+    )
+    assert {r["seed"] for r in runs("example-fused-pool", Path("/w"))} == set(EXAMPLE_SEEDS)
 
 
 @pytest.mark.parametrize(
