@@ -183,12 +183,14 @@ def relation_loss(student: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
             f"student {tuple(student.shape)} and teacher {tuple(teacher.shape)} need the same batch of 3 or more"
         )
     n = student.shape[0]
-    # a clip's similarity to itself is left out
-    others = ~torch.eye(n, dtype=torch.bool, device=student.device)
+    # row i's columns i+1, …, i+n-1 (mod n): every other clip, a clip's similarity to itself left out (a gather of
+    # fixed shape, which compiles into one graph where a boolean mask would not)
+    steps = torch.arange(n, device=student.device)
+    others = (steps[:, None] + steps[None, 1:]) % n
 
     def scores(x: torch.Tensor) -> torch.Tensor:
         x = F.normalize(x.float() - x.float().mean(dim=0), dim=1)
-        return (x @ x.t())[others].view(n, n - 1) / RELATION_TEMPERATURE
+        return (x @ x.t()).gather(1, others) / RELATION_TEMPERATURE
 
     target = F.softmax(scores(teacher.detach()), dim=1)
     return -(target * F.log_softmax(scores(student), dim=1)).sum(dim=1).mean()
