@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from memdpc.model.names import NEGATIVES
 
 __all__ = [
+    "RELATION_MIN_BATCH",
     "RELATION_TEMPERATURE",
     "content_share",
     "dense_infonce",
@@ -34,6 +35,7 @@ __all__ = [
 ]
 
 RELATION_TEMPERATURE = 0.1  # of both similarity rows that relation_loss compares
+RELATION_MIN_BATCH = 3  # relation_loss's smallest batch: a clip's similarities to two others at least
 
 
 def _flatten(x: torch.Tensor) -> torch.Tensor:
@@ -176,11 +178,13 @@ def relation_loss(student: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
 
     Each side is centred by its batch mean before the cosine, as retrieval centres its features. The student is
     pulled to find alike the clips the teacher finds alike, whatever else tells them apart: a flow encoder as the
-    teacher of an RGB one makes clips of alike motion alike under RGB, across backgrounds and colours. Needs B ≥ 3.
+    teacher of an RGB one makes clips of alike motion alike under RGB, across backgrounds and colours. Needs B ≥
+    :data:`RELATION_MIN_BATCH`.
     """
-    if student.shape[0] != teacher.shape[0] or student.shape[0] < 3:
+    if student.shape[0] != teacher.shape[0] or student.shape[0] < RELATION_MIN_BATCH:
         raise ValueError(
-            f"student {tuple(student.shape)} and teacher {tuple(teacher.shape)} need the same batch of 3 or more"
+            f"student {tuple(student.shape)} and teacher {tuple(teacher.shape)} need the same batch of "
+            f"{RELATION_MIN_BATCH} or more"
         )
     n = student.shape[0]
     # row i's columns i+1, …, i+n-1 (mod n): every other clip, a clip's similarity to itself left out (a gather of

@@ -16,6 +16,7 @@ import yaml
 from memdpc.common.atomic import write_bytes_atomic
 from memdpc.common.errors import UserError
 from memdpc.common.settings import check, flat, from_flat, setting
+from memdpc.model.loss import RELATION_MIN_BATCH
 from memdpc.model.names import NEGATIVES, PRETRAIN_NAMES, diff_setting
 from memdpc.pipeline.backends import LoaderSettings
 from memdpc.pipeline.clip import COLOUR_SPANS, ClipShape
@@ -240,10 +241,10 @@ class TrainConfig:
             raise UserError(
                 "cuda_graphs does not go with a teacher (its features change every step); leave one out"
             )
-        if self.teacher and self.loader.batch_size < 3:
+        if self.teacher and self.loader.batch_size < RELATION_MIN_BATCH:
             raise UserError(
-                f"a teacher needs batch_size 3 or more (a clip's similarities to two others at least), not "
-                f"{self.loader.batch_size}"
+                f"a teacher needs batch_size {RELATION_MIN_BATCH} or more (a clip's similarities to two others "
+                f"at least), not {self.loader.batch_size}"
             )
         if self.schedule == "milestones" and not self.milestones:
             raise UserError("schedule 'milestones' needs --milestones (e.g. 80,100)")

@@ -27,6 +27,7 @@ from memdpc.common.console import rich_console
 from memdpc.common.errors import UserError
 from memdpc.common.wording import duration_text, name_list, plural, size_text
 from memdpc.model import checkpoint as mc
+from memdpc.model.loss import RELATION_MIN_BATCH
 from memdpc.pipeline.clip import ClipSpec
 from memdpc.pipeline.manifest import manifest_path
 from memdpc.train import checkpoint as ck
@@ -44,7 +45,7 @@ from memdpc.train.prepare import (
 )
 from memdpc.train.seeding import seed_everything
 from memdpc.train.step import GRAPH_WARMUP, Stepper, make_optimizer, place_clips, place_model, uses_graphs
-from memdpc.train.teacher import read_teacher
+from memdpc.train.teacher import TeacherModel, read_teacher, teacher_loader
 
 __all__ = ["plan_run"]
 
@@ -86,6 +87,8 @@ class RunPlan:
     first_step_s: float  # scaled to the batch size
     step_s: float
     val_batch_s: float
+    teacher: str | None  # --teacher in words (None without one)
+    teacher_s: float  # its table pass before the first step (0.0 without one)
 
     @property
     def global_batch(self) -> int:
@@ -110,8 +113,10 @@ class RunPlan:
     @property
     def wall_s(self) -> float:
         steps = self.first_step_s + (self.steps - 1) * self.step_s if self.steps else 0.0
-        return steps + self.val_batch_s * (
-            self.epochs_run * self.val_batches + self.knn_passes * self.knn_batches
+        return (
+            self.teacher_s
+            + steps
+            + self.val_batch_s * (self.epochs_run * self.val_batches + self.knn_passes * self.knn_batches)
         )
 
     def lines(self) -> list[str]:
@@ -159,6 +164,14 @@ class RunPlan:
             *([self.decided] if self.decided else []),
             f"schedule: {self.schedule}",
             f"validation: {self.validation}",
+            *(
+                [
+                    f"teacher: {self.teacher} embeds every training video before the first step (about "
+                    f"{duration_text(self.teacher_s)}); each step adds the relation loss"
+                ]
+                if self.teacher
+                else []
+            ),
             f"disk: {plural(self.checkpoints, 'checkpoint')} at most in {self.out}/checkpoints, "
             f"{size_text(self.checkpoint_bytes)} each: {size_text(self.checkpoints * self.checkpoint_bytes)} "
             f"(one more while a checkpoint is saved)",
@@ -209,11 +222,15 @@ def _sync(device: torch.device) -> float:
 
 
 def _time_steps(
-    config: TrainConfig, loader, device: torch.device, init: dict[str, Any] | None
+    config: TrainConfig,
+    loader,
+    device: torch.device,
+    init: dict[str, Any] | None,
+    features: torch.Tensor | None = None,
 ) -> tuple[torch.nn.Module, torch.optim.Optimizer, list[float]]:
-    """The model after up to 1 + WARMUP_STEPS real training steps, its optimiser, and each step's seconds
-    (waiting for its batch included). With --cuda-graphs the eager steps before the capture, and the capture,
-    count as part of the first."""
+    """The model after up to 1 + WARMUP_STEPS real training steps (each clip given a row of a teacher's
+    ``features``, where there are some), its optimiser, and each step's seconds (waiting for its batch included).
+    With --cuda-graphs the eager steps before the capture, and the capture, count as part of the first."""
     seed_everything(config.seed)
     model = place_model(ck.initial_model(config, init), config, device)
     model.global_negatives = False  # one process: the batch's own negatives (the same work per rank)
@@ -236,7 +253,11 @@ def _time_steps(
         batch = next(batches, None)
         if batch is None:
             break
-        step(place_clips(batch.clips, config, device))
+        clips = place_clips(batch.clips, config, device)
+        teacher = (
+            None if features is None else features[torch.arange(len(clips), device=device) % len(features)]
+        )
+        step(clips, teacher)
         if i + 1 >= first:
             t1 = _sync(device)
             seconds.append(t1 - t0)
@@ -277,7 +298,7 @@ def plan_run(config: TrainConfig, overwrite: bool = False) -> RunPlan | None:
     resume_from = check_run_dir(config, overwrite)
     resumed = ck.read_resume(resume_from, config, world_size) if resume_from is not None else None
     init = ck.read_init(config.init, config)[0] if config.init and resumed is None else None
-    read_teacher(config)  # refused here as the run would refuse it; its table is not timed
+    teacher = read_teacher(config)  # refused here as the run would refuse it
     manifests = check_shards(config)
     config, monitor_note = monitor_on_labels(config, manifests)
     if resumed is not None:
@@ -300,8 +321,9 @@ def plan_run(config: TrainConfig, overwrite: bool = False) -> RunPlan | None:
     if timed is not config:
         loader = split_loader(timed, config.loader.train_split, clip, True, 0, world_size, str(device))
         val = val and split_loader(timed, config.val_split, clip, False, 0, world_size, str(device))
+    teacher_s, features = _time_teacher(timed, teacher, device) if teacher else (0.0, None)
     seconds, val_batch_s, checkpoint_bytes = _time(
-        config, timed, loader, val, val_batches, device, init, world_size
+        config, timed, loader, val, val_batches, device, init, world_size, features
     )
     return RunPlan(
         out=config.out,
@@ -334,6 +356,8 @@ def plan_run(config: TrainConfig, overwrite: bool = False) -> RunPlan | None:
         if len(seconds) > 1
         else (seconds[0] if seconds else math.nan),
         val_batch_s=val_batch_s,
+        teacher=f"{teacher.path} ({teacher.stream})" if teacher else None,
+        teacher_s=teacher_s,
     )
 
 
@@ -366,17 +390,43 @@ def _timed(config: TrainConfig, device: torch.device) -> TrainConfig:
     (:data:`CPU_TIMED_BATCH`), whose times are scaled (no GPU is that linear)."""
     if device.type == "cuda":
         return config
-    fewer = min(config.loader.batch_size, CPU_TIMED_BATCH)
+    fewer = min(config.loader.batch_size, max(CPU_TIMED_BATCH, RELATION_MIN_BATCH if config.teacher else 1))
     return replace(config, loader=replace(config.loader, batch_size=fewer))
 
 
+@torch.no_grad()
+def _time_teacher(
+    timed: TrainConfig, teacher: TeacherModel, device: torch.device
+) -> tuple[float, torch.Tensor | None]:
+    """The teacher's table pass in seconds (its batches, at the timed batch size, times the seconds of one) and
+    its features (B, D) of the first batch, which the timed steps' relation loss is given."""
+    loader = teacher_loader(timed, teacher, device)
+    model = teacher.model.to(device)
+    seconds, features = [], None
+    t0 = _sync(device)
+    for i, batch in enumerate(loader):
+        if i >= VAL_BATCHES:
+            break
+        out = model.features(batch.clips.to(device))
+        if features is None:
+            features = out
+        t1 = _sync(device)
+        seconds.append(t1 - t0)
+        t0 = t1
+    if features is None:  # no windows: the run refuses it at its first step, as it refuses the shards
+        return 0.0, None
+    per_batch = sum(seconds[1:]) / len(seconds[1:]) if len(seconds) > 1 else seconds[0]
+    return per_batch * len(loader), features
+
+
 def _time(
-    config, timed, loader, val, val_batches, device, init, world_size
+    config, timed, loader, val, val_batches, device, init, world_size, features
 ) -> tuple[list[float], float, int]:
-    """The warm-up: the timed steps' seconds and a validation batch's, scaled to the run's batch size, and the
-    size of one checkpoint of the warmed-up model and optimiser."""
+    """The warm-up: the timed steps' seconds (with the relation loss to the teacher's ``features`` where there is
+    one) and a validation batch's, scaled to the run's batch size, and the size of one checkpoint of the
+    warmed-up model and optimiser."""
     scale = config.loader.batch_size / timed.loader.batch_size
-    model, optimizer, seconds = _time_steps(timed, loader, device, init)
+    model, optimizer, seconds = _time_steps(timed, loader, device, init, features)
     seconds = [t * scale for t in seconds]
     val_batch_s = scale * _time_val(model, val, device) if val is not None and val_batches else 0.0
     data = mc.serialize(

@@ -69,7 +69,7 @@ from memdpc.train.saving import restore, save
 from memdpc.train.seeding import seed_everything, set_determinism
 from memdpc.train.step import out_of_memory, place_clips
 from memdpc.train.teacher import read_teacher, teacher_words
-from memdpc.train.wording import fault_kept, finished, kept, watched_words
+from memdpc.train.wording import fault_kept, finished, kept, not_started, watched_words
 
 __all__ = ["train"]
 
@@ -149,7 +149,11 @@ def _train_held(config: TrainConfig, env: dd.DistEnv, resume_from: Path | None, 
         truncate_jsonl(run_dir / "metrics.jsonl", ckpt["step"] if ckpt is not None else -1)
     dd.barrier(env)
     set_determinism(config.deterministic)
-    parts = build_parts(config, env, run_dir, manifests["train"].clip, init, shards, teacher)
+    try:  # the teacher's table pass (--teacher) is the long part of this
+        parts = build_parts(config, env, run_dir, manifests["train"].clip, init, shards, teacher)
+    except interrupts.Interrupted as stop:
+        raise not_started(stop, resume_from) from None
+    del teacher, init  # the teacher's model and the --init weights: done with once the parts hold theirs
     if config.loader.backend == "auto":  # which one it is depends on the machine: say so
         parts.logger.message(f"loader: {backend_words(config.loader.backend)}", markup=False)
     if parts.teacher is not None:

@@ -19,7 +19,7 @@ from memdpc.pipeline.loader import make_loader
 from memdpc.train.config import TrainConfig
 from memdpc.train.knn import video_features
 
-__all__ = ["Teacher", "TeacherModel", "load_teacher", "read_teacher", "teacher_words"]
+__all__ = ["Teacher", "TeacherModel", "load_teacher", "read_teacher", "teacher_loader", "teacher_words"]
 
 
 @dataclass(frozen=True)
@@ -65,21 +65,29 @@ def read_teacher(config: TrainConfig) -> TeacherModel | None:
     return TeacherModel(config.teacher, model, stream, ckpt["input_size"])
 
 
-def load_teacher(config: TrainConfig, read: TeacherModel | None, device: torch.device) -> Teacher | None:
-    """The teacher's features of every video of the run's training split (None without a teacher)."""
-    if read is None:
-        return None
-    loader = make_loader(
+def teacher_loader(
+    config: TrainConfig, read: TeacherModel, device: torch.device, batch_size: int | None = None
+):
+    """The loader the teacher embeds the training split with: its own stream of the run's shards, unaugmented, at
+    its checkpoint's frame size, in batches of the run's size (or ``batch_size``)."""
+    return make_loader(
         config.loader.shards,
         read.stream,
         config.loader.train_split,
         train=False,
-        batch_size=config.loader.batch_size,
+        batch_size=batch_size or config.loader.batch_size,
         backend=config.loader.backend,
         size=read.size or config.size,
         num_workers=config.loader.num_workers,
         device=str(device),
     )
+
+
+def load_teacher(config: TrainConfig, read: TeacherModel | None, device: torch.device) -> Teacher | None:
+    """The teacher's features of every video of the run's training split (None without a teacher)."""
+    if read is None:
+        return None
+    loader = teacher_loader(config, read, device)
     ids, features, _ = video_features(read.model.to(device), loader, device, max_batches=len(loader))
     interrupts.check()  # a signal cut the table short: the run stops before its first step
     return Teacher(read.path, read.stream, {v: i for i, v in enumerate(ids)}, features.to(device))

@@ -4,6 +4,7 @@ fault stops it, what it kept and how to go on."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 from memdpc.common import interrupts
 from memdpc.common.errors import ResourceFault
@@ -12,7 +13,14 @@ from memdpc.train.metrics import chance_summary, monitor_summary, read_metrics
 from memdpc.train.parts import Parts, State, last_checkpoint, position
 from memdpc.train.saving import save
 
-__all__ = ["fault_kept", "finished", "kept", "margin", "watched_words"]
+__all__ = ["fault_kept", "finished", "kept", "margin", "not_started", "watched_words"]
+
+
+def not_started(stop: interrupts.Interrupted, resume_from: Path | None) -> interrupts.Interrupted:
+    """Add to ``stop``, which came before the first step, what was kept and how to go on."""
+    if resume_from is None:
+        return stop.keep("no checkpoint yet; the same command starts again")
+    return stop.keep(f"{resume_from} as it was; the same command resumes from it")
 
 
 def kept(p: Parts, s: State, stop: interrupts.Interrupted) -> interrupts.Interrupted:
@@ -25,7 +33,7 @@ def kept(p: Parts, s: State, stop: interrupts.Interrupted) -> interrupts.Interru
     if not p.env.is_main:
         return stop.keep(f"rank {p.env.rank} stopped with rank 0")
     if not s.step:
-        return stop.keep("no checkpoint yet; the same command starts again")
+        return not_started(stop, None)
     how = (
         f"to go on, run it again without --resume (or with --resume {last})"
         if p.config.resume

@@ -9,6 +9,7 @@ import subprocess
 from dataclasses import replace
 
 import pytest
+import yaml
 from click.testing import CliRunner
 
 from memdpc.cli import main
@@ -94,6 +95,32 @@ def test_the_command_prints_the_plan_and_leaves_no_run_folder(train_shards, tmp_
     assert "steps: 50 in all (50 epochs)" in text and "× 0.1 at epoch 30" in text
     assert "disk: 7 checkpoints at most" in text and "an estimate on cpu (1 thread)" in text
     assert "each of the 2 processes taken to be as fast" in text
+
+
+def test_a_taught_runs_plan_times_the_teachers_table_and_steps_with_the_relation_loss(
+    tiny_quickstart, tmp_path, one_thread
+):
+    """The quickstart's RGB run taught by its flow run: the table pass is timed and added to the estimate, and
+    the steps timed hold 3 clips (the fewest the relation loss compares) on the CPU."""
+    flow = tiny_quickstart / "runs" / "flow" / "checkpoints" / "last.pt"
+    settings = yaml.safe_load((tiny_quickstart / "runs" / "rgb" / "config.yaml").read_text())
+    out = tmp_path / "taught"
+    taught = plan_run(config_from_dict({**settings, "out": str(out), "teacher": str(flow)}))
+    plain = plan_run(config_from_dict({**settings, "out": str(out)}))
+    assert not out.exists()
+    assert (taught.teacher, plain.teacher, plain.teacher_s) == (f"{flow} (flow)", None, 0.0)
+    assert (taught.timed_batch, plain.timed_batch) == (3, 2) and taught.teacher_s > 0
+    assert taught.wall_s - taught.teacher_s == pytest.approx(
+        taught.first_step_s
+        + (taught.steps - 1) * taught.step_s
+        + taught.val_batch_s
+        * (taught.epochs_run * taught.val_batches + taught.knn_passes * taught.knn_batches)
+    )
+    (line,) = [line for line in taught.lines() if line.startswith("teacher: ")]
+    assert line.startswith(
+        f"teacher: {flow} (flow) embeds every training video before the first step (about "
+    )
+    assert not [line for line in plain.lines() if line.startswith("teacher: ")]
 
 
 def test_a_run_folder_of_another_config_is_refused_as_the_run_would_refuse_it(train_shards, tmp_path):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import signal
 
 import pytest
 import torch
@@ -12,7 +13,8 @@ import yaml
 from memdpc.common.errors import UserError
 from memdpc.train.teacher import Teacher
 
-from .conftest import cli, records
+from ..conftest import memdpc_command
+from .conftest import cli, records, run_to_end, signal_when, start_train
 
 
 def _rgb(tiny_quickstart, out, *args: str):
@@ -43,6 +45,28 @@ def test_a_flow_run_teaches_an_rgb_run_and_a_resume_keeps_its_teacher(tiny_quick
     untaught = _rgb(tiny_quickstart, tmp_path / "plain")
     assert untaught.exit_code == 0, untaught.output
     assert all("relation" not in r for r in records(tmp_path / "plain", "train"))
+
+
+@pytest.mark.slow
+def test_sigint_before_the_teachers_table_is_done_stops_before_the_first_step_and_the_same_command_starts_again(
+    tiny_quickstart, tmp_path
+):
+    """The signal goes once the run has written its config, i.e. while it builds its loaders and the teacher's
+    table (which ends with the line naming the teacher, absent here)."""
+    flow = tiny_quickstart / "runs" / "flow" / "checkpoints" / "last.pt"
+    config = tiny_quickstart / "runs" / "rgb" / "config.yaml"
+    args = ["--config", str(config), "--epochs", "1", "--no-progress", "--teacher", str(flow)]
+    out = tmp_path / "taught"
+    proc = start_train(args, out)
+    signal_when(proc, (out / "config.yaml").exists, signal.SIGINT)
+    log = out.with_suffix(".log").read_text()
+    assert proc.returncode == 130, log
+    assert "interrupted (SIGINT): no checkpoint yet; the same command starts again" in log
+    assert "teacher:" not in log and not records(out, "train")
+    assert not (out / "checkpoints" / "last.pt").exists()
+    again = run_to_end(memdpc_command("train", *args, "--out", str(out)))
+    assert again.returncode == 0, again.stderr
+    assert "teacher:" in again.stderr and records(out, "train")
 
 
 @pytest.mark.parametrize(
