@@ -44,7 +44,7 @@ from memdpc.preprocess.archive import (
 )
 from memdpc.preprocess.report import failed_videos
 from memdpc.preprocess.reuse import remake_command, setting_options
-from memdpc.preprocess.source import source_changes
+from memdpc.preprocess.source import same_bytes, source_changes
 from memdpc.preprocess.video_index import VideoRecord
 
 __all__ = [
@@ -559,7 +559,8 @@ def _scan(
             scan.skipped.append({"video_id": rec.id, **skip})
             continue
         recorded = src.meta.get("source")
-        if recorded is not None and recorded != rec.path:  # an archive of another video with this id
+        if recorded is not None and recorded != rec.path and not same_bytes(src.meta, rec.path):
+            # an archive of another video with this id (one of this video, moved since, holds its bytes)
             scan.foreign.append((rec, src.path, recorded))
         elif changes := source_changes(src.meta, rec.path):  # the video replaced or changed since
             scan.stale.append((rec, changes))

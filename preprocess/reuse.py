@@ -13,7 +13,8 @@ flow run, the same command twice at once) finds three kinds of things there:
   settings an archive of an older version does not record (nor its frames' sizes: shard then reads its
   headers), and the source of an archive whose source file is gone since (the archive is all that is left of
   it). The source is compared by its path, then by its size, modification time and SHA-256 where they are
-  recorded (:mod:`memdpc.preprocess.source`: a file touched but not changed is the same). An archive made
+  recorded (:mod:`memdpc.preprocess.source`: a file touched but not changed is the same); a file at another path
+  with the recorded size and SHA-256 is the same source, moved or copied with its folder. An archive made
   otherwise is not reused: the run refuses to start, naming how many, one of them and what differs, unless
   ``--overwrite``, which writes it again; one whose ``meta.json`` does not read counts as made otherwise, the
   reason as its difference. :func:`remake_command` is the command that writes an archive again as it was made.
@@ -51,7 +52,7 @@ from memdpc.preprocess.archive import archive_path, read_meta, temporary_in_use
 from memdpc.preprocess.encode import FLOW_ENCODINGS, RGB_ENCODING
 from memdpc.preprocess.flow.backends import BOUND
 from memdpc.preprocess.options import PreprocessConfig
-from memdpc.preprocess.source import source_changes
+from memdpc.preprocess.source import same_bytes, source_changes
 from memdpc.preprocess.video_index import VideoRecord
 
 __all__ = [
@@ -147,7 +148,7 @@ def _source_differences(meta: dict[str, Any], rec: VideoRecord) -> list[str]:
     a source that is gone since is not compared, its archive is all that is left of it)."""
     recorded = meta.get("source")
     if recorded is not None and recorded != rec.path:
-        return [f"source {recorded} → {rec.path}"]
+        return [] if same_bytes(meta, rec.path) else [f"source {recorded} → {rec.path}"]
     changes = source_changes(meta, rec.path)
     return [f"{rec.path} changed since ({', '.join(changes)})"] if changes else []
 

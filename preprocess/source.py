@@ -5,7 +5,9 @@
 page cache). Comparing costs a ``stat``; the digest is read again only where size and modification time disagree
 about a change (the same size, another time: a copy or a touch that kept the bytes, or another file of the same
 size). ``preprocess`` (a rerun), ``shard`` (the archives it cuts), ``eval`` (the shards it reads) and ``report``
-(the chain of a result) all compare through :func:`source_changes`.
+(the chain of a result) all compare through :func:`source_changes`. Where the index names another path than the
+archive records, :func:`same_bytes` tells the source moved or copied with its folder (the same size and SHA-256)
+from another video with the same id.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Any
 
 from memdpc.common.digest import file_sha256
 
-__all__ = ["source_changes"]
+__all__ = ["same_bytes", "source_changes"]
 
 
 def source_changes(meta: dict[str, Any], path: str | os.PathLike | None = None) -> list[str]:
@@ -45,6 +47,19 @@ def source_changes(meta: dict[str, Any], path: str | os.PathLike | None = None) 
                 return []  # touched, or copied with its bytes
             changes.append(f"content: SHA-256 {meta['source_sha256'][:12]} → {now[:12]}")
     return changes
+
+
+def same_bytes(meta: dict[str, Any], path: str | os.PathLike) -> bool:
+    """Whether the file at ``path`` holds the bytes of the source ``meta`` records (its size, then its SHA-256):
+    the source moved or copied elsewhere, e.g. with the folder it and its archives are in. False where ``meta``
+    records no digest or the file does not read."""
+    if "source_sha256" not in meta:
+        return False
+    try:
+        stat = os.stat(path)
+        return stat.st_size == meta["source_size"] and file_sha256(path) == meta["source_sha256"]
+    except OSError:
+        return False
 
 
 def _when(mtime_ns: Any) -> str:

@@ -6,6 +6,7 @@ import math
 import os
 import platform
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -196,7 +197,8 @@ def test_the_default_quickstart_prints_readmes_tables(tmp_path):
 @pytest.mark.slow
 def test_tiny_quickstart_on_the_held_out_photos_and_the_torch_loader_resumes_and_refuses_other_data(tmp_path):
     """The held-out family, on the torch loader with several workers (where DALI is missing, each worker reads
-    whole shards): the quickstart writes enough; a re-run resumes, one that asks for other data is refused."""
+    whole shards): the quickstart writes enough; a re-run resumes, also from a copy of its folder elsewhere; one
+    that asks for other data is refused."""
     out = tmp_path / "qs"
     args = ("--tiny", "--workers", "2", "--backend", "torch")
     res = _run(out, *args, "--data", "photos")
@@ -212,6 +214,15 @@ def test_tiny_quickstart_on_the_held_out_photos_and_the_torch_loader_resumes_and
     assert again.returncode == 0, again.stderr[-3000:]
     assert json.loads((out / "quickstart.json").read_text()) == rows
     assert {s: (out / "runs" / s / "metrics.jsonl").read_text() for s in STREAMS} == metrics
+    # copied elsewhere (the videos' modification times new, their bytes the same): no video is preprocessed and no
+    # run trained again there
+    moved = tmp_path / "moved"
+    shutil.copytree(out, moved, copy_function=shutil.copy)
+    archives = {p: p.stat().st_mtime_ns for p in (moved / "frames").rglob("*.tar")}
+    there = _run(moved, *args, "--data", "photos")
+    assert there.returncode == 0, there.stderr[-3000:]
+    assert archives and {p: p.stat().st_mtime_ns for p in (moved / "frames").rglob("*.tar")} == archives
+    assert {s: (moved / "runs" / s / "metrics.jsonl").read_text() for s in STREAMS} == metrics
     other = _run(out, *args)  # the synthetic family into the photos run's folder
     assert other.returncode == 2
     assert other.stderr.strip().splitlines()[-1] == (

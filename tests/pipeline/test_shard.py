@@ -809,12 +809,17 @@ def test_a_damaged_plan_file_is_named(tiny_archives, tmp_path):
 
 
 def test_an_index_naming_other_files_for_the_archives_ids_is_refused_naming_both(tiny_dataset, tmp_path):
-    """``shard FRAMES --index OTHER.jsonl``: an index of another folder whose ids are those of the archives (the
-    same videos copied elsewhere) is refused as preprocess refuses it, naming both files; the right one shards."""
+    """``shard FRAMES --index OTHER.jsonl``: an index of another folder whose ids are those of the archives (other
+    videos of the same names: here copies with one byte changed) is refused as preprocess refuses it, naming both
+    files; the right one shards."""
     records = build_index(tiny_dataset, "ucf101", 1)
     write_index(records, tmp_path / "index.jsonl")
     preprocess(tmp_path / "index.jsonl", tmp_path / "frames", "rgb", size=32, workers=1, progress=False)
     other = build_index(shutil.copytree(tiny_dataset, tmp_path / "copy"), "ucf101", 1)
+    for rec in other:
+        body = bytearray(Path(rec.path).read_bytes())
+        body[-1] ^= 1
+        Path(rec.path).write_bytes(bytes(body))
     write_index(other, tmp_path / "other.jsonl")
     assert [r.id for r in other] == [r.id for r in records]
     with pytest.raises(UserError, match=r"made with other settings or from another source"):

@@ -110,12 +110,20 @@ def test_settings_that_do_not_change_an_archive_are_not_differences(clip, kw):
     assert archive_differences(rec, "flow", replace(cfg, **{"decode": DecodeSpec(square=64), **kw})) == []
 
 
-def test_an_archive_of_another_source_file_differs(clip, tmp_path):
+def test_an_archive_of_another_source_file_differs_and_one_of_the_same_bytes_elsewhere_does_not(
+    clip, tmp_path
+):
+    """A video at another path is the archive's source where it holds its bytes (the folder moved or copied):
+    the frames would be the same."""
     rec, cfg = clip
     made_with(rec, "rgb", cfg)
-    elsewhere = tmp_path / "other" / "v_a.avi"  # another folder's video with the same id
+    elsewhere = tmp_path / "other" / "v_a.avi"
     elsewhere.parent.mkdir()
-    elsewhere.write_bytes(open(rec.path, "rb").read())
+    body = bytearray(Path(rec.path).read_bytes())
+    elsewhere.write_bytes(bytes(body))  # a copy: another modification time, the same bytes
+    assert archive_differences(replace(rec, path=str(elsewhere)), "rgb", cfg) == []
+    body[-1] ^= 1
+    elsewhere.write_bytes(bytes(body))  # another folder's video with the same id and size
     assert archive_differences(replace(rec, path=str(elsewhere)), "rgb", cfg) == [
         f"source {rec.path} → {elsewhere}"
     ]

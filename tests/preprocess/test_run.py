@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -327,17 +326,17 @@ def test_unreachable_dask_scheduler_is_a_user_error(index, tmp_path, monkeypatch
 # ------------------------------------------------------------------------ reruns with other settings
 @pytest.fixture(scope="module")
 def clips(tmp_path_factory) -> tuple[Path, Path]:
-    """Six 41-frame 64×48 videos, and the index of a copy of them in another folder (the same file names,
-    so the same ids): (index, other folder's index). With ``--scales 1 --warps 1`` a video's flow takes
-    most of a second, so a run of them can be stopped midway."""
+    """Six 41-frame 64×48 videos, and the index of six other videos of the same file names in another folder (so
+    the same ids): (index, other folder's index). With ``--scales 1 --warps 1`` a video's flow takes most of a
+    second, so a run of them can be stopped midway."""
     root = tmp_path_factory.mktemp("clips")
     recs, others = [], []
     for i in range(6):
-        tex = texture(np.random.default_rng(i), 48, 64)
+        for folder, seed in (("a", i), ("b", 100 + i)):
+            tex = texture(np.random.default_rng(seed), 48, 64)
+            frames = np.stack([np.roll(tex, (k, 2 * k), axis=(0, 1)) for k in range(41)])
+            write_video(root / folder / f"clip{i}.avi", frames, 25.0, "mjpg")
         path = root / "a" / f"clip{i}.avi"
-        write_video(path, np.stack([np.roll(tex, (k, 2 * k), axis=(0, 1)) for k in range(41)]), 25.0, "mjpg")
-        (root / "b").mkdir(exist_ok=True)
-        shutil.copy(path, root / "b" / path.name)
         recs.append(VideoRecord(f"clip{i}", str(path), 0, "A", "train"))
         others.append(VideoRecord(f"clip{i}", str(root / "b" / path.name), 0, "A", "train"))
     write_index(recs, root / "a.jsonl")

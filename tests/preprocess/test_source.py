@@ -13,7 +13,7 @@ from memdpc.preprocess.examples.layout import write_video
 from memdpc.preprocess.examples.synthetic import render_video
 from memdpc.preprocess.job import archive_meta
 from memdpc.preprocess.options import PreprocessConfig
-from memdpc.preprocess.source import source_changes
+from memdpc.preprocess.source import same_bytes, source_changes
 from memdpc.preprocess.video_index import VideoRecord
 
 
@@ -42,3 +42,24 @@ def test_a_file_is_compared_by_size_time_and_where_they_disagree_its_bytes(tmp_p
     video.unlink()
     assert source_changes(meta) == []  # gone: its archive is all that is left of it
     assert source_changes({"source": str(other)}) == []  # an archive that recorded no identity
+
+
+def test_a_file_elsewhere_is_the_same_source_only_with_the_recorded_bytes(tmp_path):
+    video = tmp_path / "a" / "v.avi"
+    video.parent.mkdir()
+    write_video(video, render_video("MoveLeft", 32, 6, np.random.default_rng(0)), 25.0, "mjpg")
+    stream = VideoStream(video, DecodeSpec(size=0))
+    meta = archive_meta(
+        VideoRecord("v", str(video), 0, "a", "train"), "rgb", PreprocessConfig(out="o"), stream, (32, 32)
+    )
+    moved = tmp_path / "b" / "v.avi"
+    moved.parent.mkdir()
+    shutil.copyfile(video, moved)  # a copy: another modification time
+    assert same_bytes(meta, moved) and not same_bytes(meta, tmp_path / "gone.avi")
+    body = bytearray(moved.read_bytes())
+    body[len(body) // 2] ^= 1
+    moved.write_bytes(bytes(body))  # the same size, one bit changed
+    assert not same_bytes(meta, moved)
+    assert not same_bytes(
+        {k: v for k, v in meta.items() if k != "source_sha256"}, video
+    )  # no digest recorded
