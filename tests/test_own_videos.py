@@ -4,6 +4,7 @@ of generated videos, on the DALI loader, to the fused tables."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import subprocess
@@ -92,6 +93,30 @@ def test_readme_own_videos_block_runs_on_a_messy_folder_to_the_fused_tables(mess
     assert {"R@1", "R@5"} <= fused["retrieval"]["metrics"].keys() and fused["probe"]["counts"]["videos"] == 3
     for kind in fused:
         assert f"wrote {work / 'eval' / f'fused-{kind}.json'}" in output
+
+    # the RGB run again, taught by the flow run: the teacher embeds every training video, of every frame size
+    flow = work / "runs" / "flow" / "checkpoints" / "last.pt"
+    config, out = work / "runs" / "rgb" / "config.yaml", work / "runs" / "rgb-taught"
+    args = [
+        "--config",
+        config,
+        "--teacher",
+        flow,
+        "--out",
+        out,
+        "--epochs",
+        1,
+        "--log-every",
+        1,
+        "--no-progress",
+    ]
+    taught = subprocess.run([MEMDPC, "train", *map(str, args)], capture_output=True, text=True, env=env)
+    assert taught.returncode == 0, taught.stderr[-3000:]
+    videos = json.loads((work / "shards" / "flow" / "manifest-train.json").read_text())["num_videos"]
+    assert f"teacher: {flow} (flow), its features of {videos} training videos" in taught.stderr
+    metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    relation = [r["relation"] for r in metrics if r["kind"] == "train"]
+    assert relation and all(math.isfinite(r) and r > 0 for r in relation)
 
 
 # an example recipe of one's own at tiny sizes: the shipped example-flow-pool's kind, run on a user's folders
