@@ -560,7 +560,7 @@ def _scan(
             continue
         recorded = src.meta.get("source")
         if recorded is not None and recorded != rec.path and not same_bytes(src.meta, rec.path):
-            # an archive of another video with this id (one of this video, moved since, holds its bytes)
+            # an archive of another video with this id (not of this one moved elsewhere: its bytes differ)
             scan.foreign.append((rec, src.path, recorded))
         elif changes := source_changes(src.meta, rec.path):  # the video replaced or changed since
             scan.stale.append((rec, changes))

@@ -65,17 +65,15 @@ def read_teacher(config: TrainConfig) -> TeacherModel | None:
     return TeacherModel(config.teacher, model, stream, ckpt["input_size"])
 
 
-def teacher_loader(
-    config: TrainConfig, read: TeacherModel, device: torch.device, batch_size: int | None = None
-):
+def teacher_loader(config: TrainConfig, read: TeacherModel, device: torch.device):
     """The loader the teacher embeds the training split with: its own stream of the run's shards, unaugmented, at
-    its checkpoint's frame size, in batches of the run's size (or ``batch_size``)."""
+    its checkpoint's frame size, in batches of the run's size."""
     return make_loader(
         config.loader.shards,
         read.stream,
         config.loader.train_split,
         train=False,
-        batch_size=batch_size or config.loader.batch_size,
+        batch_size=config.loader.batch_size,
         backend=config.loader.backend,
         size=read.size or config.size,
         num_workers=config.loader.num_workers,
