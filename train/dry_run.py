@@ -269,20 +269,32 @@ def _time_steps(
 
 
 @torch.no_grad()
-def _time_val(model: torch.nn.Module, loader, device: torch.device) -> float:
-    """Seconds per validation batch (the first, which starts the loader, counts only when it is the only one)."""
-    model.eval()
-    seconds = []
+def _time_batches(run, loader, device: torch.device) -> tuple[float, Any]:
+    """Seconds per batch of ``run(clips)`` over up to :data:`VAL_BATCHES` of ``loader`` (the first, which starts
+    the loader, counts only when it is the only one), and the first batch's output; (0.0, None) for no batch."""
+    seconds, first = [], None
     t0 = _sync(device)
     for i, batch in enumerate(loader):
         if i >= VAL_BATCHES:
             break
-        model(batch.clips.to(device))
+        out = run(batch.clips.to(device))
+        if i == 0:
+            first = out
         t1 = _sync(device)
         seconds.append(t1 - t0)
         t0 = t1
-    model.train()
-    return sum(seconds[1:]) / len(seconds[1:]) if len(seconds) > 1 else seconds[0]
+    if not seconds:
+        return 0.0, None
+    return (sum(seconds[1:]) / len(seconds[1:]) if len(seconds) > 1 else seconds[0]), first
+
+
+def _time_val(model: torch.nn.Module, loader, device: torch.device) -> float:
+    """Seconds per validation batch."""
+    model.eval()
+    try:
+        return _time_batches(model, loader, device)[0]
+    finally:
+        model.train()
 
 
 def plan_run(config: TrainConfig, overwrite: bool = False) -> RunPlan | None:
@@ -394,28 +406,14 @@ def _timed(config: TrainConfig, device: torch.device) -> TrainConfig:
     return replace(config, loader=replace(config.loader, batch_size=fewer))
 
 
-@torch.no_grad()
 def _time_teacher(
     timed: TrainConfig, teacher: TeacherModel, device: torch.device
 ) -> tuple[float, torch.Tensor | None]:
     """The teacher's table pass in seconds (its batches, at the timed batch size, times the seconds of one) and
-    its features (B, D) of the first batch, which the timed steps' relation loss is given."""
+    its features (B, D) of the first batch, which the timed steps' relation loss is given (None: no windows, which
+    the run refuses at its first step, as it refuses the shards)."""
     loader = teacher_loader(timed, teacher, device)
-    model = teacher.model.to(device)
-    seconds, features = [], None
-    t0 = _sync(device)
-    for i, batch in enumerate(loader):
-        if i >= VAL_BATCHES:
-            break
-        out = model.features(batch.clips.to(device))
-        if features is None:
-            features = out
-        t1 = _sync(device)
-        seconds.append(t1 - t0)
-        t0 = t1
-    if features is None:  # no windows: the run refuses it at its first step, as it refuses the shards
-        return 0.0, None
-    per_batch = sum(seconds[1:]) / len(seconds[1:]) if len(seconds) > 1 else seconds[0]
+    per_batch, features = _time_batches(teacher.model.to(device).features, loader, device)
     return per_batch * len(loader), features
 
 
